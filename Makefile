@@ -1,0 +1,94 @@
+# lupin: every entry point.  `make help` lists them.
+PREFIX   ?= /usr/local
+CC       ?= cc
+PKGS      = luajit libuv libxxhash
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -Wall -Wextra -Wshadow -fPIC -D_POSIX_C_SOURCE=200809L \
+            -DLUPIN_DEFAULT_HOME=\"$(PREFIX)/share/lupin\" \
+            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
+SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+# Debian packages (DESIGN.md §3) and the tools the tests and builds use.
+DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
+            lua-busted lua-check libxxhash-dev libhttp-parser-dev wrk curl
+
+CORE_SRC  = core/alloc.c core/endpoint.c core/generation.c core/request.c core/runtime.c
+CORE_HDR  = core/lupin.h core/internal.h
+
+B ?= build
+CORE_OBJ  = $(CORE_SRC:core/%.c=$(B)/core/%.o)
+
+all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle
+
+$(B)/core/%.o: core/%.c $(CORE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/liblupin.a: $(CORE_OBJ)
+	$(AR) rcs $@ $^
+
+$(B)/liblupin.so: $(CORE_OBJ)
+	$(CC) $(CFLAGS) -shared -o $@ $^ $(LDLIBS)
+
+$(B)/lupin_native.so: core/luamod.c $(CORE_OBJ) $(CORE_HDR)
+	$(CC) $(CFLAGS) -shared -o $@ core/luamod.c $(CORE_OBJ) $(LDLIBS)
+
+$(B)/embed: examples/embed/embed.c $(B)/liblupin.a core/lupin.h
+	$(CC) $(CFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
+
+$(B)/bench-lifecycle: bench/lifecycle.c $(B)/liblupin.a core/lupin.h
+	$(CC) $(CFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
+
+# --- set-up ---------------------------------------------------------------
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \
+	done); \
+	if [ -z "$$missing" ]; then echo "deps: all installed"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  echo "deps: installing $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else echo "deps: run as root: apt-get install -y $$missing"; exit 1; fi
+
+# --- run --------------------------------------------------------------------
+# Until the gateway host lands (issue 4) `make run` runs the embedding example:
+# the runtime scheduling 1,000 requests over simulated endpoints.
+run: all
+	LUPIN_HOME=$(CURDIR) ./$(B)/embed examples/configs/minimal.json
+
+# --- tests ------------------------------------------------------------------
+test: all
+	LUPIN_BUILD=$(B) bash spec/run
+
+test-asan:
+	$(MAKE) B=build-asan CFLAGS="-O1 -g $(SANITIZE)" all
+	LUPIN_BUILD=build-asan LUPIN_ASAN=1 bash spec/run
+
+lint:
+	luacheck lua plugins spec examples
+
+bench: all
+	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle
+
+# --- install ----------------------------------------------------------------
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	  $(DESTDIR)$(PREFIX)/share/lupin/lua/lupin $(DESTDIR)$(PREFIX)/share/lupin/plugins \
+	  $(DESTDIR)$(PREFIX)/lib/lua/5.1
+	install -m 644 core/lupin.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(B)/liblupin.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(B)/liblupin.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(B)/lupin_native.so $(DESTDIR)$(PREFIX)/lib/lua/5.1/
+	install -m 644 lua/lupin/*.lua $(DESTDIR)$(PREFIX)/share/lupin/lua/lupin/
+	install -m 644 plugins/*.lua $(DESTDIR)$(PREFIX)/share/lupin/plugins/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' lupin.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/lupin.pc
+
+clean:
+	rm -rf build build-asan
+
+help:
+	@echo "make deps | all | run | test | test-asan | lint | bench | install PREFIX=... | clean"
+
+.PHONY: all deps run test test-asan lint bench install clean help

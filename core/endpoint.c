@@ -1,0 +1,149 @@
+/* The endpoint pool.  C owns the list and the metrics; the Lua side wraps each
+ * endpoint in one FFI object that plugins read without copying.  A removed
+ * endpoint lives on until the last request holding its object lets go. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static lupin_endpoint *find(lupin_runtime *rt, const char *name, size_t *index) {
+  for (size_t i = 0; i < rt->n_endpoints; i++) {
+    if (strcmp(rt->endpoints[i]->name, name) == 0) {
+      if (index) *index = i;
+      return rt->endpoints[i];
+    }
+  }
+  return NULL;
+}
+
+void lupin__endpoint_free(lupin_endpoint *ep) {
+  free((char *)ep->name);
+  free((char *)ep->address);
+  free(ep->running_lora);
+  free(ep->waiting_lora);
+  free(ep);
+}
+
+static void push_labels(lua_State *L, const lupin_endpoint_desc *d) {
+  lua_createtable(L, 0, (int)d->n_labels);
+  for (size_t i = 0; i < d->n_labels; i++) {
+    lua_pushstring(L, d->labels[i].value ? d->labels[i].value : "");
+    lua_setfield(L, -2, d->labels[i].name);
+  }
+}
+
+static int call_labels(lupin_runtime *rt, const lupin_endpoint *ep, const lupin_endpoint_desc *d,
+                       char *err, size_t errlen) {
+  lupin__push_hook(rt, LUPIN_HOOK_ENDPOINT_LABELS);
+  lua_pushnumber(rt->L, ep->id);
+  push_labels(rt->L, d);
+  return lupin__call(rt, 2, 0, err, errlen);
+}
+
+static int detach(lupin_runtime *rt, size_t i) {
+  lupin_endpoint *ep = rt->endpoints[i];
+  rt->endpoints[i] = rt->endpoints[--rt->n_endpoints];
+  lupin__push_hook(rt, LUPIN_HOOK_ENDPOINT_REMOVE);
+  lua_pushnumber(rt->L, ep->id);
+  return lupin__call(rt, 1, 0, NULL, 0);
+}
+
+static int attach(lupin_runtime *rt, lupin_endpoint *ep, const lupin_endpoint_desc *d, char *err,
+                  size_t errlen) {
+  if (rt->n_endpoints == rt->cap_endpoints) {
+    size_t cap = rt->cap_endpoints ? rt->cap_endpoints * 2 : 16;
+    lupin_endpoint **a = realloc(rt->endpoints, cap * sizeof *a);
+    if (!a) {
+      lupin__endpoint_free(ep);
+      lupin__errf(err, errlen, "out of memory");
+      return -1;
+    }
+    rt->endpoints = a;
+    rt->cap_endpoints = cap;
+  }
+  lupin__push_hook(rt, LUPIN_HOOK_ENDPOINT_ADD);
+  lua_pushlightuserdata(rt->L, ep);
+  push_labels(rt->L, d);
+  /* From here the Lua object owns ep: its finalizer frees it. */
+  if (lupin__call(rt, 2, 0, err, errlen)) return -1;
+  rt->endpoints[rt->n_endpoints++] = ep;
+  return 0;
+}
+
+int lupin_endpoint_upsert(lupin_runtime *rt, const lupin_endpoint_desc *d, char *err,
+                          size_t errlen) {
+  if (!d->address || !*d->address || d->port <= 0 || d->port > 65535) {
+    lupin__errf(err, errlen, "endpoint %s: needs an address and a port in 1..65535",
+                d->name ? d->name : "(unnamed)");
+    return -1;
+  }
+  char hostport[300];
+  snprintf(hostport, sizeof hostport, "%s:%d", d->address, d->port);
+  const char *name = d->name && *d->name ? d->name : hostport;
+
+  size_t i;
+  lupin_endpoint *old = find(rt, name, &i);
+  if (old && old->port == d->port && strcmp(old->address, d->address) == 0)
+    return call_labels(rt, old, d, err, errlen);
+
+  /* New, or moved: a fresh object, so requests holding the old one keep a
+   * consistent view of where they were sent. */
+  lupin_endpoint *ep = calloc(1, sizeof *ep);
+  if (!ep || !(ep->name = strdup(name)) || !(ep->address = strdup(d->address))) {
+    if (ep) lupin__endpoint_free(ep);
+    lupin__errf(err, errlen, "out of memory");
+    return -1;
+  }
+  ep->id = ++rt->endpoint_seq;
+  ep->port = d->port;
+  if (old) {
+    ep->waiting_queue_size = old->waiting_queue_size;
+    ep->running_requests = old->running_requests;
+    ep->kv_cache_usage = old->kv_cache_usage;
+    ep->max_lora = old->max_lora;
+    ep->cache_block_size = old->cache_block_size;
+    ep->num_blocks = old->num_blocks;
+    ep->scraped_at = old->scraped_at;
+    detach(rt, i);
+  }
+  return attach(rt, ep, d, err, errlen);
+}
+
+int lupin_endpoint_remove(lupin_runtime *rt, const char *name) {
+  size_t i;
+  if (!find(rt, name, &i)) return -1;
+  return detach(rt, i);
+}
+
+static int same(const char *a, const char *b) {
+  return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+static int set_adapters(lupin_runtime *rt, lupin_endpoint *ep, const lupin_metrics *m) {
+  if (same(ep->running_lora, m->running_lora_adapters) &&
+      same(ep->waiting_lora, m->waiting_lora_adapters))
+    return 0;
+  free(ep->running_lora);
+  free(ep->waiting_lora);
+  ep->running_lora = strdup(m->running_lora_adapters ? m->running_lora_adapters : "");
+  ep->waiting_lora = strdup(m->waiting_lora_adapters ? m->waiting_lora_adapters : "");
+  lupin__push_hook(rt, LUPIN_HOOK_ENDPOINT_ADAPTERS);
+  lua_pushnumber(rt->L, ep->id);
+  lua_pushstring(rt->L, ep->running_lora);
+  lua_pushstring(rt->L, ep->waiting_lora);
+  return lupin__call(rt, 3, 0, NULL, 0);
+}
+
+int lupin_endpoint_set_metrics(lupin_runtime *rt, const char *name, const lupin_metrics *m) {
+  lupin_endpoint *ep = find(rt, name, NULL);
+  if (!ep) return -1;
+  ep->waiting_queue_size = m->waiting_queue_size;
+  ep->running_requests = m->running_requests;
+  ep->kv_cache_usage = m->kv_cache_usage;
+  ep->max_lora = m->max_lora;
+  ep->cache_block_size = m->cache_block_size;
+  ep->num_blocks = m->num_blocks;
+  ep->scraped_at = m->scraped_at > 0 ? m->scraped_at : lupin_now();
+  return set_adapters(rt, ep, m);
+}

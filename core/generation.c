@@ -1,0 +1,54 @@
+/* Generations: one loaded config each.  Requests pin the generation current at
+ * their begin; a generation that is no longer current is released (its
+ * plugins' shutdown hooks run) when its last pinned request ends. */
+#include "internal.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+
+lupin_generation *lupin__generation_current(lupin_runtime *rt) {
+  lupin_generation *g = rt->generations;
+  return g && g->current ? g : NULL;
+}
+
+static void release(lupin_runtime *rt, lupin_generation *g) {
+  lupin_generation **p = &rt->generations;
+  while (*p != g) p = &(*p)->next;
+  *p = g->next;
+
+  char err[512];
+  lupin__push_hook(rt, LUPIN_HOOK_RELEASE);
+  lua_rawgeti(rt->L, LUA_REGISTRYINDEX, g->ref);
+  if (lupin__call(rt, 1, 0, err, sizeof err))
+    lupin__log(rt, LUPIN_LOG_ERROR, "releasing generation %llu: %s", (unsigned long long)g->number,
+               err);
+  luaL_unref(rt->L, LUA_REGISTRYINDEX, g->ref);
+  free(g);
+}
+
+int lupin__generation_install(lupin_runtime *rt, int ref) {
+  lupin_generation *g = calloc(1, sizeof *g);
+  if (!g) {
+    luaL_unref(rt->L, LUA_REGISTRYINDEX, ref);
+    return -1;
+  }
+  lupin_generation *old = lupin__generation_current(rt);
+  g->number = ++rt->generation_seq;
+  g->ref = ref;
+  g->current = 1;
+  g->next = rt->generations;
+  rt->generations = g;
+  if (old) {
+    old->current = 0;
+    if (old->pinned == 0) release(rt, old);
+  }
+  return 0;
+}
+
+void lupin__generation_unpin(lupin_runtime *rt, lupin_generation *g) {
+  if (--g->pinned == 0 && !g->current) release(rt, g);
+}
+
+void lupin__generation_free_all(lupin_runtime *rt) {
+  while (rt->generations) release(rt, rt->generations);
+}

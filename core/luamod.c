@@ -1,0 +1,451 @@
+/* lupin_native: the embedding API as a Lua C module, so busted specs drive a
+ * real runtime (its own Lua state) through the same calls a host makes. */
+#include "internal.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RT_MT "lupin_native.runtime"
+#define REQ_MT "lupin_native.request"
+
+typedef struct {
+  lupin_runtime *rt;
+  int logs_ref; /* a table collecting log lines, in the caller's state */
+  lua_State *L;
+} runtime_box;
+
+typedef struct {
+  lupin_request *req;
+  runtime_box *box;
+} request_box;
+
+static const char *const outcomes[] = {"ok",           "rejected",  "no_endpoint", "plugin_error",
+                                       "upstream_error", "cancelled", "timeout",     NULL};
+
+static runtime_box *check_rt(lua_State *L) {
+  runtime_box *b = luaL_checkudata(L, 1, RT_MT);
+  if (!b->rt) luaL_error(L, "runtime already freed");
+  return b;
+}
+
+static request_box *check_req(lua_State *L) {
+  request_box *b = luaL_checkudata(L, 1, REQ_MT);
+  if (!b->req) luaL_error(L, "request already ended");
+  if (!b->box->rt) luaL_error(L, "its runtime was freed");
+  return b;
+}
+
+static int fail(lua_State *L, const char *err) {
+  lua_pushnil(L);
+  lua_pushstring(L, err);
+  return 2;
+}
+
+/* Log lines go into a table of the calling state: {level, message} pairs. */
+static void collect_log(void *ud, int level, const char *msg) {
+  runtime_box *b = ud;
+  lua_State *L = b->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, b->logs_ref);
+  size_t n = lua_objlen(L, -1);
+  lua_createtable(L, 2, 0);
+  lua_pushinteger(L, level);
+  lua_rawseti(L, -2, 1);
+  lua_pushstring(L, msg);
+  lua_rawseti(L, -2, 2);
+  lua_rawseti(L, -2, (int)n + 1);
+  lua_pop(L, 1);
+}
+
+static const char *opt_string(lua_State *L, int t, const char *k) {
+  lua_getfield(L, t, k);
+  const char *s = lua_tostring(L, -1);
+  lua_pop(L, 1); /* the string stays anchored in the options table */
+  return s;
+}
+
+static lua_Number opt_number(lua_State *L, int t, const char *k, lua_Number def) {
+  lua_getfield(L, t, k);
+  lua_Number v = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : def;
+  lua_pop(L, 1);
+  return v;
+}
+
+/* native.new{home=, plugin_dirs={...}, memory_limit=, seed=, log_level=} */
+static int l_new(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lupin_options o = {0};
+  o.home = opt_string(L, 1, "home");
+  o.memory_limit = (size_t)opt_number(L, 1, "memory_limit", 0);
+  o.seed = (uint64_t)opt_number(L, 1, "seed", 1);
+  o.log_level = (int)opt_number(L, 1, "log_level", LUPIN_LOG_DEBUG);
+  const char *dirs[16];
+  lua_getfield(L, 1, "plugin_dirs");
+  if (lua_istable(L, -1)) {
+    for (size_t i = 0; i < lua_objlen(L, -1) && i < 16; i++) {
+      lua_rawgeti(L, -1, (int)i + 1);
+      dirs[o.n_plugin_dirs++] = lua_tostring(L, -1);
+      lua_pop(L, 1);
+    }
+  }
+  o.plugin_dirs = dirs;
+
+  runtime_box *b = lua_newuserdata(L, sizeof *b);
+  memset(b, 0, sizeof *b);
+  luaL_getmetatable(L, RT_MT);
+  lua_setmetatable(L, -2);
+  lua_newtable(L);
+  b->logs_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  b->L = L;
+  o.log = collect_log;
+  o.log_ud = b;
+  char err[1024];
+  b->rt = lupin_runtime_new(&o, err, sizeof err);
+  if (!b->rt) return fail(L, err);
+  return 1;
+}
+
+static int l_free(lua_State *L) {
+  runtime_box *b = luaL_checkudata(L, 1, RT_MT);
+  if (b->rt) {
+    lupin_runtime_free(b->rt);
+    b->rt = NULL;
+    luaL_unref(L, LUA_REGISTRYINDEX, b->logs_ref);
+  }
+  return 0;
+}
+
+static int l_load(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  char err[2048];
+  if (lupin_runtime_load(b->rt, luaL_checkstring(L, 2), err, sizeof err)) return fail(L, err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_load_string(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  char err[2048];
+  if (lupin_runtime_load_string(b->rt, luaL_checkstring(L, 2), luaL_optstring(L, 3, NULL), err,
+                                sizeof err))
+    return fail(L, err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_reload(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  char err[2048];
+  if (lupin_runtime_reload(b->rt, err, sizeof err)) return fail(L, err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* Reads t[k] = {name=value,...} into a header array; returns its length. */
+static size_t read_pairs(lua_State *L, int t, const char *k, lupin_header *out, size_t max) {
+  size_t n = 0;
+  lua_getfield(L, t, k);
+  if (lua_istable(L, -1)) {
+    lua_pushnil(L);
+    while (n < max && lua_next(L, -2)) {
+      out[n].name = lua_tostring(L, -2);
+      out[n].value = lua_tostring(L, -1);
+      n++;
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  return n;
+}
+
+static int l_upsert(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lupin_header labels[64];
+  lupin_endpoint_desc d = {opt_string(L, 2, "name"), opt_string(L, 2, "address"),
+                           (int)opt_number(L, 2, "port", 0), labels, 0};
+  d.n_labels = read_pairs(L, 2, "labels", labels, 64);
+  char err[512];
+  if (lupin_endpoint_upsert(b->rt, &d, err, sizeof err)) return fail(L, err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_remove(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  lua_pushboolean(L, lupin_endpoint_remove(b->rt, luaL_checkstring(L, 2)) == 0);
+  return 1;
+}
+
+static int l_set_metrics(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  lupin_metrics m = {
+      opt_number(L, 3, "waiting_queue_size", 0), opt_number(L, 3, "running_requests", 0),
+      opt_number(L, 3, "kv_cache_usage", 0),     opt_string(L, 3, "running_lora_adapters"),
+      opt_string(L, 3, "waiting_lora_adapters"), opt_number(L, 3, "max_lora", 0),
+      opt_number(L, 3, "cache_block_size", 0),   opt_number(L, 3, "num_blocks", 0),
+      opt_number(L, 3, "scraped_at", 0),
+  };
+  lua_pushboolean(L, lupin_endpoint_set_metrics(b->rt, luaL_checkstring(L, 2), &m) == 0);
+  return 1;
+}
+
+#define SET_NUM(field) (lua_pushnumber(L, (lua_Number)s.field), lua_setfield(L, -2, #field))
+
+static int l_stats(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  lupin_stats s;
+  lupin_runtime_stats(b->rt, &s);
+  lua_newtable(L);
+  SET_NUM(requests_begun);
+  SET_NUM(requests_ended);
+  SET_NUM(live_requests);
+  SET_NUM(live_request_tables);
+  SET_NUM(lua_memory);
+  SET_NUM(lua_memory_peak);
+  SET_NUM(memory_limit_hits);
+  SET_NUM(generations_alive);
+  SET_NUM(generation);
+  SET_NUM(endpoints);
+  return 1;
+}
+
+static void push_plugin_stat(void *ud, const lupin_plugin_stat *st) {
+  lua_State *L = ud;
+  lua_createtable(L, 0, 6);
+  lua_pushstring(L, st->plugin);
+  lua_setfield(L, -2, "plugin");
+  lua_pushstring(L, st->type);
+  lua_setfield(L, -2, "type");
+  lua_pushstring(L, st->point);
+  lua_setfield(L, -2, "point");
+  lua_pushnumber(L, (lua_Number)st->calls);
+  lua_setfield(L, -2, "calls");
+  lua_pushnumber(L, (lua_Number)st->errors);
+  lua_setfield(L, -2, "errors");
+  lua_pushnumber(L, (lua_Number)st->nanoseconds);
+  lua_setfield(L, -2, "nanoseconds");
+  lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
+}
+
+static int l_plugin_stats(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  lua_newtable(L);
+  lupin_runtime_plugin_stats(b->rt, push_plugin_stat, L);
+  return 1;
+}
+
+static int l_check_leaks(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  char report[8192];
+  int n = lupin_runtime_check_leaks(b->rt, report, sizeof report);
+  lua_pushinteger(L, n);
+  lua_pushstring(L, report);
+  return 2;
+}
+
+static int l_eval(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  char err[2048];
+  char *out = lupin__eval(b->rt, luaL_checkstring(L, 2), err, sizeof err);
+  if (!out) return luaL_error(L, "eval: %s", err);
+  lua_pushstring(L, out);
+  free(out);
+  return 1;
+}
+
+/* Returns the collected log lines and starts a new collection. */
+static int l_logs(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, b->logs_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, b->logs_ref);
+  lua_newtable(L);
+  b->logs_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return 1;
+}
+
+/* rt:begin{id=, path=, body=, model=, headers={}, subset={}} */
+static int l_begin(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lupin_header headers[64];
+  const char *subset[64];
+  lupin_request_desc d = {0};
+  d.id = opt_string(L, 2, "id");
+  d.path = opt_string(L, 2, "path");
+  d.model = opt_string(L, 2, "model");
+  lua_getfield(L, 2, "body");
+  d.body = lua_tolstring(L, -1, &d.body_len);
+  lua_pop(L, 1);
+  d.headers = headers;
+  d.n_headers = read_pairs(L, 2, "headers", headers, 64);
+  lua_getfield(L, 2, "subset");
+  if (lua_istable(L, -1)) {
+    d.subset = subset;
+    for (; d.n_subset < lua_objlen(L, -1) && d.n_subset < 64; d.n_subset++) {
+      lua_rawgeti(L, -1, (int)d.n_subset + 1);
+      subset[d.n_subset] = lua_tostring(L, -1);
+      lua_pop(L, 1); /* anchored in the subset table */
+    }
+  }
+  char err[1024];
+  lupin_request *req = lupin_request_begin(b->rt, &d, err, sizeof err);
+  lua_pop(L, 1);
+  if (!req) return fail(L, err);
+  request_box *rb = lua_newuserdata(L, sizeof *rb);
+  rb->req = req;
+  rb->box = b;
+  luaL_getmetatable(L, REQ_MT);
+  lua_setmetatable(L, -2);
+  /* keep the runtime's userdata alive as long as the request's */
+  lua_pushvalue(L, 1);
+  lua_createtable(L, 1, 0);
+  lua_insert(L, -2);
+  lua_rawseti(L, -2, 1);
+  lua_setfenv(L, -2);
+  return 1;
+}
+
+static int l_req_id(lua_State *L) {
+  lua_pushstring(L, lupin_request_id(check_req(L)->req));
+  return 1;
+}
+
+static int l_schedule(lua_State *L) {
+  request_box *rb = check_req(L);
+  lupin_result r;
+  lupin_request_schedule(rb->req, &r);
+  lua_createtable(L, 0, 5);
+  lua_pushinteger(L, r.status);
+  lua_setfield(L, -2, "status");
+  if (r.message) {
+    lua_pushstring(L, r.message);
+    lua_setfield(L, -2, "message");
+  }
+  if (r.plugin) {
+    lua_pushstring(L, r.plugin);
+    lua_setfield(L, -2, "plugin");
+  }
+  lua_createtable(L, (int)r.n_picks, 0);
+  for (size_t i = 0; i < r.n_picks; i++) {
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, r.picks[i].name);
+    lua_setfield(L, -2, "name");
+    lua_pushstring(L, r.picks[i].address);
+    lua_setfield(L, -2, "address");
+    lua_pushinteger(L, r.picks[i].port);
+    lua_setfield(L, -2, "port");
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  lua_setfield(L, -2, "picks");
+  lua_createtable(L, 0, (int)r.n_headers);
+  for (size_t i = 0; i < r.n_headers; i++) {
+    lua_pushstring(L, r.headers[i].value);
+    lua_setfield(L, -2, r.headers[i].name);
+  }
+  lua_setfield(L, -2, "headers");
+  return 1;
+}
+
+static int l_response_header(lua_State *L) {
+  request_box *rb = check_req(L);
+  lupin_header headers[64];
+  size_t n = 0;
+  if (lua_istable(L, 3)) {
+    lua_pushnil(L);
+    while (n < 64 && lua_next(L, 3)) {
+      headers[n].name = lua_tostring(L, -2);
+      headers[n++].value = lua_tostring(L, -1);
+      lua_pop(L, 1);
+    }
+  }
+  lua_pushboolean(L,
+                  lupin_request_response_header(rb->req, (int)luaL_checkinteger(L, 2), headers, n) == 0);
+  return 1;
+}
+
+static int l_response_chunk(lua_State *L) {
+  request_box *rb = check_req(L);
+  size_t len;
+  const char *data = luaL_checklstring(L, 2, &len);
+  lua_pushboolean(L, lupin_request_response_chunk(rb->req, data, len) == 0);
+  return 1;
+}
+
+static int l_response_complete(lua_State *L) {
+  lua_pushboolean(L, lupin_request_response_complete(check_req(L)->req) == 0);
+  return 1;
+}
+
+static int l_end(lua_State *L) {
+  request_box *rb = check_req(L);
+  int o = luaL_checkoption(L, 2, "ok", outcomes);
+  lupin_request_end(rb->req, (lupin_outcome)o);
+  rb->req = NULL;
+  return 0;
+}
+
+/* A request dropped by the spec without end is ended as cancelled, as a
+ * host must; a spec that wants to see the leak checks stats first. */
+static int l_req_gc(lua_State *L) {
+  request_box *rb = luaL_checkudata(L, 1, REQ_MT);
+  if (rb->req && rb->box->rt) lupin_request_end(rb->req, LUPIN_CANCELLED);
+  rb->req = NULL;
+  return 0;
+}
+
+static const luaL_Reg rt_methods[] = {
+    {"load", l_load},
+    {"load_string", l_load_string},
+    {"reload", l_reload},
+    {"upsert", l_upsert},
+    {"remove", l_remove},
+    {"set_metrics", l_set_metrics},
+    {"stats", l_stats},
+    {"plugin_stats", l_plugin_stats},
+    {"check_leaks", l_check_leaks},
+    {"eval", l_eval},
+    {"logs", l_logs},
+    {"begin", l_begin},
+    {"free", l_free},
+    {NULL, NULL},
+};
+
+static const luaL_Reg req_methods[] = {
+    {"id", l_req_id},
+    {"schedule", l_schedule},
+    {"response_header", l_response_header},
+    {"response_chunk", l_response_chunk},
+    {"response_complete", l_response_complete},
+    {"finish", l_end},
+    {NULL, NULL},
+};
+
+static void new_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc) {
+  luaL_newmetatable(L, name);
+  lua_newtable(L);
+  luaL_register(L, NULL, methods);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pop(L, 1);
+}
+
+static int l_now(lua_State *L) {
+  lua_pushnumber(L, lupin_now());
+  return 1;
+}
+
+int luaopen_lupin_native(lua_State *L) {
+  new_class(L, RT_MT, rt_methods, l_free);
+  new_class(L, REQ_MT, req_methods, l_req_gc);
+  lua_newtable(L);
+  lua_pushcfunction(L, l_new);
+  lua_setfield(L, -2, "new");
+  lua_pushcfunction(L, l_now);
+  lua_setfield(L, -2, "now");
+  lua_pushstring(L, LUPIN_VERSION);
+  lua_setfield(L, -2, "version");
+  return 1;
+}

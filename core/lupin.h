@@ -1,0 +1,213 @@
+/*
+ * lupin.h -- the embedding API of the lupin plugin runtime.
+ *
+ * A runtime owns one LuaJIT state, the endpoint pool and the loaded
+ * generations of plugins.  It is single-threaded: every call on a runtime and
+ * on its requests must come from one thread.  A multi-threaded host makes one
+ * runtime per thread.
+ *
+ * Errors are returned, never printed: calls that can fail take an error buffer
+ * (err, errlen) and return 0 on success, -1 on failure with a message in err.
+ *
+ * The request lifecycle:
+ *
+ *   req = lupin_request_begin(rt, &desc, ...)   state table created, pinned to
+ *                                               the current generation
+ *   lupin_request_schedule(req, &result)        admit, prepare, profiles,
+ *                                               pre_request
+ *   lupin_request_response_header(req, ...)     after the upstream answered
+ *   lupin_request_response_chunk(req, ...)      per body chunk
+ *   lupin_request_response_complete(req)        on a full response
+ *   lupin_request_end(req, outcome)             finish hooks, state dropped
+ *
+ * lupin_request_end is the only way a request handle dies; it runs every
+ * reached plugin's finish hook exactly once, whatever happened before.
+ */
+#ifndef LUPIN_H
+#define LUPIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LUPIN_VERSION "0.1.0"
+
+typedef struct lupin_runtime lupin_runtime;
+typedef struct lupin_request lupin_request;
+
+/* A name/value pair: HTTP headers, endpoint labels. */
+typedef struct lupin_header {
+  const char *name;
+  const char *value;
+} lupin_header;
+
+enum lupin_log_level { LUPIN_LOG_ERROR, LUPIN_LOG_WARN, LUPIN_LOG_INFO, LUPIN_LOG_DEBUG };
+
+typedef void (*lupin_log_fn)(void *ud, int level, const char *msg);
+
+typedef struct lupin_options {
+  /* Directory holding lua/ and plugins/.  NULL: $LUPIN_HOME, else the
+   * compiled-in install prefix. */
+  const char *home;
+  /* Extra plugin directories, searched after home/plugins. */
+  const char *const *plugin_dirs;
+  size_t n_plugin_dirs;
+  /* Limit on Lua memory in bytes (0: none).  An allocation over the limit
+   * fails the plugin call that made it; the core's own bookkeeping may run
+   * over it so a request can always be finished. */
+  size_t memory_limit;
+  /* Log sink (NULL: stderr) and the most verbose level passed to it. */
+  lupin_log_fn log;
+  void *log_ud;
+  int log_level;
+  /* Seed for the plugins' random numbers (0: from the clock). */
+  uint64_t seed;
+} lupin_options;
+
+/* Creates a runtime.  opts may be NULL for the defaults. */
+lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t errlen);
+/* Loads a config file (JSON, EndpointPickerConfig shape) as a new generation.
+ * On failure the current generation, if any, keeps serving. */
+int lupin_runtime_load(lupin_runtime *rt, const char *path, char *err, size_t errlen);
+/* Same, from a string; source names it in error messages. */
+int lupin_runtime_load_string(lupin_runtime *rt, const char *json, const char *source,
+                              char *err, size_t errlen);
+/* Re-reads the file last given to lupin_runtime_load. */
+int lupin_runtime_reload(lupin_runtime *rt, char *err, size_t errlen);
+/* Frees the runtime.  Requests still alive are ended as cancelled first. */
+void lupin_runtime_free(lupin_runtime *rt);
+
+typedef struct lupin_stats {
+  uint64_t requests_begun;
+  uint64_t requests_ended;
+  uint64_t live_requests;       /* begun, not ended */
+  uint64_t live_request_tables; /* request tables the Lua GC has not reclaimed */
+  uint64_t lua_memory;          /* bytes held by the Lua state */
+  uint64_t lua_memory_peak;
+  uint64_t memory_limit_hits;   /* allocations refused by the limit */
+  uint64_t generations_alive;
+  uint64_t generation;          /* number of the current generation, 0: none */
+  uint64_t endpoints;
+} lupin_stats;
+
+void lupin_runtime_stats(lupin_runtime *rt, lupin_stats *out);
+
+/* Per plugin instance and extension point: calls, errors, time spent. */
+typedef struct lupin_plugin_stat {
+  const char *plugin; /* instance name */
+  const char *type;
+  const char *point;  /* "score", "pre_request", ... */
+  uint64_t calls;
+  uint64_t errors;
+  uint64_t nanoseconds;
+} lupin_plugin_stat;
+
+typedef void (*lupin_plugin_stat_fn)(void *ud, const lupin_plugin_stat *stat);
+/* Calls fn for each (plugin, point) of the current generation that was called. */
+void lupin_runtime_plugin_stats(lupin_runtime *rt, lupin_plugin_stat_fn fn, void *ud);
+
+/* Runs a full garbage collection and reports request state that outlived its
+ * request: returns the number of ended requests whose table is still alive and
+ * writes a report naming the plugin and the place holding it. */
+int lupin_runtime_check_leaks(lupin_runtime *rt, char *report, size_t len);
+
+/* --- endpoints ---------------------------------------------------------- */
+
+typedef struct lupin_endpoint_desc {
+  const char *name; /* unique key; NULL: "address:port" */
+  const char *address;
+  int port;
+  const lupin_header *labels;
+  size_t n_labels;
+} lupin_endpoint_desc;
+
+/* Metrics as scraped.  Adapter lists are comma-separated names (NULL or ""
+ * for none).  scraped_at is in seconds on lupin_now()'s clock; 0 means now. */
+typedef struct lupin_metrics {
+  double waiting_queue_size;
+  double running_requests;
+  double kv_cache_usage; /* 0..1 */
+  const char *running_lora_adapters;
+  const char *waiting_lora_adapters;
+  double max_lora;
+  double cache_block_size; /* tokens per block, 0: not reported */
+  double num_blocks;       /* 0: not reported */
+  double scraped_at;
+} lupin_metrics;
+
+/* Adds an endpoint or replaces its address and labels; metrics are kept. */
+int lupin_endpoint_upsert(lupin_runtime *rt, const lupin_endpoint_desc *desc, char *err,
+                          size_t errlen);
+/* Removes an endpoint; requests that already hold it keep a valid view. */
+int lupin_endpoint_remove(lupin_runtime *rt, const char *name);
+int lupin_endpoint_set_metrics(lupin_runtime *rt, const char *name, const lupin_metrics *m);
+
+/* Monotonic clock in seconds, the one metrics timestamps use. */
+double lupin_now(void);
+
+/* --- requests ----------------------------------------------------------- */
+
+typedef struct lupin_request_desc {
+  const char *id;    /* NULL or "": one is generated */
+  const char *path;  /* "/v1/completions", "/v1/chat/completions" */
+  const char *body;  /* the JSON body, decoded only if a plugin asks */
+  size_t body_len;
+  const char *model; /* NULL: taken from the body */
+  const lupin_header *headers;
+  size_t n_headers;
+  /* Restricts candidates to these endpoint names or address:port values
+   * (x-gateway-destination-endpoint-subset); NULL: all. */
+  const char *const *subset;
+  size_t n_subset;
+} lupin_request_desc;
+
+typedef struct lupin_pick {
+  const char *name;
+  const char *address;
+  int port;
+} lupin_pick;
+
+/* What scheduling decided.  Pointers stay valid until lupin_request_end. */
+typedef struct lupin_result {
+  int status;          /* 200: scheduled; else the HTTP status to answer */
+  const char *message; /* why, when status != 200 */
+  const char *plugin;  /* the plugin responsible for a failure, or NULL */
+  const lupin_pick *picks; /* primary first, then fallbacks */
+  size_t n_picks;
+  const lupin_header *headers; /* to add to the upstream request */
+  size_t n_headers;
+} lupin_result;
+
+typedef enum lupin_outcome {
+  LUPIN_OK,             /* response completed */
+  LUPIN_REJECTED,       /* admission said no */
+  LUPIN_NO_ENDPOINT,    /* nothing to schedule on */
+  LUPIN_PLUGIN_ERROR,   /* a picker or profile handler failed */
+  LUPIN_UPSTREAM_ERROR, /* the model server failed */
+  LUPIN_CANCELLED,      /* the client went away */
+  LUPIN_TIMEOUT
+} lupin_outcome;
+
+const char *lupin_outcome_name(lupin_outcome o);
+
+lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *desc,
+                                   char *err, size_t errlen);
+const char *lupin_request_id(const lupin_request *req);
+/* Runs admit, prepare, the scheduling profiles and pre_request.  Returns the
+ * HTTP status (also in out->status); 200 means forward to out->picks[0]. */
+int lupin_request_schedule(lupin_request *req, lupin_result *out);
+int lupin_request_response_header(lupin_request *req, int status,
+                                  const lupin_header *headers, size_t n);
+int lupin_request_response_chunk(lupin_request *req, const char *data, size_t len);
+int lupin_request_response_complete(lupin_request *req);
+/* Ends the request: finish hooks run exactly once, the state is dropped and
+ * req is freed.  When scheduling failed, its outcome wins over this one. */
+void lupin_request_end(lupin_request *req, lupin_outcome outcome);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

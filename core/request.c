@@ -1,0 +1,233 @@
+/* Requests: the C object that holds the only reference to a request's Lua
+ * state table, from lupin_request_begin to lupin_request_end. */
+#include "internal.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct lupin_request {
+  lupin_runtime *rt;
+  lupin_generation *gen;
+  int ref; /* the request table */
+  char *id;
+  int failed; /* scheduling failed: its outcome wins at the end */
+  lupin_outcome failed_outcome;
+  char *message;
+  char *plugin;
+  lupin_pick *picks;
+  size_t n_picks, cap_picks;
+  lupin_header *headers;
+  size_t n_headers, cap_headers;
+  lupin_request *prev, *next;
+};
+
+static const char *const outcome_names[] = {
+    "ok", "rejected", "no_endpoint", "plugin_error", "upstream_error", "cancelled", "timeout",
+};
+
+const char *lupin_outcome_name(lupin_outcome o) {
+  return (unsigned)o < sizeof outcome_names / sizeof *outcome_names ? outcome_names[o] : "unknown";
+}
+
+static void push_headers(lua_State *L, const lupin_header *h, size_t n) {
+  lua_createtable(L, 0, (int)n);
+  for (size_t i = 0; i < n; i++) {
+    lua_pushstring(L, h[i].value ? h[i].value : "");
+    lua_setfield(L, -2, h[i].name);
+  }
+}
+
+static void push_desc(lua_State *L, const lupin_request_desc *d) {
+  lua_createtable(L, 0, 6);
+  if (d->id && *d->id) {
+    lua_pushstring(L, d->id);
+    lua_setfield(L, -2, "id");
+  }
+  lua_pushstring(L, d->path ? d->path : "/v1/completions");
+  lua_setfield(L, -2, "path");
+  if (d->body) {
+    lua_pushlstring(L, d->body, d->body_len);
+    lua_setfield(L, -2, "body");
+  }
+  if (d->model) {
+    lua_pushstring(L, d->model);
+    lua_setfield(L, -2, "model");
+  }
+  push_headers(L, d->headers, d->n_headers);
+  lua_setfield(L, -2, "headers");
+  if (d->subset) {
+    lua_createtable(L, (int)d->n_subset, 0);
+    for (size_t i = 0; i < d->n_subset; i++) {
+      lua_pushstring(L, d->subset[i]);
+      lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_setfield(L, -2, "subset");
+  }
+}
+
+lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *desc, char *err,
+                                   size_t errlen) {
+  lupin_generation *gen = lupin__generation_current(rt);
+  if (!gen) {
+    lupin__errf(err, errlen, "no config loaded: call lupin_runtime_load first");
+    return NULL;
+  }
+  lupin_request *req = calloc(1, sizeof *req);
+  if (!req) {
+    lupin__errf(err, errlen, "out of memory");
+    return NULL;
+  }
+  lua_State *L = rt->L;
+  lupin__push_hook(rt, LUPIN_HOOK_BEGIN);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, gen->ref);
+  lua_pushlightuserdata(L, req);
+  push_desc(L, desc);
+  if (lupin__call(rt, 3, 2, err, errlen)) {
+    free(req);
+    return NULL;
+  }
+  req->id = strdup(lua_tostring(L, -1));
+  lua_pop(L, 1);
+  req->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  req->rt = rt;
+  req->gen = gen;
+  gen->pinned++;
+  /* keep the live list oldest first */
+  req->prev = rt->requests_tail;
+  if (rt->requests_tail) rt->requests_tail->next = req;
+  else rt->requests = req;
+  rt->requests_tail = req;
+  rt->requests_begun++;
+  return req;
+}
+
+const char *lupin_request_id(const lupin_request *req) { return req->id; }
+
+static void *grow(void *a, size_t *cap, size_t n, size_t size) {
+  if (n < *cap) return a;
+  size_t c = *cap ? *cap * 2 : 4;
+  void *b = realloc(a, c * size);
+  if (b) *cap = c;
+  return b;
+}
+
+int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep) {
+  lupin_pick *p = grow(req->picks, &req->cap_picks, req->n_picks, sizeof *p);
+  if (!p) return -1;
+  req->picks = p;
+  p[req->n_picks++] = (lupin_pick){ep->name, ep->address, ep->port};
+  return 0;
+}
+
+int lupin__result_add_header(lupin_request *req, const char *name, const char *value) {
+  lupin_header *h = grow(req->headers, &req->cap_headers, req->n_headers, sizeof *h);
+  if (!h) return -1;
+  req->headers = h;
+  h[req->n_headers] = (lupin_header){strdup(name), strdup(value)};
+  if (!h[req->n_headers].name || !h[req->n_headers].value) {
+    free((char *)h[req->n_headers].name);
+    free((char *)h[req->n_headers].value);
+    return -1;
+  }
+  req->n_headers++;
+  return 0;
+}
+
+static void clear_result(lupin_request *req) {
+  for (size_t i = 0; i < req->n_headers; i++) {
+    free((char *)req->headers[i].name);
+    free((char *)req->headers[i].value);
+  }
+  req->n_headers = req->n_picks = 0;
+  free(req->message);
+  free(req->plugin);
+  req->message = req->plugin = NULL;
+}
+
+static char *dup_or_null(lua_State *L, int idx) {
+  return lua_isstring(L, idx) ? strdup(lua_tostring(L, idx)) : NULL;
+}
+
+int lupin_request_schedule(lupin_request *req, lupin_result *out) {
+  lupin_runtime *rt = req->rt;
+  lua_State *L = rt->L;
+  char err[1024];
+  int status;
+
+  clear_result(req);
+  lupin__push_hook(rt, LUPIN_HOOK_SCHEDULE);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, req->ref);
+  if (lupin__call(rt, 1, 4, err, sizeof err) == 0) {
+    status = (int)lua_tonumber(L, -4);
+    req->message = dup_or_null(L, -3);
+    req->plugin = dup_or_null(L, -2);
+    req->failed_outcome = (lupin_outcome)lua_tonumber(L, -1);
+    lua_pop(L, 4);
+  } else {
+    lupin__log(rt, LUPIN_LOG_ERROR, "request %s: scheduling: %s", req->id, err);
+    status = 500;
+    req->message = strdup("internal error while scheduling");
+    req->failed_outcome = LUPIN_PLUGIN_ERROR;
+  }
+  req->failed = status != 200;
+  *out = (lupin_result){status, req->message, req->plugin, req->picks, req->n_picks,
+                        req->headers, req->n_headers};
+  return status;
+}
+
+static int call_request(lupin_request *req, int nargs) {
+  char err[1024];
+  if (lupin__call(req->rt, nargs + 1, 0, err, sizeof err) == 0) return 0;
+  lupin__log(req->rt, LUPIN_LOG_ERROR, "request %s: %s", req->id, err);
+  return -1;
+}
+
+static void push_call(lupin_request *req, enum lupin_hook hook) {
+  lupin__push_hook(req->rt, hook);
+  lua_rawgeti(req->rt->L, LUA_REGISTRYINDEX, req->ref);
+}
+
+int lupin_request_response_header(lupin_request *req, int status, const lupin_header *headers,
+                                  size_t n) {
+  push_call(req, LUPIN_HOOK_RESPONSE_HEADER);
+  lua_pushinteger(req->rt->L, status);
+  push_headers(req->rt->L, headers, n);
+  return call_request(req, 2);
+}
+
+int lupin_request_response_chunk(lupin_request *req, const char *data, size_t len) {
+  push_call(req, LUPIN_HOOK_RESPONSE_CHUNK);
+  lua_pushlstring(req->rt->L, data, len);
+  return call_request(req, 1);
+}
+
+int lupin_request_response_complete(lupin_request *req) {
+  push_call(req, LUPIN_HOOK_RESPONSE_COMPLETE);
+  return call_request(req, 0);
+}
+
+void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
+  lupin_runtime *rt = req->rt;
+  push_call(req, LUPIN_HOOK_FINISH);
+  lua_pushstring(rt->L, lupin_outcome_name(req->failed ? req->failed_outcome : outcome));
+  call_request(req, 1);
+  luaL_unref(rt->L, LUA_REGISTRYINDEX, req->ref);
+
+  if (req->prev) req->prev->next = req->next;
+  else rt->requests = req->next;
+  if (req->next) req->next->prev = req->prev;
+  else rt->requests_tail = req->prev;
+  rt->requests_ended++;
+  lupin__generation_unpin(rt, req->gen);
+
+  clear_result(req);
+  free(req->picks);
+  free(req->headers);
+  free(req->id);
+  free(req);
+}
+
+void lupin__requests_cancel_all(lupin_runtime *rt) {
+  while (rt->requests) lupin_request_end(rt->requests, LUPIN_CANCELLED);
+}

@@ -1,0 +1,272 @@
+/* The runtime: one Lua state, its allocator, the hooks into the Lua side. */
+#include "internal.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef LUPIN_DEFAULT_HOME
+#define LUPIN_DEFAULT_HOME "/usr/local/share/lupin"
+#endif
+
+static const char *const hook_names[LUPIN_HOOK_COUNT] = {
+    "load",           "release",           "begin",          "schedule",
+    "response_header", "response_chunk",   "response_complete", "finish",
+    "endpoint_add",   "endpoint_remove",   "endpoint_labels", "endpoint_adapters",
+    "stats",          "plugin_stats",      "check_leaks",    "eval",
+};
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+void lupin__errf(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || !errlen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static void log_line(lupin_runtime *rt, int level, const char *msg) {
+  if (level > rt->log_level) return;
+  if (rt->log) {
+    rt->log(rt->log_ud, level, msg);
+    return;
+  }
+  fprintf(stderr, "lupin [%s] %s\n", level_names[level & 3], msg);
+}
+
+void lupin__log(lupin_runtime *rt, int level, const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  log_line(rt, level, buf);
+}
+
+static int traceback(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
+  return 1;
+}
+
+int lupin__push_hook(lupin_runtime *rt, enum lupin_hook hook) {
+  lua_rawgeti(rt->L, LUA_REGISTRYINDEX, rt->hooks[hook]);
+  return lua_gettop(rt->L);
+}
+
+int lupin__call(lupin_runtime *rt, int nargs, int nresults, char *err, size_t errlen) {
+  lua_State *L = rt->L;
+  int base = lua_gettop(L) - nargs;
+  lua_pushcfunction(L, traceback);
+  lua_insert(L, base);
+  int rc = lua_pcall(L, nargs, nresults, base);
+  lua_remove(L, base);
+  if (rc == 0) return 0;
+  lupin__errf(err, errlen, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "unknown error");
+  lua_pop(L, 1);
+  return -1;
+}
+
+double lupin_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void push_options(lua_State *L, const lupin_options *o, const char *home) {
+  lua_createtable(L, 0, 6);
+  lua_pushstring(L, home);
+  lua_setfield(L, -2, "home");
+  lua_createtable(L, (int)o->n_plugin_dirs, 0);
+  for (size_t i = 0; i < o->n_plugin_dirs; i++) {
+    lua_pushstring(L, o->plugin_dirs[i]);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  lua_setfield(L, -2, "plugin_dirs");
+  lua_pushnumber(L, (lua_Number)o->memory_limit);
+  lua_setfield(L, -2, "memory_limit");
+  lua_pushnumber(L, (lua_Number)(o->seed ? o->seed : (uint64_t)time(NULL)));
+  lua_setfield(L, -2, "seed");
+}
+
+/* Loads lua/lupin/runtime.lua and keeps references to its hooks. */
+static int boot(lupin_runtime *rt, const lupin_options *o, const char *home, char *err,
+                size_t errlen) {
+  lua_State *L = rt->L;
+  lua_getglobal(L, "package");
+  lua_pushfstring(L, "%s/lua/?.lua;%s/lua/?/init.lua;", home, home);
+  lua_getfield(L, -2, "path");
+  lua_concat(L, 2);
+  lua_setfield(L, -2, "path");
+  lua_pop(L, 1);
+
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "lupin.runtime");
+  if (lupin__call(rt, 1, 1, err, errlen)) return -1;
+  lua_getfield(L, -1, "init");
+  lua_pushlightuserdata(L, &rt->capi);
+  push_options(L, o, home);
+  if (lupin__call(rt, 2, 1, err, errlen)) return -1;
+  for (int i = 0; i < LUPIN_HOOK_COUNT; i++) {
+    lua_getfield(L, -1, hook_names[i]);
+    if (!lua_isfunction(L, -1)) {
+      lupin__errf(err, errlen, "lupin.runtime has no hook %s", hook_names[i]);
+      return -1;
+    }
+    rt->hooks[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  lua_settop(L, 0);
+  return 0;
+}
+
+static void capi_log(lupin_runtime *rt, int level, const char *msg) { log_line(rt, level, msg); }
+
+lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t errlen) {
+  static const lupin_options defaults = {.log_level = LUPIN_LOG_INFO};
+  const lupin_options *o = opts ? opts : &defaults;
+  lupin_runtime *rt = calloc(1, sizeof *rt);
+  if (!rt) {
+    lupin__errf(err, errlen, "out of memory");
+    return NULL;
+  }
+  rt->alloc.limit = o->memory_limit;
+  rt->log = o->log;
+  rt->log_ud = o->log_ud;
+  rt->log_level = o->log_level;
+  rt->capi = (lupin_capi){rt, &rt->alloc, capi_log, lupin__endpoint_free, lupin__result_add_pick,
+                          lupin__result_add_header};
+  rt->L = lua_newstate(lupin_alloc_fn, &rt->alloc);
+  if (!rt->L) {
+    lupin__errf(err, errlen, "cannot create a Lua state (LuaJIT built without GC64?)");
+    free(rt);
+    return NULL;
+  }
+  luaL_openlibs(rt->L);
+  const char *home = o->home ? o->home : getenv("LUPIN_HOME");
+  if (!home || !*home) home = LUPIN_DEFAULT_HOME;
+  if (boot(rt, o, home, err, errlen)) {
+    lua_close(rt->L);
+    free(rt);
+    return NULL;
+  }
+  return rt;
+}
+
+static int load(lupin_runtime *rt, const char *text, const char *source, char *err,
+                size_t errlen) {
+  lua_State *L = rt->L;
+  lupin__push_hook(rt, LUPIN_HOOK_LOAD);
+  lua_pushstring(L, text); /* NULL pushes nil: the hook reads path */
+  lua_pushstring(L, source);
+  lua_pushnumber(L, (lua_Number)(rt->generation_seq + 1));
+  if (lupin__call(rt, 3, 2, err, errlen)) return -1;
+  if (lua_isnil(L, -2)) {
+    lupin__errf(err, errlen, "%s", lua_tostring(L, -1));
+    lua_pop(L, 2);
+    return -1;
+  }
+  lua_pop(L, 1);
+  return lupin__generation_install(rt, luaL_ref(L, LUA_REGISTRYINDEX));
+}
+
+int lupin_runtime_load(lupin_runtime *rt, const char *path, char *err, size_t errlen) {
+  if (load(rt, NULL, path, err, errlen)) return -1;
+  if (rt->config_path != path) {
+    free(rt->config_path);
+    rt->config_path = strdup(path);
+  }
+  return 0;
+}
+
+int lupin_runtime_load_string(lupin_runtime *rt, const char *json, const char *source,
+                              char *err, size_t errlen) {
+  return load(rt, json, source ? source : "(string)", err, errlen);
+}
+
+int lupin_runtime_reload(lupin_runtime *rt, char *err, size_t errlen) {
+  if (!rt->config_path) {
+    lupin__errf(err, errlen, "reload: no config file was loaded");
+    return -1;
+  }
+  return lupin_runtime_load(rt, rt->config_path, err, errlen);
+}
+
+void lupin_runtime_free(lupin_runtime *rt) {
+  if (!rt) return;
+  lupin__requests_cancel_all(rt);
+  lupin__generation_free_all(rt);
+  lua_close(rt->L); /* runs the endpoints' finalizers */
+  free(rt->endpoints);
+  free(rt->config_path);
+  free(rt);
+}
+
+static uint64_t field_u64(lua_State *L, int idx, const char *name) {
+  lua_getfield(L, idx, name);
+  uint64_t v = (uint64_t)lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+void lupin_runtime_stats(lupin_runtime *rt, lupin_stats *out) {
+  memset(out, 0, sizeof *out);
+  out->requests_begun = rt->requests_begun;
+  out->requests_ended = rt->requests_ended;
+  out->live_requests = rt->requests_begun - rt->requests_ended;
+  out->lua_memory = rt->alloc.used;
+  out->lua_memory_peak = rt->alloc.peak;
+  out->memory_limit_hits = rt->alloc.refused;
+  out->endpoints = rt->n_endpoints;
+  for (lupin_generation *g = rt->generations; g; g = g->next) {
+    out->generations_alive++;
+    if (g->current) out->generation = g->number;
+  }
+  lupin__push_hook(rt, LUPIN_HOOK_STATS);
+  if (lupin__call(rt, 0, 1, NULL, 0) == 0) {
+    out->live_request_tables = field_u64(rt->L, -1, "live_request_tables");
+    lua_pop(rt->L, 1);
+  }
+}
+
+void lupin_runtime_plugin_stats(lupin_runtime *rt, lupin_plugin_stat_fn fn, void *ud) {
+  lua_State *L = rt->L;
+  lupin__push_hook(rt, LUPIN_HOOK_PLUGIN_STATS);
+  if (lupin__call(rt, 0, 1, NULL, 0)) return;
+  size_t n = lua_objlen(L, -1);
+  for (size_t i = 1; i <= n; i++) {
+    lua_rawgeti(L, -1, (int)i);
+    int t = lua_gettop(L);
+    lua_getfield(L, t, "plugin");
+    lua_getfield(L, t, "type");
+    lua_getfield(L, t, "point");
+    lupin_plugin_stat s = {lua_tostring(L, t + 1), lua_tostring(L, t + 2), lua_tostring(L, t + 3),
+                           field_u64(L, t, "calls"), field_u64(L, t, "errors"),
+                           field_u64(L, t, "ns")};
+    fn(ud, &s);
+    lua_settop(L, t - 1);
+  }
+  lua_pop(L, 1);
+}
+
+int lupin_runtime_check_leaks(lupin_runtime *rt, char *report, size_t len) {
+  lua_State *L = rt->L;
+  lupin__push_hook(rt, LUPIN_HOOK_CHECK_LEAKS);
+  if (lupin__call(rt, 0, 2, report, len)) return -1;
+  int n = (int)lua_tonumber(L, -2);
+  lupin__errf(report, len, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
+  lua_pop(L, 2);
+  return n;
+}
+
+char *lupin__eval(lupin_runtime *rt, const char *code, char *err, size_t errlen) {
+  lupin__push_hook(rt, LUPIN_HOOK_EVAL);
+  lua_pushstring(rt->L, code);
+  if (lupin__call(rt, 1, 1, err, errlen)) return NULL;
+  char *out = strdup(lua_tostring(rt->L, -1) ? lua_tostring(rt->L, -1) : "");
+  lua_pop(rt->L, 1);
+  return out;
+}

@@ -1,0 +1,232 @@
+-- Reading and checking a config: JSON in the shape of the EPP's
+-- EndpointPickerConfig.  This file checks structure and names; what needs the
+-- plugins themselves (roles, parameters) is checked by lupin.generation.
+local cjson = require "cjson.safe"
+local jsonpos = require "lupin.jsonpos"
+
+local M = {}
+
+local TOP = { apiVersion = true, kind = true, plugins = true, schedulingProfiles = true,
+  featureGates = true, pluginDirs = true }
+local PLUGIN = { type = true, name = true, parameters = true }
+local PROFILE = { name = true, plugins = true }
+local REF = { pluginRef = true, weight = true }
+
+local function sorted_keys(t)
+  local list = {}
+  for k in pairs(t) do
+    list[#list + 1] = k
+  end
+  table.sort(list)
+  return table.concat(list, ", ")
+end
+
+--- A config error: "file:line: json.path: message".
+local Errors = {}
+Errors.__index = Errors
+
+function Errors:at(path, fmt, ...)
+  local line = self.index and jsonpos.line(self.index, path) or 1
+  local where = path ~= "" and path .. ": " or ""
+  return ("%s:%d: %s%s"):format(self.source, line, where, fmt:format(...))
+end
+
+function M.errors(source, index)
+  return setmetatable({ source = source, index = index }, Errors)
+end
+
+local function join(path, key)
+  return path == "" and key or path .. "." .. key
+end
+
+local function check_fields(E, obj, path, allowed, what)
+  for k in pairs(obj) do
+    if not allowed[k] then
+      return E:at(join(path, tostring(k)), "unknown field %q in %s; known fields: %s",
+        tostring(k), what, sorted_keys(allowed))
+    end
+  end
+end
+
+local function kind(E, path)
+  return E.index.kinds[path]
+end
+
+local function need(E, path, want, what)
+  local k = kind(E, path)
+  if k ~= want then
+    return E:at(path, "%s must be %s %s, got %s", what, want == "array" and "an" or "a",
+      want, k or "nothing")
+  end
+end
+
+local function read(path)
+  local f, err = io.open(path, "rb")
+  if not f then
+    return nil, ("cannot read config %s"):format(err)
+  end
+  local text = f:read("*a")
+  f:close()
+  return text
+end
+
+local function parse_plugins(E, root, cfg)
+  local list = root.plugins or {}
+  if root.plugins ~= nil then
+    local err = need(E, "plugins", "array", "plugins")
+    if err then
+      return err
+    end
+  end
+  local names = {}
+  for i, p in ipairs(list) do
+    local path = ("plugins[%d]"):format(i - 1)
+    local err = need(E, path, "object", "each plugin")
+      or check_fields(E, p, path, PLUGIN, "a plugin")
+    if err then
+      return err
+    end
+    if p.type == nil then
+      return E:at(path, 'missing "type": name the plugin type, e.g. "type": "queue-scorer"')
+    end
+    if type(p.type) ~= "string" or p.type == "" then
+      return E:at(path .. ".type", "type must be a non-empty string")
+    end
+    if p.name ~= nil and (type(p.name) ~= "string" or p.name == "") then
+      return E:at(path .. ".name", "name must be a non-empty string")
+    end
+    local name = p.name or p.type
+    if names[name] then
+      return E:at(p.name and path .. ".name" or path .. ".type",
+        'duplicate plugin name %q (also %s); give each instance its own "name"', name,
+        names[name])
+    end
+    names[name] = path
+    if p.parameters ~= nil and p.parameters ~= cjson.null then
+      local perr = need(E, path .. ".parameters", "object", "parameters")
+      if perr then
+        return perr
+      end
+    end
+    cfg.plugins[#cfg.plugins + 1] = { name = name, type = p.type, params = p.parameters,
+      path = path }
+  end
+  cfg.plugin_paths = names
+end
+
+local function parse_ref(E, r, path, cfg, refs)
+  local err = need(E, path, "object", "each profile plugin")
+    or check_fields(E, r, path, REF, "a profile plugin")
+  if err then
+    return err
+  end
+  if type(r.pluginRef) ~= "string" then
+    return E:at(path, 'missing "pluginRef": name a plugin defined under "plugins"')
+  end
+  if not cfg.plugin_paths[r.pluginRef] then
+    local defined = {}
+    for _, p in ipairs(cfg.plugins) do
+      defined[#defined + 1] = p.name
+    end
+    return E:at(path .. ".pluginRef", "undefined pluginRef %q; defined plugins: %s",
+      r.pluginRef, #defined > 0 and table.concat(defined, ", ") or "none")
+  end
+  if r.weight ~= nil and (type(r.weight) ~= "number" or r.weight < 0 or r.weight ~= r.weight) then
+    return E:at(path .. ".weight", "weight must be a number ≥ 0, got %s",
+      cjson.encode(r.weight) or tostring(r.weight))
+  end
+  refs[#refs + 1] = { ref = r.pluginRef, weight = r.weight, path = path }
+end
+
+local function parse_profiles(E, root, cfg)
+  if root.schedulingProfiles == nil then
+    return
+  end
+  local err = need(E, "schedulingProfiles", "array", "schedulingProfiles")
+  if err then
+    return err
+  end
+  local names = {}
+  for i, p in ipairs(root.schedulingProfiles) do
+    local path = ("schedulingProfiles[%d]"):format(i - 1)
+    err = need(E, path, "object", "each profile") or check_fields(E, p, path, PROFILE, "a profile")
+    if err then
+      return err
+    end
+    if type(p.name) ~= "string" or p.name == "" then
+      return E:at(path, 'missing "name": give the profile a name, e.g. "default"')
+    end
+    if names[p.name] then
+      return E:at(path .. ".name", "duplicate profile name %q (also %s); profile names must be unique",
+        p.name, names[p.name])
+    end
+    names[p.name] = path
+    local refs = {}
+    if p.plugins ~= nil then
+      err = need(E, path .. ".plugins", "array", "a profile's plugins")
+      if err then
+        return err
+      end
+      for j, r in ipairs(p.plugins) do
+        err = parse_ref(E, r, ("%s.plugins[%d]"):format(path, j - 1), cfg, refs)
+        if err then
+          return err
+        end
+      end
+    end
+    cfg.profiles[#cfg.profiles + 1] = { name = p.name, refs = refs, path = path }
+  end
+end
+
+local function parse_dirs(E, root, cfg)
+  if root.pluginDirs == nil then
+    return
+  end
+  local err = need(E, "pluginDirs", "array", "pluginDirs")
+  if err then
+    return err
+  end
+  for i, d in ipairs(root.pluginDirs) do
+    if type(d) ~= "string" then
+      return E:at(("pluginDirs[%d]"):format(i - 1), "each plugin directory must be a string")
+    end
+    cfg.plugin_dirs[i] = d:sub(1, 1) == "/" and d or cfg.dir .. "/" .. d
+  end
+end
+
+--- Parses and checks a config.  text nil: read the file named by source.
+---@return table? cfg, string? err
+function M.parse(text, source)
+  if text == nil then
+    local err
+    text, err = read(source)
+    if not text then
+      return nil, err
+    end
+  end
+  local root, jerr = cjson.decode(text)
+  if root == nil then
+    local offset = tonumber(tostring(jerr):match("character (%d+)")) or 1
+    return nil, ("%s:%d: invalid JSON: %s"):format(source, jsonpos.line_of_offset(text, offset),
+      tostring(jerr))
+  end
+  local E = M.errors(source, jsonpos.index(text))
+  if E.index.kinds[""] ~= "object" then
+    return nil, E:at("", "the config must be a JSON object with \"plugins\" and"
+      .. " \"schedulingProfiles\"")
+  end
+  local cfg = { source = source, dir = source:match("^(.*)/[^/]*$") or ".", errors = E,
+    plugins = {}, profiles = {}, plugin_dirs = {} }
+  local err = check_fields(E, root, "", TOP, "the config")
+  if not err and root.kind ~= nil and root.kind ~= "EndpointPickerConfig" then
+    err = E:at("kind", 'kind must be "EndpointPickerConfig", got %s', cjson.encode(root.kind))
+  end
+  err = err or parse_dirs(E, root, cfg) or parse_plugins(E, root, cfg)
+    or parse_profiles(E, root, cfg)
+  if err then
+    return nil, err
+  end
+  return cfg
+end
+
+return M

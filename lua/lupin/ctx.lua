@@ -1,0 +1,195 @@
+--- The per-request state and the `ctx` object plugins receive.
+---
+--- One table per request (held only by the C request object):
+---   shared            request-wide, every plugin reads and writes it
+---   plugins[name]     private to one plugin instance, across all its points
+---   profiles[name]    one per scheduling profile run: that profile's cycle state
+--- A plugin never gets the request table itself, only its own ctx, whose
+--- fields resolve to its slice of the tree; subtables are made on first use.
+---@class lupin.Ctx
+---@field name string the plugin instance's name
+---@field plugin table private to this plugin instance for this request
+---@field cycle table? the current profile's cycle state (nil outside profiles)
+---@field profile string? the name of the profile being run
+---@field shared table request-wide data
+---@field request lupin.RequestView id, model, path, headers, body, prompt, stream
+---@field result table? the scheduling result (after scheduling)
+---@field response table? status and headers (after the response starts)
+---@field upstream_headers table<string,string> headers set for the upstream request
+local M = {}
+
+local cjson = require "cjson.safe"
+local log = require "lupin.log"
+
+local FIELDS = {}
+
+function FIELDS.plugin(r, c)
+  local name = rawget(c, "name")
+  local t = r.plugins[name]
+  if not t then
+    t = {}
+    r.plugins[name] = t
+  end
+  rawset(c, "plugin", t)
+  return t
+end
+
+function FIELDS.cycle(r, c)
+  local p = rawget(c, "profile")
+  if not p then
+    return nil
+  end
+  local t = r.profiles[p]
+  if not t then
+    t = {}
+    r.profiles[p] = t
+  end
+  rawset(c, "cycle", t)
+  return t
+end
+
+function FIELDS.shared(r, c)
+  local t = r.shared
+  if not t then
+    t = {}
+    r.shared = t
+  end
+  rawset(c, "shared", t)
+  return t
+end
+
+function FIELDS.request(r, c)
+  rawset(c, "request", r.request)
+  return r.request
+end
+
+function FIELDS.result(r) return r.result end
+function FIELDS.response(r) return r.response end
+
+function FIELDS.upstream_headers(r)
+  local h = r.upstream_headers
+  if not h then
+    h = {}
+    r.upstream_headers = h
+  end
+  return h
+end
+
+local METHODS = {}
+
+--- Logs with the request id and plugin name: ctx:log("warn", "x=%d", x)
+---@param level "error"|"warn"|"info"|"debug"
+function METHODS.log(c, level, fmt, ...)
+  log.log(level, "request " .. c.request.id .. " [" .. rawget(c, "name") .. "] " .. tostring(fmt),
+    ...)
+end
+
+--- Sets a header on the upstream request (from pre_request and before).
+---@param name string
+---@param value string
+function METHODS.set_header(c, name, value)
+  c.upstream_headers[tostring(name):lower()] = tostring(value)
+end
+
+--- The request as plugins read it; body and prompt are decoded on first use.
+---@class lupin.RequestView
+---@field id string
+---@field model string?
+---@field path string
+---@field headers table<string,string> lower-case names
+---@field body table|false the decoded JSON body, false when it is not JSON
+---@field prompt string completions: the prompt (arrays joined by a space); chat: the JSON of messages
+---@field stream boolean
+
+local function prompt_of(body)
+  if type(body) ~= "table" then
+    return ""
+  end
+  local p = body.prompt
+  if type(p) == "string" then
+    return p
+  elseif type(p) == "table" then
+    local parts = {}
+    for i, s in ipairs(p) do
+      parts[i] = tostring(s)
+    end
+    return table.concat(parts, " ")
+  elseif type(body.messages) == "table" then
+    return cjson.encode(body.messages) or ""
+  end
+  return ""
+end
+
+local LAZY = {}
+
+function LAZY.body(v)
+  local raw = rawget(v, "raw_body")
+  local body = raw and cjson.decode(raw)
+  return type(body) == "table" and body or false
+end
+
+function LAZY.prompt(v)
+  return prompt_of(v.body)
+end
+
+function LAZY.model(v)
+  local body = v.body
+  return body and type(body.model) == "string" and body.model or nil
+end
+
+function LAZY.stream(v)
+  local body = v.body
+  return body and body.stream == true or false
+end
+
+local VIEW = {
+  __index = function(v, k)
+    local f = LAZY[k]
+    if f then
+      local x = f(v)
+      rawset(v, k, x)
+      return x
+    end
+  end,
+}
+
+--- A request's state table.
+---@param gen table the generation it is pinned to
+---@param creq ffi.cdata* the C request
+---@param desc table id, path, body, model, headers
+function M.new_request(gen, creq, id, desc)
+  local r = {
+    id = id,
+    gen = gen,
+    creq = creq,
+    request = setmetatable({ id = id, path = desc.path, raw_body = desc.body,
+      model = desc.model, headers = desc.headers }, VIEW),
+    plugins = {},
+    profiles = {},
+    ctxs = {},
+  }
+  r.ctx_mt = {
+    __index = function(c, k)
+      local f = FIELDS[k]
+      if f then
+        return f(r, c)
+      end
+      return METHODS[k]
+    end,
+    __metatable = "ctx",
+  }
+  return r
+end
+
+--- The ctx of one plugin instance for a request; creating it marks the
+--- plugin as reached, so its finish hook will run.
+function M.of(r, rec)
+  local c = r.ctxs[rec]
+  if not c then
+    c = setmetatable({ name = rec.name }, r.ctx_mt)
+    r.ctxs[rec] = c
+  end
+  return c
+end
+
+return M

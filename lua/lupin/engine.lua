@@ -1,0 +1,378 @@
+-- The request lifecycle: every extension point, in order, with the error
+-- policy of DESIGN.md §4.  Called by the C core through lupin.runtime.
+local ffi = require "ffi"
+local capi = require "lupin.capi"
+local ctx = require "lupin.ctx"
+local leaks = require "lupin.leaks"
+local log = require "lupin.log"
+local pool = require "lupin.pool"
+
+local M = {}
+
+-- mirrors enum lupin_outcome in core/lupin.h
+local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR = 0, 1, 2, 3
+
+local now = capi.now
+local alloc, limit = nil, 0
+local id_prefix, id_seq = "", 0
+
+function M.init(opts)
+  alloc = capi.alloc
+  limit = opts.memory_limit or 0
+  id_prefix = ("%08x"):format(math.random(0, 0x7fffffff))
+end
+
+local function plugin_error(r, rec, point, err)
+  local st = rec.stats[point]
+  st.errors = st.errors + 1
+  log.limited(rec.name .. "/" .. point, "error", "request %s: plugin %s (%s) failed in %s: %s",
+    r.id, rec.name, rec.type, point, tostring(err))
+end
+
+-- Calls one extension point of one plugin: its ctx, the profile it runs in,
+-- the memory limit, the counters.  Returns pcall's results.
+local function call(r, rec, point, profile, ...)
+  local c = ctx.of(r, rec)
+  if rawget(c, "profile") ~= profile then
+    rawset(c, "profile", profile)
+    rawset(c, "cycle", nil)
+  end
+  local st = rec.stats[point]
+  local t0 = now()
+  if limit > 0 then
+    if alloc.used > limit * 0.9 then
+      collectgarbage()
+    end
+    alloc.enforce = 1
+  end
+  local ok, a, b, d = pcall(rec[point], rec.obj, c, ...)
+  alloc.enforce = 0
+  st.calls = st.calls + 1
+  st.ns = st.ns + (now() - t0) * 1e9
+  if not ok then
+    plugin_error(r, rec, point, a)
+  end
+  return ok, a, b, d
+end
+
+local function candidates(subset)
+  local list = pool.list
+  if not subset then
+    return list
+  end
+  local want = {}
+  for _, s in ipairs(subset) do
+    want[s] = true
+  end
+  local out = {}
+  for _, ep in ipairs(list) do
+    if want[ep.name] or want[ep.hostport] then
+      out[#out + 1] = ep
+    end
+  end
+  return out
+end
+
+local function lower_keys(h)
+  local out = {}
+  for k, v in pairs(h) do
+    out[k:lower()] = v
+  end
+  return out
+end
+
+function M.begin(gen, creq, desc)
+  local headers = lower_keys(desc.headers or {})
+  desc.headers = headers
+  local id = desc.id or headers["x-request-id"]
+  if not id or id == "" then
+    id_seq = id_seq + 1
+    id = id_prefix .. "-" .. id_seq
+  end
+  local r = ctx.new_request(gen, ffi.cast("void *", creq), id, desc)
+  r.candidates = candidates(desc.subset)
+  r.subset = desc.subset ~= nil
+  for _, rec in ipairs(gen.observers) do
+    ctx.of(r, rec)
+  end
+  leaks.track(r)
+  return r, id
+end
+
+local function fail(r, status, message, plugin, outcome)
+  r.failure = { status = status, message = message, plugin = plugin, outcome = outcome }
+  return status, message, plugin, outcome
+end
+
+local function failed(f)
+  return f.status, f.message, f.plugin, f.outcome
+end
+
+local function valid_scores(scores, n)
+  if type(scores) ~= "table" then
+    return ("score must return a list of numbers, got %s"):format(type(scores))
+  end
+  for i = 1, n do
+    if type(scores[i]) ~= "number" then
+      return ("score %d of %d is %s, not a number"):format(i, n, type(scores[i]))
+    end
+  end
+end
+
+local function valid_picks(picks)
+  if type(picks) ~= "table" then
+    return ("pick must return a list of endpoints, got %s"):format(type(picks))
+  end
+  for i = 1, #picks do
+    if not pool.is_endpoint(picks[i]) then
+      return ("pick returned %s at position %d, not an endpoint"):format(type(picks[i]), i)
+    end
+  end
+end
+
+-- One profile: filters, weighted scorers, picker.  Returns the profile's
+-- result, or nil and a failure.
+local function run_profile(r, prof, eps)
+  local name = prof.name
+  for _, rec in ipairs(prof.filters) do
+    local ok, kept = call(r, rec, "filter", name, eps)
+    if ok and type(kept) ~= "table" then
+      plugin_error(r, rec, "filter", ("filter must return a list of endpoints, got %s"):format(
+        type(kept)))
+    elseif ok then
+      if #kept == 0 then
+        return nil, { status = 503, plugin = rec.name, outcome = NO_ENDPOINT,
+          message = ("no endpoint available for profile %q: filter %q removed the last %d"):format(
+            name, rec.name, #eps) }
+      end
+      eps = kept
+    end
+  end
+  local n = #eps
+  local total = {}
+  for i = 1, n do
+    total[i] = 0
+  end
+  for _, s in ipairs(prof.scorers) do
+    local rec, w = s.rec, s.weight
+    local ok, scores = call(r, rec, "score", name, eps)
+    if ok then
+      local bad = valid_scores(scores, n)
+      if bad then
+        plugin_error(r, rec, "score", bad)
+      else
+        for i = 1, n do
+          local v = scores[i]
+          if v ~= v or v < 0 then
+            v = 0
+          elseif v > 1 then
+            v = 1
+          end
+          total[i] = total[i] + w * v
+        end
+      end
+    end
+  end
+  local picker = prof.picker
+  local ok, picks = call(r, picker, "pick", name, { endpoints = eps, scores = total })
+  local bad = ok and valid_picks(picks)
+  if bad then
+    plugin_error(r, picker, "pick", bad)
+  end
+  if not ok or bad then
+    return nil, { status = 500, plugin = picker.name, outcome = PLUGIN_ERROR, fatal = true,
+      message = ("picker %q failed in profile %q: %s"):format(picker.name, name,
+        tostring(bad or picks)) }
+  end
+  if #picks == 0 then
+    return nil, { status = 503, plugin = picker.name, outcome = NO_ENDPOINT,
+      message = ("no endpoint available for profile %q: picker %q picked none"):format(name,
+        picker.name) }
+  end
+  return { endpoints = picks, scores = total, candidates = eps }
+end
+
+local function profile_list(gen, v)
+  if v == nil then
+    return {}
+  elseif type(v) ~= "table" then
+    return nil, ("pick_profiles must return a list of profile names, got %s"):format(type(v))
+  end
+  local list = {}
+  if #v > 0 then
+    for i, p in ipairs(v) do
+      list[i] = type(p) == "table" and p.name or p
+    end
+  else
+    for k in pairs(v) do
+      list[#list + 1] = k
+    end
+    table.sort(list)
+  end
+  for _, p in ipairs(list) do
+    if not gen.profile_by_name[p] then
+      return nil, ("pick_profiles asked for unknown profile %q"):format(tostring(p))
+    end
+  end
+  return list
+end
+
+-- The handler gets its own copy of the results: what it writes stays there.
+local function copy(t)
+  local c = {}
+  for k, v in pairs(t) do
+    c[k] = v
+  end
+  return c
+end
+
+local function run_profiles(r)
+  local gen, handler = r.gen, r.gen.handler
+  local results, failures, ran = {}, {}, {}
+  local function handler_failed(point, err)
+    return fail(r, 500, ("profile handler %q failed in %s: %s"):format(handler.name, point,
+      tostring(err)), handler.name, PLUGIN_ERROR)
+  end
+  while true do
+    local ok, v = call(r, handler, "pick_profiles", nil, gen.profile_views, copy(results))
+    local list, err = v, nil
+    if ok then
+      list, err = profile_list(gen, v)
+      if err then
+        plugin_error(r, handler, "pick_profiles", err)
+      end
+    end
+    if not ok or err then
+      return handler_failed("pick_profiles", err or v)
+    end
+    if #list == 0 then
+      break
+    end
+    for _, name in ipairs(list) do
+      if ran[name] then
+        err = ("pick_profiles asked to run profile %q twice"):format(name)
+        plugin_error(r, handler, "pick_profiles", err)
+        return handler_failed("pick_profiles", err)
+      end
+      ran[name] = true
+      local res, f = run_profile(r, gen.profile_by_name[name], r.candidates)
+      if f and f.fatal then
+        return fail(r, f.status, f.message, f.plugin, f.outcome)
+      end
+      results[name], failures[name] = res or false, f
+    end
+  end
+  return nil, results, failures, ran
+end
+
+local function primary_of(r, results, ran)
+  local handler = r.gen.handler
+  if handler.process_results then
+    local ok, res = call(r, handler, "process_results", nil, copy(results))
+    if not ok then
+      return nil, res
+    end
+    local primary = type(res) == "table" and res.primary or res
+    if type(primary) ~= "string" or not ran[primary] then
+      local err = ("process_results must name a profile that ran as primary, got %s"):format(
+        tostring(primary))
+      plugin_error(r, handler, "process_results", err)
+      return nil, err
+    end
+    return primary
+  end
+  local only
+  for name in pairs(ran) do
+    if only then
+      return nil, "several profiles ran and the handler has no process_results"
+    end
+    only = name
+  end
+  return only or nil, "no profile ran"
+end
+
+function M.schedule(r)
+  if r.failure then
+    return failed(r.failure)
+  end
+  local gen, eps = r.gen, r.candidates
+  for _, rec in ipairs(gen.points.admit) do
+    local ok, verdict, status, reason = call(r, rec, "admit", nil, eps)
+    if ok and verdict == false then
+      return fail(r, tonumber(status) or 429, reason and tostring(reason)
+        or ("rejected by %s"):format(rec.name), rec.name, REJECTED)
+    end
+  end
+  for _, rec in ipairs(gen.points.prepare) do
+    call(r, rec, "prepare", nil, eps)
+  end
+  if #eps == 0 then
+    return fail(r, 503, r.subset and "no endpoint matches x-gateway-destination-endpoint-subset"
+      or "no endpoints in the pool", nil, NO_ENDPOINT)
+  end
+  local status, results, failures, ran = run_profiles(r)
+  if status then
+    return failed(r.failure)
+  end
+  local primary, err = primary_of(r, results, ran)
+  if not primary then
+    return fail(r, 500, ("profile handler %q failed in process_results: %s"):format(
+      gen.handler.name, tostring(err)), gen.handler.name, PLUGIN_ERROR)
+  end
+  local res = results[primary]
+  if not res then
+    local f = failures[primary]
+    return fail(r, f.status, f.message, f.plugin, f.outcome)
+  end
+  local result = { primary = primary, endpoints = res.endpoints, profiles = results }
+  r.result = result
+  local api, creq = capi.api, r.creq
+  for _, ep in ipairs(res.endpoints) do
+    api.result_add_pick(creq, ep)
+  end
+  for _, rec in ipairs(gen.points.pre_request) do
+    call(r, rec, "pre_request", nil, result)
+  end
+  if r.upstream_headers then
+    for name, value in pairs(r.upstream_headers) do
+      api.result_add_header(creq, name, value)
+    end
+  end
+  return 200, nil, nil, OK
+end
+
+function M.response_header(r, status, headers)
+  r.response = { status = status, headers = lower_keys(headers) }
+  for _, rec in ipairs(r.gen.points.response_header) do
+    call(r, rec, "response_header", nil, r.response)
+  end
+end
+
+function M.response_chunk(r, chunk)
+  local response = r.response or { status = 200, headers = {} }
+  r.response = response
+  for _, rec in ipairs(r.gen.points.response_chunk) do
+    call(r, rec, "response_chunk", nil, response, chunk)
+  end
+end
+
+function M.response_complete(r)
+  local response = r.response or { status = 200, headers = {} }
+  r.response = response
+  for _, rec in ipairs(r.gen.points.response_complete) do
+    call(r, rec, "response_complete", nil, response)
+  end
+end
+
+function M.finish(r, outcome)
+  r.outcome = outcome
+  local ctxs = r.ctxs
+  for _, rec in ipairs(r.gen.points.finish) do
+    if ctxs[rec] then
+      call(r, rec, "finish", nil, outcome)
+    end
+  end
+  leaks.ended(r)
+end
+
+return M

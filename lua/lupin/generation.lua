@@ -1,0 +1,298 @@
+-- Building a generation from a parsed config: load the plugin files, check
+-- parameters, instantiate, assemble the profiles and apply the EPP's defaults.
+local capi = require "lupin.capi"
+local loader = require "lupin.loader"
+local log = require "lupin.log"
+local schema = require "lupin.schema"
+
+local M = {}
+
+local REQUEST_POINTS = { "admit", "prepare", "pre_request", "response_header",
+  "response_chunk", "response_complete", "finish" }
+local HOOKS = { init = true, shutdown = true, migrate = true, finish = true }
+
+local function plugin_env(name, type_)
+  return {
+    name = name,
+    type = type_,
+    now = capi.now,
+    log = function(level, fmt, ...)
+      log.log(level, "[" .. name .. "] " .. tostring(fmt), ...)
+    end,
+  }
+end
+
+local function record(name, type_, obj, m, params, path)
+  local rec = { name = name, type = type_, obj = obj, env = m.env, module = m.mod,
+    params = params, path = path, stats = {}, points = {} }
+  for _, point in ipairs(loader.POINTS) do
+    local f = obj[point]
+    if type(f) == "function" then
+      rec[point] = f
+      rec.stats[point] = { calls = 0, errors = 0, ns = 0 }
+      if not HOOKS[point] then
+        rec.points[#rec.points + 1] = point
+      end
+    end
+  end
+  return rec
+end
+
+local Builder = {}
+Builder.__index = Builder
+
+function Builder:module(type_, path)
+  local m = self.modules[type_]
+  if m then
+    return m
+  end
+  local file = self.files[type_]
+  if not file then
+    return nil, self.E:at(path ~= "" and path .. ".type" or "", "unknown plugin type %q; known types: %s",
+      type_, table.concat(self.types, ", "))
+  end
+  local mod, env = loader.load(file, type_)
+  if not mod then
+    return nil, self.E:at(path, "cannot load plugin type %q: %s", type_, env)
+  end
+  m = { mod = mod, env = env }
+  self.modules[type_] = m
+  return m
+end
+
+function Builder:instantiate(name, type_, raw_params, path)
+  local m, err = self:module(type_, path)
+  if not m then
+    return nil, err
+  end
+  local params, perr, field = schema.validate(m.mod.schema, raw_params)
+  if not params then
+    return nil, self.E:at(path .. ".parameters" .. (field and "." .. field or ""), "%s", perr)
+  end
+  local obj = { params = params }
+  if m.mod.new then
+    local ok, res = pcall(m.mod.new, params, plugin_env(name, type_))
+    if not ok then
+      return nil, self.E:at(path, "plugin %q (%s) failed to start: %s", name, type_, tostring(res))
+    elseif type(res) ~= "table" then
+      return nil, self.E:at(path, "plugin %q (%s): new must return a table, got %s", name, type_,
+        type(res))
+    end
+    obj = res
+  end
+  if getmetatable(obj) == nil then
+    setmetatable(obj, { __index = m.mod })
+  end
+  local rec = record(name, type_, obj, m, params, path)
+  local gen = self.gen
+  gen.instances[#gen.instances + 1] = rec
+  gen.by_name[name] = rec
+  return rec
+end
+
+--- The instance the EPP would add by default: the existing one of that name
+--- and type, or a new one with default parameters.
+function Builder:default(type_)
+  local rec = self.gen.by_name[type_]
+  if rec and rec.type == type_ then
+    return rec
+  end
+  return self:instantiate(rec and type_ .. "-default" or type_, type_, nil, "")
+end
+
+local function is_profile_plugin(rec)
+  return rec.filter or rec.score or rec.pick
+end
+
+function Builder:profile(name, refs, path)
+  local E, gen = self.E, self.gen
+  local prof = { name = name, filters = {}, scorers = {}, picker = nil, plugins = {} }
+  for _, ref in ipairs(refs) do
+    local rec = gen.by_name[ref.ref]
+    if not is_profile_plugin(rec) then
+      return nil, E:at(ref.path, "plugin %q (%s) is not a filter, scorer or picker, so it has"
+        .. " no place in a profile; remove this entry", rec.name, rec.type)
+    end
+    if rec.filter then
+      prof.filters[#prof.filters + 1] = rec
+    end
+    if rec.score then
+      prof.scorers[#prof.scorers + 1] = { rec = rec, weight = ref.weight or 1 }
+    end
+    if rec.pick then
+      if prof.picker then
+        return nil, E:at(ref.path, "profile %q has two pickers, %q and %q; keep one", name,
+          prof.picker.name, rec.name)
+      end
+      prof.picker = rec
+    end
+    prof.plugins[#prof.plugins + 1] = rec.name
+  end
+  if not prof.picker then
+    local rec, err = self:default("max-score-picker")
+    if not rec then
+      return nil, err
+    end
+    prof.picker = rec
+    prof.plugins[#prof.plugins + 1] = rec.name
+  end
+  prof.view = setmetatable({}, {
+    __index = { name = name, plugins = prof.plugins },
+    __newindex = function() error("profiles are read-only", 2) end,
+  })
+  gen.profiles[#gen.profiles + 1] = prof
+  gen.profile_by_name[name] = prof
+  gen.profile_views[name] = prof.view
+  return prof, path
+end
+
+function Builder:profiles(cfg)
+  local profiles = cfg.profiles
+  if #profiles == 0 then
+    -- EPP default: one profile with every filter, scorer and picker
+    local refs = {}
+    for _, rec in ipairs(self.gen.instances) do
+      if is_profile_plugin(rec) then
+        refs[#refs + 1] = { ref = rec.name, path = rec.path }
+      end
+    end
+    profiles = { { name = "default", refs = refs, path = "" } }
+  end
+  for _, p in ipairs(profiles) do
+    local prof, err = self:profile(p.name, p.refs, p.path)
+    if not prof then
+      return err
+    end
+  end
+end
+
+function Builder:handler()
+  local E, gen = self.E, self.gen
+  local handlers = {}
+  for _, rec in ipairs(gen.instances) do
+    if rec.pick_profiles then
+      handlers[#handlers + 1] = rec
+    end
+  end
+  if #handlers > 1 then
+    local names = {}
+    for i, h in ipairs(handlers) do
+      names[i] = h.name
+    end
+    return E:at(handlers[2].path, "several profile handlers (%s); keep exactly one",
+      table.concat(names, ", "))
+  end
+  local n = #gen.profiles
+  if #handlers == 0 then
+    if n > 1 then
+      return E:at("schedulingProfiles", "%d profiles but no profile handler; add one to"
+        .. ' "plugins", e.g. {"type": "pd-profile-handler"}', n)
+    end
+    local rec, err = self:default("single-profile-handler")
+    if not rec then
+      return err
+    end
+    handlers[1] = rec
+  end
+  local h = handlers[1]
+  if h.type == "single-profile-handler" and n > 1 then
+    return E:at(h.path, "single-profile-handler runs one profile but %d are defined; use a"
+      .. " multi-profile handler such as pd-profile-handler, or keep one profile", n)
+  end
+  gen.handler = h
+end
+
+function Builder:index_points()
+  local gen = self.gen
+  for _, point in ipairs(REQUEST_POINTS) do
+    local list = {}
+    for _, rec in ipairs(gen.instances) do
+      if rec[point] then
+        list[#list + 1] = rec
+      end
+    end
+    gen.points[point] = list
+  end
+  -- plugins with finish and no extension point observe every request
+  for _, rec in ipairs(gen.instances) do
+    if rec.finish and #rec.points == 0 then
+      gen.observers[#gen.observers + 1] = rec
+    end
+  end
+end
+
+local function call_hook(rec, hook, ...)
+  if not rec[hook] then
+    return true
+  end
+  local ok, err = pcall(rec[hook], rec.obj, ...)
+  return ok, err
+end
+
+--- Runs init, then migrate(old) where an instance of the same name and type
+--- existed in the previous generation.
+function Builder:start(previous)
+  for i, rec in ipairs(self.gen.instances) do
+    local ok, err = call_hook(rec, "init")
+    local old = previous and previous.by_name[rec.name]
+    if ok and old and old.type == rec.type then
+      ok, err = call_hook(rec, "migrate", old.obj)
+    end
+    if not ok then
+      for j = i - 1, 1, -1 do
+        call_hook(self.gen.instances[j], "shutdown")
+      end
+      return self.E:at(rec.path, "plugin %q (%s) failed to start: %s", rec.name, rec.type,
+        tostring(err))
+    end
+  end
+end
+
+--- Builds a generation.  Returns it, or nil and an error naming file and line.
+---@param cfg table from lupin.config.parse
+---@param opts table runtime options (home, plugin_dirs)
+---@param number integer
+---@param previous table? the generation being replaced
+function M.build(cfg, opts, number, previous)
+  local dirs = { opts.home .. "/plugins" }
+  for _, d in ipairs(opts.plugin_dirs or {}) do
+    dirs[#dirs + 1] = d
+  end
+  for _, d in ipairs(cfg.plugin_dirs) do
+    dirs[#dirs + 1] = d
+  end
+  local files, types = loader.catalog(dirs)
+  local b = setmetatable({ E = cfg.errors, files = files, types = types, modules = {},
+    gen = { number = number, source = cfg.source, loaded_at = capi.now(), instances = {},
+      by_name = {}, profiles = {}, profile_by_name = {}, profile_views = {}, points = {},
+      observers = {} } }, Builder)
+
+  for _, p in ipairs(cfg.plugins) do
+    local rec, err = b:instantiate(p.name, p.type, p.params, p.path)
+    if not rec then
+      return nil, err
+    end
+  end
+  local err = b:profiles(cfg) or b:handler()
+  if err then
+    return nil, err
+  end
+  b:index_points()
+  err = b:start(previous)
+  if err then
+    return nil, err
+  end
+  return b.gen
+end
+
+--- Runs the shutdown hooks of a generation nothing uses any more.
+function M.release(gen)
+  for _, rec in ipairs(gen.instances) do
+    local ok, err = call_hook(rec, "shutdown")
+    if not ok then
+      log.error("plugin %s (%s): shutdown failed: %s", rec.name, rec.type, tostring(err))
+    end
+  end
+end
+
+return M

@@ -1,0 +1,94 @@
+-- The endpoint pool as plugins see it.  Each endpoint is one FFI pointer to
+-- the C struct: metrics are plain fields read in place; the rest (name,
+-- labels, adapters) comes from a side table keyed by the endpoint's id.
+local ffi = require "ffi"
+local capi = require "lupin.capi"
+
+local M = {}
+
+local info = {} -- id -> { name, address, port, hostport, labels, ... }
+local by_id = {} -- id -> endpoint object, for endpoints in the pool
+local order = {} -- ids in insertion order
+
+---@type lupin.Endpoint[] the current pool; replaced, never mutated, on change
+M.list = {}
+
+ffi.metatype("lupin_endpoint", {
+  __index = function(ep, k)
+    local i = info[ep.id]
+    return i and i[k]
+  end,
+  __tostring = function(ep)
+    local i = info[ep.id]
+    return i and i.name or "endpoint"
+  end,
+})
+
+local function release(ep)
+  info[ep.id] = nil
+  capi.api.endpoint_free(ep)
+end
+
+local function publish()
+  local list = {}
+  for i = 1, #order do
+    list[i] = by_id[order[i]]
+  end
+  M.list = list
+end
+
+local function adapter_set(csv)
+  local set = {}
+  for name in (csv or ""):gmatch("[^,%s]+") do
+    set[#set + 1] = name
+    set[name] = true
+  end
+  return set
+end
+
+function M.add(ud, labels)
+  local ep = ffi.gc(ffi.cast("lupin_endpoint *", ud), release)
+  local name, address = ffi.string(ep.name), ffi.string(ep.address)
+  info[ep.id] = {
+    name = name,
+    address = address,
+    port = ep.port,
+    hostport = address .. ":" .. ep.port,
+    labels = labels,
+    active_adapters = adapter_set(),
+    waiting_adapters = adapter_set(),
+  }
+  by_id[ep.id] = ep
+  order[#order + 1] = ep.id
+  publish()
+end
+
+function M.remove(id)
+  by_id[id] = nil
+  for i = 1, #order do
+    if order[i] == id then
+      table.remove(order, i)
+      break
+    end
+  end
+  publish()
+end
+
+function M.set_labels(id, labels)
+  info[id].labels = labels
+end
+
+function M.set_adapters(id, running, waiting)
+  local i = info[id]
+  i.active_adapters = adapter_set(running)
+  i.waiting_adapters = adapter_set(waiting)
+end
+
+local EP = ffi.typeof("lupin_endpoint *")
+
+--- True when v is an endpoint object.
+function M.is_endpoint(v)
+  return ffi.istype(EP, v)
+end
+
+return M

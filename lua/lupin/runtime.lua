@@ -1,0 +1,83 @@
+-- The Lua half of the runtime: what the C core calls (core/runtime.c looks
+-- up these hooks by name at start).
+local capi = require "lupin.capi"
+local cjson = require "cjson"
+local config = require "lupin.config"
+local engine = require "lupin.engine"
+local generation = require "lupin.generation"
+local leaks = require "lupin.leaks"
+local loader = require "lupin.loader"
+local pool = require "lupin.pool"
+
+local M = {}
+
+function M.init(ud, opts)
+  capi.bind(ud)
+  math.randomseed(opts.seed)
+  engine.init(opts)
+
+  local live, current = {}, nil
+  local hooks = {
+    begin = engine.begin,
+    schedule = engine.schedule,
+    response_header = engine.response_header,
+    response_chunk = engine.response_chunk,
+    response_complete = engine.response_complete,
+    finish = engine.finish,
+    endpoint_add = pool.add,
+    endpoint_remove = pool.remove,
+    endpoint_labels = pool.set_labels,
+    endpoint_adapters = pool.set_adapters,
+  }
+
+  function hooks.load(text, source, number)
+    local cfg, err = config.parse(text, source)
+    if not cfg then
+      return nil, err
+    end
+    local gen
+    gen, err = generation.build(cfg, opts, number, current)
+    if not gen then
+      return nil, err
+    end
+    live[gen], current = true, gen
+    return gen
+  end
+
+  function hooks.release(gen)
+    live[gen] = nil
+    generation.release(gen)
+  end
+
+  function hooks.stats()
+    return { live_request_tables = leaks.count() }
+  end
+
+  function hooks.plugin_stats()
+    local out = {}
+    for _, rec in ipairs(current and current.instances or {}) do
+      for _, point in ipairs(loader.POINTS) do
+        local st = rec.stats[point]
+        if st and st.calls > 0 then
+          out[#out + 1] = { plugin = rec.name, type = rec.type, point = point,
+            calls = st.calls, errors = st.errors, ns = st.ns }
+        end
+      end
+    end
+    return out
+  end
+
+  function hooks.check_leaks()
+    return leaks.check(live)
+  end
+
+  function hooks.eval(code)
+    local f = assert(loadstring(code, "=eval"))
+    local v = f()
+    return type(v) == "string" and v or cjson.encode(v)
+  end
+
+  return hooks
+end
+
+return M
