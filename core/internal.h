@@ -56,6 +56,7 @@ typedef struct lupin_capi {
   void (*endpoint_free)(lupin_endpoint *ep);
   int (*result_add_pick)(lupin_request *req, const lupin_endpoint *ep);
   int (*result_add_header)(lupin_request *req, const char *name, const char *value);
+  int (*client_add_header)(lupin_request *req, const char *name, const char *value);
 } lupin_capi;
 
 /* The Lua functions of lua/lupin/runtime.lua the core calls. */
@@ -122,6 +123,7 @@ void lupin__endpoints_clear(lupin_runtime *rt);
 /* request.c */
 int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep);
 int lupin__result_add_header(lupin_request *req, const char *name, const char *value);
+int lupin__client_add_header(lupin_request *req, const char *name, const char *value);
 void lupin__requests_cancel_all(lupin_runtime *rt);
 
 #endif

@@ -360,8 +360,14 @@ static int l_response_header(lua_State *L) {
       lua_pop(L, 1);
     }
   }
-  lua_pushboolean(L,
-                  lupin_request_response_header(rb->req, (int)luaL_checkinteger(L, 2), headers, n) == 0);
+  lupin_request_response_header(rb->req, (int)luaL_checkinteger(L, 2), headers, n);
+  const lupin_header *out;
+  size_t m = lupin_request_client_headers(rb->req, &out);
+  lua_createtable(L, 0, (int)m);
+  for (size_t i = 0; i < m; i++) {
+    lua_pushstring(L, out[i].value);
+    lua_setfield(L, -2, out[i].name);
+  }
   return 1;
 }
 

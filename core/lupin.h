@@ -201,6 +201,9 @@ const char *lupin_request_id(const lupin_request *req);
 int lupin_request_schedule(lupin_request *req, lupin_result *out);
 int lupin_request_response_header(lupin_request *req, int status,
                                   const lupin_header *headers, size_t n);
+/* The headers plugins set for the client's response (ctx:set_response_header)
+ * by now; valid until lupin_request_end. */
+size_t lupin_request_client_headers(const lupin_request *req, const lupin_header **out);
 int lupin_request_response_chunk(lupin_request *req, const char *data, size_t len);
 int lupin_request_response_complete(lupin_request *req);
 /* Ends the request: finish hooks run exactly once, the state is dropped and

@@ -6,6 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct {
+  lupin_header *v;
+  size_t n, cap;
+} header_list;
+
 struct lupin_request {
   lupin_runtime *rt;
   lupin_generation *gen;
@@ -17,8 +22,8 @@ struct lupin_request {
   char *plugin;
   lupin_pick *picks;
   size_t n_picks, cap_picks;
-  lupin_header *headers;
-  size_t n_headers, cap_headers;
+  header_list upstream; /* set by plugins for the upstream request */
+  header_list client;   /* set by plugins for the client's response */
   lupin_request *prev, *next;
 };
 
@@ -120,26 +125,44 @@ int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep) {
   return 0;
 }
 
-int lupin__result_add_header(lupin_request *req, const char *name, const char *value) {
-  lupin_header *h = grow(req->headers, &req->cap_headers, req->n_headers, sizeof *h);
+static int add_header(header_list *l, const char *name, const char *value) {
+  lupin_header *h = grow(l->v, &l->cap, l->n, sizeof *h);
   if (!h) return -1;
-  req->headers = h;
-  h[req->n_headers] = (lupin_header){strdup(name), strdup(value)};
-  if (!h[req->n_headers].name || !h[req->n_headers].value) {
-    free((char *)h[req->n_headers].name);
-    free((char *)h[req->n_headers].value);
+  l->v = h;
+  h[l->n] = (lupin_header){strdup(name), strdup(value)};
+  if (!h[l->n].name || !h[l->n].value) {
+    free((char *)h[l->n].name);
+    free((char *)h[l->n].value);
     return -1;
   }
-  req->n_headers++;
+  l->n++;
   return 0;
 }
 
-static void clear_result(lupin_request *req) {
-  for (size_t i = 0; i < req->n_headers; i++) {
-    free((char *)req->headers[i].name);
-    free((char *)req->headers[i].value);
+static void clear_headers(header_list *l) {
+  for (size_t i = 0; i < l->n; i++) {
+    free((char *)l->v[i].name);
+    free((char *)l->v[i].value);
   }
-  req->n_headers = req->n_picks = 0;
+  l->n = 0;
+}
+
+int lupin__result_add_header(lupin_request *req, const char *name, const char *value) {
+  return add_header(&req->upstream, name, value);
+}
+
+int lupin__client_add_header(lupin_request *req, const char *name, const char *value) {
+  return add_header(&req->client, name, value);
+}
+
+size_t lupin_request_client_headers(const lupin_request *req, const lupin_header **out) {
+  *out = req->client.v;
+  return req->client.n;
+}
+
+static void clear_result(lupin_request *req) {
+  clear_headers(&req->upstream);
+  req->n_picks = 0;
   free(req->message);
   free(req->plugin);
   req->message = req->plugin = NULL;
@@ -171,8 +194,8 @@ int lupin_request_schedule(lupin_request *req, lupin_result *out) {
     req->failed_outcome = LUPIN_PLUGIN_ERROR;
   }
   req->failed = status != 200;
-  *out = (lupin_result){status, req->message, req->plugin, req->picks, req->n_picks,
-                        req->headers, req->n_headers};
+  *out = (lupin_result){status,        req->message,     req->plugin,     req->picks,
+                        req->n_picks,  req->upstream.v, req->upstream.n};
   return status;
 }
 
@@ -222,8 +245,10 @@ void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   lupin__generation_unpin(rt, req->gen);
 
   clear_result(req);
+  clear_headers(&req->client);
   free(req->picks);
-  free(req->headers);
+  free(req->upstream.v);
+  free(req->client.v);
   free(req->id);
   free(req);
 }

@@ -137,8 +137,13 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
   rt->log = o->log;
   rt->log_ud = o->log_ud;
   rt->log_level = o->log_level;
-  rt->capi = (lupin_capi){rt, &rt->alloc, capi_log, lupin__endpoint_free, lupin__result_add_pick,
-                          lupin__result_add_header};
+  rt->capi = (lupin_capi){rt,
+                          &rt->alloc,
+                          capi_log,
+                          lupin__endpoint_free,
+                          lupin__result_add_pick,
+                          lupin__result_add_header,
+                          lupin__client_add_header};
   rt->L = lua_newstate(lupin_alloc_fn, &rt->alloc);
   if (!rt->L) {
     lupin__errf(err, errlen, "cannot create a Lua state (LuaJIT built without GC64?)");

@@ -30,6 +30,7 @@ typedef struct lupin_capi {
   void (*endpoint_free)(lupin_endpoint *ep);
   int (*result_add_pick)(void *req, const lupin_endpoint *ep);
   int (*result_add_header)(void *req, const char *name, const char *value);
+  int (*client_add_header)(void *req, const char *name, const char *value);
 } lupin_capi;
 
 struct lupin_timespec { long tv_sec; long tv_nsec; };

@@ -16,6 +16,7 @@
 ---@field result table? the scheduling result (after scheduling)
 ---@field response table? status and headers (after the response starts)
 ---@field upstream_headers table<string,string> headers set for the upstream request
+---@field response_headers table<string,string> headers set for the client's response
 local M = {}
 
 local cjson = require "cjson.safe"
@@ -75,6 +76,15 @@ function FIELDS.upstream_headers(r)
   return h
 end
 
+function FIELDS.response_headers(r)
+  local h = r.response_headers
+  if not h then
+    h = {}
+    r.response_headers = h
+  end
+  return h
+end
+
 local METHODS = {}
 
 --- Logs with the request id and plugin name: ctx:log("warn", "x=%d", x)
@@ -89,6 +99,14 @@ end
 ---@param value string
 function METHODS.set_header(c, name, value)
   c.upstream_headers[tostring(name):lower()] = tostring(value)
+end
+
+--- Sets a header on the response to the client (e.g. a session cookie).
+---@param name string
+---@param value string
+function METHODS.set_response_header(c, name, value)
+  local h = c.response_headers
+  h[tostring(name):lower()] = tostring(value)
 end
 
 --- The request as plugins read it; body and prompt are decoded on first use.

@@ -346,6 +346,12 @@ function M.response_header(r, status, headers)
   for _, rec in ipairs(r.gen.points.response_header) do
     call(r, rec, "response_header", nil, r.response)
   end
+  if r.response_headers then
+    local api, creq = capi.api, r.creq
+    for name, value in pairs(r.response_headers) do
+      api.client_add_header(creq, name, value)
+    end
+  end
 end
 
 function M.response_chunk(r, chunk)
