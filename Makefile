@@ -53,9 +53,9 @@ deps:
 
 # --- run --------------------------------------------------------------------
 # Until the gateway host lands (issue 4) `make run` runs the embedding example:
-# the runtime scheduling 1,000 requests over simulated endpoints.
+# the runtime scheduling 1,000 requests over 16 endpoints, in-process.
 run: all
-	LUPIN_HOME=$(CURDIR) ./$(B)/embed examples/configs/minimal.json
+	LUPIN_HOME=$(CURDIR) ./$(B)/embed examples/embed/config.json
 
 # --- tests ------------------------------------------------------------------
 test: all

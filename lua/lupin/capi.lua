@@ -19,8 +19,8 @@ typedef struct lupin_endpoint {
   double cache_block_size;
   double num_blocks;
   double scraped_at;
-  const char *name;
-  const char *address;
+  const char *c_name;    /* plugins read ep.name and ep.address, Lua strings */
+  const char *c_address;
 } lupin_endpoint;
 
 typedef struct lupin_capi {

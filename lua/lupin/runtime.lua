@@ -11,12 +11,17 @@ local pool = require "lupin.pool"
 
 local M = {}
 
+--- The generation new requests are pinned to, and every generation alive
+--- (for the admin API and for specs).
+M.current = nil
+M.generations = {}
+
 function M.init(ud, opts)
   capi.bind(ud)
   math.randomseed(opts.seed)
   engine.init(opts)
 
-  local live, current = {}, nil
+  local live = M.generations
   local hooks = {
     begin = engine.begin,
     schedule = engine.schedule,
@@ -36,11 +41,11 @@ function M.init(ud, opts)
       return nil, err
     end
     local gen
-    gen, err = generation.build(cfg, opts, number, current)
+    gen, err = generation.build(cfg, opts, number, M.current)
     if not gen then
       return nil, err
     end
-    live[gen], current = true, gen
+    live[gen], M.current = true, gen
     return gen
   end
 
@@ -55,7 +60,7 @@ function M.init(ud, opts)
 
   function hooks.plugin_stats()
     local out = {}
-    for _, rec in ipairs(current and current.instances or {}) do
+    for _, rec in ipairs(M.current and M.current.instances or {}) do
       for _, point in ipairs(loader.POINTS) do
         local st = rec.stats[point]
         if st and st.calls > 0 then

@@ -1,0 +1,113 @@
+/* The cost of one full request lifecycle through the embedding API (begin,
+ * schedule, response header, three chunks, complete, end) and the Lua heap
+ * held per in-flight request.  A benchmark, not a test: it prints figures.
+ *
+ *   LUPIN_HOME=. ./build/bench-lifecycle [config] [endpoints] [lifecycles] */
+#include <lupin.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static const char body[] =
+    "{\"model\":\"llama\",\"prompt\":\"You are a helpful assistant. Answer briefly: what is "
+    "the capital of France?\",\"max_tokens\":64,\"stream\":true}";
+
+static lupin_request *begin(lupin_runtime *rt) {
+  char err[256];
+  lupin_request_desc d = {.path = "/v1/completions", .body = body, .body_len = sizeof body - 1};
+  lupin_request *req = lupin_request_begin(rt, &d, err, sizeof err);
+  if (!req) {
+    fprintf(stderr, "begin: %s\n", err);
+    exit(1);
+  }
+  return req;
+}
+
+static void lifecycle(lupin_runtime *rt) {
+  static const lupin_header ct = {"content-type", "text/event-stream"};
+  lupin_request *req = begin(rt);
+  lupin_result res;
+  if (lupin_request_schedule(req, &res) != 200) {
+    fprintf(stderr, "schedule: %d %s\n", res.status, res.message);
+    exit(1);
+  }
+  lupin_request_response_header(req, 200, &ct, 1);
+  for (int i = 0; i < 3; i++) lupin_request_response_chunk(req, "data: {\"x\":1}\n\n", 16);
+  lupin_request_response_complete(req);
+  lupin_request_end(req, LUPIN_OK);
+}
+
+static uint64_t lua_memory_after_gc(lupin_runtime *rt) {
+  char report[64];
+  lupin_runtime_check_leaks(rt, report, sizeof report); /* runs a full GC */
+  lupin_stats s;
+  lupin_runtime_stats(rt, &s);
+  return s.lua_memory;
+}
+
+int main(int argc, char **argv) {
+  const char *config = argc > 1 ? argv[1] : "examples/configs/minimal.json";
+  int n_endpoints = argc > 2 ? atoi(argv[2]) : 16;
+  int n = argc > 3 ? atoi(argv[3]) : 200000;
+  char err[2048];
+  lupin_runtime *rt = lupin_runtime_new(&(lupin_options){.log_level = LUPIN_LOG_WARN, .seed = 1},
+                                        err, sizeof err);
+  if (!rt || lupin_runtime_load(rt, config, err, sizeof err)) {
+    fprintf(stderr, "bench: %s\n", err);
+    return 1;
+  }
+  for (int i = 0; i < n_endpoints; i++) {
+    char name[16], addr[32];
+    snprintf(name, sizeof name, "ep%d", i);
+    snprintf(addr, sizeof addr, "10.0.%d.%d", i / 250, i % 250 + 1);
+    lupin_endpoint_upsert(rt, &(lupin_endpoint_desc){name, addr, 8000, NULL, 0}, err, sizeof err);
+    lupin_endpoint_set_metrics(rt, name,
+                               &(lupin_metrics){.waiting_queue_size = i % 7, .kv_cache_usage = 0.1 * (i % 10)});
+  }
+
+  for (int i = 0; i < n / 10; i++) lifecycle(rt); /* warm up the JIT */
+  double *t = malloc(sizeof *t * n);
+  double t0 = now_ns();
+  for (int i = 0; i < n; i++) {
+    double s = now_ns();
+    lifecycle(rt);
+    t[i] = now_ns() - s;
+  }
+  double total = now_ns() - t0;
+  qsort(t, n, sizeof *t, cmp);
+
+  enum { IN_FLIGHT = 10000 };
+  static lupin_request *reqs[IN_FLIGHT];
+  uint64_t before = lua_memory_after_gc(rt);
+  for (int i = 0; i < IN_FLIGHT; i++) {
+    lupin_result res;
+    reqs[i] = begin(rt);
+    lupin_request_schedule(reqs[i], &res);
+  }
+  uint64_t during = lua_memory_after_gc(rt);
+  for (int i = 0; i < IN_FLIGHT; i++) lupin_request_end(reqs[i], LUPIN_OK);
+  uint64_t after = lua_memory_after_gc(rt);
+
+  printf("config %s, %d endpoints, %d lifecycles\n", config, n_endpoints, n);
+  printf("lifecycle  median %.2f us  p99 %.2f us  mean %.2f us  (%.0f lifecycles/s on one core)\n",
+         t[n / 2] / 1e3, t[n * 99 / 100] / 1e3, total / n / 1e3, n / (total / 1e9));
+  printf("lua heap per in-flight request (scheduled, %d in flight): %.0f bytes\n", IN_FLIGHT,
+         (double)(during - before) / IN_FLIGHT);
+  printf("lua heap after they ended: %+lld bytes from before\n", (long long)(after - before));
+  free(t);
+  lupin_runtime_free(rt);
+  return 0;
+}
