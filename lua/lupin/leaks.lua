@@ -6,6 +6,7 @@ local M = {}
 
 local tables = setmetatable({}, { __mode = "k" }) -- request table -> true
 local ended = setmetatable({}, { __mode = "k" }) -- state of ended requests -> request id
+local owner = setmetatable({}, { __mode = "k" }) -- private tables and ctxs -> instance name
 
 function M.track(r)
   tables[r] = true
@@ -14,17 +15,28 @@ end
 function M.ended(r)
   local id = r.id
   ended[r] = id
-  for _, c in pairs(r.ctxs) do
+  for rec, c in pairs(r.ctxs) do
     ended[c] = id
+    owner[c] = rec.name
   end
-  for _, t in pairs(r.plugins) do
+  for name, t in pairs(r.plugins) do
     ended[t] = id
+    owner[t] = name
   end
   for _, t in pairs(r.profiles) do
     ended[t] = id
   end
   if r.shared then
     ended[r.shared] = id
+  end
+end
+
+--- Calls fn(r) for each request table not yet ended.
+function M.each_live(fn)
+  for r in pairs(tables) do
+    if not ended[r] then
+      fn(r)
+    end
   end
 end
 
@@ -50,12 +62,19 @@ local function search(root, s, path, depth, nested)
     nested = true
   end
   if t == "table" then
-    for k, v in next, root do
-      search(k, s, path .. "{key}", depth + 1, nested)
-      local key = type(k) == "string" and "." .. k or "[" .. tostring(k) .. "]"
-      search(v, s, path .. key, depth + 1, nested)
-    end
+    -- weak references hold nothing
     local mt = debug.getmetatable(root)
+    local mode = mt and rawget(mt, "__mode") or ""
+    local weak_k, weak_v = mode:find("k", 1, true), mode:find("v", 1, true)
+    for k, v in next, root do
+      if not weak_k then
+        search(k, s, path .. "{key}", depth + 1, nested)
+      end
+      if not weak_v then
+        local key = type(k) == "string" and "." .. k or "[" .. tostring(k) .. "]"
+        search(v, s, path .. key, depth + 1, nested)
+      end
+    end
     if mt then
       search(mt, s, path .. "<metatable>", depth + 1, nested)
     end
@@ -89,8 +108,11 @@ function M.check(generations)
   if n == 0 then
     return 0, ""
   end
-  local skip = { [tables] = true, [ended] = true, [targets] = true, [ids] = true }
+  local skip = { [tables] = true, [ended] = true, [owner] = true, [targets] = true,
+    [ids] = true }
   local lines, blamed = {}, {}
+  -- who: fn(obj) naming the holder; a plugin file's globals are shared by its
+  -- instances, so there the owner of the leaked table names the instance
   local function report(who, roots)
     local s = { targets = targets, skip = skip, seen = {}, found = {} }
     for _, root in ipairs(roots) do
@@ -100,20 +122,29 @@ function M.check(generations)
       if not blamed[f.obj] then
         blamed[f.obj] = true
         if not f.nested then
-          lines[#lines + 1] = ("%s holds state of ended request %s at %s"):format(who,
+          lines[#lines + 1] = ("%s holds state of ended request %s at %s"):format(who(f.obj),
             targets[f.obj], f.path)
         end
       end
     end
   end
   for gen in pairs(generations) do
+    local types = {}
     for _, rec in ipairs(gen.instances) do
-      report(("plugin %q (%s)"):format(rec.name, rec.type),
-        { { "globals", rec.env }, { "self", rec.obj }, { "module", rec.module } })
+      local label = ("plugin %q (%s)"):format(rec.name, rec.type)
+      report(function() return label end, { { "self", rec.obj } })
+      types[rec.type] = types[rec.type] or rec
+    end
+    for type_, rec in pairs(types) do
+      report(function(obj)
+        return owner[obj] and ("plugin %q (%s)"):format(owner[obj], type_)
+          or ("plugin type %q"):format(type_)
+      end, { { "globals", rec.env }, { "module", rec.module } })
     end
   end
   for name, mod in pairs(package.loaded) do
-    report(("module %q"):format(name), { { name, mod } })
+    local label = ("module %q"):format(name)
+    report(function() return label end, { { name, mod } })
   end
   for obj, id in pairs(targets) do
     if not blamed[obj] then

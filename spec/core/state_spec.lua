@@ -1,0 +1,129 @@
+-- The per-request state tree: private per plugin instance, cycle per
+-- profile, shared request-wide, subtables made on first use.
+local S = require "support"
+
+local function seen(rt, name)
+  return S.eval(rt, ([[return require("lupin.runtime").current.by_name[%q].obj.seen]]):format(
+    name))
+end
+
+local function field(rt, name, key)
+  return S.eval(rt, ([[return require("lupin.runtime").current.by_name[%q].obj[%q] ]]):format(
+    name, key))
+end
+
+describe("per-request state", function()
+  local rt
+  after_each(function()
+    rt:free()
+  end)
+
+  -- profiles A and B run in that order; s1 is in both, s1b (a second instance
+  -- of the same type) and s2 only in A
+  local config = {
+    plugins = {
+      { type = "test-handler", name = "h" },
+      { type = "test-filter", name = "f" },
+      { type = "test-scorer", name = "s1" },
+      { type = "test-scorer", name = "s1b" },
+      { type = "test-scorer", name = "s2" },
+      { type = "test-picker", name = "p" },
+    },
+    schedulingProfiles = {
+      { name = "A", plugins = { { pluginRef = "f" }, { pluginRef = "s1" }, { pluginRef = "s1b" },
+        { pluginRef = "s2" }, { pluginRef = "p" } } },
+      { name = "B", plugins = { { pluginRef = "s1" }, { pluginRef = "p" } } },
+    },
+  }
+
+  it("isolates each profile's cycle state and shares it within the profile", function()
+    rt = S.loaded(config)
+    S.endpoints(rt, 2)
+    assert.equal(200, S.lifecycle(rt).status)
+    local s1, s1b, s2 = seen(rt, "s1"), seen(rt, "s1b"), seen(rt, "s2")
+    -- within A: each scorer sees the mark left by the one before it
+    assert.same({ "A", false, "f" }, { s1[1].profile, s1[1].cycle_mark, s1[1].filtered_by })
+    assert.same({ "A", "A/s1" }, { s1b[1].profile, s1b[1].cycle_mark })
+    assert.same({ "A", "A/s1b" }, { s2[1].profile, s2[1].cycle_mark })
+    -- B starts from an empty cycle: nothing of A is visible
+    assert.same({ "B", false, false }, { s1[2].profile, s1[2].cycle_mark, s1[2].filtered_by })
+    -- and B's writes did not reach A's table
+    assert.same({ A = "A/s2", B = "B/s1" }, field(rt, "s1", "final"))
+    -- outside a profile run, ctx.cycle is nil
+    assert.is_false(field(rt, "s1", "cycle_in_finish"))
+  end)
+
+  it("gives one private table per instance: shared across profiles, not across instances",
+    function()
+      rt = S.loaded(config)
+      S.endpoints(rt, 2)
+      S.lifecycle(rt)
+      local s1, s1b = seen(rt, "s1"), seen(rt, "s1b")
+      assert.equal(1, s1[1].private_calls) -- s1 in A
+      assert.equal(2, s1[2].private_calls) -- s1 in B: the same private table
+      assert.equal(1, s1b[1].private_calls) -- same type, other instance: its own
+      -- and a new request starts from fresh private state
+      S.lifecycle(rt)
+      s1 = seen(rt, "s1")
+      assert.equal(1, s1[3].private_calls)
+      assert.equal(2, s1[4].private_calls)
+    end)
+
+  it("creates subtables only when a plugin first uses them", function()
+    rt = S.runtime()
+    assert(rt:load("examples/configs/minimal.json"))
+    S.endpoints(rt, 2)
+    local req = rt:begin({})
+    assert.equal(200, req:schedule().status)
+    local shape = S.eval(rt, [[
+      local out = {}
+      require("lupin.leaks").each_live(function(r)
+        out.shared = r.shared ~= nil
+        out.plugins = next(r.plugins) ~= nil
+        out.profiles = next(r.profiles) ~= nil
+      end)
+      return out]])
+    assert.same({ shared = false, plugins = false, profiles = false }, shape)
+    req:finish("ok")
+  end)
+
+  it("lets plugins share request-wide data through ctx.shared", function()
+    rt = S.loaded(config)
+    S.endpoints(rt, 2)
+    local req = rt:begin({ id = "shared-1" })
+    req:schedule()
+    -- every fixture appends to ctx.shared.journal: one journal, all plugins
+    local journal = S.eval(rt, [[
+      local out
+      require("lupin.leaks").each_live(function(r) out = r.shared.journal end)
+      return out]])
+    assert.same({ "pick_profiles", "filter:f:A", "score:s1:A", "score:s1b:A", "score:s2:A",
+      "pick:p:A", "pick_profiles", "score:s1:B", "pick:p:B", "pick_profiles" }, journal)
+    req:finish("ok")
+  end)
+
+  it("never hands a plugin the request table", function()
+    rt = S.loaded(config)
+    S.endpoints(rt, 1)
+    local req = rt:begin({})
+    req:schedule()
+    -- the ctx object's own fields are only its name and the resolved slices
+    local keys = S.eval(rt, [[
+      local out = {}
+      require("lupin.leaks").each_live(function(r)
+        for _, c in pairs(r.ctxs) do
+          for k, v in pairs(c) do
+            assert(v ~= r, "a ctx exposes the request table")
+            out[k] = true
+          end
+          assert(getmetatable(c) == "ctx", "a ctx exposes its metatable")
+        end
+      end)
+      return out]])
+    for k in pairs(keys) do
+      assert.is_truthy(({ name = true, plugin = true, cycle = true, profile = true,
+        shared = true, request = true })[k], "unexpected ctx field " .. k)
+    end
+    req:finish("ok")
+  end)
+end)
