@@ -45,7 +45,8 @@ static void lifecycle(lupin_runtime *rt) {
     exit(1);
   }
   lupin_request_response_header(req, 200, &ct, 1);
-  for (int i = 0; i < 3; i++) lupin_request_response_chunk(req, "data: {\"x\":1}\n\n", 16);
+  for (int i = 0; i < 3; i++)
+    lupin_request_response_chunk(req, "data: {\"x\":1}\n\n", 16);
   lupin_request_response_complete(req);
   lupin_request_end(req, LUPIN_OK);
 }
@@ -63,8 +64,8 @@ int main(int argc, char **argv) {
   int n_endpoints = argc > 2 ? atoi(argv[2]) : 16;
   int n = argc > 3 ? atoi(argv[3]) : 200000;
   char err[2048];
-  lupin_runtime *rt = lupin_runtime_new(&(lupin_options){.log_level = LUPIN_LOG_WARN, .seed = 1},
-                                        err, sizeof err);
+  lupin_runtime *rt =
+      lupin_runtime_new(&(lupin_options){.log_level = LUPIN_LOG_WARN, .seed = 1}, err, sizeof err);
   if (!rt || lupin_runtime_load(rt, config, err, sizeof err)) {
     fprintf(stderr, "bench: %s\n", err);
     return 1;
@@ -74,11 +75,12 @@ int main(int argc, char **argv) {
     snprintf(name, sizeof name, "ep%d", i);
     snprintf(addr, sizeof addr, "10.0.%d.%d", i / 250, i % 250 + 1);
     lupin_endpoint_upsert(rt, &(lupin_endpoint_desc){name, addr, 8000, NULL, 0}, err, sizeof err);
-    lupin_endpoint_set_metrics(rt, name,
-                               &(lupin_metrics){.waiting_queue_size = i % 7, .kv_cache_usage = 0.1 * (i % 10)});
+    lupin_endpoint_set_metrics(
+        rt, name, &(lupin_metrics){.waiting_queue_size = i % 7, .kv_cache_usage = 0.1 * (i % 10)});
   }
 
-  for (int i = 0; i < n / 10; i++) lifecycle(rt); /* warm up the JIT */
+  for (int i = 0; i < n / 10; i++)
+    lifecycle(rt); /* warm up the JIT */
   double *t = malloc(sizeof *t * n);
   double t0 = now_ns();
   for (int i = 0; i < n; i++) {
@@ -98,7 +100,8 @@ int main(int argc, char **argv) {
     lupin_request_schedule(reqs[i], &res);
   }
   uint64_t during = lua_memory_after_gc(rt);
-  for (int i = 0; i < IN_FLIGHT; i++) lupin_request_end(reqs[i], LUPIN_OK);
+  for (int i = 0; i < IN_FLIGHT; i++)
+    lupin_request_end(reqs[i], LUPIN_OK);
   uint64_t after = lua_memory_after_gc(rt);
 
   printf("config %s, %d endpoints, %d lifecycles\n", config, n_endpoints, n);

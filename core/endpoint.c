@@ -116,9 +116,7 @@ int lupin_endpoint_remove(lupin_runtime *rt, const char *name) {
   return detach(rt, i);
 }
 
-static int same(const char *a, const char *b) {
-  return strcmp(a ? a : "", b ? b : "") == 0;
-}
+static int same(const char *a, const char *b) { return strcmp(a ? a : "", b ? b : "") == 0; }
 
 static int set_adapters(lupin_runtime *rt, lupin_endpoint *ep, const lupin_metrics *m) {
   if (same(ep->running_lora, m->running_lora_adapters) &&

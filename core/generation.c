@@ -13,7 +13,8 @@ lupin_generation *lupin__generation_current(lupin_runtime *rt) {
 
 static void release(lupin_runtime *rt, lupin_generation *g) {
   lupin_generation **p = &rt->generations;
-  while (*p != g) p = &(*p)->next;
+  while (*p != g)
+    p = &(*p)->next;
   *p = g->next;
 
   char err[512];
@@ -50,5 +51,6 @@ void lupin__generation_unpin(lupin_runtime *rt, lupin_generation *g) {
 }
 
 void lupin__generation_free_all(lupin_runtime *rt) {
-  while (rt->generations) release(rt, rt->generations);
+  while (rt->generations)
+    release(rt, rt->generations);
 }

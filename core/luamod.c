@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RT_MT "lupin_native.runtime"
+#define RT_MT  "lupin_native.runtime"
 #define REQ_MT "lupin_native.request"
 
 typedef struct {
@@ -20,8 +20,9 @@ typedef struct {
   runtime_box *box;
 } request_box;
 
-static const char *const outcomes[] = {"ok",           "rejected",  "no_endpoint", "plugin_error",
-                                       "upstream_error", "cancelled", "timeout",     NULL};
+static const char *const outcomes[] = {
+    "ok",        "rejected", "no_endpoint", "plugin_error", "upstream_error",
+    "cancelled", "timeout",  NULL};
 
 static runtime_box *check_rt(lua_State *L) {
   runtime_box *b = luaL_checkudata(L, 1, RT_MT);

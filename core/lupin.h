@@ -73,8 +73,8 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
  * On failure the current generation, if any, keeps serving. */
 int lupin_runtime_load(lupin_runtime *rt, const char *path, char *err, size_t errlen);
 /* Same, from a string; source names it in error messages. */
-int lupin_runtime_load_string(lupin_runtime *rt, const char *json, const char *source,
-                              char *err, size_t errlen);
+int lupin_runtime_load_string(lupin_runtime *rt, const char *json, const char *source, char *err,
+                              size_t errlen);
 /* Re-reads the file last given to lupin_runtime_load. */
 int lupin_runtime_reload(lupin_runtime *rt, char *err, size_t errlen);
 /* Frees the runtime.  Requests still alive are ended as cancelled first. */
@@ -87,9 +87,9 @@ typedef struct lupin_stats {
   uint64_t live_request_tables; /* request tables the Lua GC has not reclaimed */
   uint64_t lua_memory;          /* bytes held by the Lua state */
   uint64_t lua_memory_peak;
-  uint64_t memory_limit_hits;   /* allocations refused by the limit */
+  uint64_t memory_limit_hits; /* allocations refused by the limit */
   uint64_t generations_alive;
-  uint64_t generation;          /* number of the current generation, 0: none */
+  uint64_t generation; /* number of the current generation, 0: none */
   uint64_t endpoints;
 } lupin_stats;
 
@@ -99,7 +99,7 @@ void lupin_runtime_stats(lupin_runtime *rt, lupin_stats *out);
 typedef struct lupin_plugin_stat {
   const char *plugin; /* instance name */
   const char *type;
-  const char *point;  /* "score", "pre_request", ... */
+  const char *point; /* "score", "pre_request", ... */
   uint64_t calls;
   uint64_t errors;
   uint64_t nanoseconds;
@@ -151,9 +151,9 @@ double lupin_now(void);
 /* --- requests ----------------------------------------------------------- */
 
 typedef struct lupin_request_desc {
-  const char *id;    /* NULL or "": one is generated */
-  const char *path;  /* "/v1/completions", "/v1/chat/completions" */
-  const char *body;  /* the JSON body, decoded only if a plugin asks */
+  const char *id;   /* NULL or "": one is generated */
+  const char *path; /* "/v1/completions", "/v1/chat/completions" */
+  const char *body; /* the JSON body, decoded only if a plugin asks */
   size_t body_len;
   const char *model; /* NULL: taken from the body */
   const lupin_header *headers;
@@ -172,9 +172,9 @@ typedef struct lupin_pick {
 
 /* What scheduling decided.  Pointers stay valid until lupin_request_end. */
 typedef struct lupin_result {
-  int status;          /* 200: scheduled; else the HTTP status to answer */
-  const char *message; /* why, when status != 200 */
-  const char *plugin;  /* the plugin responsible for a failure, or NULL */
+  int status;              /* 200: scheduled; else the HTTP status to answer */
+  const char *message;     /* why, when status != 200 */
+  const char *plugin;      /* the plugin responsible for a failure, or NULL */
   const lupin_pick *picks; /* primary first, then fallbacks */
   size_t n_picks;
   const lupin_header *headers; /* to add to the upstream request */
@@ -193,14 +193,14 @@ typedef enum lupin_outcome {
 
 const char *lupin_outcome_name(lupin_outcome o);
 
-lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *desc,
-                                   char *err, size_t errlen);
+lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *desc, char *err,
+                                   size_t errlen);
 const char *lupin_request_id(const lupin_request *req);
 /* Runs admit, prepare, the scheduling profiles and pre_request.  Returns the
  * HTTP status (also in out->status); 200 means forward to out->picks[0]. */
 int lupin_request_schedule(lupin_request *req, lupin_result *out);
-int lupin_request_response_header(lupin_request *req, int status,
-                                  const lupin_header *headers, size_t n);
+int lupin_request_response_header(lupin_request *req, int status, const lupin_header *headers,
+                                  size_t n);
 /* The headers plugins set for the client's response (ctx:set_response_header)
  * by now; valid until lupin_request_end. */
 size_t lupin_request_client_headers(const lupin_request *req, const lupin_header **out);

@@ -100,8 +100,10 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
   gen->pinned++;
   /* keep the live list oldest first */
   req->prev = rt->requests_tail;
-  if (rt->requests_tail) rt->requests_tail->next = req;
-  else rt->requests = req;
+  if (rt->requests_tail)
+    rt->requests_tail->next = req;
+  else
+    rt->requests = req;
   rt->requests_tail = req;
   rt->requests_begun++;
   return req;
@@ -194,8 +196,8 @@ int lupin_request_schedule(lupin_request *req, lupin_result *out) {
     req->failed_outcome = LUPIN_PLUGIN_ERROR;
   }
   req->failed = status != 200;
-  *out = (lupin_result){status,        req->message,     req->plugin,     req->picks,
-                        req->n_picks,  req->upstream.v, req->upstream.n};
+  *out = (lupin_result){status,       req->message,    req->plugin,    req->picks,
+                        req->n_picks, req->upstream.v, req->upstream.n};
   return status;
 }
 
@@ -237,10 +239,14 @@ void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   call_request(req, 1);
   luaL_unref(rt->L, LUA_REGISTRYINDEX, req->ref);
 
-  if (req->prev) req->prev->next = req->next;
-  else rt->requests = req->next;
-  if (req->next) req->next->prev = req->prev;
-  else rt->requests_tail = req->prev;
+  if (req->prev)
+    req->prev->next = req->next;
+  else
+    rt->requests = req->next;
+  if (req->next)
+    req->next->prev = req->prev;
+  else
+    rt->requests_tail = req->prev;
   rt->requests_ended++;
   lupin__generation_unpin(rt, req->gen);
 
@@ -254,5 +260,6 @@ void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
 }
 
 void lupin__requests_cancel_all(lupin_runtime *rt) {
-  while (rt->requests) lupin_request_end(rt->requests, LUPIN_CANCELLED);
+  while (rt->requests)
+    lupin_request_end(rt->requests, LUPIN_CANCELLED);
 }

@@ -13,10 +13,22 @@
 #endif
 
 static const char *const hook_names[LUPIN_HOOK_COUNT] = {
-    "load",           "release",           "begin",          "schedule",
-    "response_header", "response_chunk",   "response_complete", "finish",
-    "endpoint_add",   "endpoint_remove",   "endpoint_labels", "endpoint_adapters",
-    "stats",          "plugin_stats",      "check_leaks",    "eval",
+    "load",
+    "release",
+    "begin",
+    "schedule",
+    "response_header",
+    "response_chunk",
+    "response_complete",
+    "finish",
+    "endpoint_add",
+    "endpoint_remove",
+    "endpoint_labels",
+    "endpoint_adapters",
+    "stats",
+    "plugin_stats",
+    "check_leaks",
+    "eval",
 };
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
@@ -161,8 +173,7 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
   return rt;
 }
 
-static int load(lupin_runtime *rt, const char *text, const char *source, char *err,
-                size_t errlen) {
+static int load(lupin_runtime *rt, const char *text, const char *source, char *err, size_t errlen) {
   lua_State *L = rt->L;
   lupin__push_hook(rt, LUPIN_HOOK_LOAD);
   lua_pushstring(L, text); /* NULL pushes nil: the hook reads path */
@@ -187,8 +198,8 @@ int lupin_runtime_load(lupin_runtime *rt, const char *path, char *err, size_t er
   return 0;
 }
 
-int lupin_runtime_load_string(lupin_runtime *rt, const char *json, const char *source,
-                              char *err, size_t errlen) {
+int lupin_runtime_load_string(lupin_runtime *rt, const char *json, const char *source, char *err,
+                              size_t errlen) {
   return load(rt, json, source ? source : "(string)", err, errlen);
 }
 
@@ -248,9 +259,9 @@ void lupin_runtime_plugin_stats(lupin_runtime *rt, lupin_plugin_stat_fn fn, void
     lua_getfield(L, t, "plugin");
     lua_getfield(L, t, "type");
     lua_getfield(L, t, "point");
-    lupin_plugin_stat s = {lua_tostring(L, t + 1), lua_tostring(L, t + 2), lua_tostring(L, t + 3),
-                           field_u64(L, t, "calls"), field_u64(L, t, "errors"),
-                           field_u64(L, t, "ns")};
+    lupin_plugin_stat s = {lua_tostring(L, t + 1),    lua_tostring(L, t + 2),
+                           lua_tostring(L, t + 3),    field_u64(L, t, "calls"),
+                           field_u64(L, t, "errors"), field_u64(L, t, "ns")};
     fn(ud, &s);
     lua_settop(L, t - 1);
   }

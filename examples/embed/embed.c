@@ -13,7 +13,7 @@
 #include <string.h>
 
 #define ENDPOINTS 16
-#define REQUESTS 1000
+#define REQUESTS  1000
 
 static int run_one(lupin_runtime *rt, int n, double queue[], int picks[]) {
   static const char body[] = "{\"model\":\"llama\",\"prompt\":\"Say hello\",\"max_tokens\":8}";
@@ -72,7 +72,8 @@ int main(int argc, char **argv) {
   }
 
   int failed = 0;
-  for (int n = 0; n < REQUESTS; n++) failed += run_one(rt, n, queue, picks) != 0;
+  for (int n = 0; n < REQUESTS; n++)
+    failed += run_one(rt, n, queue, picks) != 0;
 
   /* 1,000 picks on queues 0..15 level them at (1000 + 120) / 16 = 70. */
   int wrong = 0;

@@ -30,7 +30,8 @@ describe("lupin.schema", function()
     { { name = "q", list = { 1 } }, "list", "item 0 must be a string, got 1" },
     { { name = "q", list = { a = 1 } }, "list", 'must be an array, got {"a":1}' },
     { { name = "q", mode = "z" }, "mode", 'must be one of "x", "y", got "z"' },
-    { { name = "q", extra = 1 }, "extra", 'unknown parameter "extra"; known parameters: i, list, mode, n, name, on, opts' },
+    { { name = "q", extra = 1 }, "extra",
+      'unknown parameter "extra"; known parameters: i, list, mode, n, name, on, opts' },
   }
   for _, c in ipairs(cases) do
     it("refuses " .. c[3], function()
