@@ -3,7 +3,7 @@ PREFIX   ?= /usr/local
 CC       ?= cc
 PKGS      = luajit libuv libxxhash
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -Wall -Wextra -Wshadow -fPIC -D_POSIX_C_SOURCE=200809L \
+XCFLAGS   = $(CFLAGS) -std=c11 -Wall -Wextra -Wshadow -fPIC -D_POSIX_C_SOURCE=200809L \
             -DLUPIN_DEFAULT_HOME=\"$(PREFIX)/share/lupin\" \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
@@ -23,22 +23,22 @@ all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench
 
 $(B)/core/%.o: core/%.c $(CORE_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(XCFLAGS) -c $< -o $@
 
 $(B)/liblupin.a: $(CORE_OBJ)
 	$(AR) rcs $@ $^
 
 $(B)/liblupin.so: $(CORE_OBJ)
-	$(CC) $(CFLAGS) -shared -o $@ $^ $(LDLIBS)
+	$(CC) $(XCFLAGS) -shared -o $@ $^ $(LDLIBS)
 
 $(B)/lupin_native.so: core/luamod.c $(CORE_OBJ) $(CORE_HDR)
-	$(CC) $(CFLAGS) -shared -o $@ core/luamod.c $(CORE_OBJ) $(LDLIBS)
+	$(CC) $(XCFLAGS) -shared -o $@ core/luamod.c $(CORE_OBJ) $(LDLIBS)
 
 $(B)/embed: examples/embed/embed.c $(B)/liblupin.a core/lupin.h
-	$(CC) $(CFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
+	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
 $(B)/bench-lifecycle: bench/lifecycle.c $(B)/liblupin.a core/lupin.h
-	$(CC) $(CFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
+	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
 # --- set-up ---------------------------------------------------------------
 deps:

@@ -171,6 +171,29 @@ local VIEW = {
   end,
 }
 
+-- A ctx finds its request through a box that holds it weakly.  Everything a
+-- ctx touches is shared across requests -- one metatable, one __index
+-- function -- because LuaJIT traces embed the identity of the closures they
+-- call and of the metatables they guard on: a per-request closure or
+-- metatable caught in a trace would keep that request's table alive.
+local box_of = setmetatable({}, { __mode = "k" }) -- ctx -> box
+local WEAK_BOX = { __mode = "v" }
+
+local CTX = {
+  __index = function(c, k)
+    local f = FIELDS[k]
+    if f then
+      local r = box_of[c][1]
+      if not r then
+        error("ctx used after its request ended", 2)
+      end
+      return f(r, c)
+    end
+    return METHODS[k]
+  end,
+  __metatable = "ctx",
+}
+
 --- A request's state table.
 ---@param gen table the generation it is pinned to
 ---@param creq ffi.cdata* the C request
@@ -186,16 +209,7 @@ function M.new_request(gen, creq, id, desc)
     profiles = {},
     ctxs = {},
   }
-  r.ctx_mt = {
-    __index = function(c, k)
-      local f = FIELDS[k]
-      if f then
-        return f(r, c)
-      end
-      return METHODS[k]
-    end,
-    __metatable = "ctx",
-  }
+  r.box = setmetatable({ r }, WEAK_BOX)
   return r
 end
 
@@ -204,7 +218,8 @@ end
 function M.of(r, rec)
   local c = r.ctxs[rec]
   if not c then
-    c = setmetatable({ name = rec.name }, r.ctx_mt)
+    c = setmetatable({ name = rec.name }, CTX)
+    box_of[c] = r.box
     r.ctxs[rec] = c
   end
   return c

@@ -226,13 +226,15 @@ local function copy(t)
   return c
 end
 
+local function handler_failed(r, point, err)
+  local name = r.gen.handler.name
+  return fail(r, 500, ("profile handler %q failed in %s: %s"):format(name, point, tostring(err)),
+    name, PLUGIN_ERROR)
+end
+
 local function run_profiles(r)
   local gen, handler = r.gen, r.gen.handler
   local results, failures, ran = {}, {}, {}
-  local function handler_failed(point, err)
-    return fail(r, 500, ("profile handler %q failed in %s: %s"):format(handler.name, point,
-      tostring(err)), handler.name, PLUGIN_ERROR)
-  end
   while true do
     local ok, v = call(r, handler, "pick_profiles", nil, gen.profile_views, copy(results))
     local list, err = v, nil
@@ -243,7 +245,7 @@ local function run_profiles(r)
       end
     end
     if not ok or err then
-      return handler_failed("pick_profiles", err or v)
+      return handler_failed(r, "pick_profiles", err or v)
     end
     if #list == 0 then
       break
@@ -252,7 +254,7 @@ local function run_profiles(r)
       if ran[name] then
         err = ("pick_profiles asked to run profile %q twice"):format(name)
         plugin_error(r, handler, "pick_profiles", err)
-        return handler_failed("pick_profiles", err)
+        return handler_failed(r, "pick_profiles", err)
       end
       ran[name] = true
       local res, f = run_profile(r, gen.profile_by_name[name], r.candidates)
@@ -316,8 +318,7 @@ function M.schedule(r)
   end
   local primary, err = primary_of(r, results, ran)
   if not primary then
-    return fail(r, 500, ("profile handler %q failed in process_results: %s"):format(
-      gen.handler.name, tostring(err)), gen.handler.name, PLUGIN_ERROR)
+    return handler_failed(r, "process_results", err)
   end
   local res = results[primary]
   if not res then
