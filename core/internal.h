@@ -14,6 +14,9 @@ typedef struct lupin_alloc {
   size_t limit;
   int enforce; /* the limit applies only while a plugin runs */
   uint64_t refused;
+  /* private: the allocator underneath (LuaJIT's own) */
+  lua_Alloc base;
+  void *base_ud;
 } lupin_alloc;
 
 void *lupin_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize);

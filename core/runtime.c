@@ -135,6 +135,13 @@ static int boot(lupin_runtime *rt, const lupin_options *o, const char *home, cha
   return 0;
 }
 
+/* LuaJIT frees its arena at close only when its own allocator is in place. */
+static void close_state(lupin_runtime *rt) {
+  lua_gc(rt->L, LUA_GCCOLLECT, 0); /* finalizers run while we still account */
+  lua_setallocf(rt->L, rt->alloc.base, rt->alloc.base_ud);
+  lua_close(rt->L);
+}
+
 static void capi_log(lupin_runtime *rt, int level, const char *msg) { log_line(rt, level, msg); }
 
 lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t errlen) {
@@ -156,17 +163,22 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
                           lupin__result_add_pick,
                           lupin__result_add_header,
                           lupin__client_add_header};
-  rt->L = lua_newstate(lupin_alloc_fn, &rt->alloc);
+  rt->L = luaL_newstate();
   if (!rt->L) {
-    lupin__errf(err, errlen, "cannot create a Lua state (LuaJIT built without GC64?)");
+    lupin__errf(err, errlen, "cannot create a Lua state");
     free(rt);
     return NULL;
   }
+  /* Account from here on: what the fresh state holds, then every change. */
+  rt->alloc.base = lua_getallocf(rt->L, &rt->alloc.base_ud);
+  rt->alloc.used = rt->alloc.peak = (size_t)lua_gc(rt->L, LUA_GCCOUNT, 0) * 1024 +
+                                    (size_t)lua_gc(rt->L, LUA_GCCOUNTB, 0);
+  lua_setallocf(rt->L, lupin_alloc_fn, &rt->alloc);
   luaL_openlibs(rt->L);
   const char *home = o->home ? o->home : getenv("LUPIN_HOME");
   if (!home || !*home) home = LUPIN_DEFAULT_HOME;
   if (boot(rt, o, home, err, errlen)) {
-    lua_close(rt->L);
+    close_state(rt);
     free(rt);
     return NULL;
   }
@@ -215,7 +227,7 @@ void lupin_runtime_free(lupin_runtime *rt) {
   if (!rt) return;
   lupin__requests_cancel_all(rt);
   lupin__generation_free_all(rt);
-  lua_close(rt->L); /* runs the endpoints' finalizers */
+  close_state(rt); /* runs the endpoints' finalizers */
   free(rt->endpoints);
   free(rt->config_path);
   free(rt);
