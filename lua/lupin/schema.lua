@@ -10,7 +10,15 @@ local M = {}
 
 local cjson = require "cjson"
 
----@alias lupin.SchemaField {type: string, default: any, required: boolean?, min: number?, max: number?, enum: any[]?, items: string?, description: string?}
+---@class lupin.SchemaField
+---@field type string
+---@field default any
+---@field required boolean?
+---@field min number?
+---@field max number?
+---@field enum any[]?
+---@field items string?
+---@field description string?
 
 local TYPES = {
   number = true, integer = true, string = true, boolean = true,
