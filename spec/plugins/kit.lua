@@ -117,6 +117,14 @@ function K.scores(rt, type_, params, a)
   return K.call(rt, a).scores
 end
 
+--- A plugin's parameters after the schema: defaults filled in.
+function K.params(rt, type_, params)
+  return S.eval(rt, ([[
+    local m = assert(require("lupin.loader").load(%q, %q))
+    return assert(require("lupin.schema").validate(m.schema, require("cjson").decode(%q)))
+  ]]):format(S.ROOT .. "/plugins/" .. type_ .. ".lua", type_, cjson.encode(params or {})))
+end
+
 --- A runtime with n endpoints ep1..epn carrying the given metrics.
 function K.pool(n, metrics, opts)
   local rt = S.runtime(opts)
