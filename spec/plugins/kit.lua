@@ -133,8 +133,12 @@ function K.pool(n, metrics, opts)
 end
 
 --- The current generation's instance of a plugin, read through rt:eval:
---- evaluates expr (Lua, with `self` the instance) and returns its JSON.
+--- evaluates expr (a Lua expression, or statements ending in a return, with
+--- `self` the instance) and returns it decoded from JSON.
 function K.instance(rt, name, expr)
+  if not expr:find("^%s*return") and not expr:find("\n") then
+    expr = "return " .. expr
+  end
   return S.eval(rt, ([[
 local gen
 for _, v in pairs(debug.getregistry()) do
@@ -144,7 +148,7 @@ for _, v in pairs(debug.getregistry()) do
   end
 end
 local self = gen.by_name[%q].obj
-return %s
+%s
 ]]):format(name, expr))
 end
 
