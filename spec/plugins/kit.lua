@@ -80,6 +80,24 @@ elseif a.point == "filter" then
   out.kept = names(obj:filter(ctx, eps))
 elseif a.point == "pick" then
   out.picked = names(obj:pick(ctx, { endpoints = eps, scores = a.scores }))
+elseif a.point == "pick_many" then
+  out.first, out.any, out.sizes, out.dups = {}, {}, {}, 0
+  for _ = 1, a.times do
+    local picked = names(obj:pick(ctx, { endpoints = eps, scores = a.scores }))
+    local seen = {}
+    for i, n in ipairs(picked) do
+      if seen[n] then
+        out.dups = out.dups + 1
+      end
+      seen[n] = true
+      out.any[n] = (out.any[n] or 0) + 1
+      if i == 1 then
+        out.first[n] = (out.first[n] or 0) + 1
+      end
+    end
+    local size = tostring(#picked)
+    out.sizes[size] = (out.sizes[size] or 0) + 1
+  end
 elseif a.point == "admit" then
   local verdict, status, reason = obj:admit(ctx, eps)
   out.admitted = verdict ~= false
@@ -108,6 +126,14 @@ function K.call(rt, a)
     out.list, out.scores = list, by
   end
   return out
+end
+
+--- Picks `times` times with a picker over the given scores; returns how
+--- often each endpoint came first (.first) and was picked at all (.any),
+--- how many picks had each size (.sizes["2"]: picks of two endpoints) and had duplicates (.dups).
+function K.pick_many(rt, type_, params, scores, times, names)
+  return K.call(rt, { type = type_, params = params, point = "pick_many", scores = scores,
+    times = times, names = names })
 end
 
 --- The scores of a scorer, keyed by endpoint name.
