@@ -3,7 +3,7 @@ PREFIX   ?= /usr/local
 CC       ?= cc
 PKGS      = luajit libuv libxxhash
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -Wall -Wextra -Wshadow -fPIC -D_POSIX_C_SOURCE=200809L \
+override CFLAGS += -std=c11 -Wall -Wextra -Wshadow -fPIC -D_POSIX_C_SOURCE=200809L \
             -DLUPIN_DEFAULT_HOME=\"$(PREFIX)/share/lupin\" \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
