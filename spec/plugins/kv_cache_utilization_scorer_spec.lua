@@ -21,6 +21,11 @@ describe(T, function()
     assert.same({}, K.call(rt, { type = T, point = "score", names = {} }).list)
   end)
 
+  it("reads a NaN metric as 0", function()
+    local rt = K.pool(1, { { kv_cache_usage = 0 / 0 } })
+    assert.same({ ep1 = 1 }, K.scores(rt, T))
+  end)
+
   it("takes no parameters", function()
     local err = K.load_error({ '{"type": "kv-cache-utilization-scorer", "parameters": {"x": 1}}' })
     assert.matches("^spec%.json:3: plugins%[0%]%.parameters%.x: unknown parameter \"x\"", err)

@@ -23,6 +23,11 @@ describe(T, function()
     assert.same({}, K.call(rt, { type = T, point = "score", names = {} }).list)
   end)
 
+  it("reads a NaN metric as 0", function()
+    local rt = K.pool(1, { { waiting_queue_size = 0 / 0 } })
+    assert.same({ ep1 = 0.5 }, K.scores(rt, T))
+  end)
+
   it("defaults threshold to 128 and refuses one below 1 or not an integer", function()
     local rt = K.pool(1)
     assert.same({ threshold = 128 }, K.params(rt, T))

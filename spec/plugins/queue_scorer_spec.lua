@@ -34,6 +34,11 @@ describe("queue-scorer", function()
     assert.same({ ep1 = 0, ep2 = 1 }, K.scores(rt, "queue-scorer"))
   end)
 
+  it("reads a NaN metric as 0", function()
+    local rt = K.pool(2, { { waiting_queue_size = 0 / 0 }, { waiting_queue_size = 4 } })
+    assert.same({ ep1 = 1, ep2 = 0 }, K.scores(rt, "queue-scorer"))
+  end)
+
   it("handles extremes: one huge queue", function()
     local rt = K.pool(3, { { waiting_queue_size = 0 }, { waiting_queue_size = 1 },
       { waiting_queue_size = 1e6 } })

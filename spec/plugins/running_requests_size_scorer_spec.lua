@@ -29,6 +29,11 @@ describe(T, function()
     assert.same({ ep1 = 1, ep2 = 0 }, K.scores(rt, T))
   end)
 
+  it("reads a NaN metric as 0", function()
+    local rt = K.pool(2, { { running_requests = 0 / 0 }, { running_requests = 2 } })
+    assert.same({ ep1 = 1, ep2 = 0 }, K.scores(rt, T))
+  end)
+
   it("takes no parameters", function()
     local err = K.load_error({ '{"type": "running-requests-size-scorer", "parameters": {"x": 1}}' })
     assert.matches("^spec%.json:3: plugins%[0%]%.parameters%.x: unknown parameter \"x\"", err)

@@ -52,6 +52,11 @@ describe(T, function()
     assert.is_true(admit(rt, { metricsStalenessThreshold = 101000 }))
   end)
 
+  it("counts an endpoint with NaN metrics as saturated", function()
+    local rt = K.pool(2, { fresh({ waiting_queue_size = 0 / 0 }), fresh({ kv_cache_usage = 0 / 0 }) })
+    assert.is_false(admit(rt))
+  end)
+
   it("uses queueDepthThreshold and kvCacheUtilThreshold", function()
     local rt = K.pool(1, { fresh({ waiting_queue_size = 1, kv_cache_usage = 0.5 }) })
     assert.is_true(admit(rt))
