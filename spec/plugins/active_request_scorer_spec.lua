@@ -152,6 +152,35 @@ describe(T, function()
     assert.equal(0, (rt:check_leaks()))
   end)
 
+  it("counts the decode and the prefill endpoint of a P/D request", function()
+    local rt = S.loaded({
+      plugins = { { type = "kit-two-profile-handler" }, { type = "decode-filter" },
+        { type = "prefill-filter" }, { type = T } },
+      schedulingProfiles = {
+        { name = "a", plugins = { { pluginRef = "decode-filter" }, { pluginRef = T } } },
+        { name = "b", plugins = { { pluginRef = "prefill-filter" }, { pluginRef = T } } },
+      },
+    })
+    S.endpoints(rt, 3, { { labels = { ["llm-d.ai/role"] = "prefill" } },
+      { labels = { ["llm-d.ai/role"] = "decode" } }, { labels = { ["llm-d.ai/role"] = "both" } } })
+    local held = {}
+    for i = 1, 3 do
+      local req = assert(rt:begin({ path = "/v1/completions", body = '{"model":"m"}' }))
+      local res = req:schedule()
+      assert.equal(200, res.status)
+      held[i] = req
+    end
+    -- every prefill went to ep1; the decodes spread over ep2 and ep3 by load
+    local c = counts(rt, T)
+    assert.equal(3, c.ep1)
+    assert.equal(3, c.ep2 + c.ep3)
+    assert.is_true(c.ep2 >= 1 and c.ep3 >= 1)
+    for _, req in ipairs(held) do
+      req:finish("cancelled")
+    end
+    assert.same({}, counts(rt, T))
+  end)
+
   it("keeps counting across a hot reload: old requests release into the new instance", function()
     local config = K.config({ { type = "header-based-testing-filter" }, { type = T } },
       { { pluginRef = "header-based-testing-filter" }, { pluginRef = T } })
