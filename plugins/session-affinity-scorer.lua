@@ -14,11 +14,13 @@ local function encode(s)
   local out = {}
   for i = 1, #s, 3 do
     local a, b, c = s:byte(i, i + 2)
-    local n = a * 65536 + (b or 0) * 256 + (c or 0)
-    local q = { math.floor(n / 262144), math.floor(n / 4096) % 64, math.floor(n / 64) % 64, n % 64 }
-    out[#out + 1] = ALPHABET:sub(q[1] + 1, q[1] + 1) .. ALPHABET:sub(q[2] + 1, q[2] + 1)
-      .. (b and ALPHABET:sub(q[3] + 1, q[3] + 1) or "=") .. (c and ALPHABET:sub(q[4] + 1, q[4] + 1)
-      or "=")
+    local n, group = a * 65536 + (b or 0) * 256 + (c or 0), {}
+    for j = 1, 4 do
+      local v = math.floor(n / 64 ^ (4 - j)) % 64
+      group[j] = ALPHABET:sub(v + 1, v + 1)
+    end
+    group[3], group[4] = b and group[3] or "=", c and group[4] or "="
+    out[#out + 1] = table.concat(group)
   end
   return table.concat(out)
 end
