@@ -1,0 +1,31 @@
+-- Picks maxNumOfEndpoints endpoints uniformly at random, ignoring scores
+-- (a partial Fisher-Yates shuffle).
+local random = math.random
+
+return {
+  type = "random-picker",
+  schema = {
+    maxNumOfEndpoints = { type = "integer", default = 1,
+      description = "how many endpoints to return (values ≤ 0 mean 1)" },
+  },
+
+  new = function(params)
+    return { k = math.max(1, params.maxNumOfEndpoints) }
+  end,
+
+  pick = function(self, _, scored)
+    local eps = scored.endpoints
+    local n = #eps
+    local order = {}
+    for i = 1, n do
+      order[i] = i
+    end
+    local out = {}
+    for i = 1, math.min(self.k, n) do
+      local j = random(i, n)
+      order[i], order[j] = order[j], order[i]
+      out[i] = eps[order[i]]
+    end
+    return out
+  end,
+}

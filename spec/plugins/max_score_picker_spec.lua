@@ -1,0 +1,72 @@
+local K = require "plugins.kit"
+local S = require "support"
+
+local T = "max-score-picker"
+
+describe(T, function()
+  it("picks the highest score, one endpoint by default", function()
+    local rt = K.pool(4, nil, { seed = 1 })
+    local out = K.pick_many(rt, T, nil, { 0.5, 2.5, 1, 2.4 }, 50)
+    assert.same({ ["1"] = 50 }, out.sizes)
+    assert.same({ ep2 = 50 }, out.first)
+  end)
+
+  it("ranks maxNumOfEndpoints endpoints best first", function()
+    local rt = K.pool(4, nil, { seed = 1 })
+    local out = K.call(rt, { type = T, params = { maxNumOfEndpoints = 3 }, point = "pick",
+      scores = { 0.5, 2.5, 1, 2.4 } })
+    assert.same({ "ep2", "ep4", "ep3" }, out.picked)
+    out = K.call(rt, { type = T, params = { maxNumOfEndpoints = 9 }, point = "pick",
+      scores = { 0.5, 2.5, 1, 2.4 } })
+    assert.same({ "ep2", "ep4", "ep3", "ep1" }, out.picked)
+  end)
+
+  it("treats maxNumOfEndpoints ≤ 0 as 1", function()
+    local rt = K.pool(3, nil, { seed = 1 })
+    for _, k in ipairs({ 0, -1 }) do
+      local out = K.pick_many(rt, T, { maxNumOfEndpoints = k }, { 0, 1, 0.5 }, 20)
+      assert.same({ ["1"] = 20 }, out.sizes)
+      assert.same({ ep2 = 20 }, out.first)
+    end
+  end)
+
+  it("breaks ties at random, spreading the load over the tied endpoints only", function()
+    local rt = K.pool(4, nil, { seed = 1 })
+    local out = K.pick_many(rt, T, nil, { 1, 0.2, 1, 1 }, 3000)
+    assert.is_nil(out.first.ep2)
+    for _, name in ipairs({ "ep1", "ep3", "ep4" }) do
+      assert.is_true(out.first[name] > 900 and out.first[name] < 1100, name)
+    end
+    -- ranked: the tied endpoints come first in random order, then the rest
+    out = K.pick_many(rt, T, { maxNumOfEndpoints = 2 }, { 1, 0.2, 1, 1 }, 3000)
+    assert.is_nil(out.any.ep2)
+    assert.equal(0, out.dups)
+    for _, name in ipairs({ "ep1", "ep3", "ep4" }) do
+      assert.is_true(out.first[name] > 900 and out.first[name] < 1100, name)
+    end
+  end)
+
+  it("picks none from none", function()
+    local rt = K.pool(1)
+    assert.same({ ["0"] = 2 }, K.pick_many(rt, T, nil, {}, 2, {}).sizes)
+    assert.same({ ["0"] = 2 }, K.pick_many(rt, T, { maxNumOfEndpoints = 3 }, {}, 2, {}).sizes)
+  end)
+
+  it("defaults maxNumOfEndpoints to 1 and refuses a non-integer", function()
+    assert.same({ maxNumOfEndpoints = 1 }, K.params(S.runtime(), T))
+    local err = K.load_error({ '{"type": "max-score-picker", "parameters": {"maxNumOfEndpoints": 0.5}}' })
+    assert.matches("^spec%.json:3: plugins%[0%]%.parameters%.maxNumOfEndpoints: must be an integer,"
+      .. " got 0.5", err)
+  end)
+
+  it("returns the ranking as the request's picks end to end", function()
+    local rt = S.loaded(K.config({ { type = "queue-scorer" },
+      { type = T, parameters = { maxNumOfEndpoints = 2 } } },
+      { { pluginRef = "queue-scorer" }, { pluginRef = T } }))
+    S.endpoints(rt, 3, { { waiting_queue_size = 4 }, { waiting_queue_size = 8 },
+      { waiting_queue_size = 0 } })
+    local names, res = K.picks(rt)
+    assert.equal(200, res.status)
+    assert.same({ "ep3", "ep1" }, names)
+  end)
+end)

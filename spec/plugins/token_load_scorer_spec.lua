@@ -1,0 +1,139 @@
+local K = require "plugins.kit"
+local S = require "support"
+
+local T = "token-load-scorer"
+
+local function runtime(params, picker)
+  local rt = S.loaded(K.config({
+    { type = "header-based-testing-filter" },
+    { type = T, parameters = params },
+    { type = picker or "max-score-picker" },
+  }, { { pluginRef = "header-based-testing-filter" }, { pluginRef = T },
+    { pluginRef = picker or "max-score-picker" } }))
+  S.endpoints(rt, 3)
+  return rt
+end
+
+local function send(rt, target, body, headers)
+  headers = headers or {}
+  headers["test-epp-endpoint-selection"] = target
+  local req = assert(rt:begin({ path = "/v1/completions", headers = headers,
+    body = body or '{"model":"m","prompt":"abcdefghij","max_tokens":7}' })) -- 3 + 7 tokens
+  return req, req:schedule()
+end
+
+local function tokens(rt)
+  return K.instance(rt, T, "self.tokens")
+end
+
+local function scores(rt)
+  local out = K.instance(rt, T, [[
+    local out = {}
+    for i, s in ipairs(self:score(nil, require("lupin.pool").list)) do
+      out[i] = ("%.17g"):format(s)
+    end
+    return out]])
+  for i, v in ipairs(out) do
+    out[i] = tonumber(v)
+  end
+  return out
+end
+
+local function estimate(rt, body)
+  return S.eval(rt, ([[
+    local m = require("lupin.loader").load(%q, "token-load-scorer")
+    local body = require("cjson").decode(%q)
+    local prompt = type(body.prompt) == "string" and body.prompt
+      or body.messages and require("cjson").encode(body.messages) or ""
+    return m.estimate({ body = body, prompt = prompt })
+  ]]):format(S.ROOT .. "/plugins/token-load-scorer.lua", S.json.encode(body)))
+end
+
+describe(T, function()
+  it("estimates ceil(prompt characters / 4) + max_tokens", function()
+    local rt = S.runtime()
+    assert.equal(3 + 7, estimate(rt, { prompt = "abcdefghij", max_tokens = 7 }))
+    assert.equal(1, estimate(rt, { prompt = "abc" }))
+    assert.equal(0, estimate(rt, { prompt = "" }))
+    assert.equal(2 + 5, estimate(rt, { prompt = "abcdefgh", max_completion_tokens = 5 }))
+    assert.equal(2 + 4, estimate(rt, { prompt = "abcdefgh", max_tokens = 4,
+      max_completion_tokens = 50 }))
+    assert.equal(2, estimate(rt, { prompt = "abcdefgh", max_tokens = -3 }))
+    assert.equal(2, estimate(rt, { prompt = "abcdefgh", max_tokens = "9" }))
+    assert.equal(2 + 2, estimate(rt, { prompt = "abcdefgh", max_tokens = 2.9 }))
+    -- chat: the JSON of the messages, [{"role":"user","content":"hi"}] = 32 characters
+    assert.equal(8, estimate(rt, { messages = { { role = "user", content = "hi" } } }))
+  end)
+
+  it("scores 1 - min(1, tokens / queueThresholdTokens)", function()
+    local rt = runtime({ queueThresholdTokens = 40 })
+    local held = {}
+    held[1] = send(rt, "ep1")
+    assert.same({ ep1 = 10 }, tokens(rt))
+    assert.same({ 0.75, 1, 1 }, scores(rt))
+    held[#held + 1] = send(rt, "ep2")
+    held[#held + 1] = send(rt, "ep2")
+    assert.same({ 0.75, 0.5, 1 }, scores(rt))
+    for _ = 1, 4 do
+      held[#held + 1] = send(rt, "ep1") -- 50 tokens: over the threshold
+    end
+    assert.same({ 0, 0.5, 1 }, scores(rt))
+    for _, req in ipairs(held) do
+      req:finish("ok")
+    end
+    assert.same({}, tokens(rt))
+    assert.same({ 1, 1, 1 }, scores(rt))
+    assert.same({}, K.instance(rt, T, "#self:score(nil, {}) == 0 and {} or 'not empty'"))
+  end)
+
+  it("returns to zero after successes, upstream errors, cancels and picker failures", function()
+    local rt = runtime(nil, "kit-failing-picker")
+    local live, ends = {}, { "ok", "upstream_error", "cancelled", "timeout" }
+    local expected = 0
+    for i = 1, 24 do
+      local fail = i % 5 == 0
+      local body = ('{"model":"m","prompt":"%s","max_tokens":%d}'):format(("x"):rep(i), i)
+      local req, res = send(rt, "ep" .. (i % 3 + 1), body, fail and { ["x-kit-fail"] = "1" })
+      assert.equal(fail and 500 or 200, res.status)
+      local n = fail and 0 or math.ceil(i / 4) + i
+      expected = expected + n
+      live[#live + 1] = { req = req, n = n }
+      if i % 3 == 0 then
+        local l = table.remove(live, 1)
+        l.req:finish(ends[(i / 3) % 4 + 1])
+        expected = expected - l.n
+      end
+      local total = 0
+      for _, t in pairs(tokens(rt)) do
+        total = total + t
+      end
+      assert.equal(expected, total)
+    end
+    for i, l in ipairs(live) do
+      l.req:finish(ends[i % 4 + 1])
+    end
+    assert.same({}, tokens(rt))
+    assert.equal(0, (rt:check_leaks()))
+  end)
+
+  it("steers requests away from token-heavy endpoints end to end", function()
+    local rt = S.loaded(K.config({ { type = T, parameters = { queueThresholdTokens = 100 } } },
+      { { pluginRef = T } }))
+    S.endpoints(rt, 2)
+    local big = assert(rt:begin({ path = "/v1/completions",
+      body = '{"model":"m","prompt":"p","max_tokens":50}' }))
+    local first = big:schedule().picks[1].name
+    local names = K.picks(rt)
+    assert.are_not.equal(first, names[1])
+    big:finish("ok")
+  end)
+
+  it("defaults queueThresholdTokens to 4194304 and refuses values below 1", function()
+    assert.same({ queueThresholdTokens = 4194304 }, K.params(S.runtime(), T))
+    local err = K.load_error({ '{"type": "token-load-scorer", "parameters": {"queueThresholdTokens": 0}}' })
+    assert.matches("^spec%.json:3: plugins%[0%]%.parameters%.queueThresholdTokens: must be an "
+      .. "integer ≥ 1, got 0", err)
+    err = K.load_error({ '{"type": "token-load-scorer", "parameters": {"queueThresholdTokens": "x"}}' })
+    assert.matches("plugins%[0%]%.parameters%.queueThresholdTokens: must be an integer", err)
+  end)
+end)
