@@ -15,15 +15,28 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
 
 CORE_SRC  = core/alloc.c core/endpoint.c core/generation.c core/request.c core/runtime.c
 CORE_HDR  = core/lupin.h core/internal.h
+# the gateway host `lupin serve` (DESIGN.md §9)
+GW_SRC    = core/admin.c core/buf.c core/gateway.c core/gwlua.c core/main.c core/prometheus.c \
+            core/proxy.c core/scrape.c core/server.c core/upstream.c
+GW_HDR    = core/gateway.h $(CORE_HDR)
+GW_OBJ    = $(GW_SRC:core/%.c=$(B)/gw/%.o)
 
 B ?= build
 CORE_OBJ  = $(CORE_SRC:core/%.c=$(B)/core/%.o)
 
-all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle
+all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
+     $(B)/lupin
 
 $(B)/core/%.o: core/%.c $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(XCFLAGS) -c $< -o $@
+
+$(B)/gw/%.o: core/%.c $(GW_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(XCFLAGS) -c $< -o $@
+
+$(B)/lupin: $(GW_OBJ) $(B)/liblupin.a
+	$(CC) $(XCFLAGS) -o $@ $(GW_OBJ) $(B)/liblupin.a $(LDLIBS) -lhttp_parser
 
 $(B)/liblupin.a: $(CORE_OBJ)
 	$(AR) rcs $@ $^

@@ -80,6 +80,7 @@ enum lupin_hook {
   LUPIN_HOOK_PLUGIN_STATS,
   LUPIN_HOOK_CHECK_LEAKS,
   LUPIN_HOOK_EVAL,
+  LUPIN_HOOK_GATEWAY, /* the gateway host's JSON work (core/gwlua.c) */
   LUPIN_HOOK_COUNT
 };
 
@@ -128,5 +129,8 @@ int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep);
 int lupin__result_add_header(lupin_request *req, const char *name, const char *value);
 int lupin__client_add_header(lupin_request *req, const char *name, const char *value);
 void lupin__requests_cancel_all(lupin_runtime *rt);
+/* The number of the generation a request is pinned to (the gateway's
+ * /admin/requests shows it). */
+uint64_t lupin__request_generation(const lupin_request *req);
 
 #endif

@@ -111,6 +111,8 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
 
 const char *lupin_request_id(const lupin_request *req) { return req->id; }
 
+uint64_t lupin__request_generation(const lupin_request *req) { return req->gen->number; }
+
 static void *grow(void *a, size_t *cap, size_t n, size_t size) {
   if (n < *cap) return a;
   size_t c = *cap ? *cap * 2 : 4;

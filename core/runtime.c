@@ -29,6 +29,7 @@ static const char *const hook_names[LUPIN_HOOK_COUNT] = {
     "plugin_stats",
     "check_leaks",
     "eval",
+    "gateway",
 };
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};

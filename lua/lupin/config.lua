@@ -7,10 +7,27 @@ local jsonpos = require "lupin.jsonpos"
 local M = {}
 
 local TOP = { apiVersion = true, kind = true, plugins = true, schedulingProfiles = true,
-  featureGates = true, pluginDirs = true }
+  featureGates = true, pluginDirs = true, endpoints = true, gateway = true }
 local PLUGIN = { type = true, name = true, parameters = true }
 local PROFILE = { name = true, plugins = true }
 local REF = { pluginRef = true, weight = true }
+local ENDPOINT = { name = true, address = true, port = true, labels = true }
+
+--- The gateway host's settings (lupin serve): the config's "gateway" section,
+--- a lupin extension.  Every one an integer ≥ its minimum.
+M.GATEWAY = {
+  maxBodyBytes = { default = 16 * 1024 * 1024, min = 1 },
+  maxHeaderBytes = { default = 64 * 1024, min = 256 },
+  headerTimeoutMs = { default = 10000, min = 1 },
+  connectTimeoutMs = { default = 2000, min = 1 },
+  firstByteTimeoutMs = { default = 60000, min = 1 },
+  idleTimeoutMs = { default = 60000, min = 1 },
+  refreshIntervalMs = { default = 50, min = 1 },
+  scrapeTimeoutMs = { default = 1000, min = 1 },
+  metricsStalenessMs = { default = 2000, min = 1 },
+  poolSize = { default = 64, min = 0 },
+  drainTimeoutMs = { default = 30000, min = 1 },
+}
 
 local function sorted_keys(t)
   local list = {}
@@ -194,6 +211,94 @@ local function parse_dirs(E, root, cfg)
   end
 end
 
+local function parse_gateway(E, root, cfg)
+  local g = root.gateway
+  local out = {}
+  for k, spec in pairs(M.GATEWAY) do
+    out[k] = spec.default
+  end
+  cfg.gateway = out
+  if g == nil then
+    return
+  end
+  local err = need(E, "gateway", "object", "gateway")
+    or check_fields(E, g, "gateway", M.GATEWAY, "the gateway section")
+  if err then
+    return err
+  end
+  for k, v in pairs(g) do
+    local spec = M.GATEWAY[k]
+    if type(v) ~= "number" or v ~= math.floor(v) or v < spec.min then
+      return E:at("gateway." .. k, "%s must be an integer ≥ %d, got %s", k, spec.min,
+        cjson.encode(v) or tostring(v))
+    end
+    out[k] = v
+  end
+end
+
+--- Checks a list of endpoints at path ("endpoints" in a config, "" for an
+--- endpoints file).  Returns the list, or nil and an error.
+function M.parse_endpoints(E, list, path)
+  local err = need(E, path, "array", path == "" and "an endpoints file" or "endpoints")
+  if err then
+    return nil, err
+  end
+  local out, names = {}, {}
+  for i, ep in ipairs(list) do
+    local p = ("%s[%d]"):format(path, i - 1)
+    err = need(E, p, "object", "each endpoint") or check_fields(E, ep, p, ENDPOINT, "an endpoint")
+    if err then
+      return nil, err
+    end
+    if type(ep.address) ~= "string" or ep.address == "" then
+      return nil, E:at(p, 'missing "address": the endpoint\'s IP address, e.g. "127.0.0.1"')
+    end
+    local port = ep.port
+    if type(port) ~= "number" or port ~= math.floor(port) or port < 1 or port > 65535 then
+      return nil, E:at(p .. ".port", "port must be an integer from 1 to 65535, got %s",
+        cjson.encode(port) or tostring(port))
+    end
+    if ep.name ~= nil and (type(ep.name) ~= "string" or ep.name == "") then
+      return nil, E:at(p .. ".name", "name must be a non-empty string")
+    end
+    local name = ep.name or ("%s:%d"):format(ep.address, port)
+    if names[name] then
+      return nil, E:at(p, "duplicate endpoint %q (also %s)", name, names[name])
+    end
+    names[name] = p
+    local labels = {}
+    if ep.labels ~= nil then
+      err = need(E, p .. ".labels", "object", "labels")
+      if err then
+        return nil, err
+      end
+      for k, v in pairs(ep.labels) do
+        if type(v) ~= "string" then
+          return nil, E:at(p .. ".labels." .. k, "label values must be strings")
+        end
+        labels[k] = v
+      end
+    end
+    out[#out + 1] = { name = name, address = ep.address, port = port, labels = labels }
+  end
+  return out
+end
+
+--- Reads an endpoints file: a JSON list of {name, address, port, labels}.
+function M.endpoints_file(path)
+  local text, err = read(path)
+  if not text then
+    return nil, err
+  end
+  local root, jerr = cjson.decode(text)
+  if root == nil then
+    local offset = tonumber(tostring(jerr):match("character (%d+)")) or 1
+    return nil, ("%s:%d: invalid JSON: %s"):format(path, jsonpos.line_of_offset(text, offset),
+      tostring(jerr))
+  end
+  return M.parse_endpoints(M.errors(path, jsonpos.index(text)), root, "")
+end
+
 --- Parses and checks a config.  text nil: read the file named by source.
 ---@return table? cfg, string? err
 function M.parse(text, source)
@@ -222,7 +327,10 @@ function M.parse(text, source)
     err = E:at("kind", 'kind must be "EndpointPickerConfig", got %s', cjson.encode(root.kind))
   end
   err = err or parse_dirs(E, root, cfg) or parse_plugins(E, root, cfg)
-    or parse_profiles(E, root, cfg)
+    or parse_profiles(E, root, cfg) or parse_gateway(E, root, cfg)
+  if not err and root.endpoints ~= nil then
+    cfg.endpoints, err = M.parse_endpoints(E, root.endpoints, "endpoints")
+  end
   if err then
     return nil, err
   end

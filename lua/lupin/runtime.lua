@@ -4,6 +4,7 @@ local capi = require "lupin.capi"
 local cjson = require "cjson"
 local config = require "lupin.config"
 local engine = require "lupin.engine"
+local gateway = require "lupin.gateway"
 local generation = require "lupin.generation"
 local leaks = require "lupin.leaks"
 local loader = require "lupin.loader"
@@ -45,6 +46,7 @@ function M.init(ud, opts)
     if not gen then
       return nil, err
     end
+    gen.gateway, gen.endpoints = cfg.gateway, cfg.endpoints
     live[gen], M.current = true, gen
     return gen
   end
@@ -74,6 +76,15 @@ function M.init(ud, opts)
 
   function hooks.check_leaks()
     return leaks.check(live)
+  end
+
+  --- The gateway host's requests (core/gwlua.c): op names a function of
+  --- lupin.gateway; settings and endpoints read the current generation.
+  function hooks.gateway(op, a, b)
+    if op == "settings" or op == "endpoints" then
+      return gateway[op](M.current)
+    end
+    return gateway[op](a, b)
   end
 
   function hooks.eval(code)

@@ -1,0 +1,208 @@
+/* The admin listener (loopback by default, optional bearer token):
+ *   GET  /metrics          Prometheus text
+ *   GET  /healthz          the process answers
+ *   GET  /readyz           200 when an endpoint has fresh metrics
+ *   GET  /admin/endpoints  the pool with its metrics, JSON
+ *   GET  /admin/requests   requests in flight with age and generation, JSON
+ *   POST /admin/reload     re-reads the config */
+#include "gateway.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static void reply(gw_conn *c, int status, const char *type, const gw_buf *b) {
+  lupin_header h = {"content-type", type};
+  gw_conn_respond(c, status, &h, 1, b->data ? b->data : "", b->len);
+}
+
+/* --- /metrics ------------------------------------------------------------ */
+
+static void plugin_stat(void *ud, const lupin_plugin_stat *s) {
+  gw_buf *b = ud;
+  gw_buf_printf(b, "lupin_plugin_calls_total{plugin=\"%s\",type=\"%s\",point=\"%s\"} %llu\n",
+                s->plugin, s->type, s->point, (unsigned long long)s->calls);
+  gw_buf_printf(b, "lupin_plugin_errors_total{plugin=\"%s\",type=\"%s\",point=\"%s\"} %llu\n",
+                s->plugin, s->type, s->point, (unsigned long long)s->errors);
+  gw_buf_printf(b,
+                "lupin_plugin_seconds_total{plugin=\"%s\",type=\"%s\",point=\"%s\"} %.9f\n",
+                s->plugin, s->type, s->point, (double)s->nanoseconds / 1e9);
+}
+
+static void metrics_requests(lupin_gateway *gw, gw_buf *b) {
+  gw_stats *s = &gw->stats;
+  gw_buf_printf(b, "# TYPE lupin_requests_total counter\n");
+  for (int i = 100; i < 600; i++)
+    if (s->by_status[i]) gw_buf_printf(b, "lupin_requests_total{status=\"%d\"} %llu\n", i,
+                                      (unsigned long long)s->by_status[i]);
+  gw_buf_printf(b, "# TYPE lupin_request_outcomes_total counter\n");
+  for (int o = LUPIN_OK; o <= LUPIN_TIMEOUT; o++)
+    gw_buf_printf(b, "lupin_request_outcomes_total{outcome=\"%s\"} %llu\n", lupin_outcome_name(o),
+                  (unsigned long long)s->by_outcome[o]);
+  gw_buf_printf(b, "# TYPE lupin_scheduling_seconds histogram\n");
+  uint64_t cum = 0;
+  for (int i = 0; i < GW_SCHED_BUCKETS; i++) {
+    cum += s->sched_buckets[i];
+    gw_buf_printf(b, "lupin_scheduling_seconds_bucket{le=\"%g\"} %llu\n", gw_sched_bounds[i],
+                  (unsigned long long)cum);
+  }
+  gw_buf_printf(b, "lupin_scheduling_seconds_bucket{le=\"+Inf\"} %llu\n",
+                (unsigned long long)s->sched_count);
+  gw_buf_printf(b, "lupin_scheduling_seconds_sum %.9f\nlupin_scheduling_seconds_count %llu\n",
+                s->sched_sum, (unsigned long long)s->sched_count);
+}
+
+static void metrics_endpoints(lupin_gateway *gw, gw_buf *b) {
+  static const char *const names[] = {"waiting_queue_size", "running_requests", "kv_cache_usage",
+                                      "max_lora"};
+  double now = lupin_now();
+  for (int k = 0; k < 4; k++) {
+    gw_buf_printf(b, "# TYPE lupin_endpoint_%s gauge\n", names[k]);
+    for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next) {
+      const lupin_metrics *m = &ep->metrics;
+      double v[] = {m->waiting_queue_size, m->running_requests, m->kv_cache_usage, m->max_lora};
+      gw_buf_printf(b, "lupin_endpoint_%s{endpoint=\"%s\"} %g\n", names[k], ep->name, v[k]);
+    }
+  }
+  gw_buf_printf(b, "# TYPE lupin_endpoint_scrape_age_seconds gauge\n");
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    gw_buf_printf(b, "lupin_endpoint_scrape_age_seconds{endpoint=\"%s\"} %g\n", ep->name,
+                  ep->scraped_at ? now - ep->scraped_at : -1);
+  gw_buf_printf(b, "# TYPE lupin_endpoint_scrape_errors_total counter\n");
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    gw_buf_printf(b, "lupin_endpoint_scrape_errors_total{endpoint=\"%s\"} %llu\n", ep->name,
+                  (unsigned long long)ep->scrape_errors);
+}
+
+static void metrics(lupin_gateway *gw, gw_conn *c) {
+  gw_buf b = {0};
+  metrics_requests(gw, &b);
+  gw_buf_printf(&b, "# TYPE lupin_plugin_calls_total counter\n"
+                    "# TYPE lupin_plugin_errors_total counter\n"
+                    "# TYPE lupin_plugin_seconds_total counter\n");
+  lupin_runtime_plugin_stats(gw->rt, plugin_stat, &b);
+  metrics_endpoints(gw, &b);
+  lupin_stats st;
+  lupin_runtime_stats(gw->rt, &st);
+  gw_buf_printf(&b,
+                "# TYPE lupin_live_requests gauge\nlupin_live_requests %llu\n"
+                "# TYPE lupin_live_request_tables gauge\nlupin_live_request_tables %llu\n"
+                "# TYPE lupin_lua_memory_bytes gauge\nlupin_lua_memory_bytes %llu\n"
+                "# TYPE lupin_lua_memory_peak_bytes gauge\nlupin_lua_memory_peak_bytes %llu\n"
+                "# TYPE lupin_generation gauge\nlupin_generation %llu\n"
+                "# TYPE lupin_generations_alive gauge\nlupin_generations_alive %llu\n"
+                "# TYPE lupin_endpoints gauge\nlupin_endpoints %zu\n",
+                (unsigned long long)st.live_requests, (unsigned long long)st.live_request_tables,
+                (unsigned long long)st.lua_memory, (unsigned long long)st.lua_memory_peak,
+                (unsigned long long)st.generation, (unsigned long long)st.generations_alive,
+                gw->n_endpoints);
+  reply(c, 200, "text/plain; version=0.0.4", &b);
+  gw_buf_free(&b);
+}
+
+/* --- JSON views ---------------------------------------------------------- */
+
+static void endpoints(lupin_gateway *gw, gw_conn *c) {
+  gw_buf b = {0};
+  double now = lupin_now(), stale = (double)gw->set.metrics_staleness_ms / 1000;
+  gw_buf_printf(&b, "{\"endpoints\":[");
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next) {
+    const lupin_metrics *m = &ep->metrics;
+    gw_buf_printf(&b, "%s{\"name\":", ep == gw->endpoints ? "" : ",");
+    gw_buf_json(&b, ep->name);
+    gw_buf_printf(&b, ",\"address\":");
+    gw_buf_json(&b, ep->address);
+    gw_buf_printf(&b,
+                  ",\"port\":%d,\"fresh\":%s,\"scrape_age_seconds\":%g,\"scrapes\":%llu,"
+                  "\"scrape_errors\":%llu,\"idle_connections\":%zu,\"metrics\":{"
+                  "\"waiting_queue_size\":%g,\"running_requests\":%g,\"kv_cache_usage\":%g,"
+                  "\"max_lora\":%g,\"cache_block_size\":%g,\"num_blocks\":%g,"
+                  "\"running_lora_adapters\":",
+                  ep->port, ep->scraped_at && now - ep->scraped_at <= stale ? "true" : "false",
+                  ep->scraped_at ? now - ep->scraped_at : -1, (unsigned long long)ep->scrapes,
+                  (unsigned long long)ep->scrape_errors, ep->n_idle, m->waiting_queue_size,
+                  m->running_requests, m->kv_cache_usage, m->max_lora, m->cache_block_size,
+                  m->num_blocks);
+    gw_buf_json(&b, ep->running_lora);
+    gw_buf_printf(&b, ",\"waiting_lora_adapters\":");
+    gw_buf_json(&b, ep->waiting_lora);
+    gw_buf_printf(&b, "}}");
+  }
+  gw_buf_printf(&b, "]}\n");
+  reply(c, 200, "application/json", &b);
+  gw_buf_free(&b);
+}
+
+static void requests(lupin_gateway *gw, gw_conn *c) {
+  gw_buf b = {0};
+  double now = lupin_now();
+  gw_buf_printf(&b, "{\"requests\":[");
+  for (gw_exchange *x = gw->exchanges; x; x = x->next) {
+    gw_buf_printf(&b, "%s{\"id\":", x == gw->exchanges ? "" : ",");
+    gw_buf_json(&b, lupin_request_id(x->req));
+    gw_buf_printf(&b, ",\"model\":");
+    gw_buf_json(&b, x->model);
+    gw_buf_printf(&b, ",\"path\":");
+    gw_buf_json(&b, x->path);
+    gw_buf_printf(&b, ",\"endpoint\":");
+    gw_buf_json(&b, x->ep ? x->ep->hostport : "");
+    gw_buf_printf(&b, ",\"stream\":%s,\"age_seconds\":%.3f,\"generation\":%llu}",
+                  x->stream ? "true" : "false", now - x->started,
+                  (unsigned long long)lupin__request_generation(x->req));
+  }
+  gw_buf_printf(&b, "]}\n");
+  reply(c, 200, "application/json", &b);
+  gw_buf_free(&b);
+}
+
+static void text(gw_conn *c, int status, const char *msg) {
+  gw_buf b = {0};
+  gw_buf_printf(&b, "%s\n", msg);
+  reply(c, status, "text/plain", &b);
+  gw_buf_free(&b);
+}
+
+static int authorized(lupin_gateway *gw, gw_http_request *req) {
+  const char *token = gw->opts.admin_token;
+  if (!token || !*token) return 1;
+  const char *auth = gw_headers_get(&req->headers, "authorization");
+  return auth && !strncasecmp(auth, "Bearer ", 7) && !strcmp(auth + 7, token);
+}
+
+void gw_admin_handle(void *ud, gw_conn *c, gw_http_request *req) {
+  lupin_gateway *gw = ud;
+  char path[256];
+  snprintf(path, sizeof path, "%s", req->url);
+  path[strcspn(path, "?")] = 0;
+  if (!authorized(gw, req)) {
+    lupin_header h = {"www-authenticate", "Bearer"};
+    gw_conn_error(c, 401, "missing or wrong admin token: send Authorization: Bearer <token>",
+                  NULL, &h, 1);
+  } else if (!strcmp(path, "/admin/reload")) {
+    char err[1024];
+    if (req->method != HTTP_POST)
+      gw_conn_error(c, 405, "method not allowed: use POST", NULL, NULL, 0);
+    else if (gw_reload(gw, err, sizeof err))
+      gw_conn_error(c, 400, err, NULL, NULL, 0);
+    else
+      text(c, 200, "reloaded");
+  } else if (req->method != HTTP_GET) {
+    gw_conn_error(c, 405, "method not allowed: use GET", NULL, NULL, 0);
+  } else if (!strcmp(path, "/metrics")) {
+    metrics(gw, c);
+  } else if (!strcmp(path, "/healthz")) {
+    text(c, 200, "ok");
+  } else if (!strcmp(path, "/readyz")) {
+    size_t n = gw_fresh_endpoints(gw);
+    text(c, n ? 200 : 503, n ? "ready" : "not ready: no endpoint has fresh metrics");
+  } else if (!strcmp(path, "/admin/endpoints")) {
+    endpoints(gw, c);
+  } else if (!strcmp(path, "/admin/requests")) {
+    requests(gw, c);
+  } else {
+    gw_conn_error(c, 404,
+                  "unknown admin route: GET /metrics, /healthz, /readyz, /admin/endpoints, "
+                  "/admin/requests; POST /admin/reload",
+                  NULL, NULL, 0);
+  }
+}

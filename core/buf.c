@@ -1,0 +1,123 @@
+/* Growable byte buffers and header lists: the gateway's two containers. */
+#include "gateway.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static int reserve(gw_buf *b, size_t more) {
+  if (b->len + more + 1 <= b->cap) return 0;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < b->len + more + 1)
+    cap *= 2;
+  char *d = realloc(b->data, cap);
+  if (!d) return -1;
+  b->data = d;
+  b->cap = cap;
+  return 0;
+}
+
+/* Keeps a NUL after the data so texts can be read as C strings. */
+int gw_buf_append(gw_buf *b, const char *data, size_t len) {
+  if (reserve(b, len)) return -1;
+  if (len) memcpy(b->data + b->len, data, len);
+  b->len += len;
+  b->data[b->len] = 0;
+  return 0;
+}
+
+int gw_buf_printf(gw_buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0 || reserve(b, (size_t)n)) return -1;
+  va_start(ap, fmt);
+  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+  return 0;
+}
+
+int gw_buf_json(gw_buf *b, const char *s) {
+  if (gw_buf_append(b, "\"", 1)) return -1;
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+    int rc;
+    if (*p == '"' || *p == '\\')
+      rc = gw_buf_printf(b, "\\%c", *p);
+    else if (*p == '\n')
+      rc = gw_buf_append(b, "\\n", 2);
+    else if (*p < 0x20)
+      rc = gw_buf_printf(b, "\\u%04x", *p);
+    else
+      rc = gw_buf_append(b, (const char *)p, 1);
+    if (rc) return -1;
+  }
+  return gw_buf_append(b, "\"", 1);
+}
+
+void gw_buf_free(gw_buf *b) {
+  free(b->data);
+  *b = (gw_buf){0};
+}
+
+int gw_headers_add(gw_headers *h, const char *name, size_t nlen, const char *value, size_t vlen) {
+  if (h->n == h->cap) {
+    size_t cap = h->cap ? h->cap * 2 : 16;
+    lupin_header *v = realloc(h->v, cap * sizeof *v);
+    if (!v) return -1;
+    h->v = v;
+    h->cap = cap;
+  }
+  char *n = strndup(name, nlen), *v = strndup(value, vlen);
+  if (!n || !v) {
+    free(n);
+    free(v);
+    return -1;
+  }
+  h->v[h->n++] = (lupin_header){n, v};
+  return 0;
+}
+
+static int extend(const char **s, const char *data, size_t len) {
+  size_t old = strlen(*s);
+  char *d = realloc((char *)*s, old + len + 1);
+  if (!d) return -1;
+  memcpy(d + old, data, len);
+  d[old + len] = 0;
+  *s = d;
+  return 0;
+}
+
+int gw_headers_extend(gw_headers *h, int value, const char *data, size_t len) {
+  if (!h->n) return -1;
+  lupin_header *last = &h->v[h->n - 1];
+  return extend(value ? &last->value : &last->name, data, len);
+}
+
+const char *gw_headers_get(const gw_headers *h, const char *name) {
+  for (size_t i = 0; i < h->n; i++)
+    if (!strcasecmp(h->v[i].name, name)) return h->v[i].value;
+  return NULL;
+}
+
+void gw_headers_free(gw_headers *h) {
+  for (size_t i = 0; i < h->n; i++) {
+    free((char *)h->v[i].name);
+    free((char *)h->v[i].value);
+  }
+  free(h->v);
+  *h = (gw_headers){0};
+}
+
+int gw_hop_by_hop(const char *name) {
+  static const char *const hop[] = {"connection", "keep-alive",        "proxy-connection",
+                                    "te",         "transfer-encoding", "upgrade",
+                                    "trailer",    "content-length",    "host",
+                                    "expect"};
+  for (size_t i = 0; i < sizeof hop / sizeof *hop; i++)
+    if (!strcasecmp(name, hop[i])) return 1;
+  return 0;
+}

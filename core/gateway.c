@@ -1,0 +1,301 @@
+/* The gateway object: opens the runtime and the listeners, keeps the
+ * endpoints in step with the config or the endpoints file (watched), turns
+ * SIGTERM/SIGINT into a drain and SIGHUP into a reload, and closes everything
+ * in order so the loop ends by itself. */
+#include "gateway.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const double gw_sched_bounds[GW_SCHED_BUCKETS] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+                                                  0.005,   0.01,   0.025,   0.05,   0.1,   0.5};
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+void gw_log(lupin_gateway *gw, int level, const char *fmt, ...) {
+  if (level > gw->opts.log_level) return;
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "lupin [%s] %s\n", level_names[level & 3], msg);
+}
+
+static void runtime_log(void *ud, int level, const char *msg) { gw_log(ud, level, "%s", msg); }
+
+/* --- endpoints ----------------------------------------------------------- */
+
+void gw_endpoint_ref(gw_endpoint *ep) { ep->refs++; }
+
+void gw_endpoint_unref(gw_endpoint *ep) {
+  if (--ep->refs) return;
+  free(ep->name);
+  free(ep->address);
+  free(ep->running_lora);
+  free(ep->waiting_lora);
+  gw_buf_free(&ep->scrape_body);
+  free(ep);
+}
+
+gw_endpoint *gw_endpoint_find(lupin_gateway *gw, const char *name) {
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    if (!strcmp(ep->name, name)) return ep;
+  return NULL;
+}
+
+static void endpoint_remove(lupin_gateway *gw, gw_endpoint *ep) {
+  for (gw_endpoint **p = &gw->endpoints; *p; p = &(*p)->next)
+    if (*p == ep) {
+      *p = ep->next;
+      break;
+    }
+  gw->n_endpoints--;
+  ep->removed = 1;
+  lupin_endpoint_remove(gw->rt, ep->name);
+  gw_scrape_stop(ep);
+  gw_pool_clear(ep);
+  gw_log(gw, LUPIN_LOG_INFO, "endpoint %s (%s) removed", ep->name, ep->hostport);
+  gw_endpoint_unref(ep);
+}
+
+static gw_endpoint *endpoint_new(lupin_gateway *gw, const lupin_endpoint_desc *d) {
+  gw_endpoint *ep = calloc(1, sizeof *ep);
+  if (!ep) return NULL;
+  ep->gw = gw;
+  ep->refs = 1;
+  ep->name = strdup(d->name);
+  ep->address = strdup(d->address);
+  ep->port = d->port;
+  snprintf(ep->hostport, sizeof ep->hostport, strchr(d->address, ':') ? "[%s]:%d" : "%s:%d",
+           d->address, d->port);
+  if (uv_ip4_addr(d->address, d->port, (struct sockaddr_in *)&ep->addr) &&
+      uv_ip6_addr(d->address, d->port, (struct sockaddr_in6 *)&ep->addr)) {
+    ep->addr.ss_family = 0; /* connects fail with a message naming why */
+    gw_log(gw, LUPIN_LOG_WARN, "endpoint %s: %s is not an IP address", d->name, d->address);
+  }
+  ep->next = gw->endpoints;
+  gw->endpoints = ep;
+  gw->n_endpoints++;
+  return ep;
+}
+
+/* Adds or updates one endpoint of a fresh list (marks it seen). */
+static void endpoint_sync(void *ud, const lupin_endpoint_desc *d) {
+  lupin_gateway *gw = ud;
+  gw_endpoint *ep = gw_endpoint_find(gw, d->name);
+  if (ep && (strcmp(ep->address, d->address) || ep->port != d->port)) {
+    endpoint_remove(gw, ep); /* moved: a new pool and fresh metrics */
+    ep = NULL;
+  }
+  int added = !ep;
+  if (!ep && !(ep = endpoint_new(gw, d))) return;
+  ep->seen = 1;
+  char err[256];
+  if (lupin_endpoint_upsert(gw->rt, d, err, sizeof err)) {
+    gw_log(gw, LUPIN_LOG_ERROR, "endpoint %s: %s", d->name, err);
+    return;
+  }
+  if (added) {
+    gw_log(gw, LUPIN_LOG_INFO, "endpoint %s (%s) added", ep->name, ep->hostport);
+    if (!gw->draining) gw_scrape_start(ep);
+  }
+}
+
+/* Makes the endpoints those of the config or of the endpoints file. */
+static int endpoints_load(lupin_gateway *gw, char *err, size_t errlen) {
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    ep->seen = 0;
+  if (gw_lua_endpoints(gw->rt, gw->opts.endpoints_file, endpoint_sync, gw, err, errlen))
+    return -1;
+  for (gw_endpoint *ep = gw->endpoints, *next; ep; ep = next) {
+    next = ep->next;
+    if (!ep->seen) endpoint_remove(gw, ep);
+  }
+  return 0;
+}
+
+size_t gw_fresh_endpoints(lupin_gateway *gw) {
+  double now = lupin_now(), limit = (double)gw->set.metrics_staleness_ms / 1000;
+  size_t n = 0;
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    if (ep->scraped_at > 0 && now - ep->scraped_at <= limit) n++;
+  return n;
+}
+
+/* --- the endpoints file -------------------------------------------------- */
+
+static void reread(uv_timer_t *t) {
+  lupin_gateway *gw = t->data;
+  char err[1024];
+  if (endpoints_load(gw, err, sizeof err))
+    gw_log(gw, LUPIN_LOG_ERROR, "endpoints file not applied, the current endpoints stay: %s", err);
+  else
+    gw_log(gw, LUPIN_LOG_INFO, "endpoints file re-read: %zu endpoints", gw->n_endpoints);
+}
+
+/* Editors replace files rather than write them: the directory is watched,
+ * and a burst of events becomes one re-read. */
+static void on_fs_event(uv_fs_event_t *h, const char *file, int events, int status) {
+  (void)events;
+  lupin_gateway *gw = h->data;
+  const char *base = strrchr(gw->opts.endpoints_file, '/');
+  base = base ? base + 1 : gw->opts.endpoints_file;
+  if (status < 0 || (file && strcmp(file, base))) return;
+  uv_timer_start(gw->rewatch, reread, 20, 0);
+}
+
+static int watch_file(lupin_gateway *gw, char *err, size_t errlen) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", gw->opts.endpoints_file);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    *slash = 0;
+  else
+    snprintf(dir, sizeof dir, ".");
+  gw->watch = malloc(sizeof *gw->watch);
+  gw->rewatch = malloc(sizeof *gw->rewatch);
+  uv_fs_event_init(gw->loop, gw->watch);
+  uv_timer_init(gw->loop, gw->rewatch);
+  gw->watch->data = gw->rewatch->data = gw;
+  int rc = uv_fs_event_start(gw->watch, on_fs_event, dir, 0);
+  if (rc) lupin__errf(err, errlen, "cannot watch %s: %s", dir, uv_strerror(rc));
+  return rc ? -1 : 0;
+}
+
+/* --- reload, drain, shutdown --------------------------------------------- */
+
+int gw_reload(lupin_gateway *gw, char *err, size_t errlen) {
+  if (lupin_runtime_reload(gw->rt, err, errlen)) {
+    gw_log(gw, LUPIN_LOG_ERROR, "reload failed, the current config keeps serving: %s", err);
+    return -1;
+  }
+  gw_log(gw, LUPIN_LOG_INFO, "config reloaded");
+  if (!gw->opts.endpoints_file && endpoints_load(gw, err, errlen)) return -1;
+  return 0;
+}
+
+static void close_free(uv_handle_t *h) { free(h); }
+
+static void close_handle(void *h) {
+  if (h && !uv_is_closing(h)) uv_close(h, close_free);
+}
+
+/* Everything in flight is done: close what is left; the loop then ends. */
+static void shutdown_all(lupin_gateway *gw) {
+  if (gw->draining == 2) return;
+  gw->draining = 2;
+  if (gw->admin) gw_server_close(gw->admin);
+  while (gw->endpoints)
+    endpoint_remove(gw, gw->endpoints);
+  close_handle(gw->sigterm);
+  close_handle(gw->sigint);
+  close_handle(gw->sighup);
+  close_handle(gw->drain_timer);
+  close_handle(gw->watch);
+  close_handle(gw->rewatch);
+  gw->sigterm = gw->sigint = gw->sighup = NULL;
+  gw->drain_timer = gw->rewatch = NULL;
+  gw->watch = NULL;
+  gw_log(gw, LUPIN_LOG_INFO, "drained, exiting");
+}
+
+void gw_check_drained(lupin_gateway *gw) {
+  if (gw->draining == 1 && !gw->n_exchanges && !gw_server_connections(gw->server))
+    shutdown_all(gw);
+}
+
+static void on_drain_timeout(uv_timer_t *t) {
+  lupin_gateway *gw = t->data;
+  gw_log(gw, LUPIN_LOG_WARN, "drainTimeoutMs passed with %zu requests in flight: exiting",
+         gw->n_exchanges);
+  gw->exit_code = 1;
+  uv_stop(gw->loop);
+}
+
+static void drain(lupin_gateway *gw, const char *why) {
+  if (gw->draining) return;
+  gw->draining = 1;
+  gw_log(gw, LUPIN_LOG_INFO, "%s: draining %zu requests in flight", why, gw->n_exchanges);
+  gw_server_close(gw->server);
+  gw->drain_timer = malloc(sizeof *gw->drain_timer);
+  uv_timer_init(gw->loop, gw->drain_timer);
+  gw->drain_timer->data = gw;
+  uv_timer_start(gw->drain_timer, on_drain_timeout, gw->set.drain_timeout_ms, 0);
+  uv_unref((uv_handle_t *)gw->drain_timer);
+  gw_check_drained(gw);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  lupin_gateway *gw = h->data;
+  if (signum == SIGHUP) {
+    char err[1024];
+    gw_reload(gw, err, sizeof err);
+    return;
+  }
+  drain(gw, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static uv_signal_t *watch_signal(lupin_gateway *gw, int signum) {
+  uv_signal_t *s = malloc(sizeof *s);
+  uv_signal_init(gw->loop, s);
+  s->data = gw;
+  uv_signal_start(s, on_signal, signum);
+  return s;
+}
+
+/* --- open and run -------------------------------------------------------- */
+
+static int open_runtime(lupin_gateway *gw, char *err, size_t errlen) {
+  lupin_options o = {.log = runtime_log, .log_ud = gw, .log_level = gw->opts.log_level};
+  gw->rt = lupin_runtime_new(&o, err, errlen);
+  if (!gw->rt) return -1;
+  if (lupin_runtime_load(gw->rt, gw->opts.config, err, errlen)) return -1;
+  return gw_lua_settings(gw->rt, &gw->set, err, errlen);
+}
+
+int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
+  memset(gw, 0, sizeof *gw);
+  gw->opts = *o;
+  gw->loop = malloc(sizeof *gw->loop);
+  if (!gw->loop || uv_loop_init(gw->loop)) {
+    lupin__errf(err, errlen, "cannot create the event loop");
+    return -1;
+  }
+  if (open_runtime(gw, err, errlen)) return -1;
+  if (endpoints_load(gw, err, errlen)) return -1;
+  if (gw->opts.endpoints_file && watch_file(gw, err, errlen)) return -1;
+  gw->server = gw_server_listen(gw, o->listen, gw_proxy_handle, gw, err, errlen);
+  if (!gw->server) return -1;
+  gw->admin = gw_server_listen(gw, o->admin, gw_admin_handle, gw, err, errlen);
+  if (!gw->admin) return -1;
+  gw->sigterm = watch_signal(gw, SIGTERM);
+  gw->sigint = watch_signal(gw, SIGINT);
+  gw->sighup = watch_signal(gw, SIGHUP);
+  char a[96] = "?", b[96] = "?";
+  gw_server_address(gw->server, a, sizeof a);
+  gw_server_address(gw->admin, b, sizeof b);
+  gw_log(gw, LUPIN_LOG_INFO, "serving on http://%s (admin http://%s), %zu endpoints", a, b,
+         gw->n_endpoints);
+  /* the start-up line on stdout, whatever the log level: scripts wait for it */
+  printf("lupin serve: listening on http://%s admin http://%s\n", a, b);
+  fflush(stdout);
+  return 0;
+}
+
+/* Runs until drained; closes the rest.  Returns the exit code. */
+int gw_run(lupin_gateway *gw) {
+  if (gw->loop && gw->server) uv_run(gw->loop, UV_RUN_DEFAULT);
+  if (gw->draining != 2) shutdown_all(gw); /* a failed open or a drain timeout */
+  if (gw->server) gw_server_close(gw->server);
+  uv_run(gw->loop, UV_RUN_DEFAULT); /* the close callbacks */
+  if (gw->rt) lupin_runtime_free(gw->rt);
+  gw_server_free(gw->server);
+  gw_server_free(gw->admin);
+  if (gw->loop) {
+    uv_loop_close(gw->loop);
+    free(gw->loop);
+  }
+  return gw->exit_code;
+}

@@ -1,0 +1,274 @@
+/* gateway.h -- the gateway host `lupin serve` (DESIGN.md §9): the types its
+ * files share.  Internal to the `lupin` binary, which is part of the core and
+ * so may use internal.h (the Lua state for JSON work, request internals).
+ *
+ * One gateway object owns everything: the runtime, the loop's handles, the
+ * endpoints and their upstream pools, the listeners, the stats.  There is no
+ * global mutable state.  Everything runs on one libuv loop, one thread. */
+#ifndef LUPIN_GATEWAY_H
+#define LUPIN_GATEWAY_H
+
+#include "internal.h"
+
+#include <http_parser.h>
+#include <uv.h>
+
+typedef struct lupin_gateway lupin_gateway;
+typedef struct gw_endpoint gw_endpoint;
+typedef struct gw_server gw_server;
+typedef struct gw_conn gw_conn;
+typedef struct gw_upstream gw_upstream;
+typedef struct gw_uconn gw_uconn;
+typedef struct gw_exchange gw_exchange;
+
+/* --- small buffers and header lists (buf.c) ------------------------------ */
+
+typedef struct gw_buf {
+  char *data;
+  size_t len, cap;
+} gw_buf;
+
+int gw_buf_append(gw_buf *b, const char *data, size_t len);
+int gw_buf_printf(gw_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends s as a JSON string, quotes included. */
+int gw_buf_json(gw_buf *b, const char *s);
+void gw_buf_free(gw_buf *b);
+
+/* Owned name/value copies; names as received. */
+typedef struct gw_headers {
+  lupin_header *v;
+  size_t n, cap;
+} gw_headers;
+
+int gw_headers_add(gw_headers *h, const char *name, size_t nlen, const char *value, size_t vlen);
+/* Appends to the value of the last header (parsers deliver values in pieces). */
+int gw_headers_extend(gw_headers *h, int value, const char *data, size_t len);
+const char *gw_headers_get(const gw_headers *h, const char *name);
+void gw_headers_free(gw_headers *h);
+/* RFC 7230 §6.1: headers that describe one connection, never forwarded. */
+int gw_hop_by_hop(const char *name);
+
+/* --- settings (the config's "gateway" section, lua/lupin/config.lua) ------ */
+
+typedef struct gw_settings {
+  uint64_t max_body_bytes, max_header_bytes;
+  uint64_t header_timeout_ms, connect_timeout_ms, first_byte_timeout_ms, idle_timeout_ms;
+  uint64_t refresh_interval_ms, scrape_timeout_ms, metrics_staleness_ms;
+  uint64_t pool_size, drain_timeout_ms;
+} gw_settings;
+
+/* --- the Lua side's JSON work (gwlua.c) ---------------------------------- */
+
+int gw_lua_settings(lupin_runtime *rt, gw_settings *out, char *err, size_t errlen);
+/* The endpoints of the config (file NULL) or of an endpoints file; fn is
+ * called for each.  Returns -1 with err on a bad file. */
+typedef void (*gw_endpoint_fn)(void *ud, const lupin_endpoint_desc *d);
+int gw_lua_endpoints(lupin_runtime *rt, const char *file, gw_endpoint_fn fn, void *ud, char *err,
+                     size_t errlen);
+/* Checks a request body: 0 with the model (malloc'd) and stream flag, or -1
+ * with a message and the offending parameter (or ""). */
+int gw_lua_validate(lupin_runtime *rt, const char *path, const char *body, size_t len,
+                    char **model, int *stream, char *msg, size_t msglen, char *param,
+                    size_t paramlen);
+/* Merges /v1/models bodies; returns a malloc'd JSON text. */
+char *gw_lua_models(lupin_runtime *rt, const gw_buf *bodies, size_t n);
+
+/* --- endpoints: the gateway's view, its upstream pool, its scrape ---------- */
+
+struct gw_endpoint {
+  lupin_gateway *gw;
+  char *name, *address;
+  int port;
+  char hostport[80];
+  struct sockaddr_storage addr;
+  int refs;    /* the registry's one, plus one per upstream exchange */
+  int removed; /* gone from the registry; freed at its last ref */
+  int seen;    /* marks of an endpoints file re-read */
+  gw_uconn *idle; /* the keep-alive pool */
+  size_t n_idle;
+  /* scraping (scrape.c) */
+  uv_timer_t *timer;
+  gw_upstream *scrape;
+  gw_buf scrape_body;
+  int scrape_status;
+  double scraped_at; /* lupin_now() of the last good scrape, 0: never */
+  uint64_t scrapes, scrape_errors;
+  lupin_metrics metrics;
+  char *running_lora, *waiting_lora;
+  gw_endpoint *next;
+};
+
+void gw_endpoint_ref(gw_endpoint *ep);
+void gw_endpoint_unref(gw_endpoint *ep);
+gw_endpoint *gw_endpoint_find(lupin_gateway *gw, const char *name);
+
+/* --- client side HTTP/1.1 server (server.c) ------------------------------ */
+
+typedef struct gw_http_request {
+  int method; /* enum http_method */
+  char *url;
+  gw_headers headers;
+  gw_buf body;
+  double started; /* lupin_now() at the first byte */
+} gw_http_request;
+
+typedef void (*gw_handler)(void *ud, gw_conn *c, gw_http_request *req);
+/* Called when the client goes away while owner's response is in progress;
+ * the connection must not be used after. */
+typedef void (*gw_abort_fn)(void *owner);
+
+gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, gw_handler h, void *ud,
+                            char *err, size_t errlen);
+/* Stops accepting and closes idle connections; busy ones close when done. */
+void gw_server_close(gw_server *s);
+size_t gw_server_connections(const gw_server *s);
+void gw_server_free(gw_server *s);
+
+void gw_conn_on_abort(gw_conn *c, gw_abort_fn fn, void *owner);
+/* A full response.  Adds content-length, connection. */
+void gw_conn_respond(gw_conn *c, int status, const lupin_header *h, size_t n, const char *body,
+                     size_t len);
+/* The OpenAI error shape: {"error":{"message","type","param","code"}}. */
+void gw_conn_error(gw_conn *c, int status, const char *message, const char *param,
+                   const lupin_header *h, size_t n);
+/* A streamed response: headers now, then writes, then end.  content_length
+ * < 0: chunked transfer encoding. */
+void gw_conn_start(gw_conn *c, int status, const lupin_header *h, size_t n,
+                   int64_t content_length);
+void gw_conn_write(gw_conn *c, const char *data, size_t len);
+void gw_conn_end(gw_conn *c);
+/* Gives up on a response already started: the client sees the connection
+ * close before the response ends. */
+void gw_conn_abort(gw_conn *c);
+const char *gw_status_text(int status);
+
+/* --- upstream client (upstream.c) ---------------------------------------- */
+
+typedef enum gw_upstream_error {
+  GW_UP_OK,
+  GW_UP_CONNECT,         /* could not connect: the next pick may be tried */
+  GW_UP_CONNECT_TIMEOUT, /* same, by the connect timeout */
+  GW_UP_FIRST_BYTE_TIMEOUT,
+  GW_UP_IDLE_TIMEOUT,
+  GW_UP_BROKEN /* the connection failed or the response was malformed */
+} gw_upstream_error;
+
+typedef struct gw_upstream_cb {
+  void (*on_headers)(void *ud, int status, const gw_headers *h, int64_t content_length);
+  void (*on_body)(void *ud, const char *data, size_t len);
+  /* Last call; the upstream handle is freed after it returns. */
+  void (*on_done)(void *ud, gw_upstream_error e, const char *detail);
+} gw_upstream_cb;
+
+typedef struct gw_timeouts {
+  uint64_t connect_ms, first_byte_ms, idle_ms;
+} gw_timeouts;
+
+/* Sends one request to ep over a pooled or new connection.  head holds the
+ * headers to send (host and content-length are added). */
+gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *path,
+                               const lupin_header *head, size_t n, const char *body, size_t len,
+                               gw_timeouts t, const gw_upstream_cb *cb, void *ud);
+/* Stops an exchange; no callback runs after.  Its connection is closed. */
+void gw_upstream_cancel(gw_upstream *u);
+/* Closes an endpoint's idle connections. */
+void gw_pool_clear(gw_endpoint *ep);
+const char *gw_upstream_error_text(gw_upstream_error e);
+
+/* --- Prometheus text format (prometheus.c) -------------------------------- */
+
+typedef void (*gw_sample_fn)(void *ud, const char *name, const lupin_header *labels, size_t n,
+                             double value);
+/* Calls fn for each sample; returns the number of lines it could not read. */
+int gw_prometheus_parse(const char *text, size_t len, gw_sample_fn fn, void *ud);
+
+/* --- scraping (scrape.c) -------------------------------------------------- */
+
+void gw_scrape_start(gw_endpoint *ep);
+void gw_scrape_stop(gw_endpoint *ep);
+/* Turns a vLLM /metrics text into metrics; lora strings are malloc'd into
+ * *running / *waiting.  Returns 0 when the text held a known metric. */
+int gw_metrics_from_text(const char *text, size_t len, lupin_metrics *m, char **running,
+                         char **waiting);
+
+/* --- the public API (proxy.c) and the admin listener (admin.c) ------------ */
+
+void gw_proxy_handle(void *gw, gw_conn *c, gw_http_request *req);
+void gw_admin_handle(void *gw, gw_conn *c, gw_http_request *req);
+
+/* --- the gateway object (gateway.c) --------------------------------------- */
+
+#define GW_SCHED_BUCKETS 12
+extern const double gw_sched_bounds[GW_SCHED_BUCKETS]; /* constant */
+
+typedef struct gw_stats {
+  uint64_t by_status[600];
+  uint64_t by_outcome[8];
+  uint64_t sched_buckets[GW_SCHED_BUCKETS + 1]; /* last: +Inf */
+  uint64_t sched_count;
+  double sched_sum;
+} gw_stats;
+
+typedef struct gw_options {
+  const char *config;
+  const char *listen;
+  const char *admin;
+  const char *admin_token;
+  const char *endpoints_file;
+  int log_level;
+} gw_options;
+
+struct lupin_gateway {
+  uv_loop_t *loop;
+  lupin_runtime *rt;
+  gw_options opts;
+  gw_settings set;
+  gw_server *server, *admin;
+  gw_endpoint *endpoints;
+  size_t n_endpoints;
+  uv_fs_event_t *watch;
+  uv_timer_t *rewatch; /* debounces file events */
+  uv_signal_t *sigterm, *sigint, *sighup;
+  uv_timer_t *drain_timer;
+  int draining;
+  gw_exchange *exchanges; /* live proxied requests, newest first */
+  size_t n_exchanges;
+  size_t n_upstreams; /* live upstream exchanges (scrapes included) */
+  gw_stats stats;
+  int exit_code;
+};
+
+int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen);
+int gw_run(lupin_gateway *gw);
+void gw_log(lupin_gateway *gw, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Called when a request or a connection ends: a drain waits for the last. */
+void gw_check_drained(lupin_gateway *gw);
+int gw_reload(lupin_gateway *gw, char *err, size_t errlen);
+int gw_server_address(gw_server *s, char *out, size_t len);
+/* Endpoints with metrics fresher than metricsStalenessMs. */
+size_t gw_fresh_endpoints(lupin_gateway *gw);
+
+/* The linked list of live exchanges, for /admin/requests. */
+struct gw_exchange {
+  lupin_gateway *gw;
+  gw_conn *conn;
+  gw_http_request *http;
+  lupin_request *req;
+  lupin_result result;
+  size_t pick;
+  gw_endpoint *ep;
+  gw_upstream *up;
+  char *model;
+  int stream;
+  double started;
+  double sched_us;
+  int status;
+  int started_response; /* headers sent to the client */
+  int failed_connects, timed_out_connects;
+  gw_buf connect_errors;
+  const char *path;
+  gw_exchange *prev, *next;
+};
+
+#endif

@@ -1,0 +1,420 @@
+/* The public API: one client request through the runtime and to an endpoint.
+ *
+ *   POST /v1/completions, POST /v1/chat/completions
+ *     check the body (lua-cjson) -> lupin_request_begin -> schedule ->
+ *     forward the body unchanged to the primary pick (the next picks when a
+ *     connect fails) -> relay the response as it arrives, each piece to the
+ *     runtime -> lupin_request_end, on every path, with its outcome
+ *   GET /v1/models
+ *     every endpoint's list, merged
+ *
+ * Every error is answered in the OpenAI error shape. */
+#include "gateway.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+/* Headers the EPP convention consumes at the gateway (REFERENCE.md). */
+static int consumed(const char *name) {
+  return !strcasecmp(name, "x-gateway-inference-objective") ||
+         !strcasecmp(name, "x-gateway-inference-fairness-id") ||
+         !strcasecmp(name, "x-gateway-model-name-rewrite") ||
+         !strncasecmp(name, "x-gateway-destination-endpoint", 30) ||
+         !strcasecmp(name, "x-request-id");
+}
+
+static void count(lupin_gateway *gw, int status) {
+  if (status >= 100 && status < 600) gw->stats.by_status[status]++;
+}
+
+static void log_access(lupin_gateway *gw, const gw_exchange *x, const char *id, int status,
+                       const char *outcome) {
+  if (gw->opts.log_level < LUPIN_LOG_INFO) return;
+  gw_buf b = {0};
+  gw_buf_printf(&b, "{\"ts\":%.3f,\"id\":", (double)time(NULL));
+  gw_buf_json(&b, id);
+  gw_buf_printf(&b, ",\"path\":");
+  gw_buf_json(&b, x ? x->path : "");
+  gw_buf_printf(&b, ",\"model\":");
+  gw_buf_json(&b, x && x->model ? x->model : "");
+  gw_buf_printf(&b, ",\"endpoint\":");
+  gw_buf_json(&b, x && x->ep ? x->ep->hostport : "");
+  gw_buf_printf(&b, ",\"status\":%d,\"scheduling_us\":%.1f,\"total_ms\":%.3f,\"outcome\":\"%s\"}\n",
+                status, x ? x->sched_us : 0, x ? (lupin_now() - x->started) * 1000 : 0, outcome);
+  if (b.data) fputs(b.data, stdout);
+  fflush(stdout);
+  gw_buf_free(&b);
+}
+
+/* --- ending an exchange -------------------------------------------------- */
+
+static void end(gw_exchange *x, lupin_outcome outcome, int status) {
+  lupin_gateway *gw = x->gw;
+  if (x->conn) gw_conn_on_abort(x->conn, NULL, NULL);
+  gw->stats.by_outcome[outcome & 7]++;
+  count(gw, status);
+  log_access(gw, x, lupin_request_id(x->req), status, lupin_outcome_name(outcome));
+  lupin_request_end(x->req, outcome);
+  if (x->prev)
+    x->prev->next = x->next;
+  else
+    gw->exchanges = x->next;
+  if (x->next) x->next->prev = x->prev;
+  gw->n_exchanges--;
+  if (x->ep) gw_endpoint_unref(x->ep);
+  gw_buf_free(&x->connect_errors);
+  free(x->model);
+  free(x);
+  gw_check_drained(gw);
+}
+
+static void fail(gw_exchange *x, int status, const char *message, lupin_outcome outcome) {
+  lupin_header h = {"x-request-id", lupin_request_id(x->req)};
+  gw_conn_error(x->conn, status, message, NULL, &h, 1);
+  x->conn = NULL;
+  end(x, outcome, status);
+}
+
+/* The client went away: stop the upstream request too. */
+static void on_client_abort(void *owner) {
+  gw_exchange *x = owner;
+  x->conn = NULL;
+  if (x->up) gw_upstream_cancel(x->up);
+  x->up = NULL;
+  end(x, LUPIN_CANCELLED, 499);
+}
+
+/* --- the upstream response ----------------------------------------------- */
+
+static void on_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
+  gw_exchange *x = ud;
+  x->status = status;
+  lupin_request_response_header(x->req, status, h->v, h->n);
+  const lupin_header *extra;
+  size_t n_extra = lupin_request_client_headers(x->req, &extra);
+  lupin_header out[h->n + n_extra + 2];
+  size_t n = 0;
+  for (size_t i = 0; i < h->n; i++)
+    if (strcasecmp(h->v[i].name, "x-request-id")) out[n++] = h->v[i];
+  for (size_t i = 0; i < n_extra; i++)
+    out[n++] = extra[i];
+  out[n++] = (lupin_header){"x-request-id", lupin_request_id(x->req)};
+  out[n++] = (lupin_header){"x-gateway-destination-endpoint", x->ep->hostport};
+  gw_conn_start(x->conn, status, out, n, cl);
+  x->started_response = 1;
+}
+
+static void on_body(void *ud, const char *data, size_t len) {
+  gw_exchange *x = ud;
+  lupin_request_response_chunk(x->req, data, len);
+  gw_conn_write(x->conn, data, len);
+}
+
+static void try_picks(gw_exchange *x);
+
+static void on_done(void *ud, gw_upstream_error e, const char *detail) {
+  gw_exchange *x = ud;
+  x->up = NULL;
+  if (e == GW_UP_OK) {
+    lupin_request_response_complete(x->req);
+    gw_conn_end(x->conn);
+    x->conn = NULL;
+    end(x, x->status >= 500 ? LUPIN_UPSTREAM_ERROR : LUPIN_OK, x->status);
+    return;
+  }
+  int timeout = e == GW_UP_FIRST_BYTE_TIMEOUT || e == GW_UP_IDLE_TIMEOUT;
+  lupin_outcome outcome = timeout ? LUPIN_TIMEOUT : LUPIN_UPSTREAM_ERROR;
+  if (x->started_response) { /* too late for an error status: cut the response short */
+    gw_log(x->gw, LUPIN_LOG_WARN, "request %s: %s failed mid-response: %s",
+           lupin_request_id(x->req), x->ep->hostport, detail);
+    gw_conn_abort(x->conn);
+    x->conn = NULL;
+    end(x, outcome, x->status);
+    return;
+  }
+  if (e == GW_UP_CONNECT || e == GW_UP_CONNECT_TIMEOUT) {
+    gw_buf_printf(&x->connect_errors, "%s%s (%s)", x->connect_errors.len ? ", " : "",
+                  x->ep->hostport, detail);
+    x->timed_out_connects += e == GW_UP_CONNECT_TIMEOUT;
+    x->failed_connects++;
+    x->pick++;
+    try_picks(x);
+    return;
+  }
+  char msg[512];
+  snprintf(msg, sizeof msg, "endpoint %s (%s) failed: %s", x->ep->name, x->ep->hostport, detail);
+  fail(x, timeout ? 504 : 502, msg, outcome);
+}
+
+static const gw_upstream_cb proxy_cb = {on_headers, on_body, on_done};
+
+/* The upstream request's headers: the client's, minus the connection's and
+ * the ones the gateway consumes, with the plugins' and the destination. */
+static size_t upstream_headers(gw_exchange *x, lupin_header *out) {
+  const gw_headers *in = &x->http->headers;
+  const lupin_result *r = &x->result;
+  size_t n = 0;
+  for (size_t i = 0; i < in->n; i++) {
+    const char *name = in->v[i].name;
+    int overridden = 0;
+    for (size_t j = 0; j < r->n_headers && !overridden; j++)
+      overridden = !strcasecmp(name, r->headers[j].name);
+    if (!overridden && !consumed(name) && !gw_hop_by_hop(name)) out[n++] = in->v[i];
+  }
+  for (size_t j = 0; j < r->n_headers; j++)
+    out[n++] = r->headers[j];
+  out[n++] = (lupin_header){"x-request-id", lupin_request_id(x->req)};
+  out[n++] = (lupin_header){"x-gateway-destination-endpoint", x->ep->hostport};
+  return n;
+}
+
+static void all_picks_failed(gw_exchange *x) {
+  char msg[1024];
+  snprintf(msg, sizeof msg,
+           "could not connect to any endpoint the scheduler picked: %s; check that the model "
+           "servers are up",
+           x->connect_errors.len ? x->connect_errors.data : "none reachable");
+  int timeout = x->failed_connects && x->timed_out_connects == x->failed_connects;
+  fail(x, timeout ? 504 : 502, msg, timeout ? LUPIN_TIMEOUT : LUPIN_UPSTREAM_ERROR);
+}
+
+static void try_picks(gw_exchange *x) {
+  lupin_gateway *gw = x->gw;
+  if (x->ep) gw_endpoint_unref(x->ep);
+  x->ep = NULL;
+  for (; x->pick < x->result.n_picks; x->pick++) {
+    const lupin_pick *p = &x->result.picks[x->pick];
+    gw_endpoint *ep = gw_endpoint_find(gw, p->name);
+    if (!ep) continue; /* removed since scheduling */
+    gw_endpoint_ref(ep);
+    x->ep = ep;
+    lupin_header h[x->http->headers.n + x->result.n_headers + 2];
+    size_t n = upstream_headers(x, h);
+    gw_timeouts t = {gw->set.connect_timeout_ms, gw->set.first_byte_timeout_ms,
+                     gw->set.idle_timeout_ms};
+    x->up = gw_upstream_start(ep, "POST", x->http->url, h, n, x->http->body.data,
+                              x->http->body.len, t, &proxy_cb, x);
+    if (x->up) return;
+    gw_endpoint_unref(ep);
+    x->ep = NULL;
+  }
+  all_picks_failed(x);
+}
+
+/* --- a scheduled request ------------------------------------------------- */
+
+static void observe_scheduling(lupin_gateway *gw, double seconds) {
+  gw_stats *s = &gw->stats;
+  size_t i = 0;
+  while (i < GW_SCHED_BUCKETS && seconds > gw_sched_bounds[i])
+    i++;
+  s->sched_buckets[i]++;
+  s->sched_count++;
+  s->sched_sum += seconds;
+}
+
+/* x-gateway-destination-endpoint-subset: "ip:port, ip:port" */
+static size_t parse_subset(char *list, const char **out, size_t max) {
+  size_t n = 0;
+  for (char *save = NULL, *tok = strtok_r(list, ", ", &save); tok && n < max;
+       tok = strtok_r(NULL, ", ", &save))
+    out[n++] = tok;
+  return n;
+}
+
+static void reply_error(lupin_gateway *gw, gw_conn *c, int status, const char *msg,
+                        const char *param) {
+  count(gw, status);
+  gw_conn_error(c, status, msg, param, NULL, 0);
+}
+
+static void schedule(lupin_gateway *gw, gw_exchange *x) {
+  double t0 = lupin_now();
+  int status = lupin_request_schedule(x->req, &x->result);
+  double dt = lupin_now() - t0;
+  x->sched_us = dt * 1e6;
+  observe_scheduling(gw, dt);
+  if (status == 200) {
+    try_picks(x);
+    return;
+  }
+  lupin_outcome o = status == 503 ? LUPIN_NO_ENDPOINT
+                    : status < 500 ? LUPIN_REJECTED
+                                   : LUPIN_PLUGIN_ERROR;
+  fail(x, status, x->result.message ? x->result.message : "scheduling failed", o);
+}
+
+static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, const char *path) {
+  char msg[1024], param[64], *model = NULL;
+  int stream = 0;
+  if (gw_lua_validate(gw->rt, path, http->body.data, http->body.len, &model, &stream, msg,
+                      sizeof msg, param, sizeof param)) {
+    reply_error(gw, c, 400, msg, param);
+    return;
+  }
+  char *subset_text = NULL;
+  const char *subset[256];
+  lupin_request_desc d = {.path = path,
+                          .body = http->body.data,
+                          .body_len = http->body.len,
+                          .model = model,
+                          .headers = http->headers.v,
+                          .n_headers = http->headers.n};
+  const char *hint = gw_headers_get(&http->headers, "x-gateway-destination-endpoint-subset");
+  if (hint && (subset_text = strdup(hint))) {
+    d.subset = subset;
+    d.n_subset = parse_subset(subset_text, subset, 256);
+  }
+  lupin_request *req = lupin_request_begin(gw->rt, &d, msg, sizeof msg);
+  free(subset_text);
+  if (!req) {
+    free(model);
+    reply_error(gw, c, 500, msg, NULL);
+    return;
+  }
+  gw_exchange *x = calloc(1, sizeof *x);
+  *x = (gw_exchange){.gw = gw, .conn = c, .http = http, .req = req, .model = model,
+                     .stream = stream, .started = http->started, .path = path};
+  x->next = gw->exchanges;
+  if (gw->exchanges) gw->exchanges->prev = x;
+  gw->exchanges = x;
+  gw->n_exchanges++;
+  gw_conn_on_abort(c, on_client_abort, x);
+  schedule(gw, x);
+}
+
+/* --- GET /v1/models ------------------------------------------------------ */
+
+typedef struct models_call models_call;
+typedef struct {
+  lupin_gateway *gw;
+  gw_conn *conn;
+  size_t n, pending;
+  models_call *calls;
+} models_fan;
+
+struct models_call {
+  models_fan *fan;
+  gw_upstream *up;
+  int status;
+  gw_buf body;
+};
+
+static void fan_free(models_fan *f) {
+  for (size_t i = 0; i < f->n; i++)
+    gw_buf_free(&f->calls[i].body);
+  free(f->calls);
+  free(f);
+}
+
+static void models_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
+  (void)h;
+  (void)cl;
+  ((models_call *)ud)->status = status;
+}
+
+static void models_body(void *ud, const char *data, size_t len) {
+  models_call *m = ud;
+  if (m->body.len < 16 << 20) gw_buf_append(&m->body, data, len);
+}
+
+static void models_done(void *ud, gw_upstream_error e, const char *detail) {
+  (void)detail;
+  models_call *m = ud;
+  models_fan *f = m->fan;
+  m->up = NULL;
+  if (e || m->status != 200) gw_buf_free(&m->body);
+  if (--f->pending) return;
+  gw_conn_on_abort(f->conn, NULL, NULL);
+  gw_buf ok[f->n];
+  size_t k = 0;
+  for (size_t i = 0; i < f->n; i++)
+    if (f->calls[i].body.len) ok[k++] = f->calls[i].body;
+  char *json = k ? gw_lua_models(f->gw->rt, ok, k) : NULL;
+  if (json) {
+    lupin_header h = {"content-type", "application/json"};
+    count(f->gw, 200);
+    gw_conn_respond(f->conn, 200, &h, 1, json, strlen(json));
+  } else {
+    reply_error(f->gw, f->conn, 502, "no endpoint answered GET /v1/models", NULL);
+  }
+  free(json);
+  fan_free(f);
+}
+
+static const gw_upstream_cb models_cb = {models_headers, models_body, models_done};
+
+static void models_abort(void *owner) {
+  models_fan *f = owner;
+  for (size_t i = 0; i < f->n; i++)
+    gw_upstream_cancel(f->calls[i].up);
+  fan_free(f);
+}
+
+static void models(lupin_gateway *gw, gw_conn *c) {
+  if (!gw->n_endpoints) {
+    reply_error(gw, c, 503, "no endpoints in the pool: add some to the config or the endpoints "
+                "file", NULL);
+    return;
+  }
+  models_fan *f = calloc(1, sizeof *f);
+  f->calls = calloc(gw->n_endpoints, sizeof *f->calls);
+  f->gw = gw;
+  f->conn = c;
+  gw_timeouts t = {gw->set.connect_timeout_ms, gw->set.scrape_timeout_ms,
+                   gw->set.scrape_timeout_ms};
+  lupin_header accept = {"accept", "application/json"};
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next) {
+    models_call *m = &f->calls[f->n++];
+    m->fan = f;
+    f->pending++;
+    m->up = gw_upstream_start(ep, "GET", "/v1/models", &accept, 1, NULL, 0, t, &models_cb, m);
+    if (!m->up) f->pending--;
+  }
+  if (!f->pending) {
+    fan_free(f);
+    reply_error(gw, c, 502, "no endpoint answered GET /v1/models", NULL);
+    return;
+  }
+  gw_conn_on_abort(c, models_abort, f);
+}
+
+/* --- routing ------------------------------------------------------------- */
+
+void gw_proxy_handle(void *ud, gw_conn *c, gw_http_request *req) {
+  lupin_gateway *gw = ud;
+  char path[512];
+  snprintf(path, sizeof path, "%s", req->url);
+  path[strcspn(path, "?")] = 0;
+  static const char *const api[] = {"/v1/completions", "/v1/chat/completions"};
+  for (int i = 0; i < 2; i++) {
+    if (strcmp(path, api[i])) continue;
+    if (req->method == HTTP_POST) {
+      proxy_post(gw, c, req, api[i]);
+      return;
+    }
+    lupin_header allow = {"allow", "POST"};
+    count(gw, 405);
+    gw_conn_error(c, 405, "method not allowed: use POST", NULL, &allow, 1);
+    return;
+  }
+  if (!strcmp(path, "/v1/models")) {
+    if (req->method == HTTP_GET) {
+      models(gw, c);
+      return;
+    }
+    lupin_header allow = {"allow", "GET"};
+    count(gw, 405);
+    gw_conn_error(c, 405, "method not allowed: use GET", NULL, &allow, 1);
+    return;
+  }
+  char msg[700];
+  snprintf(msg, sizeof msg,
+           "unknown route %s %s: this gateway serves POST /v1/completions, POST "
+           "/v1/chat/completions and GET /v1/models",
+           http_method_str(req->method), path);
+  reply_error(gw, c, 404, msg, NULL);
+}

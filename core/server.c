@@ -1,0 +1,551 @@
+/* The client side: an HTTP/1.1 server on libuv.  Accepts, parses requests
+ * with http_parser, enforces the header and body limits and the header read
+ * timeout, hands each full request to a handler and writes its response,
+ * keeping the connection alive between requests.
+ *
+ * A connection runs one request at a time: bytes that arrive while a response
+ * is in progress (pipelining) wait in `pending` with the parser paused. */
+#include "gateway.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <limits.h>
+
+struct gw_server {
+  lupin_gateway *gw;
+  uv_tcp_t tcp;
+  gw_handler handler;
+  void *ud;
+  gw_conn *conns;
+  size_t n_conns;
+  int closing;
+  int listener_open;
+};
+
+struct gw_conn {
+  uv_tcp_t tcp;
+  uv_timer_t timer;
+  uv_shutdown_t shutdown;
+  gw_server *srv;
+  http_parser parser;
+  gw_http_request req;
+  gw_buf url;
+  size_t header_bytes;
+  int last_was_value;
+  int fail_status; /* set by a parser callback that refused the request */
+  const char *fail_msg;
+  int ready;      /* a full request is parsed, not yet handed over */
+  int busy;       /* the handler owns the response */
+  int keep_alive; /* of the current request */
+  int chunked;    /* the current response uses chunked encoding */
+  int closing;    /* shutting down after the last write */
+  int closed;
+  int handles; /* open libuv handles; freed at 0 */
+  gw_buf pending;
+  gw_abort_fn abort_fn;
+  void *owner;
+  gw_conn *prev, *next;
+};
+
+static const http_parser_settings parser_settings;
+
+const char *gw_status_text(int status) {
+  switch (status) {
+  case 200: return "OK";
+  case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 408: return "Request Timeout";
+  case 413: return "Payload Too Large";
+  case 429: return "Too Many Requests";
+  case 431: return "Request Header Fields Too Large";
+  case 500: return "Internal Server Error";
+  case 502: return "Bad Gateway";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  default: return status < 300 ? "OK" : status < 500 ? "Client Error" : "Server Error";
+  }
+}
+
+/* --- closing ------------------------------------------------------------- */
+
+static void reset_request(gw_conn *c) {
+  gw_headers_free(&c->req.headers);
+  gw_buf_free(&c->req.body);
+  c->url.len = 0;
+  if (c->url.data) c->url.data[0] = 0;
+  c->req.url = c->url.data ? c->url.data : "";
+  c->header_bytes = 0;
+  c->last_was_value = 0;
+}
+
+static void on_close(uv_handle_t *h) {
+  gw_conn *c = h->data;
+  if (--c->handles) return;
+  gw_server *s = c->srv;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    s->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  s->n_conns--;
+  reset_request(c);
+  gw_buf_free(&c->url);
+  gw_buf_free(&c->pending);
+  free(c);
+  gw_check_drained(s->gw); /* a closed connection may be what a drain waits for */
+}
+
+static void close_now(gw_conn *c) {
+  if (c->closed) return;
+  c->closed = 1;
+  uv_close((uv_handle_t *)&c->tcp, on_close);
+  uv_close((uv_handle_t *)&c->timer, on_close);
+}
+
+static void on_shutdown(uv_shutdown_t *r, int status) {
+  gw_conn *c = r->data;
+  if (status < 0) close_now(c);
+  /* otherwise wait for the client's EOF (or the timer): closing a socket with
+   * unread input resets it, and the client could lose our answer */
+}
+
+static void on_timer(uv_timer_t *t) {
+  gw_conn *c = t->data;
+  if (c->closing || c->busy) {
+    close_now(c);
+    return;
+  }
+  if (c->parser.nread || c->url.len || c->req.headers.n) {
+    c->keep_alive = 0;
+    c->busy = 1;
+    gw_conn_error(c, 408, "timed out reading the request: send it within headerTimeoutMs",
+                  NULL, NULL, 0);
+    return;
+  }
+  close_now(c); /* an idle keep-alive connection */
+}
+
+/* Ends the connection after what was written has left. */
+static void close_after_writes(gw_conn *c) {
+  if (c->closing || c->closed) return;
+  c->closing = 1;
+  c->shutdown.data = c;
+  uv_timer_start(&c->timer, on_timer, c->srv->gw->set.header_timeout_ms, 0);
+  if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown)) close_now(c);
+}
+
+/* --- writing ------------------------------------------------------------- */
+
+typedef struct {
+  uv_write_t w;
+  char data[];
+} wreq;
+
+static void on_write(uv_write_t *w, int status) {
+  (void)status; /* a failed write shows up as a read error too */
+  free(w);
+}
+
+static void write_bufs(gw_conn *c, const uv_buf_t *parts, int n) {
+  if (c->closed) return;
+  size_t len = 0;
+  for (int i = 0; i < n; i++)
+    len += parts[i].len;
+  wreq *w = malloc(sizeof *w + len);
+  if (!w) {
+    close_now(c);
+    return;
+  }
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    memcpy(w->data + off, parts[i].base, parts[i].len);
+    off += parts[i].len;
+  }
+  uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
+  if (uv_write(&w->w, (uv_stream_t *)&c->tcp, &b, 1, on_write)) free(w);
+}
+
+void gw_conn_start(gw_conn *c, int status, const lupin_header *h, size_t n,
+                   int64_t content_length) {
+  gw_buf head = {0};
+  int keep = c->keep_alive && !c->srv->closing;
+  c->keep_alive = keep;
+  gw_buf_printf(&head, "HTTP/1.1 %d %s\r\n", status, gw_status_text(status));
+  for (size_t i = 0; i < n; i++)
+    if (!gw_hop_by_hop(h[i].name)) gw_buf_printf(&head, "%s: %s\r\n", h[i].name, h[i].value);
+  c->chunked = content_length < 0;
+  if (c->chunked)
+    gw_buf_printf(&head, "transfer-encoding: chunked\r\n");
+  else
+    gw_buf_printf(&head, "content-length: %lld\r\n", (long long)content_length);
+  gw_buf_printf(&head, "connection: %s\r\n\r\n", keep ? "keep-alive" : "close");
+  if (head.data) {
+    uv_buf_t b = uv_buf_init(head.data, (unsigned)head.len);
+    write_bufs(c, &b, 1);
+  } else {
+    close_now(c);
+  }
+  gw_buf_free(&head);
+}
+
+void gw_conn_write(gw_conn *c, const char *data, size_t len) {
+  if (!len) return; /* an empty chunk would end a chunked body */
+  if (!c->chunked) {
+    uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+    write_bufs(c, &b, 1);
+    return;
+  }
+  char size[24];
+  int k = snprintf(size, sizeof size, "%zx\r\n", len);
+  uv_buf_t parts[3] = {uv_buf_init(size, (unsigned)k), uv_buf_init((char *)data, (unsigned)len),
+                       uv_buf_init("\r\n", 2)};
+  write_bufs(c, parts, 3);
+}
+
+static void feed(gw_conn *c, const char *data, size_t len);
+
+static void response_done(gw_conn *c) {
+  c->busy = 0;
+  c->abort_fn = NULL;
+  c->owner = NULL;
+  reset_request(c);
+  if (!c->keep_alive || c->srv->closing) {
+    close_after_writes(c);
+    return;
+  }
+  uv_timer_start(&c->timer, on_timer, c->srv->gw->set.header_timeout_ms, 0);
+  http_parser_pause(&c->parser, 0);
+  if (c->pending.len) {
+    gw_buf p = c->pending;
+    c->pending = (gw_buf){0};
+    feed(c, p.data, p.len);
+    gw_buf_free(&p);
+  }
+}
+
+void gw_conn_end(gw_conn *c) {
+  if (c->chunked) {
+    uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
+    write_bufs(c, &b, 1);
+  }
+  response_done(c);
+}
+
+void gw_conn_abort(gw_conn *c) {
+  c->keep_alive = 0;
+  c->busy = 0;
+  c->abort_fn = NULL;
+  close_after_writes(c);
+}
+
+void gw_conn_respond(gw_conn *c, int status, const lupin_header *h, size_t n, const char *body,
+                     size_t len) {
+  gw_conn_start(c, status, h, n, (int64_t)len);
+  gw_conn_write(c, body, len);
+  gw_conn_end(c);
+}
+
+static const char *error_type(int status) {
+  if (status == 429) return "rate_limit_error";
+  if (status == 401) return "authentication_error";
+  return status < 500 ? "invalid_request_error" : "server_error";
+}
+
+void gw_conn_error(gw_conn *c, int status, const char *message, const char *param,
+                   const lupin_header *h, size_t n) {
+  gw_buf b = {0};
+  gw_buf_printf(&b, "{\"error\":{\"message\":");
+  gw_buf_json(&b, message);
+  gw_buf_printf(&b, ",\"type\":\"%s\",\"param\":", error_type(status));
+  if (param && *param)
+    gw_buf_json(&b, param);
+  else
+    gw_buf_printf(&b, "null");
+  gw_buf_printf(&b, ",\"code\":null}}\n");
+  lupin_header all[n + 1];
+  all[0] = (lupin_header){"content-type", "application/json"};
+  for (size_t i = 0; i < n; i++)
+    all[i + 1] = h[i];
+  gw_conn_respond(c, status, all, n + 1, b.data ? b.data : "", b.len);
+  gw_buf_free(&b);
+}
+
+void gw_conn_on_abort(gw_conn *c, gw_abort_fn fn, void *owner) {
+  c->abort_fn = fn;
+  c->owner = owner;
+}
+
+/* --- parsing ------------------------------------------------------------- */
+
+static int refuse(gw_conn *c, int status, const char *msg) {
+  c->fail_status = status;
+  c->fail_msg = msg;
+  return -1;
+}
+
+static int count_header(gw_conn *c, size_t len) {
+  c->header_bytes += len;
+  if (c->header_bytes > c->srv->gw->set.max_header_bytes)
+    return refuse(c, 431,
+                  "the request line and headers are larger than maxHeaderBytes: send fewer or "
+                  "smaller headers");
+  return 0;
+}
+
+static int on_message_begin(http_parser *p) {
+  gw_conn *c = p->data;
+  reset_request(c);
+  c->req.started = lupin_now();
+  return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t len) {
+  gw_conn *c = p->data;
+  if (count_header(c, len) || gw_buf_append(&c->url, at, len)) return -1;
+  c->req.url = c->url.data;
+  return 0;
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t len) {
+  gw_conn *c = p->data;
+  if (count_header(c, len)) return -1;
+  int rc = c->last_was_value || !c->req.headers.n
+               ? gw_headers_add(&c->req.headers, at, len, "", 0)
+               : gw_headers_extend(&c->req.headers, 0, at, len);
+  c->last_was_value = 0;
+  return rc;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len) {
+  gw_conn *c = p->data;
+  if (count_header(c, len)) return -1;
+  c->last_was_value = 1;
+  return gw_headers_extend(&c->req.headers, 1, at, len);
+}
+
+static const char too_large[] = "the request body is larger than maxBodyBytes: send a smaller "
+                                "body or raise gateway.maxBodyBytes in the config";
+
+static int on_headers_complete(http_parser *p) {
+  gw_conn *c = p->data;
+  c->req.method = p->method;
+  uv_timer_start(&c->timer, on_timer, c->srv->gw->set.header_timeout_ms, 0);
+  if (p->content_length != ULLONG_MAX && p->content_length > c->srv->gw->set.max_body_bytes)
+    return refuse(c, 413, too_large);
+  const char *expect = gw_headers_get(&c->req.headers, "expect");
+  if (expect && !strcasecmp(expect, "100-continue")) {
+    uv_buf_t b = uv_buf_init("HTTP/1.1 100 Continue\r\n\r\n", 25);
+    write_bufs(c, &b, 1);
+  }
+  return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len) {
+  gw_conn *c = p->data;
+  if (c->req.body.len + len > c->srv->gw->set.max_body_bytes) return refuse(c, 413, too_large);
+  uv_timer_again(&c->timer);
+  return gw_buf_append(&c->req.body, at, len);
+}
+
+static int on_message_complete(http_parser *p) {
+  gw_conn *c = p->data;
+  uv_timer_stop(&c->timer);
+  c->keep_alive = http_should_keep_alive(p);
+  if (!c->req.body.data) gw_buf_append(&c->req.body, "", 0);
+  c->ready = 1;
+  http_parser_pause(p, 1); /* one request at a time */
+  return 0;
+}
+
+static const http_parser_settings parser_settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+static void refuse_connection(gw_conn *c, enum http_errno e) {
+  char msg[256];
+  int status = c->fail_status;
+  const char *text = c->fail_msg;
+  if (!status && e == HPE_HEADER_OVERFLOW) {
+    status = 431;
+    text = "the request headers are too large";
+  }
+  if (!status) {
+    status = 400;
+    snprintf(msg, sizeof msg, "malformed HTTP request: %s", http_errno_description(e));
+    text = msg;
+  }
+  c->keep_alive = 0;
+  c->busy = 1;
+  gw_conn_error(c, status, text, NULL, NULL, 0);
+}
+
+static void feed(gw_conn *c, const char *data, size_t len) {
+  size_t n = http_parser_execute(&c->parser, &parser_settings, data, len);
+  enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+  if (e == HPE_PAUSED || c->ready) {
+    if (n < len) gw_buf_append(&c->pending, data + n, len - n);
+    c->ready = 0;
+    c->busy = 1;
+    c->srv->handler(c->srv->ud, c, &c->req);
+    return;
+  }
+  if (e != HPE_OK) refuse_connection(c, e);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  buf->base = malloc(suggested);
+  buf->len = buf->base ? suggested : 0;
+}
+
+/* The client went away (or its connection failed). */
+static void conn_gone(gw_conn *c) {
+  if (c->busy && c->abort_fn) {
+    gw_abort_fn fn = c->abort_fn;
+    c->abort_fn = NULL;
+    c->busy = 0;
+    fn(c->owner);
+  }
+  close_now(c);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  gw_conn *c = s->data;
+  if (nread < 0) {
+    conn_gone(c);
+  } else if (nread > 0 && !c->closing) {
+    if (c->busy || c->ready)
+      gw_buf_append(&c->pending, buf->base, (size_t)nread);
+    else
+      feed(c, buf->base, (size_t)nread);
+  }
+  free(buf->base);
+}
+
+static void on_connection(uv_stream_t *ls, int status) {
+  gw_server *s = ls->data;
+  if (status < 0 || s->closing) return;
+  gw_conn *c = calloc(1, sizeof *c);
+  if (!c) return;
+  c->srv = s;
+  uv_tcp_init(s->gw->loop, &c->tcp);
+  uv_timer_init(s->gw->loop, &c->timer);
+  c->tcp.data = c->timer.data = c;
+  c->handles = 2;
+  c->next = s->conns;
+  if (s->conns) s->conns->prev = c;
+  s->conns = c;
+  s->n_conns++;
+  if (uv_accept(ls, (uv_stream_t *)&c->tcp)) {
+    close_now(c);
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  http_parser_init(&c->parser, HTTP_REQUEST);
+  c->parser.data = c;
+  reset_request(c);
+  uv_timer_start(&c->timer, on_timer, s->gw->set.header_timeout_ms, 0);
+  uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+/* --- the listener -------------------------------------------------------- */
+
+static int parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, size_t errlen) {
+  char host[256];
+  const char *colon = strrchr(hp, ':');
+  if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host) {
+    lupin__errf(err, errlen, "%s: give an address as host:port, e.g. 127.0.0.1:8080", hp);
+    return -1;
+  }
+  memcpy(host, hp, (size_t)(colon - hp));
+  host[colon - hp] = 0;
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  if (*end || port < 0 || port > 65535) {
+    lupin__errf(err, errlen, "%s: bad port", hp);
+    return -1;
+  }
+  if (host[0] == '[') { /* [::1]:8080 */
+    memmove(host, host + 1, strlen(host));
+    host[strlen(host) - 1] = 0;
+  }
+  if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) &&
+      uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ss)) {
+    lupin__errf(err, errlen, "%s: not an IP address (names are not resolved)", hp);
+    return -1;
+  }
+  return 0;
+}
+
+gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, gw_handler h, void *ud,
+                            char *err, size_t errlen) {
+  struct sockaddr_storage ss;
+  if (parse_hostport(hostport, &ss, err, errlen)) return NULL;
+  gw_server *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  *s = (gw_server){.gw = gw, .handler = h, .ud = ud};
+  uv_tcp_init(gw->loop, &s->tcp);
+  s->tcp.data = s;
+  s->listener_open = 1;
+  int rc = uv_tcp_bind(&s->tcp, (struct sockaddr *)&ss, 0);
+  if (!rc) rc = uv_listen((uv_stream_t *)&s->tcp, 511, on_connection);
+  if (rc) {
+    lupin__errf(err, errlen, "cannot listen on %s: %s", hostport, uv_strerror(rc));
+    gw_server_close(s);
+    s->closing = 2; /* free once the handle is closed */
+    return NULL;
+  }
+  return s;
+}
+
+/* The bound address (port 0 picks one), for the start-up line. */
+int gw_server_address(gw_server *s, char *out, size_t len) {
+  struct sockaddr_storage ss;
+  int n = sizeof ss;
+  if (uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&ss, &n)) return -1;
+  char ip[64];
+  if (ss.ss_family == AF_INET6) {
+    uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof ip);
+    snprintf(out, len, "[%s]:%d", ip, ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
+  } else {
+    uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof ip);
+    snprintf(out, len, "%s:%d", ip, ntohs(((struct sockaddr_in *)&ss)->sin_port));
+  }
+  return 0;
+}
+
+static void on_listener_closed(uv_handle_t *h) {
+  gw_server *s = h->data;
+  s->listener_open = 0;
+  if (s->closing == 2) free(s);
+}
+
+void gw_server_close(gw_server *s) {
+  if (s->closing) return;
+  s->closing = 1;
+  uv_close((uv_handle_t *)&s->tcp, on_listener_closed);
+  for (gw_conn *c = s->conns; c; c = c->next)
+    if (!c->busy && !c->ready) close_now(c);
+}
+
+size_t gw_server_connections(const gw_server *s) { return s->n_conns; }
+
+/* Frees a closed server once its listener and connections are gone. */
+void gw_server_free(gw_server *s) {
+  if (!s) return;
+  if (s->listener_open || s->n_conns) {
+    s->closing = 2;
+    return;
+  }
+  free(s);
+}

@@ -1,0 +1,382 @@
+/* The upstream side: one HTTP/1.1 exchange with an endpoint over a pooled
+ * keep-alive connection (or a new one), with connect, first-byte and idle
+ * timeouts, the response parsed by http_parser and handed over as it comes.
+ *
+ * Each endpoint keeps at most gateway.poolSize idle connections.  An idle
+ * connection the server closed is noticed when read: a reused connection
+ * that fails before any response byte is retried once on a fresh one. */
+#include "gateway.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <limits.h>
+
+struct gw_uconn {
+  uv_tcp_t tcp;
+  uv_connect_t connect;
+  gw_endpoint *ep;
+  http_parser parser;
+  gw_upstream *u; /* the exchange using it; NULL while idle */
+  int closed;
+  int in_pool;
+  gw_uconn *next; /* in the idle list */
+};
+
+struct gw_upstream {
+  uv_timer_t timer;
+  gw_endpoint *ep;
+  gw_uconn *conn;
+  gw_buf request; /* serialized, kept for a retry */
+  gw_headers headers;
+  int last_was_value;
+  gw_timeouts t;
+  gw_upstream_cb cb;
+  void *ud;
+  int reused, connected, got_bytes, complete, done, keep_alive;
+  gw_upstream_error deferred; /* reported from the timer: never from start */
+  const char *deferred_detail;
+  char detail[160];
+};
+
+const char *gw_upstream_error_text(gw_upstream_error e) {
+  switch (e) {
+  case GW_UP_OK: return "ok";
+  case GW_UP_CONNECT: return "connect failed";
+  case GW_UP_CONNECT_TIMEOUT: return "connect timed out";
+  case GW_UP_FIRST_BYTE_TIMEOUT: return "no response within firstByteTimeoutMs";
+  case GW_UP_IDLE_TIMEOUT: return "response stalled longer than idleTimeoutMs";
+  case GW_UP_BROKEN: return "connection failed";
+  }
+  return "?";
+}
+
+static const http_parser_settings response_settings;
+
+/* --- connections --------------------------------------------------------- */
+
+static void on_conn_closed(uv_handle_t *h) {
+  gw_uconn *c = h->data;
+  gw_endpoint_unref(c->ep);
+  free(c);
+}
+
+static void pool_remove(gw_uconn *c) {
+  if (!c->in_pool) return;
+  for (gw_uconn **p = &c->ep->idle; *p; p = &(*p)->next)
+    if (*p == c) {
+      *p = c->next;
+      break;
+    }
+  c->in_pool = 0;
+  c->ep->n_idle--;
+}
+
+static void conn_close(gw_uconn *c) {
+  if (c->closed) return;
+  c->closed = 1;
+  c->u = NULL;
+  pool_remove(c);
+  uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+static void pool_put(gw_uconn *c) {
+  gw_endpoint *ep = c->ep;
+  if (ep->removed || ep->n_idle >= ep->gw->set.pool_size || ep->gw->draining) {
+    conn_close(c);
+    return;
+  }
+  c->next = ep->idle;
+  ep->idle = c;
+  ep->n_idle++;
+  c->in_pool = 1;
+}
+
+void gw_pool_clear(gw_endpoint *ep) {
+  while (ep->idle)
+    conn_close(ep->idle);
+}
+
+/* --- finishing ----------------------------------------------------------- */
+
+static void on_timer_closed(uv_handle_t *h) {
+  gw_upstream *u = h->data;
+  gw_endpoint *ep = u->ep;
+  ep->gw->n_upstreams--;
+  gw_headers_free(&u->headers);
+  gw_buf_free(&u->request);
+  free(u);
+  gw_endpoint_unref(ep);
+}
+
+static void release(gw_upstream *u) {
+  u->done = 1;
+  uv_timer_stop(&u->timer);
+  uv_close((uv_handle_t *)&u->timer, on_timer_closed);
+}
+
+static void finish(gw_upstream *u, gw_upstream_error e, const char *detail) {
+  if (u->done) return;
+  gw_uconn *c = u->conn;
+  u->conn = NULL;
+  if (c) {
+    c->u = NULL;
+    if (e == GW_UP_OK && u->keep_alive)
+      pool_put(c);
+    else
+      conn_close(c);
+  }
+  u->done = 1;
+  u->cb.on_done(u->ud, e, detail);
+  release(u);
+}
+
+void gw_upstream_cancel(gw_upstream *u) {
+  if (!u || u->done) return;
+  if (u->conn) conn_close(u->conn);
+  u->conn = NULL;
+  release(u);
+}
+
+/* --- the exchange -------------------------------------------------------- */
+
+static void on_timeout(uv_timer_t *t);
+static void connect_new(gw_upstream *u);
+
+typedef struct {
+  uv_write_t w;
+  char data[];
+} wreq;
+
+static void on_written(uv_write_t *w, int status) {
+  gw_uconn *c = w->data;
+  free(w);
+  if (status < 0 && !c->closed && c->u) {
+    gw_upstream *u = c->u;
+    if (u->reused && !u->got_bytes) {
+      connect_new(u);
+      return;
+    }
+    snprintf(u->detail, sizeof u->detail, "sending the request: %s", uv_strerror(status));
+    finish(u, GW_UP_BROKEN, u->detail);
+  }
+}
+
+static void send_request(gw_upstream *u) {
+  gw_uconn *c = u->conn;
+  http_parser_init(&c->parser, HTTP_RESPONSE);
+  c->parser.data = c;
+  uv_timer_start(&u->timer, on_timeout, u->t.first_byte_ms, 0);
+  wreq *w = malloc(sizeof *w + u->request.len);
+  if (!w) {
+    finish(u, GW_UP_BROKEN, "out of memory");
+    return;
+  }
+  memcpy(w->data, u->request.data, u->request.len);
+  w->w.data = c;
+  uv_buf_t b = uv_buf_init(w->data, (unsigned)u->request.len);
+  int rc = uv_write(&w->w, (uv_stream_t *)&c->tcp, &b, 1, on_written);
+  if (rc) {
+    free(w);
+    snprintf(u->detail, sizeof u->detail, "sending the request: %s", uv_strerror(rc));
+    finish(u, GW_UP_BROKEN, u->detail);
+  }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  buf->base = malloc(suggested);
+  buf->len = buf->base ? suggested : 0;
+}
+
+static void on_eof(gw_upstream *u, ssize_t nread) {
+  gw_uconn *c = u->conn;
+  if (nread == UV_EOF) http_parser_execute(&c->parser, &response_settings, NULL, 0);
+  if (u->complete) {
+    u->keep_alive = 0;
+    finish(u, GW_UP_OK, NULL);
+  } else if (u->reused && !u->got_bytes) {
+    connect_new(u); /* the server had closed the idle connection */
+  } else {
+    snprintf(u->detail, sizeof u->detail, "the endpoint closed the connection before the "
+             "response ended (%s)", uv_strerror((int)nread));
+    finish(u, GW_UP_BROKEN, u->detail);
+  }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  gw_uconn *c = s->data;
+  gw_upstream *u = c->u;
+  if (!u) { /* idle: the server closed it or spoke out of turn */
+    if (nread != 0) conn_close(c);
+  } else if (nread < 0) {
+    on_eof(u, nread);
+  } else if (nread > 0) {
+    u->got_bytes = 1;
+    uv_timer_start(&u->timer, on_timeout, u->t.idle_ms, 0);
+    size_t n = http_parser_execute(&c->parser, &response_settings, buf->base, (size_t)nread);
+    enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+    if (!u->done && u->complete) {
+      if (n < (size_t)nread - 1) u->keep_alive = 0; /* bytes past the response */
+      finish(u, GW_UP_OK, NULL);
+    } else if (!u->done && e != HPE_OK) {
+      snprintf(u->detail, sizeof u->detail, "malformed response: %s", http_errno_description(e));
+      finish(u, GW_UP_BROKEN, u->detail);
+    }
+  }
+  free(buf->base);
+}
+
+static void on_connect(uv_connect_t *r, int status) {
+  gw_uconn *c = r->data;
+  gw_upstream *u = c->u;
+  if (!u || c->closed) return; /* given up on (timeout, cancel) */
+  if (status < 0) {
+    snprintf(u->detail, sizeof u->detail, "%s", uv_strerror(status));
+    finish(u, GW_UP_CONNECT, u->detail);
+    return;
+  }
+  u->connected = 1;
+  uv_tcp_nodelay(&c->tcp, 1);
+  uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+  send_request(u);
+}
+
+static void connect_new(gw_upstream *u) {
+  if (u->conn) conn_close(u->conn);
+  u->conn = NULL;
+  u->reused = u->connected = u->got_bytes = u->complete = 0;
+  gw_headers_free(&u->headers);
+  gw_endpoint *ep = u->ep;
+  if (!ep->addr.ss_family) {
+    u->deferred = GW_UP_CONNECT;
+    u->deferred_detail = "the endpoint address is not an IP address";
+    uv_timer_start(&u->timer, on_timeout, 0, 0);
+    return;
+  }
+  gw_uconn *c = calloc(1, sizeof *c);
+  if (!c) {
+    u->deferred = GW_UP_CONNECT;
+    u->deferred_detail = "out of memory";
+    uv_timer_start(&u->timer, on_timeout, 0, 0);
+    return;
+  }
+  c->ep = ep;
+  gw_endpoint_ref(ep);
+  uv_tcp_init(ep->gw->loop, &c->tcp);
+  c->tcp.data = c->connect.data = c;
+  c->u = u;
+  u->conn = c;
+  uv_timer_start(&u->timer, on_timeout, u->t.connect_ms, 0);
+  int rc = uv_tcp_connect(&c->connect, &c->tcp, (struct sockaddr *)&ep->addr, on_connect);
+  if (rc) {
+    snprintf(u->detail, sizeof u->detail, "%s", uv_strerror(rc));
+    u->deferred = GW_UP_CONNECT;
+    u->deferred_detail = u->detail;
+    uv_timer_start(&u->timer, on_timeout, 0, 0);
+  }
+}
+
+static void on_timeout(uv_timer_t *t) {
+  gw_upstream *u = t->data;
+  if (u->deferred) {
+    finish(u, u->deferred, u->deferred_detail);
+  } else if (!u->connected) {
+    finish(u, GW_UP_CONNECT_TIMEOUT, "no connection within connectTimeoutMs");
+  } else if (!u->got_bytes) {
+    finish(u, GW_UP_FIRST_BYTE_TIMEOUT, gw_upstream_error_text(GW_UP_FIRST_BYTE_TIMEOUT));
+  } else {
+    finish(u, GW_UP_IDLE_TIMEOUT, gw_upstream_error_text(GW_UP_IDLE_TIMEOUT));
+  }
+}
+
+static int serialize(gw_upstream *u, const char *method, const char *path, const lupin_header *h,
+                     size_t n, const char *body, size_t len) {
+  gw_buf *b = &u->request;
+  int rc = gw_buf_printf(b, "%s %s HTTP/1.1\r\nhost: %s\r\n", method, path, u->ep->hostport);
+  for (size_t i = 0; i < n && !rc; i++)
+    if (!gw_hop_by_hop(h[i].name)) rc = gw_buf_printf(b, "%s: %s\r\n", h[i].name, h[i].value);
+  if (!rc && (body || strcmp(method, "GET"))) rc = gw_buf_printf(b, "content-length: %zu\r\n", len);
+  if (!rc && !u->ep->gw->set.pool_size) rc = gw_buf_printf(b, "connection: close\r\n");
+  if (!rc) rc = gw_buf_append(b, "\r\n", 2);
+  if (!rc && len) rc = gw_buf_append(b, body, len);
+  return rc;
+}
+
+gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *path,
+                               const lupin_header *head, size_t n, const char *body, size_t len,
+                               gw_timeouts t, const gw_upstream_cb *cb, void *ud) {
+  gw_upstream *u = calloc(1, sizeof *u);
+  if (!u) return NULL;
+  u->ep = ep;
+  u->t = t;
+  u->cb = *cb;
+  u->ud = ud;
+  if (serialize(u, method, path, head, n, body, len)) {
+    gw_buf_free(&u->request);
+    free(u);
+    return NULL;
+  }
+  gw_endpoint_ref(ep);
+  ep->gw->n_upstreams++;
+  uv_timer_init(ep->gw->loop, &u->timer);
+  u->timer.data = u;
+  gw_uconn *c = ep->idle;
+  if (c) {
+    pool_remove(c);
+    c->u = u;
+    u->conn = c;
+    u->reused = u->connected = 1;
+    send_request(u);
+  } else {
+    connect_new(u);
+  }
+  return u;
+}
+
+/* --- response parsing ---------------------------------------------------- */
+
+static int on_header_field(http_parser *p, const char *at, size_t len) {
+  gw_upstream *u = ((gw_uconn *)p->data)->u;
+  int rc = u->last_was_value || !u->headers.n ? gw_headers_add(&u->headers, at, len, "", 0)
+                                              : gw_headers_extend(&u->headers, 0, at, len);
+  u->last_was_value = 0;
+  return rc;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len) {
+  gw_upstream *u = ((gw_uconn *)p->data)->u;
+  u->last_was_value = 1;
+  return gw_headers_extend(&u->headers, 1, at, len);
+}
+
+static int on_headers_complete(http_parser *p) {
+  gw_upstream *u = ((gw_uconn *)p->data)->u;
+  int64_t cl = p->content_length == ULLONG_MAX || (p->flags & F_CHUNKED)
+                   ? -1
+                   : (int64_t)p->content_length;
+  if (u->cb.on_headers) u->cb.on_headers(u->ud, p->status_code, &u->headers, cl);
+  return u->done ? -1 : 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len) {
+  gw_upstream *u = ((gw_uconn *)p->data)->u;
+  if (u->cb.on_body) u->cb.on_body(u->ud, at, len);
+  return u->done ? -1 : 0;
+}
+
+static int on_message_complete(http_parser *p) {
+  gw_upstream *u = ((gw_uconn *)p->data)->u;
+  u->complete = 1;
+  u->keep_alive = http_should_keep_alive(p);
+  http_parser_pause(p, 1); /* nothing after the response belongs to us */
+  return 0;
+}
+
+static const http_parser_settings response_settings = {
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};

@@ -1,0 +1,115 @@
+-- What the gateway host (lupin serve, core/gwlua.c) asks of the Lua side:
+-- the JSON work, since the C side has no JSON library of its own (DESIGN.md §3:
+-- the C side uses lua-cjson through the runtime's Lua state).
+local cjson = require "cjson.safe"
+local config = require "lupin.config"
+
+local M = {}
+
+local function bad(message, param)
+  return nil, message, param
+end
+
+local function check_prompt(body)
+  local p = body.prompt
+  if p == nil then
+    return bad('missing "prompt": a completion request needs a prompt (a string or a list of'
+      .. " strings)", "prompt")
+  end
+  if type(p) == "table" then
+    for i, s in ipairs(p) do
+      if type(s) ~= "string" and type(s) ~= "number" and type(s) ~= "table" then
+        return bad(("prompt[%d] must be a string, got %s"):format(i - 1, type(s)), "prompt")
+      end
+    end
+  elseif type(p) ~= "string" then
+    return bad(("prompt must be a string or a list of strings, got %s"):format(type(p)), "prompt")
+  end
+  return true
+end
+
+local function check_messages(body)
+  local m = body.messages
+  if type(m) ~= "table" or (next(m) ~= nil and #m == 0) then
+    return bad('"messages" must be a list of {"role", "content"} objects', "messages")
+  end
+  for i, msg in ipairs(m) do
+    if type(msg) ~= "table" or type(msg.role) ~= "string" then
+      return bad(('messages[%d] must be an object with a string "role"'):format(i - 1), "messages")
+    end
+  end
+  return true
+end
+
+local NUMBERS = { "max_tokens", "max_completion_tokens", "temperature", "top_p", "n" }
+
+--- Checks an OpenAI request body.  Returns the model and the stream flag, or
+--- nil, a message a person can act on, and the offending parameter.
+function M.validate(path, text)
+  local body, err = cjson.decode(text)
+  if body == nil then
+    return bad(("the request body is not valid JSON: %s"):format(tostring(err)))
+  end
+  if type(body) ~= "table" or (next(body) == nil and text:match("^%s*%[")) then
+    return bad("the request body must be a JSON object")
+  end
+  if body.model == nil then
+    return bad('missing "model": name the model to use, e.g. "model": "llama"', "model")
+  end
+  if type(body.model) ~= "string" or body.model == "" then
+    return bad(('"model" must be a non-empty string, got %s'):format(cjson.encode(body.model)),
+      "model")
+  end
+  if body.stream ~= nil and type(body.stream) ~= "boolean" then
+    return bad(('"stream" must be true or false, got %s'):format(cjson.encode(body.stream)),
+      "stream")
+  end
+  for _, k in ipairs(NUMBERS) do
+    local v = body[k]
+    if v ~= nil and v ~= cjson.null and type(v) ~= "number" then
+      return bad(('"%s" must be a number, got %s'):format(k, cjson.encode(v)), k)
+    end
+  end
+  local ok, msg, param
+  if path == "/v1/chat/completions" then
+    ok, msg, param = check_messages(body)
+  else
+    ok, msg, param = check_prompt(body)
+  end
+  if not ok then
+    return nil, msg, param
+  end
+  return body.model, body.stream == true
+end
+
+--- Merges the /v1/models answers of the endpoints into one list, each model
+--- once (first seen wins).
+function M.models(bodies)
+  local seen, data = {}, {}
+  for _, text in ipairs(bodies) do
+    local b = cjson.decode(text)
+    if type(b) == "table" and type(b.data) == "table" then
+      for _, m in ipairs(b.data) do
+        if type(m) == "table" and type(m.id) == "string" and not seen[m.id] then
+          seen[m.id] = true
+          data[#data + 1] = m
+        end
+      end
+    end
+  end
+  setmetatable(data, cjson.empty_array_mt)
+  return cjson.encode({ object = "list", data = data })
+end
+
+--- The gateway's settings and static endpoints from a generation.
+function M.settings(gen)
+  return gen and gen.gateway or {}
+end
+
+function M.endpoints(gen)
+  return gen and gen.endpoints or {}
+end
+
+M.endpoints_file = config.endpoints_file
+
+return M
