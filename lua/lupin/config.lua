@@ -72,7 +72,7 @@ end
 local function need(E, path, want, what)
   local k = kind(E, path)
   if k ~= want then
-    return E:at(path, "%s must be %s %s, got %s", what, want == "array" and "an" or "a",
+    return E:at(path, "%s must be %s %s, got %s", what, (want == "array" or want == "object") and "an" or "a",
       want, k or "nothing")
   end
 end

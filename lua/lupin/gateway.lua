@@ -50,7 +50,7 @@ function M.validate(path, text)
   if body == nil then
     return bad(("the request body is not valid JSON: %s"):format(tostring(err)))
   end
-  if type(body) ~= "table" or (next(body) == nil and text:match("^%s*%[")) then
+  if type(body) ~= "table" or text:match("^%s*%[") then
     return bad("the request body must be a JSON object")
   end
   if body.model == nil then
@@ -97,7 +97,9 @@ function M.models(bodies)
       end
     end
   end
-  setmetatable(data, cjson.empty_array_mt)
+  if #data == 0 then -- cjson would write an empty table as {}
+    return '{"object":"list","data":[]}'
+  end
   return cjson.encode({ object = "list", data = data })
 end
 

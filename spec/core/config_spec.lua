@@ -110,7 +110,7 @@ describe("config", function()
     it("refuses unknown top-level fields, listing the known ones", function()
       fails('{\n "plugins": [],\n "schedulingProfile": []\n}',
         'cfg.json:3: schedulingProfile: unknown field "schedulingProfile" in the config',
-        "known fields: apiVersion, featureGates, kind, pluginDirs, plugins, schedulingProfiles")
+        "known fields: apiVersion, endpoints, featureGates, gateway, kind, pluginDirs, plugins, schedulingProfiles")
     end)
 
     it("refuses another kind", function()
@@ -119,7 +119,7 @@ describe("config", function()
 
     it("needs plugins to be an array of objects", function()
       fails('{"plugins": {"type": "x"}}', "cfg.json:1: plugins: plugins must be an array, got object")
-      fails('{"plugins": ["queue-scorer"]}', "plugins[0]: each plugin must be a object, got string")
+      fails('{"plugins": ["queue-scorer"]}', "plugins[0]: each plugin must be an object, got string")
     end)
 
     it("refuses unknown fields in a plugin", function()
@@ -151,7 +151,7 @@ describe("config", function()
 
     it("needs parameters to be an object", function()
       fails('{"plugins": [{"type": "test-scorer", "parameters": [1]}]}',
-        "plugins[0].parameters: parameters must be a object, got array")
+        "plugins[0].parameters: parameters must be an object, got array")
     end)
 
     it("reports parameter schema violations with the field and the bound", function()

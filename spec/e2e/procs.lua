@@ -1,0 +1,166 @@
+-- Real processes for the end-to-end specs: the gateway binary, the fixture
+-- model server, curl.  Everything listens on 127.0.0.1 with ports the
+-- processes pick themselves (port 0) and report; waiting is by polling.
+local cjson = require "cjson"
+local support = require "support"
+
+local M = {}
+
+local BUILD = support.BUILD
+M.LUPIN = support.ROOT .. "/" .. BUILD .. "/lupin"
+M.UPSTREAM = support.ROOT .. "/spec/fixtures/gateway/upstream.py"
+
+local function read(path)
+  local f = io.open(path, "rb")
+  if not f then
+    return nil
+  end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+M.read = read
+
+local function sh_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+M.quote = sh_quote
+
+local function sleep(s)
+  os.execute("sleep " .. s)
+end
+
+--- Polls fn until it returns a true value (or gives up after many tries).
+function M.poll(fn, what)
+  for _ = 1, 1500 do
+    local v = fn()
+    if v then
+      return v
+    end
+    sleep(0.01)
+  end
+  error("gave up waiting for " .. (what or "a condition"), 2)
+end
+
+local dir = support.tmpdir()
+local seq = 0
+
+--- Starts a command in the background; its stdout, stderr and exit status go
+--- to files.  Returns a process record.
+function M.start(cmd)
+  seq = seq + 1
+  local p = { out = ("%s/%d.out"):format(dir, seq), err = ("%s/%d.err"):format(dir, seq),
+    rc = ("%s/%d.rc"):format(dir, seq) }
+  local pidfile = ("%s/%d.pid"):format(dir, seq)
+  -- the inner shell records the exit status; exec keeps signals going to cmd
+  local inner = ("%s > %s 2> %s & echo $! > %s; wait $!; echo $? > %s"):format(
+    "exec " .. cmd, p.out, p.err, pidfile, p.rc)
+  os.execute(("sh -c %s > /dev/null 2>&1 &"):format(sh_quote(inner)))
+  p.pid = M.poll(function()
+    local s = read(pidfile)
+    return s and tonumber(s:match("%d+"))
+  end, "a pid")
+  return p
+end
+
+function M.signal(p, sig)
+  os.execute(("kill -%s %d 2>/dev/null"):format(sig or "TERM", p.pid))
+end
+
+--- Waits for a process to exit; returns its exit status.
+function M.wait(p)
+  return M.poll(function()
+    local s = read(p.rc)
+    return s and tonumber(s:match("%d+"))
+  end, "process " .. p.pid .. " to exit")
+end
+
+function M.stop(p)
+  if p and not read(p.rc) then
+    M.signal(p, "KILL")
+    M.wait(p)
+  end
+end
+
+--- The fixture model server; returns the process with its port.
+function M.upstream(args)
+  local p = M.start("python3 -u " .. M.UPSTREAM .. " " .. (args or ""))
+  p.port = M.poll(function()
+    local s = read(p.out)
+    return s and tonumber(s:match("port (%d+)"))
+  end, "the fixture server's port")
+  p.hostport = "127.0.0.1:" .. p.port
+  return p
+end
+
+--- lupin serve with a config given as a table; returns the process with
+--- base (http://host:port) and admin URLs.
+function M.gateway(config, args)
+  seq = seq + 1
+  local path = ("%s/config-%d.json"):format(dir, seq)
+  support.write(path, type(config) == "string" and config or cjson.encode(config))
+  local p = M.start(("%s serve --config %s --listen 127.0.0.1:0 --admin 127.0.0.1:0 %s"):format(
+    M.LUPIN, path, args or ""))
+  p.config = path
+  M.poll(function()
+    local s = read(p.out) or ""
+    p.base, p.admin = s:match("listening on (http://%S+) admin (http://%S+)")
+    return p.base or read(p.rc)
+  end, "the gateway to listen")
+  assert(p.base, "the gateway did not start: " .. (read(p.err) or ""))
+  return p
+end
+
+--- Runs a shell command; returns its output and exit status (LuaJIT's
+--- io.popen does not report the status).
+function M.run(cmd)
+  local f = io.popen("{ " .. cmd .. "; } ; echo \" $?\"")
+  local out = f:read("*a")
+  f:close()
+  local text, rc = out:match("^(.-) (%d+)\n$")
+  return text, tonumber(rc)
+end
+
+--- Runs curl; returns status, headers (lower-case names), body, curl's exit.
+function M.curl(args)
+  seq = seq + 1
+  local h, b = ("%s/%d.h"):format(dir, seq), ("%s/%d.b"):format(dir, seq)
+  local code, rc = M.run(("curl -sS -N -D %s -o %s -w '%%{http_code}' %s 2>/dev/null"):format(h,
+    b, args))
+  local headers = {}
+  for line in (read(h) or ""):gmatch("[^\r\n]+") do
+    local k, v = line:match("^([^:]+):%s*(.*)$")
+    if k then
+      headers[k:lower()] = v
+    end
+  end
+  return tonumber(code) or 0, headers, read(b) or "", rc
+end
+
+--- POSTs a JSON body (a table or a string) to path.
+function M.post(base, path, body, extra)
+  local text = type(body) == "string" and body or cjson.encode(body)
+  local file = ("%s/body-%d.json"):format(dir, seq + 1)
+  support.write(file, text)
+  return M.curl(("%s -H 'content-type: application/json' --data-binary @%s %s"):format(
+    extra or "", file, sh_quote(base .. path)))
+end
+
+function M.get(url, extra)
+  return M.curl((extra or "") .. " " .. sh_quote(url))
+end
+
+--- A sample of the admin /metrics, by its full series text.
+function M.metric(gw, series)
+  local _, _, text = M.get(gw.admin .. "/metrics")
+  for line in text:gmatch("[^\n]+") do
+    local name, v = line:match("^(.-) (%S+)$")
+    if name == series then
+      return tonumber(v)
+    end
+  end
+end
+
+M.json = cjson
+M.dir = dir
+return M
