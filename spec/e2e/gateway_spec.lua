@@ -430,3 +430,78 @@ describe("lupin check", function()
     assert.truthy(out:match("no%-such%-scorer"), out)
   end)
 end)
+
+describe("lupin serve, the request lifecycle on the real response path", function()
+  local up, gw
+
+  setup(function()
+    up = P.upstream("--name H")
+    local cfg = config({ ep("h", up) }, { firstByteTimeoutMs = 300 },
+      { pluginDirs = { require("support").FIXTURES } })
+    table.insert(cfg.plugins, { type = "e2e-recorder" })
+    gw = P.gateway(cfg)
+  end)
+
+  teardown(function()
+    P.stop(gw)
+    P.stop(up)
+  end)
+
+  -- the journal the recorder logged from finish for request id
+  local function journal(id)
+    return P.poll(function()
+      return (P.read(gw.err) or ""):match("request " .. id:gsub("%-", "%%-")
+        .. " %[e2e%-recorder%] journal ([^\n]*)")
+    end, "the journal of " .. id)
+  end
+
+  local function send(id, body, extra)
+    return P.post(gw.base, "/v1/completions", body,
+      "-H 'x-request-id: " .. id .. "' " .. (extra or ""))
+  end
+
+  local ALL = "admit:m prepare pre_request:h response_header:200 response_complete chunks:some"
+
+  it("a full response: every point in order, plugin headers both ways", function()
+    local status, h, body = send("life-ok", COMPLETION)
+    assert.equal(200, status)
+    assert.equal("yes", h["x-recorded"])
+    assert.equal("life-ok", json.decode(body).received["x-recorder"])
+    assert.equal(ALL .. " finish:ok", journal("life-ok"))
+  end)
+
+  it("a streamed response: every chunk seen", function()
+    send("life-stream", { model = "m", prompt = "x", stream = true })
+    assert.equal(ALL .. " finish:ok", journal("life-stream"))
+  end)
+
+  it("an upstream 500", function()
+    send("life-500", { model = "m", prompt = "fail500" })
+    assert.equal("admit:m prepare pre_request:h response_header:500 response_complete "
+      .. "chunks:some finish:upstream_error", journal("life-500"))
+  end)
+
+  it("an upstream dropped mid-stream", function()
+    send("life-drop", { model = "m", prompt = "drop", stream = true })
+    assert.equal("admit:m prepare pre_request:h response_header:200 chunks:some "
+      .. "finish:upstream_error", journal("life-drop"))
+  end)
+
+  it("a client that disconnects mid-stream", function()
+    send("life-cancel", { model = "m", prompt = "slowstream:3000", stream = true },
+      "--max-time 0.5")
+    assert.equal("admit:m prepare pre_request:h response_header:200 chunks:some finish:cancelled",
+      journal("life-cancel"))
+  end)
+
+  it("a timeout", function()
+    send("life-timeout", { model = "m", prompt = "sleep:2000" })
+    assert.equal("admit:m prepare pre_request:h finish:timeout", journal("life-timeout"))
+  end)
+
+  it("no endpoint", function()
+    send("life-none", COMPLETION, "-H 'x-gateway-destination-endpoint-subset: 10.0.0.1:1'")
+    assert.equal("admit:m prepare finish:no_endpoint", journal("life-none"))
+    assert.equal(0, P.metric(gw, "lupin_live_requests"))
+  end)
+end)
