@@ -34,7 +34,9 @@ static void log_access(lupin_gateway *gw, const gw_exchange *x, const char *id, 
                        const char *outcome) {
   if (gw->opts.log_level < LUPIN_LOG_INFO) return;
   gw_buf b = {0};
-  gw_buf_printf(&b, "{\"ts\":%.3f,\"id\":", (double)time(NULL));
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  gw_buf_printf(&b, "{\"ts\":%.3f,\"id\":", (double)now.tv_sec + now.tv_nsec / 1e9);
   gw_buf_json(&b, id);
   gw_buf_printf(&b, ",\"path\":");
   gw_buf_json(&b, x ? x->path : "");

@@ -213,7 +213,11 @@ describe("lupin serve", function()
         return eps.b.metrics.waiting_queue_size == 3
       end, "b's scraped queue")
       assert.equal(0.25, eps.a.metrics.kv_cache_usage) -- the legacy name
+      -- escaped quotes and braces in a label, a timestamp after the value
+      assert.equal(1, eps.a.metrics.running_requests)
+      -- of two lora_requests_info series, the latest value wins, not the last line
       assert.equal("a1", eps.a.metrics.running_lora_adapters)
+      assert.equal("", eps.a.metrics.waiting_lora_adapters)
       assert.equal(2, eps.a.metrics.max_lora)
       assert.equal(16, eps.a.metrics.cache_block_size)
       assert.equal(1000, eps.a.metrics.num_blocks)
@@ -230,6 +234,17 @@ describe("lupin serve", function()
       assert.equal(0, P.metric(gw, "lupin_live_requests"))
       assert.truthy(P.metric(gw, "lupin_lua_memory_bytes") > 0)
       assert.is_number(P.metric(gw, "lupin_live_request_tables"))
+      -- the upstream connection went back to the pool
+      _, _, body = P.get(gw.admin .. "/admin/endpoints")
+      local idle = 0
+      for _, e in ipairs(json.decode(body).endpoints) do
+        idle = idle + e.idle_connections
+      end
+      assert.truthy(idle >= 1)
+    end)
+
+    it("404 on unknown admin routes", function()
+      assert.equal(404, (P.get(gw.admin .. "/nothing")))
     end)
   end)
 end)
@@ -271,6 +286,18 @@ describe("lupin serve, failures upstream", function()
     assert.equal(200, status, body)
     assert.equal("L", json.decode(body).served_by)
     assert.equal(live.hostport, h["x-gateway-destination-endpoint"])
+  end)
+
+  it("408 when the request is not read within headerTimeoutMs", function()
+    live = start_upstream("--name W")
+    start_gateway(config({ ep("w", live) }, { headerTimeoutMs = 200 }))
+    local port = gw.base:match(":(%d+)$")
+    -- half a request over a raw socket; the gateway answers and closes
+    local out = P.run(("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%s; printf \"POST /v1/completions "
+      .. "HTTP/1.1\\r\\nHost: x\\r\\n\" >&3; cat <&3'"):format(port))
+    assert.truthy(out:match("^HTTP/1.1 408"), out)
+    assert.truthy(out:match("headerTimeoutMs"), out)
+    ok_request(gw)
   end)
 
   it("502 when no pick can be reached, naming them", function()
