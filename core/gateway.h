@@ -125,6 +125,10 @@ size_t gw_server_connections(const gw_server *s);
 void gw_server_free(gw_server *s);
 
 void gw_conn_on_abort(gw_conn *c, gw_abort_fn fn, void *owner);
+/* Bytes written to the client and not yet sent. */
+size_t gw_conn_backlog(const gw_conn *c);
+/* Calls fn(owner) once, when the backlog has been sent (slow clients). */
+void gw_conn_on_drain(gw_conn *c, gw_abort_fn fn, void *owner);
 /* A full response.  Adds content-length, connection. */
 void gw_conn_respond(gw_conn *c, int status, const lupin_header *h, size_t n, const char *body,
                      size_t len);
@@ -169,6 +173,9 @@ typedef struct gw_timeouts {
 gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *path,
                                const lupin_header *head, size_t n, const char *body, size_t len,
                                gw_timeouts t, const gw_upstream_cb *cb, void *ud);
+/* Stops or resumes reading the response (a slow client's backpressure);
+ * the idle timeout does not run while paused. */
+void gw_upstream_pause(gw_upstream *u, int pause);
 /* Stops an exchange; no callback runs after.  Its connection is closed. */
 void gw_upstream_cancel(gw_upstream *u);
 /* Closes an endpoint's idle connections. */

@@ -109,10 +109,23 @@ static void on_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
   x->started_response = 1;
 }
 
+/* The client reads slower than the endpoint writes: stop reading upstream
+ * until what is queued for the client has gone, so memory stays bounded. */
+#define BACKLOG_LIMIT (1 << 20)
+
+static void on_client_drained(void *owner) {
+  gw_exchange *x = owner;
+  if (x->up) gw_upstream_pause(x->up, 0);
+}
+
 static void on_body(void *ud, const char *data, size_t len) {
   gw_exchange *x = ud;
   lupin_request_response_chunk(x->req, data, len);
   gw_conn_write(x->conn, data, len);
+  if (gw_conn_backlog(x->conn) > BACKLOG_LIMIT && x->up) {
+    gw_upstream_pause(x->up, 1);
+    gw_conn_on_drain(x->conn, on_client_drained, x);
+  }
 }
 
 static void try_picks(gw_exchange *x);

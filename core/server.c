@@ -46,6 +46,8 @@ struct gw_conn {
   gw_buf pending;
   gw_abort_fn abort_fn;
   void *owner;
+  gw_abort_fn drain_fn;
+  void *drain_owner;
   gw_conn *prev, *next;
 };
 
@@ -102,6 +104,7 @@ static void on_close(uv_handle_t *h) {
 static void close_now(gw_conn *c) {
   if (c->closed) return;
   c->closed = 1;
+  c->drain_fn = NULL;
   uv_close((uv_handle_t *)&c->tcp, on_close);
   uv_close((uv_handle_t *)&c->timer, on_close);
 }
@@ -147,7 +150,20 @@ typedef struct {
 
 static void on_write(uv_write_t *w, int status) {
   (void)status; /* a failed write shows up as a read error too */
+  gw_conn *c = w->handle->data;
   free(w);
+  if (c->drain_fn && !c->tcp.write_queue_size) {
+    gw_abort_fn fn = c->drain_fn;
+    c->drain_fn = NULL;
+    fn(c->drain_owner);
+  }
+}
+
+size_t gw_conn_backlog(const gw_conn *c) { return c->tcp.write_queue_size; }
+
+void gw_conn_on_drain(gw_conn *c, gw_abort_fn fn, void *owner) {
+  c->drain_fn = fn;
+  c->drain_owner = owner;
 }
 
 static void write_bufs(gw_conn *c, const uv_buf_t *parts, int n) {
@@ -210,6 +226,7 @@ static void feed(gw_conn *c, const char *data, size_t len);
 
 static void response_done(gw_conn *c) {
   c->busy = 0;
+  c->drain_fn = NULL;
   c->abort_fn = NULL;
   c->owner = NULL;
   reset_request(c);
@@ -236,6 +253,7 @@ void gw_conn_end(gw_conn *c) {
 }
 
 void gw_conn_abort(gw_conn *c) {
+  c->drain_fn = NULL;
   c->keep_alive = 0;
   c->busy = 0;
   c->abort_fn = NULL;

@@ -33,7 +33,7 @@ struct gw_upstream {
   gw_timeouts t;
   gw_upstream_cb cb;
   void *ud;
-  int reused, connected, got_bytes, complete, done, keep_alive;
+  int reused, connected, got_bytes, complete, done, keep_alive, paused;
   gw_upstream_error deferred; /* reported from the timer: never from start */
   const char *deferred_detail;
   char detail[160];
@@ -97,6 +97,10 @@ void gw_pool_clear(gw_endpoint *ep) {
     conn_close(ep->idle);
 }
 
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void on_timeout(uv_timer_t *t);
+
 /* --- finishing ----------------------------------------------------------- */
 
 static void on_timer_closed(uv_handle_t *h) {
@@ -121,6 +125,8 @@ static void finish(gw_upstream *u, gw_upstream_error e, const char *detail) {
   u->conn = NULL;
   if (c) {
     c->u = NULL;
+    if (e == GW_UP_OK && u->keep_alive && u->paused) /* read again, to notice a close */
+      uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (e == GW_UP_OK && u->keep_alive)
       pool_put(c);
     else
@@ -129,6 +135,18 @@ static void finish(gw_upstream *u, gw_upstream_error e, const char *detail) {
   u->done = 1;
   u->cb.on_done(u->ud, e, detail);
   release(u);
+}
+
+void gw_upstream_pause(gw_upstream *u, int pause) {
+  if (u->done || !u->conn || !u->connected || u->paused == pause) return;
+  u->paused = pause;
+  if (pause) {
+    uv_read_stop((uv_stream_t *)&u->conn->tcp);
+    uv_timer_stop(&u->timer);
+  } else {
+    uv_read_start((uv_stream_t *)&u->conn->tcp, on_alloc, on_read);
+    uv_timer_start(&u->timer, on_timeout, u->t.idle_ms, 0);
+  }
 }
 
 void gw_upstream_cancel(gw_upstream *u) {
@@ -213,7 +231,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     on_eof(u, nread);
   } else if (nread > 0) {
     u->got_bytes = 1;
-    uv_timer_start(&u->timer, on_timeout, u->t.idle_ms, 0);
+    if (!u->paused) uv_timer_start(&u->timer, on_timeout, u->t.idle_ms, 0);
     size_t n = http_parser_execute(&c->parser, &response_settings, buf->base, (size_t)nread);
     enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
     if (!u->done && u->complete) {
