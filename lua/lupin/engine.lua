@@ -293,9 +293,26 @@ local function primary_of(r, results, ran)
   return only or nil, "no profile ran"
 end
 
+-- Hands the scheduling result to the C request (again, on a repeated call).
+local function publish(r)
+  local api, creq = capi.api, r.creq
+  for _, ep in ipairs(r.result.endpoints) do
+    api.result_add_pick(creq, ep)
+  end
+  if r.upstream_headers then
+    for name, value in pairs(r.upstream_headers) do
+      api.result_add_header(creq, name, value)
+    end
+  end
+  return 200, nil, nil, OK
+end
+
 function M.schedule(r)
+  -- scheduling runs once per request; a repeated call gets the same answer
   if r.failure then
     return failed(r.failure)
+  elseif r.result then
+    return publish(r)
   end
   local gen, eps = r.gen, r.candidates
   for _, rec in ipairs(gen.points.admit) do
@@ -327,19 +344,10 @@ function M.schedule(r)
   end
   local result = { primary = primary, endpoints = res.endpoints, profiles = results }
   r.result = result
-  local api, creq = capi.api, r.creq
-  for _, ep in ipairs(res.endpoints) do
-    api.result_add_pick(creq, ep)
-  end
   for _, rec in ipairs(gen.points.pre_request) do
     call(r, rec, "pre_request", nil, result)
   end
-  if r.upstream_headers then
-    for name, value in pairs(r.upstream_headers) do
-      api.result_add_header(creq, name, value)
-    end
-  end
-  return 200, nil, nil, OK
+  return publish(r)
 end
 
 function M.response_header(r, status, headers)
