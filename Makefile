@@ -13,7 +13,8 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
             lua-busted lua-check libxxhash-dev libhttp-parser-dev wrk curl
 
-CORE_SRC  = core/alloc.c core/endpoint.c core/generation.c core/request.c core/runtime.c
+CORE_SRC  = core/alloc.c core/blockhash.c core/endpoint.c core/generation.c core/prefix_index.c \
+            core/request.c core/runtime.c
 CORE_HDR  = core/lupin.h core/internal.h
 
 B ?= build
