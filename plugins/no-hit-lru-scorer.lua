@@ -7,18 +7,18 @@
 local function rank_of(self, endpoints)
   local rank, n = {}, 0
   for _, ep in ipairs(endpoints) do -- never used first, in candidate order
-    if not self.pos[ep.name] then
+    if not self.pos[tostring(ep)] then
       rank[ep], n = n, n + 1
     end
   end
   local used = {}
   for _, ep in ipairs(endpoints) do
-    if self.pos[ep.name] then
+    if self.pos[tostring(ep)] then
       used[#used + 1] = ep
     end
   end
   table.sort(used, function(a, b) -- least recently used first
-    return self.pos[a.name] > self.pos[b.name]
+    return self.pos[tostring(a)] > self.pos[tostring(b)]
   end)
   for _, ep in ipairs(used) do
     rank[ep], n = n, n + 1
@@ -97,7 +97,7 @@ return {
   pre_request = function(self, ctx, result)
     local primary = result.profiles[result.primary]
     if ctx.plugin.cold and primary and primary.endpoints[1] then
-      touch(self, primary.endpoints[1].name)
+      touch(self, tostring(primary.endpoints[1]))
     end
   end,
 }
