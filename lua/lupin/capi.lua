@@ -19,8 +19,10 @@ typedef struct lupin_endpoint {
   double cache_block_size;
   double num_blocks;
   double scraped_at;
-  const char *name;
-  const char *address;
+  /* named c_* here so that ep.name and ep.address reach the Lua strings of
+   * lupin.pool's side table, not these C pointers */
+  const char *c_name;
+  const char *c_address;
 } lupin_endpoint;
 
 typedef struct lupin_hash_input {

@@ -48,7 +48,7 @@ end
 
 function M.add(ud, labels)
   local ep = ffi.gc(ffi.cast("lupin_endpoint *", ud), release)
-  local name, address = ffi.string(ep.name), ffi.string(ep.address)
+  local name, address = ffi.string(ep.c_name), ffi.string(ep.c_address)
   info[ep.id] = {
     name = name,
     address = address,
