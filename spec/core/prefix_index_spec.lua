@@ -161,56 +161,64 @@ describe("prefix index", function()
     assert.same({ 100, true, true, true, true }, got)
   end)
 
-  it("agrees with a plain Lua model over thousands of random operations", function()
-    local got = run [==[
-      math.randomseed(42)
-      local CAP, eps = 8, { ID.ep1, ID.ep2, ID.ep3 }
-      local x = prefix.index(CAP)
-      local model = { {}, {}, {} } -- per endpoint: hashes, most recent last
-      local function m_record(e, v)
-        local l = model[e]
-        for i = #v, 1, -1 do
-          for j = #l, 1, -1 do if l[j] == v[i] then table.remove(l, j) end end
-          l[#l + 1] = v[i]
-          if #l > CAP then table.remove(l, 1) end
-        end
-      end
-      local function m_match(v)
-        local out = {}
-        for _, h in ipairs(v) do
-          local any = false
-          for e, l in ipairs(model) do
-            for _, y in ipairs(l) do
-              if y == h then out[eps[e]] = (out[eps[e]] or 0) + 1; any = true end
+  -- Small: few slots, many evictions.  Large: tables that grow, long probe
+  -- runs (hashes spread over 52 bits), many holders per hash.
+  for _, v in ipairs({ { cap = 8, universe = 30, len = 5, ops = 4000 },
+    { cap = 300, universe = 3000, len = 40, ops = 1500 } }) do
+    it(("agrees with a plain Lua model over random operations (capacity %d)"):format(v.cap),
+      function()
+        local got = run(("local CAP, U, LEN, OPS = %d, %d, %d, %d\n"):format(v.cap, v.universe,
+          v.len, v.ops) .. [==[
+          math.randomseed(42)
+          local eps = { ID.ep1, ID.ep2, ID.ep3 }
+          local x = prefix.index(CAP)
+          local model = { {}, {}, {} } -- per endpoint: hashes, most recent last
+          local function m_record(e, v)
+            local l = model[e]
+            for i = #v, 1, -1 do
+              for j = #l, 1, -1 do if l[j] == v[i] then table.remove(l, j) end end
+              l[#l + 1] = v[i]
+              if #l > CAP then table.remove(l, 1) end
             end
           end
-          if not any then break end
-        end
-        return out
-      end
-      local bad = 0
-      for _ = 1, 4000 do
-        local v = {}
-        for i = 1, math.random(0, 5) do v[i] = math.random(1, 30) end
-        local op, e = math.random(10), math.random(3)
-        if op <= 5 then
-          x:record(eps[e], H(unpack(v))); m_record(e, v)
-        elseif op == 6 then
-          x:purge(eps[e]); model[e] = {}
-        else
-          local a, b = x:match(H(unpack(v))), m_match(v)
-          for _, id in ipairs(eps) do
-            if a[id] ~= b[id] then bad = bad + 1 end
+          local function m_holds(e, h)
+            for _, y in ipairs(model[e]) do if y == h then return true end end
           end
-          for e2 = 1, 3 do
-            if x:count(eps[e2]) ~= #model[e2] then bad = bad + 1 end
+          local function m_match(v)
+            local out = {}
+            for _, h in ipairs(v) do
+              local any = false
+              for e = 1, 3 do
+                if m_holds(e, h) then out[eps[e]] = (out[eps[e]] or 0) + 1; any = true end
+              end
+              if not any then break end
+            end
+            return out
           end
-        end
-      end
-      return bad
-    ]==]
-    assert.equal(0, got)
-  end)
+          local bad = 0
+          for _ = 1, OPS do
+            local v = {}
+            for i = 1, math.random(0, LEN) do v[i] = math.random(1, U) * 2654435761 % 2^52 end
+            local op, e = math.random(10), math.random(3)
+            if op <= 5 then
+              x:record(eps[e], H(unpack(v))); m_record(e, v)
+            elseif op == 6 then
+              x:purge(eps[e]); model[e] = {}
+            else
+              local a, b = x:match(H(unpack(v))), m_match(v)
+              for _, id in ipairs(eps) do
+                if a[id] ~= b[id] then bad = bad + 1 end
+              end
+              for e2 = 1, 3 do
+                if x:count(eps[e2]) ~= #model[e2] then bad = bad + 1 end
+              end
+            end
+          end
+          return bad
+        ]==])
+        assert.equal(0, got)
+      end)
+  end
 
   it("returns errors for bad arguments instead of crashing", function()
     local got = run [[
