@@ -126,6 +126,7 @@ static uint32_t node_alloc(lupin_prefix_index *x) {
     return n;
   }
   if (x->n_nodes + 1 >= x->cap_nodes) {
+    if (x->cap_nodes >= UINT32_MAX / 2) return NIL; /* indexes are 32-bit */
     uint32_t cap = x->cap_nodes ? x->cap_nodes * 2 : 256;
     node *a = realloc(x->nodes, (size_t)cap * sizeof *a);
     if (!a) return NIL;
@@ -264,6 +265,8 @@ static void evict_to(lupin_prefix_index *x, endpoint *e, uint32_t capacity) {
 }
 
 int lupin_prefix_set_capacity(lupin_prefix_index *x, uint32_t id, uint32_t capacity) {
+  if (!x) return -1;
+  if (!in_pool(x, id)) return 0; /* nothing would ever purge its record */
   endpoint *e = ep_open(x, id);
   if (!e) return -1;
   e->capacity = capacity;
