@@ -186,25 +186,34 @@ function M.new_request(gen, creq, id, desc)
     profiles = {},
     ctxs = {},
   }
-  r.ctx_mt = {
-    __index = function(c, k)
-      local f = FIELDS[k]
-      if f then
-        return f(r, c)
-      end
-      return METHODS[k]
-    end,
-    __metatable = "ctx",
-  }
   return r
 end
+
+-- Each ctx finds its request here.  Not a closure over r per request: a
+-- JIT trace through __index would keep that closure, and with it the ended
+-- request's whole state, alive as a trace constant (seen as leaks under
+-- check_leaks).  Weak both ways: the C core's reference keeps r alive while
+-- the request lives; a ctx kept after the end is reported by lupin.leaks.
+local owner = setmetatable({}, { __mode = "kv" })
+
+local CTX_MT = {
+  __index = function(c, k)
+    local f = FIELDS[k]
+    if f then
+      return f(owner[c], c)
+    end
+    return METHODS[k]
+  end,
+  __metatable = "ctx",
+}
 
 --- The ctx of one plugin instance for a request; creating it marks the
 --- plugin as reached, so its finish hook will run.
 function M.of(r, rec)
   local c = r.ctxs[rec]
   if not c then
-    c = setmetatable({ name = rec.name }, r.ctx_mt)
+    c = setmetatable({ name = rec.name }, CTX_MT)
+    owner[c] = r
     r.ctxs[rec] = c
   end
   return c

@@ -87,8 +87,19 @@ describe("pd-profile-handler", function()
       local _, decode, res = P.request(rt, "aaaabbbb", { profile = "decode" })
       assert.same({ ep1 = 1, ep2 = 0 }, decode)
       assert.same({ ep3 = 1, ep4 = 0 }, P.scores(res.headers["x-spec-scores-prefill"]))
-      assert.equal(0, (rt:check_leaks()))
+      local n, report = rt:check_leaks()
+      assert.equal(0, n, report)
     end)
+
+  it("leaves no request state behind after many requests, JIT-compiled paths included", function()
+    start({})
+    for i = 1, 300 do
+      P.request(rt, ("p%d-aaaabbbb"):format(i % 7))
+    end
+    local n, report = rt:check_leaks()
+    assert.equal(0, n, report)
+    assert.equal(0, rt:stats().live_requests)
+  end)
 
   it("skips prefill when the decode endpoint's uncached part is under threshold", function()
     start({ threshold = 8 })
