@@ -13,7 +13,8 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
             lua-busted lua-check libxxhash-dev libhttp-parser-dev wrk curl
 
-CORE_SRC  = core/alloc.c core/endpoint.c core/generation.c core/request.c core/runtime.c
+CORE_SRC  = core/alloc.c core/blockhash.c core/endpoint.c core/generation.c core/prefix_index.c \
+            core/request.c core/runtime.c
 CORE_HDR  = core/lupin.h core/internal.h
 
 B ?= build
@@ -68,8 +69,16 @@ test-asan:
 lint:
 	luacheck lua plugins spec examples
 
-bench: all
+bench: all bench-prefix
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle
+
+# The prefix primitives alone: hashing GB/s, index insert/lookup ns per block.
+XCFLAGS ?= $(CFLAGS)
+$(B)/bench-prefix: bench/prefix.c $(B)/liblupin.a $(CORE_HDR)
+	$(CC) $(XCFLAGS) -o $@ $< $(B)/liblupin.a $(LDLIBS)
+
+bench-prefix: $(B)/bench-prefix
+	./$(B)/bench-prefix
 
 # --- install ----------------------------------------------------------------
 install: all
@@ -89,6 +98,6 @@ clean:
 	rm -rf build build-asan
 
 help:
-	@echo "make deps | all | run | test | test-asan | lint | bench | install PREFIX=... | clean"
+	@echo "make deps | all | run | test | test-asan | lint | bench | bench-prefix | install PREFIX=... | clean"
 
-.PHONY: all deps run test test-asan lint bench install clean help
+.PHONY: all deps run test test-asan lint bench bench-prefix install clean help

@@ -162,7 +162,18 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
                           lupin__endpoint_free,
                           lupin__result_add_pick,
                           lupin__result_add_header,
-                          lupin__client_add_header};
+                          lupin__client_add_header,
+                          lupin_block_hashes,
+                          lupin_prefix_new,
+                          lupin_prefix_free,
+                          lupin_prefix_set_capacity,
+                          lupin_prefix_record,
+                          lupin_prefix_match,
+                          lupin_prefix_purge,
+                          lupin_prefix_count,
+                          lupin_prefix_holds,
+                          lupin_prefix_endpoints,
+                          lupin_prefix_memory};
   rt->L = luaL_newstate();
   if (!rt->L) {
     lupin__errf(err, errlen, "cannot create a Lua state");
