@@ -1,7 +1,7 @@
 -- Prefill/decode disaggregation (llm-d's pd-profile-handler): runs the decode
--- profile first; then the prefill profile, unless threshold > 0 and the part
--- of the prompt the chosen decode endpoint has not cached (estimated from the
--- prefix scorer's match) is shorter than threshold characters.  Decode is the
+-- profile first; then the prefill profile when threshold > 0 and the part of
+-- the prompt the chosen decode endpoint has not cached (estimated from the
+-- prefix scorer's match) is at least threshold characters.  Decode is the
 -- primary profile; when it found no endpoint the request fails with its reason.
 local function uncached(self, ctx, decode_ep)
   local st = ctx.shared[self.prefix]
@@ -17,7 +17,7 @@ return {
   type = "pd-profile-handler",
   schema = {
     threshold = { type = "integer", default = 0, min = 0,
-      description = "uncached prompt characters below which prefill is skipped; 0: always prefill" },
+      description = "uncached prompt characters from which prefill runs; 0: never (decode only)" },
     decodeProfile = { type = "string", default = "decode" },
     prefillProfile = { type = "string", default = "prefill" },
     prefixPluginName = { type = "string", default = "prefix-cache-scorer",
@@ -42,7 +42,7 @@ return {
     if not decode or results[self.prefill] ~= nil or not profiles[self.prefill] then
       return {}
     end
-    if self.threshold > 0 and uncached(self, ctx, decode.endpoints[1]) < self.threshold then
+    if self.threshold <= 0 or uncached(self, ctx, decode.endpoints[1]) < self.threshold then
       return {}
     end
     return { self.prefill }

@@ -3,6 +3,8 @@ local P = require "prefix_support"
 
 -- Two profiles over the same endpoints, run by pd-profile-handler.
 local function config(params, handler)
+  handler = handler or {}
+  handler.threshold = handler.threshold or 1 -- prefill for any uncached prompt
   local function profile(name)
     return { name = name, plugins = { { pluginRef = "spec-scores-picker" } } }
   end
