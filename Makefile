@@ -20,7 +20,8 @@ CORE_HDR  = core/lupin.h core/internal.h
 B ?= build
 CORE_OBJ  = $(CORE_SRC:core/%.c=$(B)/core/%.o)
 
-all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle
+all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
+     $(B)/bench-prefix
 
 $(B)/core/%.o: core/%.c $(CORE_HDR)
 	@mkdir -p $(dir $@)
@@ -70,7 +71,10 @@ lint:
 	luacheck lua plugins spec examples
 
 bench: all bench-prefix
-	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle
+	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/minimal.json 16 200000 100
+	for n in 16 64 256; do \
+	  LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/default.json $$n 50000 4096; \
+	done
 
 # The prefix primitives alone: hashing GB/s, index insert/lookup ns per block.
 XCFLAGS ?= $(CFLAGS)
