@@ -23,6 +23,12 @@ CORE_OBJ  = $(CORE_SRC:core/%.c=$(B)/core/%.o)
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
      $(B)/bench-prefix
 
+# The install prefix is compiled in (the default home): rebuild when it changes.
+$(B)/prefix.stamp: FORCE
+	@mkdir -p $(B); echo '$(PREFIX)' | cmp -s - $@ || echo '$(PREFIX)' > $@
+
+$(B)/core/runtime.o: $(B)/prefix.stamp
+
 $(B)/core/%.o: core/%.c $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(XCFLAGS) -c $< -o $@
@@ -104,4 +110,4 @@ clean:
 help:
 	@echo "make deps | all | run | test | test-asan | lint | bench | bench-prefix | install PREFIX=... | clean"
 
-.PHONY: all deps run test test-asan lint bench bench-prefix install clean help
+.PHONY: FORCE all deps run test test-asan lint bench bench-prefix install clean help
