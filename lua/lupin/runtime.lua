@@ -45,6 +45,13 @@ function M.init(ud, opts)
     if not gen then
       return nil, err
     end
+    local rec, point
+    err, rec, point = engine.dry_run(gen)
+    if err then
+      generation.release(gen)
+      return nil, cfg.errors:at(rec.path, "plugin %q (%s) failed in %s during the dry"
+        .. " scheduling cycle: %s", rec.name, rec.type, point, err)
+    end
     live[gen], M.current = true, gen
     return gen
   end
@@ -52,6 +59,11 @@ function M.init(ud, opts)
   function hooks.release(gen)
     live[gen] = nil
     generation.release(gen)
+    -- Compiled traces hold their prototypes and the closures they call as
+    -- constants: left alone they would keep the released generation's code
+    -- and plugin state alive until the trace cache fills.  Reloads are rare;
+    -- recompiling the current generation's hot paths is cheap.
+    jit.flush()
   end
 
   function hooks.stats()
