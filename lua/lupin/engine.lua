@@ -77,17 +77,8 @@ local function candidates(subset)
   return out
 end
 
-local function lower_keys(h)
-  local out = {}
-  for k, v in pairs(h) do
-    out[k:lower()] = v
-  end
-  return out
-end
-
 function M.begin(gen, creq, desc)
-  local headers = lower_keys(desc.headers or {})
-  desc.headers = headers
+  local headers = desc.headers -- names in lower case (core/request.c)
   local id = desc.id or headers["x-request-id"]
   if not id or id == "" then
     id_seq = id_seq + 1
@@ -392,7 +383,7 @@ function M.dry_run(gen)
 end
 
 function M.response_header(r, status, headers)
-  r.response = { status = status, headers = lower_keys(headers) }
+  r.response = { status = status, headers = headers }
   for _, rec in ipairs(r.gen.points.response_header) do
     call(r, rec, "response_header", nil, r.response)
   end
