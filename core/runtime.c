@@ -103,6 +103,8 @@ static void push_options(lua_State *L, const lupin_options *o, const char *home)
   lua_setfield(L, -2, "memory_limit");
   lua_pushnumber(L, (lua_Number)(o->seed ? o->seed : (uint64_t)time(NULL)));
   lua_setfield(L, -2, "seed");
+  lua_pushinteger(L, o->log_level);
+  lua_setfield(L, -2, "log_level");
 }
 
 /* Loads lua/lupin/runtime.lua and keeps references to its hooks. */

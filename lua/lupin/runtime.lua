@@ -7,6 +7,7 @@ local engine = require "lupin.engine"
 local generation = require "lupin.generation"
 local leaks = require "lupin.leaks"
 local loader = require "lupin.loader"
+local log = require "lupin.log"
 local pool = require "lupin.pool"
 
 local M = {}
@@ -18,6 +19,7 @@ M.generations = {}
 
 function M.init(ud, opts)
   capi.bind(ud)
+  log.level = opts.log_level -- messages above it are not even formatted
   math.randomseed(opts.seed)
   engine.init(opts)
 
