@@ -458,11 +458,12 @@ describe("lupin-sim", function()
     post_later(sim.port, "/v1/completions", { model = "b", prompt = "y", max_tokens = 100 })
     post_later(sim.port, "/v1/completions", { model = MODEL, prompt = "z", max_tokens = 100 })
     local text = eventually(function()
-      local m, text = metrics(sim.port)
-      return m["vllm:num_requests_running"] == 2 and m["vllm:num_requests_waiting"] == 1 and text
+      local m, page = metrics(sim.port)
+      return m["vllm:num_requests_running"] == 2 and m["vllm:num_requests_waiting"] == 1 and page
     end)
     assert.is_string(text, "never saw the base-model request pass the adapter that waits")
-    local ts = text:match('vllm:lora_requests_info{max_lora="1",running_lora_adapters="a",waiting_lora_adapters="b"} (%S+)')
+    local ts = text:match('vllm:lora_requests_info{max_lora="1",running_lora_adapters="a",'
+      .. 'waiting_lora_adapters="b"} (%S+)')
     assert.is_true(tonumber(ts) > 1.6e9)
     assert.equal(0, sim.stop())
   end)
