@@ -5,6 +5,9 @@ local json = S.json
 
 local BIN = S.BUILD .. "/lupin-sim"
 local MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+-- curl is the client, not what is under test: under LUPIN_ASAN=1 the preloaded
+-- sanitizer runtime hangs it, so it runs without the preload.
+local CURL = "env -u LD_PRELOAD curl"
 
 local function sh(cmd)
   local p = assert(io.popen(cmd))
@@ -82,7 +85,7 @@ end
 --- One HTTP request with curl. Returns status, body, headers (lower-cased names), curl's exit code.
 local function http(port, method, path, body, headers)
   local tmp = os.tmpname()
-  local args = { "curl -s -N -X " .. method, "-o " .. tmp .. ".body", "-D " .. tmp .. ".hdr",
+  local args = { CURL .. " -s -N -X " .. method, "-o " .. tmp .. ".body", "-D " .. tmp .. ".hdr",
     "-w '%{http_code}'", "--max-time 20" }
   if body then
     S.write(tmp .. ".req", type(body) == "table" and json.encode(body) or body)
@@ -118,7 +121,7 @@ end
 local function post_later(port, path, body)
   local f = os.tmpname()
   S.write(f, json.encode(body))
-  os.execute(("(curl -s -o /dev/null --max-time 30 -H 'content-type: application/json' --data-binary @%s"
+  os.execute(("(" .. CURL .. " -s -o /dev/null --max-time 30 -H 'content-type: application/json' --data-binary @%s"
     .. " http://127.0.0.1:%d%s; rm -f %s) >/dev/null 2>&1 &"):format(f, port, path, f))
 end
 
@@ -313,7 +316,7 @@ describe("lupin-sim", function()
 
     it("reuses a keep-alive connection for consecutive requests", function()
       local url = "http://127.0.0.1:" .. sim.port .. "/v1/models"
-      local out = sh(("curl -s -o /dev/null -o /dev/null -w '%%{num_connects} ' %s %s"):format(url, url))
+      local out = sh((CURL .. " -s -o /dev/null -o /dev/null -w '%%{num_connects} ' %s %s"):format(url, url))
       assert.equal("1 0 ", out)
     end)
 
