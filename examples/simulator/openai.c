@@ -309,15 +309,13 @@ static json_t *envelope(const job *j, const char *object) {
                    (json_int_t)j->created, "model", j->model);
 }
 
-static void send_event(job *j, json_t *o) {
-  strbuf ev = {0};
+/* Appends one SSE event; the events of one engine tick go out in one write. */
+static void add_event(strbuf *out, json_t *o) {
   char *s = json_dumps(o, JSON_COMPACT);
-  sb_adds(&ev, "data: ");
-  sb_adds(&ev, s);
-  sb_adds(&ev, "\n\n");
-  conn_stream_chunk(j->conn, ev.data, ev.len);
+  sb_adds(out, "data: ");
+  sb_adds(out, s);
+  sb_adds(out, "\n\n");
   free(s);
-  sb_free(&ev);
   json_decref(o);
 }
 
@@ -332,29 +330,34 @@ static json_t *chunk_choice(const job *j, const char *text, bool role, bool last
                    "finish_reason", reason);
 }
 
-static void send_chunk(job *j, const char *text, bool role, bool last) {
+static void add_chunk(strbuf *out, const job *j, const char *text, bool role, bool last) {
   json_t *o = envelope(j, j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion");
   json_object_set_new(o, "choices", json_pack("[o]", chunk_choice(j, text, role, last)));
-  send_event(j, o);
+  add_event(out, o);
 }
 
 void openai_stream_tokens(job *j, int from, int to, bool finished) {
   if (!j->conn) return;
+  strbuf out = {0};
   /* vLLM's chat stream opens with the assistant role and empty content. */
-  if (from == 0 && j->kind == JOB_CHAT) send_chunk(j, "", true, false);
-  for (int i = from; i < to; i++) send_chunk(j, openai_token(j, i), false, finished && i == to - 1);
+  if (from == 0 && j->kind == JOB_CHAT) add_chunk(&out, j, "", true, false);
+  for (int i = from; i < to; i++)
+    add_chunk(&out, j, openai_token(j, i), false, finished && i == to - 1);
+  if (out.len) conn_stream_chunk(j->conn, out.data, out.len);
+  sb_free(&out);
 }
 
 static void finish_stream(job *j) {
+  strbuf out = {0};
   if (j->include_usage) {
     json_t *o = envelope(j, j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion");
     json_object_set_new(o, "choices", json_array());
     json_object_set_new(o, "usage", usage_json(j));
-    send_event(j, o);
+    add_event(&out, o);
   }
-  static const char done[] = "data: [DONE]\n\n";
-  conn_stream_chunk(j->conn, done, sizeof done - 1);
-  conn_stream_end(j->conn);
+  sb_adds(&out, "data: [DONE]\n\n");
+  conn_stream_end(j->conn, out.data, out.len);
+  sb_free(&out);
 }
 
 static void finish_body(job *j) {

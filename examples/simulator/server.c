@@ -114,18 +114,20 @@ void conn_stream_begin(conn *c) {
   sb_free(&out);
 }
 
-void conn_stream_chunk(conn *c, const char *data, size_t len) {
+static void stream_write(conn *c, const char *data, size_t len, bool last) {
   strbuf out = {0};
   sb_printf(&out, "%zx\r\n", len);
   sb_add(&out, data, len);
-  sb_adds(&out, "\r\n");
-  conn_write(c, out.data, out.len, false);
+  sb_adds(&out, last ? "\r\n0\r\n\r\n" : "\r\n");
+  conn_write(c, out.data, out.len, last);
   sb_free(&out);
 }
 
-void conn_stream_end(conn *c) {
+void conn_stream_chunk(conn *c, const char *data, size_t len) { stream_write(c, data, len, false); }
+
+void conn_stream_end(conn *c, const char *data, size_t len) {
   c->job = NULL;
-  conn_write(c, "0\r\n\r\n", 5, true);
+  stream_write(c, data, len, true);
 }
 
 void conn_drop(conn *c) {

@@ -183,7 +183,7 @@ void server_close(struct endpoint *ep);
 /* Response plumbing for openai.c: headers, an SSE chunk, the end, an abrupt drop. */
 void conn_stream_begin(struct conn *c);
 void conn_stream_chunk(struct conn *c, const char *data, size_t len);
-void conn_stream_end(struct conn *c);
+void conn_stream_end(struct conn *c, const char *data, size_t len); /* a last chunk, then the end */
 void conn_reply(struct conn *c, int status, const char *content_type, const char *body,
                 size_t len);
 void conn_drop(struct conn *c);
