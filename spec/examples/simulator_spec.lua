@@ -454,6 +454,22 @@ describe("lupin-sim", function()
     assert.equal(0, sim.stop()) -- in-flight requests do not keep it from exiting
   end)
 
+  it("takes a request whose client hung up out of the batch and frees its blocks", function()
+    local sim = start("--itl-ms 100 --max-num-seqs 1")
+    local f = os.tmpname()
+    S.write(f, json.encode({ model = MODEL, prompt = LONG, max_tokens = 1000, stream = true }))
+    -- this client gives up after a second, mid-stream
+    os.execute(("(%s -s -N -o /dev/null --max-time 1 --data-binary @%s http://127.0.0.1:%d/v1/completions;"
+      .. " rm -f %s) >/dev/null 2>&1 &"):format(CURL, f, sim.port, f))
+    assert.truthy(eventually(function() return metrics(sim.port)["vllm:num_requests_running"] == 1 end))
+    assert.truthy(eventually(function()
+      local m = metrics(sim.port)
+      return m["vllm:num_requests_running"] == 0 and m["vllm:kv_cache_usage_perc"] == 0
+    end, 200))
+    assert.equal(0, metrics(sim.port)["vllm:request_success_total"])
+    assert.equal(0, sim.stop())
+  end)
+
   it("reports running and waiting LoRA adapters under --max-loras", function()
     local sim = start("--lora a,b --max-loras 1 --itl-ms 200")
     post_later(sim.port, "/v1/completions", { model = "a", prompt = "x", max_tokens = 100 })
