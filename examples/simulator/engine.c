@@ -18,17 +18,23 @@ double endpoint_slowness(const endpoint *ep) {
 static void list_push(job_list *l, job *j) {
   j->prev = l->tail;
   j->next = NULL;
-  if (l->tail) l->tail->next = j;
-  else l->head = j;
+  if (l->tail)
+    l->tail->next = j;
+  else
+    l->head = j;
   l->tail = j;
   l->count++;
 }
 
 static void list_remove(job_list *l, job *j) {
-  if (j->prev) j->prev->next = j->next;
-  else l->head = j->next;
-  if (j->next) j->next->prev = j->prev;
-  else l->tail = j->prev;
+  if (j->prev)
+    j->prev->next = j->next;
+  else
+    l->head = j->next;
+  if (j->next)
+    j->next->prev = j->prev;
+  else
+    l->tail = j->prev;
   j->prev = j->next = NULL;
   l->count--;
 }
@@ -41,8 +47,10 @@ void job_free(job *j) {
   free(j->hashes);
   free(j->blocks);
   sb_free(&j->text);
-  if (j->timer.loop) uv_close((uv_handle_t *)&j->timer, on_job_closed);
-  else free(j);
+  if (j->timer.loop)
+    uv_close((uv_handle_t *)&j->timer, on_job_closed);
+  else
+    free(j);
 }
 
 static uint64_t ms_to_timer(double ms) { return ms <= 0 ? 0 : (uint64_t)llround(ms); }
@@ -52,15 +60,18 @@ static void lora_touched(endpoint *ep, const job *j) {
   if (j->lora >= 0) ep->m.lora_updated = wall_seconds();
 }
 
-/* Whether the running batch can take one more adapter. */
+/* Whether the running batch can take this request's adapter: it is already
+ * running, or fewer than --max-loras distinct adapters are. */
 static bool lora_fits(const endpoint *ep, const job *j) {
   if (j->lora < 0) return true;
+  bool seen[MAX_LORAS] = {false};
   int distinct = 0;
   for (const job *r = ep->running.head; r; r = r->next) {
     if (r->lora == j->lora) return true;
-    bool seen = false;
-    for (const job *q = ep->running.head; q != r; q = q->next) seen |= q->lora == r->lora;
-    if (r->lora >= 0 && !seen) distinct++;
+    if (r->lora >= 0 && !seen[r->lora]) {
+      seen[r->lora] = true;
+      distinct++;
+    }
   }
   return distinct < ep->sim->cfg.max_loras;
 }
@@ -102,8 +113,8 @@ static void job_start(job *j) {
 
   j->state = JOB_RUNNING;
   double uncached = j->prompt_tokens - j->cached_tokens;
-  double ttft = (cfg->prefill_overhead_ms + uncached * cfg->prefill_ms_per_token) *
-                endpoint_slowness(ep);
+  double ttft =
+      (cfg->prefill_overhead_ms + uncached * cfg->prefill_ms_per_token) * endpoint_slowness(ep);
   uv_timer_start(&j->timer, on_tick, ms_to_timer(ttft), 0);
 }
 
@@ -192,9 +203,11 @@ static void on_tick(uv_timer_t *t) {
   grow_blocks(j, j->prompt_tokens + to);
 
   bool done = to >= j->max_tokens;
-  if (j->stream) openai_stream_tokens(j, from, to, done);
+  if (j->stream)
+    openai_stream_tokens(j, from, to, done);
   else
-    for (int i = from; i < to; i++) sb_adds(&j->text, openai_token(j, i));
+    for (int i = from; i < to; i++)
+      sb_adds(&j->text, openai_token(j, i));
 
   if (j->drop_at >= 0 && to >= j->drop_at) {
     job_drop(j);
@@ -208,6 +221,8 @@ static void on_tick(uv_timer_t *t) {
 }
 
 void engine_close(endpoint *ep) {
-  while (ep->waiting.head) engine_cancel(ep->waiting.head);
-  while (ep->running.head) engine_cancel(ep->running.head);
+  while (ep->waiting.head)
+    engine_cancel(ep->waiting.head);
+  while (ep->running.head)
+    engine_cancel(ep->running.head);
 }

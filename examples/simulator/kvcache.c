@@ -32,18 +32,24 @@ static int bucket_of(const kvcache *kv, uint64_t h) { return (int)(h & kv->mask)
 static void free_push_tail(kvcache *kv, int i) {
   kv->b[i].prev = kv->free_tail;
   kv->b[i].next = -1;
-  if (kv->free_tail >= 0) kv->b[kv->free_tail].next = i;
-  else kv->free_head = i;
+  if (kv->free_tail >= 0)
+    kv->b[kv->free_tail].next = i;
+  else
+    kv->free_head = i;
   kv->free_tail = i;
   kv->free_count++;
 }
 
 static void free_unlink(kvcache *kv, int i) {
   block *x = &kv->b[i];
-  if (x->prev >= 0) kv->b[x->prev].next = x->next;
-  else kv->free_head = x->next;
-  if (x->next >= 0) kv->b[x->next].prev = x->prev;
-  else kv->free_tail = x->prev;
+  if (x->prev >= 0)
+    kv->b[x->prev].next = x->next;
+  else
+    kv->free_head = x->next;
+  if (x->next >= 0)
+    kv->b[x->next].prev = x->prev;
+  else
+    kv->free_tail = x->prev;
   x->prev = x->next = -1;
   kv->free_count--;
 }
@@ -65,7 +71,8 @@ static void table_insert(kvcache *kv, int i, uint64_t h) {
 static void table_remove(kvcache *kv, int i) {
   if (!kv->b[i].hashed) return;
   int *link = &kv->buckets[bucket_of(kv, kv->b[i].hash)];
-  while (*link != i) link = &kv->b[*link].hnext;
+  while (*link != i)
+    link = &kv->b[*link].hnext;
   *link = kv->b[i].hnext;
   kv->b[i].hashed = false;
 }
@@ -73,15 +80,18 @@ static void table_remove(kvcache *kv, int i) {
 kvcache *kv_new(int capacity) {
   kvcache *kv = calloc(1, sizeof *kv);
   int nb = 1;
-  while (nb < capacity * 2) nb *= 2;
+  while (nb < capacity * 2)
+    nb *= 2;
   kv->b = calloc((size_t)capacity, sizeof *kv->b);
   kv->buckets = malloc((size_t)nb * sizeof *kv->buckets);
   if (!kv->b || !kv->buckets) abort();
   kv->capacity = capacity;
   kv->mask = (uint64_t)nb - 1;
   kv->free_head = kv->free_tail = -1;
-  for (int i = 0; i < nb; i++) kv->buckets[i] = -1;
-  for (int i = 0; i < capacity; i++) free_push_tail(kv, i);
+  for (int i = 0; i < nb; i++)
+    kv->buckets[i] = -1;
+  for (int i = 0; i < capacity; i++)
+    free_push_tail(kv, i);
   return kv;
 }
 
@@ -98,7 +108,8 @@ int kv_free_count(const kvcache *kv) { return kv->free_count; }
 
 int kv_match(const kvcache *kv, const uint64_t *hashes, int n) {
   int i = 0;
-  while (i < n && table_find(kv, hashes[i]) >= 0) i++;
+  while (i < n && table_find(kv, hashes[i]) >= 0)
+    i++;
   return i;
 }
 
@@ -147,8 +158,10 @@ void kv_release(kvcache *kv, const int *blocks, int n) {
       /* Nothing to reuse in an unhashed block: first in line for eviction. */
       kv->b[i].prev = -1;
       kv->b[i].next = kv->free_head;
-      if (kv->free_head >= 0) kv->b[kv->free_head].prev = i;
-      else kv->free_tail = i;
+      if (kv->free_head >= 0)
+        kv->b[kv->free_head].prev = i;
+      else
+        kv->free_tail = i;
       kv->free_head = i;
       kv->free_count++;
     }

@@ -34,7 +34,8 @@ static const flag flags[] = {
     {"max-model-len", F_INT, OFF(max_model_len), "prompt + output tokens allowed per request"},
     {"default-max-tokens", F_INT, OFF(default_max_tokens),
      "output tokens when a request has no max_tokens"},
-    {"prefill-overhead-ms", F_DOUBLE, OFF(prefill_overhead_ms), "fixed part of the time to first token"},
+    {"prefill-overhead-ms", F_DOUBLE, OFF(prefill_overhead_ms),
+     "fixed part of the time to first token"},
     {"prefill-ms-per-token", F_DOUBLE, OFF(prefill_ms_per_token),
      "prefill time per uncached prompt token"},
     {"itl-ms", F_DOUBLE, OFF(itl_ms), "inter-token latency (0: all tokens at once)"},
@@ -69,12 +70,24 @@ static void config_defaults(sim_config *c) {
 static void flag_value(const sim_config *c, const flag *f, char *buf, size_t n) {
   const char *p = (const char *)c + f->offset;
   switch (f->kind) {
-  case F_INT: snprintf(buf, n, "%d", *(const int *)p); break;
-  case F_DOUBLE: snprintf(buf, n, "%g", *(const double *)p); break;
-  case F_STRING: snprintf(buf, n, "%s", *(const char *const *)p); break;
-  case F_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
-  case F_BOOL: snprintf(buf, n, "%s", *(const bool *)p ? "true" : "false"); break;
-  case F_SIZE: snprintf(buf, n, "%zu", *(const size_t *)p); break;
+  case F_INT:
+    snprintf(buf, n, "%d", *(const int *)p);
+    break;
+  case F_DOUBLE:
+    snprintf(buf, n, "%g", *(const double *)p);
+    break;
+  case F_STRING:
+    snprintf(buf, n, "%s", *(const char *const *)p);
+    break;
+  case F_U64:
+    snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p);
+    break;
+  case F_BOOL:
+    snprintf(buf, n, "%s", *(const bool *)p ? "true" : "false");
+    break;
+  case F_SIZE:
+    snprintf(buf, n, "%zu", *(const size_t *)p);
+    break;
   }
 }
 
@@ -101,11 +114,21 @@ static int set_flag(sim_config *c, const flag *f, const char *v) {
   char *p = (char *)c + f->offset, *end = NULL;
   errno = 0;
   switch (f->kind) {
-  case F_INT: *(int *)p = (int)strtol(v, &end, 10); break;
-  case F_DOUBLE: *(double *)p = strtod(v, &end); break;
-  case F_STRING: *(const char **)p = v; return 0;
-  case F_U64: *(uint64_t *)p = strtoull(v, &end, 10); break;
-  case F_SIZE: *(size_t *)p = (size_t)strtoull(v, &end, 10); break;
+  case F_INT:
+    *(int *)p = (int)strtol(v, &end, 10);
+    break;
+  case F_DOUBLE:
+    *(double *)p = strtod(v, &end);
+    break;
+  case F_STRING:
+    *(const char **)p = v;
+    return 0;
+  case F_U64:
+    *(uint64_t *)p = strtoull(v, &end, 10);
+    break;
+  case F_SIZE:
+    *(size_t *)p = (size_t)strtoull(v, &end, 10);
+    break;
   case F_BOOL:
     if (strcmp(v, "true") && strcmp(v, "false") && strcmp(v, "1") && strcmp(v, "0")) return -1;
     *(bool *)p = !strcmp(v, "true") || !strcmp(v, "1");
@@ -147,20 +170,32 @@ static int set_slow(sim_config *c, const char *list) {
 
 static int validate(sim_config *c) {
   const char *bad = NULL;
-  if (c->endpoints < 1 || c->endpoints > 1024) bad = "--endpoints must be 1..1024";
-  else if (c->port < 1 || c->port + c->endpoints - 1 > 65535) bad = "--port out of range";
-  else if (c->max_num_seqs < 1) bad = "--max-num-seqs must be at least 1";
-  else if (c->block_size < 1) bad = "--block-size must be at least 1";
-  else if (c->num_gpu_blocks < 1) bad = "--num-gpu-blocks must be at least 1";
-  else if (c->max_loras < 1) bad = "--max-loras must be at least 1";
-  else if (c->nloras > 256) bad = "--lora: at most 256 adapters";
-  else if (c->default_max_tokens < 1) bad = "--default-max-tokens must be at least 1";
-  else if (c->max_model_len < 2) bad = "--max-model-len must be at least 2";
-  else if (c->error_rate < 0 || c->error_rate > 1) bad = "--error-rate must be in [0,1]";
-  else if (c->drop_rate < 0 || c->drop_rate > 1) bad = "--drop-rate must be in [0,1]";
+  if (c->endpoints < 1 || c->endpoints > 1024)
+    bad = "--endpoints must be 1..1024";
+  else if (c->port < 1 || c->port + c->endpoints - 1 > 65535)
+    bad = "--port out of range";
+  else if (c->max_num_seqs < 1)
+    bad = "--max-num-seqs must be at least 1";
+  else if (c->block_size < 1)
+    bad = "--block-size must be at least 1";
+  else if (c->num_gpu_blocks < 1)
+    bad = "--num-gpu-blocks must be at least 1";
+  else if (c->max_loras < 1)
+    bad = "--max-loras must be at least 1";
+  else if (c->nloras > MAX_LORAS)
+    bad = "--lora: too many adapters (at most 256)";
+  else if (c->default_max_tokens < 1)
+    bad = "--default-max-tokens must be at least 1";
+  else if (c->max_model_len < 2)
+    bad = "--max-model-len must be at least 2";
+  else if (c->error_rate < 0 || c->error_rate > 1)
+    bad = "--error-rate must be in [0,1]";
+  else if (c->drop_rate < 0 || c->drop_rate > 1)
+    bad = "--drop-rate must be in [0,1]";
   else if (c->prefill_overhead_ms < 0 || c->prefill_ms_per_token < 0 || c->itl_ms < 0)
     bad = "latencies must not be negative";
-  else if (c->slow_factor <= 0) bad = "--slow-factor must be positive";
+  else if (c->slow_factor <= 0)
+    bad = "--slow-factor must be positive";
   if (bad) fprintf(stderr, "lupin-sim: %s\n", bad);
   return bad ? -1 : 0;
 }
@@ -182,8 +217,8 @@ static int parse_one(sim_config *c, int argc, char **argv, int i, const char **s
   const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
   int next = eq ? i + 1 : i + 2;
   const flag *f = find_flag(a, len);
-  bool known = f || (len == 4 && !strncmp(a, "lora", 4)) ||
-               (len == 14 && !strncmp(a, "slow-endpoints", 14));
+  bool known =
+      f || (len == 4 && !strncmp(a, "lora", 4)) || (len == 14 && !strncmp(a, "slow-endpoints", 14));
   if (!known) {
     fprintf(stderr, "lupin-sim: unknown flag --%.*s (see --help)\n", (int)len, a);
     return -1;
@@ -193,7 +228,8 @@ static int parse_one(sim_config *c, int argc, char **argv, int i, const char **s
     return -1;
   }
   if (!f && len == 4) {
-    for (int k = 0; k < c->nloras; k++) free(c->loras[k]);
+    for (int k = 0; k < c->nloras; k++)
+      free(c->loras[k]);
     free(c->loras);
     c->loras = split_list(v, &c->nloras);
   } else if (!f) {
@@ -225,7 +261,8 @@ int config_parse(sim_config *c, int argc, char **argv) {
 }
 
 void config_free(sim_config *c) {
-  for (int k = 0; k < c->nloras; k++) free(c->loras[k]);
+  for (int k = 0; k < c->nloras; k++)
+    free(c->loras[k]);
   free(c->loras);
   free(c->slow);
 }
@@ -277,7 +314,8 @@ static int sim_start(sim *s) {
 }
 
 static void sim_free(sim *s) {
-  for (int i = 0; s->eps && i < s->cfg.endpoints; i++) kv_free(s->eps[i].kv);
+  for (int i = 0; s->eps && i < s->cfg.endpoints; i++)
+    kv_free(s->eps[i].kv);
   free(s->eps);
   config_free(&s->cfg);
 }
@@ -294,7 +332,8 @@ int main(int argc, char **argv) {
   s.loop = uv_default_loop();
   if (sim_start(&s) < 0) {
     s.stopping = true;
-    for (int i = 0; i < s.cfg.endpoints; i++) server_close(&s.eps[i]);
+    for (int i = 0; i < s.cfg.endpoints; i++)
+      server_close(&s.eps[i]);
     uv_run(s.loop, UV_RUN_DEFAULT);
     uv_loop_close(s.loop);
     sim_free(&s);

@@ -10,8 +10,8 @@
 #include "sim.h"
 
 /* vLLM's buckets for TTFT and inter-token latency, in seconds. */
-static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
-                                     0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0,
+static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                     0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
                                      20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
 static const double itl_bounds[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
                                     0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
@@ -24,7 +24,8 @@ void hist_init(histogram *h, const double *bounds, int nbounds) {
 
 void hist_observe(histogram *h, double v) {
   int i = 0;
-  while (i < h->nbounds && v > h->bounds[i]) i++;
+  while (i < h->nbounds && v > h->bounds[i])
+    i++;
   h->counts[i]++;
   h->sum += v;
   h->count++;
@@ -39,8 +40,10 @@ void metrics_init(counters *c) {
 
 /* Whole numbers as "2.0" (what vLLM's Python client prints), others in full. */
 static void num(strbuf *out, double v) {
-  if (v == floor(v) && fabs(v) < 1e15) sb_printf(out, "%.1f", v);
-  else sb_printf(out, "%.17g", v);
+  if (v == floor(v) && fabs(v) < 1e15)
+    sb_printf(out, "%.1f", v);
+  else
+    sb_printf(out, "%.17g", v);
 }
 
 static void sample(strbuf *out, const char *name, const char *labels, double v) {
@@ -61,10 +64,11 @@ static void histogram_out(strbuf *out, const char *name, const char *help, const
   uint64_t cum = 0;
   for (int i = 0; i <= h->nbounds; i++) {
     cum += h->counts[i];
-    if (i < h->nbounds) sb_printf(out, "%s_bucket{%s,le=\"%g\"} %llu.0\n", name, labels,
-                                  h->bounds[i], (unsigned long long)cum);
-    else sb_printf(out, "%s_bucket{%s,le=\"+Inf\"} %llu.0\n", name, labels,
-                   (unsigned long long)cum);
+    if (i < h->nbounds)
+      sb_printf(out, "%s_bucket{%s,le=\"%g\"} %llu.0\n", name, labels, h->bounds[i],
+                (unsigned long long)cum);
+    else
+      sb_printf(out, "%s_bucket{%s,le=\"+Inf\"} %llu.0\n", name, labels, (unsigned long long)cum);
   }
   sb_printf(out, "%s_count{%s} %llu.0\n", name, labels, (unsigned long long)h->count);
   sb_printf(out, "%s_sum{%s} ", name, labels);
@@ -75,11 +79,11 @@ static void histogram_out(strbuf *out, const char *name, const char *help, const
 /* Comma-separated distinct adapter names of a job list, in first-seen order. */
 static void adapters(const endpoint *ep, const job_list *l, strbuf *out) {
   const sim_config *cfg = &ep->sim->cfg;
-  bool seen[256] = {false};
-  sb_adds(out, "");
+  bool seen[MAX_LORAS] = {false};
+  sb_adds(out, ""); /* "" rather than NULL when there are none */
   for (const job *j = l->head; j; j = j->next) {
-    if (j->lora < 0 || (j->lora < 256 && seen[j->lora])) continue;
-    if (j->lora < 256) seen[j->lora] = true;
+    if (j->lora < 0 || seen[j->lora]) continue;
+    seen[j->lora] = true;
     sb_printf(out, "%s%s", out->len ? "," : "", cfg->loras[j->lora]);
   }
 }
@@ -105,14 +109,14 @@ static void cache_config(const endpoint *ep, strbuf *out) {
            "block_size=\"%d\",cache_dtype=\"auto\",enable_prefix_caching=\"True\","
            "engine=\"0\",num_cpu_blocks=\"0\",num_gpu_blocks=\"%d\"",
            cfg->block_size, cfg->num_gpu_blocks);
-  metric(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig",
-         labels, 1);
+  metric(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", labels,
+         1);
 }
 
 static void engine_gauges(const endpoint *ep, strbuf *out, const char *labels) {
   double usage = (double)kv_in_use(ep->kv) / kv_capacity(ep->kv);
-  metric(out, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-         labels, ep->running.count);
+  metric(out, "vllm:num_requests_running", "gauge",
+         "Number of requests in model execution batches.", labels, ep->running.count);
   metric(out, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
          labels, ep->waiting.count);
   metric(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
@@ -127,14 +131,13 @@ static void engine_counters(const endpoint *ep, strbuf *out, const char *labels)
          "Prefix cache queries, in terms of number of queried tokens.", labels,
          (double)m->prefix_queries);
   metric(out, "vllm:prefix_cache_hits_total", "counter",
-         "Prefix cache hits, in terms of number of cached tokens.", labels,
-         (double)m->prefix_hits);
+         "Prefix cache hits, in terms of number of cached tokens.", labels, (double)m->prefix_hits);
   metric(out, "vllm:gpu_prefix_cache_queries_total", "counter",
          "GPU prefix cache queries, in tokens (legacy name).", labels, (double)m->prefix_queries);
   metric(out, "vllm:gpu_prefix_cache_hits_total", "counter",
          "GPU prefix cache hits, in tokens (legacy name).", labels, (double)m->prefix_hits);
-  metric(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-         labels, (double)m->prompt_tokens);
+  metric(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", labels,
+         (double)m->prompt_tokens);
   metric(out, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
          labels, (double)m->generation_tokens);
   char with_reason[600];
@@ -147,8 +150,7 @@ static void sim_counters(const endpoint *ep, strbuf *out) {
   char labels[128];
   snprintf(labels, sizeof labels, "endpoint=\"%s\"", ep->addr);
   metric(out, "lupin_sim_requests_total", "counter",
-         "Completion and chat requests received by this endpoint.", labels,
-         (double)ep->m.requests);
+         "Completion and chat requests received by this endpoint.", labels, (double)ep->m.requests);
   sb_adds(out, "# HELP lupin_sim_injected_failures_total Failures injected (--error-rate, "
                "--drop-rate).\n# TYPE lupin_sim_injected_failures_total counter\n");
   snprintf(labels, sizeof labels, "endpoint=\"%s\",kind=\"error\"", ep->addr);

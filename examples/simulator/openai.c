@@ -15,15 +15,15 @@
 
 /* ---- errors ------------------------------------------------------------------- */
 
-void openai_error(http_reply *r, int status, const char *type, const char *param,
-                  const char *code, const char *fmt, ...) {
+void openai_error(http_reply *r, int status, const char *type, const char *param, const char *code,
+                  const char *fmt, ...) {
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type", type,
-                        "param", param ? json_string(param) : json_null(), "code",
+  json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type", type, "param",
+                        param ? json_string(param) : json_null(), "code",
                         code ? json_string(code) : json_null());
   char *s = json_dumps(o, JSON_COMPACT);
   r->status = status;
@@ -35,14 +35,21 @@ void openai_error(http_reply *r, int status, const char *type, const char *param
 
 static const char *type_name(const json_t *v) {
   switch (json_typeof(v)) {
-  case JSON_OBJECT: return "an object";
-  case JSON_ARRAY: return "an array";
-  case JSON_STRING: return "a string";
-  case JSON_INTEGER: return "an integer";
-  case JSON_REAL: return "a number";
+  case JSON_OBJECT:
+    return "an object";
+  case JSON_ARRAY:
+    return "an array";
+  case JSON_STRING:
+    return "a string";
+  case JSON_INTEGER:
+    return "an integer";
+  case JSON_REAL:
+    return "a number";
   case JSON_TRUE:
-  case JSON_FALSE: return "a boolean";
-  default: return "null";
+  case JSON_FALSE:
+    return "a boolean";
+  default:
+    return "null";
   }
 }
 
@@ -185,7 +192,8 @@ static bool resolve_model(const endpoint *ep, json_t *body, job *j, http_reply *
   if (j->lora == -2) {
     strbuf known = {0};
     sb_printf(&known, "'%s'", cfg->model);
-    for (int i = 0; i < cfg->nloras; i++) sb_printf(&known, ", '%s'", cfg->loras[i]);
+    for (int i = 0; i < cfg->nloras; i++)
+      sb_printf(&known, ", '%s'", cfg->loras[i]);
     openai_error(err, 404, "invalid_request_error", "model", "model_not_found",
                  "The model '%.200s' does not exist: this endpoint serves %.700s", name,
                  known.data);
@@ -217,8 +225,7 @@ static void hash_blocks(const endpoint *ep, job *j, const strbuf *text, const ch
 static bool check_length(const endpoint *ep, job *j, http_reply *err) {
   int limit = ep->sim->cfg.max_model_len;
   if ((long)j->prompt_tokens + j->max_tokens <= limit) return true;
-  openai_error(err, 400, "invalid_request_error", j->kind == JOB_CHAT ? "messages" : "prompt",
-               NULL,
+  openai_error(err, 400, "invalid_request_error", j->kind == JOB_CHAT ? "messages" : "prompt", NULL,
                "This model's maximum context length is %d tokens. However, you requested %ld "
                "tokens (%d in the prompt, %d in the completion). Please reduce the length of "
                "the prompt or completion.",
@@ -245,8 +252,7 @@ static bool parse_body(endpoint *ep, json_t *body, job *j, strbuf *text, http_re
   return true;
 }
 
-job *openai_parse(endpoint *ep, enum job_kind kind, const char *body, size_t len,
-                  http_reply *err) {
+job *openai_parse(endpoint *ep, enum job_kind kind, const char *body, size_t len, http_reply *err) {
   json_error_t jerr;
   json_t *root = json_loadb(body, len, 0, &jerr);
   if (!root) {
@@ -286,10 +292,10 @@ job *openai_parse(endpoint *ep, enum job_kind kind, const char *body, size_t len
 
 /* Short words, about four characters each, so output tokens ~ characters / 4 too. */
 static const char *const vocab[] = {
-    " the",  " lupin", " sim",  " data", " node", " fast", " cache", " load", " token", " path",
-    " gate", " plan",  " pick", " run",  " flow", " seed", " hash",  " time", " lane",  " queue",
-    " and",  " of",    " to",   " in",   " a",    " is",   " on",    " by",   " it",    " we",
-    ".",     ",",
+    " the",   " lupin", " sim",  " data",  " node", " fast", " cache", " load",
+    " token", " path",  " gate", " plan",  " pick", " run",  " flow",  " seed",
+    " hash",  " time",  " lane", " queue", " and",  " of",   " to",    " in",
+    " a",     " is",    " on",   " by",    " it",   " we",   ".",      ",",
 };
 
 const char *openai_token(const job *j, int index) {
@@ -322,12 +328,12 @@ static void add_event(strbuf *out, json_t *o) {
 static json_t *chunk_choice(const job *j, const char *text, bool role, bool last) {
   json_t *reason = last ? json_string("length") : json_null();
   if (j->kind == JOB_COMPLETION)
-    return json_pack("{s:i, s:s, s:n, s:o}", "index", 0, "text", text, "logprobs",
-                     "finish_reason", reason);
+    return json_pack("{s:i, s:s, s:n, s:o}", "index", 0, "text", text, "logprobs", "finish_reason",
+                     reason);
   json_t *delta = role ? json_pack("{s:s, s:s}", "role", "assistant", "content", text)
                        : json_pack("{s:s}", "content", text);
-  return json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs",
-                   "finish_reason", reason);
+  return json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason",
+                   reason);
 }
 
 static void add_chunk(strbuf *out, const job *j, const char *text, bool role, bool last) {
@@ -364,8 +370,8 @@ static void finish_body(job *j) {
   const char *text = j->text.data ? j->text.data : "";
   json_t *choice;
   if (j->kind == JOB_CHAT)
-    choice = json_pack("{s:i, s:{s:s, s:s}, s:n, s:s}", "index", 0, "message", "role",
-                       "assistant", "content", text, "logprobs", "finish_reason", "length");
+    choice = json_pack("{s:i, s:{s:s, s:s}, s:n, s:s}", "index", 0, "message", "role", "assistant",
+                       "content", text, "logprobs", "finish_reason", "length");
   else
     choice = json_pack("{s:i, s:s, s:n, s:s}", "index", 0, "text", text, "logprobs",
                        "finish_reason", "length");
@@ -380,22 +386,24 @@ static void finish_body(job *j) {
 
 void openai_finish(job *j) {
   if (!j->conn) return;
-  if (j->stream) finish_stream(j);
-  else finish_body(j);
+  if (j->stream)
+    finish_stream(j);
+  else
+    finish_body(j);
 }
 
 void openai_models(const endpoint *ep, strbuf *out) {
   const sim_config *cfg = &ep->sim->cfg;
   json_int_t created = (json_int_t)wall_seconds();
   json_t *data = json_array();
-  json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:s, s:n, s:i}", "id", cfg->model,
-                                        "object", "model", "created", created, "owned_by", "vllm",
-                                        "root", cfg->model, "parent", "max_model_len",
-                                        cfg->max_model_len));
+  json_array_append_new(data,
+                        json_pack("{s:s, s:s, s:I, s:s, s:s, s:n, s:i}", "id", cfg->model, "object",
+                                  "model", "created", created, "owned_by", "vllm", "root",
+                                  cfg->model, "parent", "max_model_len", cfg->max_model_len));
   for (int i = 0; i < cfg->nloras; i++)
     json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "id", cfg->loras[i],
-                                          "object", "model", "created", created, "owned_by",
-                                          "vllm", "root", cfg->loras[i], "parent", cfg->model));
+                                          "object", "model", "created", created, "owned_by", "vllm",
+                                          "root", cfg->loras[i], "parent", cfg->model));
   json_t *o = json_pack("{s:s, s:o}", "object", "list", "data", data);
   char *s = json_dumps(o, JSON_COMPACT);
   sb_adds(out, s);

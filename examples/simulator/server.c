@@ -63,8 +63,10 @@ static void on_written(uv_write_t *req, int status) {
   bool last = w->last;
   free(w);
   if (c->closing) return;
-  if (status < 0) conn_close(c);
-  else if (last) conn_resume(c);
+  if (status < 0)
+    conn_close(c);
+  else if (last)
+    conn_resume(c);
 }
 
 static void conn_write(conn *c, const char *data, size_t len, bool last) {
@@ -85,8 +87,10 @@ static void write_head(conn *c, strbuf *out, int status, const char *ctype, long
                        const char *extra) {
   sb_printf(out, "HTTP/1.1 %d %s\r\ncontent-type: %s\r\n", status,
             http_status_str((enum http_status)status), ctype);
-  if (length >= 0) sb_printf(out, "content-length: %ld\r\n", length);
-  else sb_adds(out, "transfer-encoding: chunked\r\ncache-control: no-cache\r\n");
+  if (length >= 0)
+    sb_printf(out, "content-length: %ld\r\n", length);
+  else
+    sb_adds(out, "transfer-encoding: chunked\r\ncache-control: no-cache\r\n");
   sb_printf(out, "x-request-id: %s\r\nx-sim-endpoint: %s\r\n", c->request_id, c->ep->addr);
   if (c->destination) sb_printf(out, "x-sim-destination: %s\r\n", c->destination);
   if (extra) sb_adds(out, extra);
@@ -185,22 +189,33 @@ typedef struct route {
 enum { R_COMPLETIONS, R_CHAT, R_MODELS, R_METRICS, R_HEALTH };
 
 static const route routes[] = {
-    {"/v1/completions", "POST", R_COMPLETIONS}, {"/v1/chat/completions", "POST", R_CHAT},
-    {"/v1/models", "GET", R_MODELS},            {"/metrics", "GET", R_METRICS},
+    {"/v1/completions", "POST", R_COMPLETIONS},
+    {"/v1/chat/completions", "POST", R_CHAT},
+    {"/v1/models", "GET", R_MODELS},
+    {"/metrics", "GET", R_METRICS},
     {"/health", "GET", R_HEALTH},
 };
 
 static void dispatch(conn *c, int id) {
   strbuf out = {0};
   switch (id) {
-  case R_COMPLETIONS: serve_generation(c, JOB_COMPLETION); return;
-  case R_CHAT: serve_generation(c, JOB_CHAT); return;
-  case R_MODELS: openai_models(c->ep, &out); serve_text(c, "application/json", &out); return;
+  case R_COMPLETIONS:
+    serve_generation(c, JOB_COMPLETION);
+    return;
+  case R_CHAT:
+    serve_generation(c, JOB_CHAT);
+    return;
+  case R_MODELS:
+    openai_models(c->ep, &out);
+    serve_text(c, "application/json", &out);
+    return;
   case R_METRICS:
     metrics_render(c->ep, &out);
     serve_text(c, "text/plain; version=0.0.4; charset=utf-8", &out);
     return;
-  default: conn_reply(c, 200, "text/plain", "", 0); return;
+  default:
+    conn_reply(c, 200, "text/plain", "", 0);
+    return;
   }
 }
 
@@ -350,10 +365,14 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   conn *c = s->data;
-  if (n < 0) conn_close(c); /* EOF or error: the client is gone */
-  else if (n > 0 && c->busy && c->pending.len > c->ep->sim->cfg.max_body_bytes) conn_close(c);
-  else if (n > 0 && c->busy) sb_add(&c->pending, buf->base, (size_t)n);
-  else if (n > 0) conn_feed(c, buf->base, (size_t)n);
+  if (n < 0)
+    conn_close(c); /* EOF or error: the client is gone */
+  else if (n > 0 && c->busy && c->pending.len > c->ep->sim->cfg.max_body_bytes)
+    conn_close(c);
+  else if (n > 0 && c->busy)
+    sb_add(&c->pending, buf->base, (size_t)n);
+  else if (n > 0)
+    conn_feed(c, buf->base, (size_t)n);
   free(buf->base);
 }
 
@@ -378,8 +397,10 @@ static void conn_close(conn *c) {
     engine_cancel(j);
   }
   endpoint *ep = c->ep;
-  if (c->prev) c->prev->next = c->next;
-  else ep->conns = c->next;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    ep->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
@@ -422,5 +443,6 @@ int server_listen(endpoint *ep) {
 void server_close(endpoint *ep) {
   if (ep->listening) uv_close((uv_handle_t *)&ep->listener, NULL);
   ep->listening = false;
-  while (ep->conns) conn_close(ep->conns);
+  while (ep->conns)
+    conn_close(ep->conns);
 }

@@ -15,6 +15,8 @@
 
 /* ---- configuration (main.c) ---------------------------------------------- */
 
+#define MAX_LORAS 256 /* adapters per simulator: bounds the per-scan "seen" sets */
+
 typedef struct sim_config {
   const char *host;
   int port; /* endpoint i listens on port + i */
@@ -59,7 +61,7 @@ void sb_free(strbuf *sb);
 
 uint64_t rng_next(uint64_t *state);
 double rng_unit(uint64_t *state); /* uniform in [0,1) */
-double wall_seconds(void);         /* unix time, for timestamps in responses and metrics */
+double wall_seconds(void);        /* unix time, for timestamps in responses and metrics */
 
 /* ---- prefix cache (kvcache.c) --------------------------------------------- */
 
@@ -96,8 +98,8 @@ void hist_init(histogram *h, const double *bounds, int nbounds);
 void hist_observe(histogram *h, double v);
 
 typedef struct counters {
-  uint64_t requests;       /* completion requests received (lupin_sim_requests_total) */
-  uint64_t success;        /* finished with a full response */
+  uint64_t requests; /* completion requests received (lupin_sim_requests_total) */
+  uint64_t success;  /* finished with a full response */
   uint64_t injected_errors;
   uint64_t injected_drops;
   uint64_t prompt_tokens;
@@ -168,8 +170,8 @@ typedef struct http_reply {
  * `err` holding the status and OpenAI error JSON. */
 job *openai_parse(struct endpoint *ep, enum job_kind kind, const char *body, size_t len,
                   http_reply *err);
-void openai_error(http_reply *r, int status, const char *type, const char *param,
-                  const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+void openai_error(http_reply *r, int status, const char *type, const char *param, const char *code,
+                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 void openai_models(const struct endpoint *ep, strbuf *out);
 /* Token text: a word per token, a pure function of the job's seed and index. */
 const char *openai_token(const job *j, int index);
@@ -184,8 +186,7 @@ void server_close(struct endpoint *ep);
 void conn_stream_begin(struct conn *c);
 void conn_stream_chunk(struct conn *c, const char *data, size_t len);
 void conn_stream_end(struct conn *c, const char *data, size_t len); /* a last chunk, then the end */
-void conn_reply(struct conn *c, int status, const char *content_type, const char *body,
-                size_t len);
+void conn_reply(struct conn *c, int status, const char *content_type, const char *body, size_t len);
 void conn_drop(struct conn *c);
 
 /* ---- the simulator ----------------------------------------------------------- */
@@ -200,8 +201,8 @@ typedef struct endpoint {
   kvcache *kv;
   job_list waiting, running;
   counters m;
-  uint64_t rng;   /* per-endpoint stream for failure injection */
-  uint64_t seq;   /* request ids */
+  uint64_t rng;       /* per-endpoint stream for failure injection */
+  uint64_t seq;       /* request ids */
   struct conn *conns; /* open connections, closed on shutdown */
 } endpoint;
 

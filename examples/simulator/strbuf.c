@@ -9,7 +9,8 @@
 static void sb_reserve(strbuf *sb, size_t extra) {
   if (sb->len + extra + 1 <= sb->cap) return;
   size_t cap = sb->cap ? sb->cap : 256;
-  while (cap < sb->len + extra + 1) cap *= 2;
+  while (cap < sb->len + extra + 1)
+    cap *= 2;
   char *p = realloc(sb->data, cap);
   if (!p) abort(); /* out of memory in a test tool: nothing sensible to do */
   sb->data = p;
