@@ -173,6 +173,7 @@ static void observe_latencies(job *j, int from, int to) {
   uint64_t now = uv_hrtime();
   if (from == 0) {
     hist_observe(&j->ep->m.ttft, (double)(now - j->t_arrival) / 1e9);
+    j->t_last = now; /* tokens released with the first one come 0 s after it */
     from = 1;
   }
   /* Tokens released together share the interval since the last release. */

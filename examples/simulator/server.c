@@ -28,6 +28,7 @@ typedef struct conn {
   bool keep_alive;
   bool busy; /* a request is being answered; input waits in `pending` */
   bool closing;
+  bool write_failed; /* uv_write refused: drop further output, wait for the read side */
   strbuf pending;
   job *job;
 } conn;
@@ -70,7 +71,7 @@ static void on_written(uv_write_t *req, int status) {
 }
 
 static void conn_write(conn *c, const char *data, size_t len, bool last) {
-  if (c->closing) return;
+  if (c->closing || c->write_failed) return;
   write_req *w = malloc(sizeof *w + len);
   if (!w) abort();
   w->c = c;
@@ -78,8 +79,11 @@ static void conn_write(conn *c, const char *data, size_t len, bool last) {
   memcpy(w->data, data, len);
   uv_buf_t buf = uv_buf_init(w->data, (unsigned)len);
   if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, on_written) < 0) {
+    /* Not closed here: the caller may be the engine mid-tick, and closing
+     * cancels (frees) the job it is working on. The dead socket's read side
+     * reports the error and closes the connection from the loop. */
     free(w);
-    conn_close(c);
+    c->write_failed = true;
   }
 }
 

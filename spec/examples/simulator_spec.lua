@@ -312,6 +312,9 @@ describe("lupin-sim", function()
       local key = 'lupin_sim_requests_total{endpoint="127.0.0.1:' .. (sim.port + 1) .. '"}'
       assert.equal(before[key] + 2, m[key])
       assert.equal(2, m["vllm:time_to_first_token_seconds_count"] - before["vllm:time_to_first_token_seconds_count"])
+      -- --instant releases all tokens at once: every inter-token interval is 0
+      assert.is_true(m["vllm:inter_token_latency_seconds_count"] > 0)
+      assert.equal(0, m["vllm:inter_token_latency_seconds_sum"])
     end)
 
     it("reuses a keep-alive connection for consecutive requests", function()
