@@ -323,6 +323,37 @@ describe("lupin-sim", function()
       assert.equal("1 0 ", out)
     end)
 
+    --- Raw bytes over one TCP connection (bash's /dev/tcp); returns all the server sent until it closed.
+    local function raw(port, bytes)
+      local f = os.tmpname()
+      S.write(f, bytes)
+      local out = sh(("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d; cat %s >&3; timeout 10 cat <&3'"):format(port, f))
+      os.remove(f)
+      return out
+    end
+
+    it("answers pipelined requests in order on one connection and honours Connection: close", function()
+      local body = json.encode({ model = MODEL, prompt = "hi", max_tokens = 2 })
+      local post1 = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nx-request-id: one\r\nContent-Length: %d\r\n\r\n%s")
+        :format(#body, body)
+      local out = raw(sim.port, post1 .. "GET /health HTTP/1.1\r\nHost: x\r\nx-request-id: two\r\n\r\n"
+        .. "GET /v1/models HTTP/1.1\r\nHost: x\r\nx-request-id: three\r\nConnection: close\r\n\r\n")
+      local ids = {}
+      for id in out:gmatch("x%-request%-id: (%w+)") do
+        ids[#ids + 1] = id
+      end
+      assert.same({ "one", "two", "three" }, ids)
+      assert.matches('"object":"text_completion"', out, 1, true)
+      assert.matches("connection: close\r\n\r\n{\"object\":\"list\"", out, 1, true)
+    end)
+
+    it("answers malformed HTTP with 400 and closes", function()
+      local out = raw(sim.port, "BLAH /x\r\n\r\n")
+      assert.matches("^HTTP/1.1 400 Bad Request\r\n", out)
+      assert.matches("Malformed HTTP request: ", out, 1, true)
+      assert.matches("connection: close", out, 1, true)
+    end)
+
     it("reports a repeated long prompt's cached tokens and counts the hits in tokens", function()
       local p = sim.port + 1
       local before = metrics(p)
