@@ -92,6 +92,23 @@ static void grow_blocks(job *j, int tokens) {
 
 static void on_tick(uv_timer_t *t);
 
+/* Milliseconds until the first token. Uncached tokens are what costs: cache hits
+ * are what make prefix routing pay. With --prefill-serial the endpoint's compute
+ * is one queue (a GPU runs prefills in turn), so a prefill also waits for those
+ * admitted before it, and load shows in TTFT as on a real server. */
+static uint64_t prefill_delay(const job *j) {
+  endpoint *ep = j->ep;
+  const sim_config *cfg = &ep->sim->cfg;
+  double uncached = j->prompt_tokens - j->cached_tokens;
+  uint64_t own = ms_to_timer((cfg->prefill_overhead_ms + uncached * cfg->prefill_ms_per_token) *
+                             endpoint_slowness(ep));
+  if (!cfg->prefill_serial) return own;
+  uint64_t now = uv_now(ep->sim->loop);
+  uint64_t start = ep->prefill_free_at > now ? ep->prefill_free_at : now;
+  ep->prefill_free_at = start + own;
+  return ep->prefill_free_at - now;
+}
+
 /* Admission: prefix lookup, block allocation, then the prefill timer. */
 static void job_start(job *j) {
   endpoint *ep = j->ep;
@@ -112,10 +129,7 @@ static void job_start(job *j) {
   grow_blocks(j, j->prompt_tokens);
 
   j->state = JOB_RUNNING;
-  double uncached = j->prompt_tokens - j->cached_tokens;
-  double ttft =
-      (cfg->prefill_overhead_ms + uncached * cfg->prefill_ms_per_token) * endpoint_slowness(ep);
-  uv_timer_start(&j->timer, on_tick, ms_to_timer(ttft), 0);
+  uv_timer_start(&j->timer, on_tick, prefill_delay(j), 0);
 }
 
 /* Admits waiting jobs in arrival order while slots and blocks last; a job

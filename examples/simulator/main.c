@@ -38,6 +38,8 @@ static const flag flags[] = {
      "fixed part of the time to first token"},
     {"prefill-ms-per-token", F_DOUBLE, OFF(prefill_ms_per_token),
      "prefill time per uncached prompt token"},
+    {"prefill-serial", F_BOOL, OFF(prefill_serial),
+     "an endpoint's prefills run one after another, so TTFT grows with concurrent prompts"},
     {"itl-ms", F_DOUBLE, OFF(itl_ms), "inter-token latency (0: all tokens at once)"},
     {"seed", F_U64, OFF(seed), "seed of generated text and failure injection"},
     {"error-rate", F_DOUBLE, OFF(error_rate), "fraction of generation requests answered 500"},
@@ -217,6 +219,10 @@ static int parse_one(sim_config *c, int argc, char **argv, int i, const char **s
   const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
   int next = eq ? i + 1 : i + 2;
   const flag *f = find_flag(a, len);
+  if (f && f->kind == F_BOOL && !eq && (!v || strncmp(v, "--", 2) == 0)) {
+    v = "true"; /* a bare boolean flag switches it on */
+    next = i + 1;
+  }
   bool known =
       f || (len == 4 && !strncmp(a, "lora", 4)) || (len == 14 && !strncmp(a, "slow-endpoints", 14));
   if (!known) {

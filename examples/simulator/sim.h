@@ -32,6 +32,7 @@ typedef struct sim_config {
   int default_max_tokens;
   double prefill_overhead_ms;
   double prefill_ms_per_token;
+  bool prefill_serial; /* prefills of one endpoint queue behind each other */
   double itl_ms;
   uint64_t seed;
   double error_rate;
@@ -203,6 +204,7 @@ typedef struct endpoint {
   counters m;
   uint64_t rng;       /* per-endpoint stream for failure injection */
   uint64_t seq;       /* request ids */
+  uint64_t prefill_free_at; /* loop time (ms) the last queued prefill ends (--prefill-serial) */
   struct conn *conns; /* open connections, closed on shutdown */
 } endpoint;
 

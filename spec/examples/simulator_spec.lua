@@ -164,7 +164,7 @@ describe("lupin-sim", function()
       for _, f in ipairs({ "host", "port", "endpoints", "model", "max-loras", "max-num-seqs", "block-size",
         "num-gpu-blocks", "max-model-len", "default-max-tokens", "prefill-overhead-ms",
         "prefill-ms-per-token", "itl-ms", "seed", "error-rate", "drop-rate", "slow-factor",
-        "max-body-bytes", "lora", "slow-endpoints" }) do
+        "max-body-bytes", "lora", "slow-endpoints", "prefill-serial", "log-requests" }) do
         assert.matches("%-%-" .. f:gsub("%-", "%%-") .. "%s+[^\n]*%(default [^)]+%)", out)
       end
       assert.matches("--instant", out, 1, true)
@@ -501,6 +501,22 @@ describe("lupin-sim", function()
       return m["vllm:num_requests_running"] == 0 and m["vllm:kv_cache_usage_perc"] == 0
     end, 200))
     assert.equal(0, metrics(sim.port)["vllm:request_success_total"])
+    assert.equal(0, sim.stop())
+  end)
+
+  it("queues prefills behind each other with --prefill-serial", function()
+    local sim = start("--prefill-serial --prefill-overhead-ms 150 --itl-ms 0")
+    for i = 1, 3 do
+      post_later(sim.port, "/v1/completions", { model = MODEL, prompt = "p" .. i, max_tokens = 2 })
+    end
+    local m = eventually(function()
+      local m = metrics(sim.port)
+      return m["vllm:request_success_total"] == 3 and m
+    end, 200)
+    assert.is_table(m, "the three requests did not finish")
+    -- 150 ms each, one after another: the third waited at least 300 ms for its first token
+    local labels = '{engine="0",model_name="' .. MODEL .. '",le="0.25"}'
+    assert.is_true(m["vllm:time_to_first_token_seconds_bucket" .. labels] <= 2)
     assert.equal(0, sim.stop())
   end)
 
