@@ -11,7 +11,8 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
-            lua-busted lua-check libxxhash-dev libhttp-parser-dev wrk curl
+            lua-busted lua-check libxxhash-dev libhttp-parser-dev wrk curl \
+            libjansson-dev
 
 CORE_SRC  = core/alloc.c core/blockhash.c core/endpoint.c core/generation.c core/prefix_index.c \
             core/request.c core/runtime.c
@@ -20,8 +21,13 @@ CORE_HDR  = core/lupin.h core/internal.h
 B ?= build
 CORE_OBJ  = $(CORE_SRC:core/%.c=$(B)/core/%.o)
 
+# The model-server simulator: a standalone C program (examples/simulator/README.md).
+SIM_SRC   = $(wildcard examples/simulator/*.c)
+SIM_OBJ   = $(SIM_SRC:examples/simulator/%.c=$(B)/sim/%.o)
+SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson 2>/dev/null) -lhttp_parser -lm
+
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
-     $(B)/bench-prefix
+     $(B)/bench-prefix $(B)/lupin-sim
 
 # The install prefix is compiled in (the default home): rebuild when it changes.
 $(B)/prefix.stamp: FORCE
@@ -44,6 +50,13 @@ $(B)/lupin_native.so: core/luamod.c $(CORE_OBJ) $(CORE_HDR)
 
 $(B)/embed: examples/embed/embed.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
+
+$(B)/sim/%.o: examples/simulator/%.c examples/simulator/sim.h
+	@mkdir -p $(dir $@)
+	$(CC) $(XCFLAGS) $(shell pkg-config --cflags jansson 2>/dev/null) -c $< -o $@
+
+$(B)/lupin-sim: $(SIM_OBJ)
+	$(CC) $(XCFLAGS) -o $@ $^ $(SIM_LIBS)
 
 $(B)/bench-lifecycle: bench/lifecycle.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
