@@ -11,9 +11,11 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
-            lua-busted lua-check libxxhash-dev libhttp-parser-dev wrk curl
+            lua-busted lua-check libxxhash-dev libhttp-parser-dev wrk curl \
+            libjansson-dev
 
-CORE_SRC  = core/alloc.c core/endpoint.c core/generation.c core/request.c core/runtime.c
+CORE_SRC  = core/alloc.c core/blockhash.c core/endpoint.c core/generation.c core/prefix_index.c \
+            core/request.c core/runtime.c
 CORE_HDR  = core/lupin.h core/internal.h
 # the gateway host `lupin serve` (DESIGN.md §9)
 GW_SRC    = core/admin.c core/buf.c core/gateway.c core/gwlua.c core/main.c core/prometheus.c \
@@ -24,8 +26,19 @@ GW_OBJ    = $(GW_SRC:core/%.c=$(B)/gw/%.o)
 B ?= build
 CORE_OBJ  = $(CORE_SRC:core/%.c=$(B)/core/%.o)
 
+# The model-server simulator: a standalone C program (examples/simulator/README.md).
+SIM_SRC   = $(wildcard examples/simulator/*.c)
+SIM_OBJ   = $(SIM_SRC:examples/simulator/%.c=$(B)/sim/%.o)
+SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson 2>/dev/null) -lhttp_parser -lm
+
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
-     $(B)/lupin
+     $(B)/bench-prefix $(B)/lupin-sim $(B)/lupin
+
+# The install prefix is compiled in (the default home): rebuild when it changes.
+$(B)/prefix.stamp: FORCE
+	@mkdir -p $(B); echo '$(PREFIX)' | cmp -s - $@ || echo '$(PREFIX)' > $@
+
+$(B)/core/runtime.o: $(B)/prefix.stamp
 
 $(B)/core/%.o: core/%.c $(CORE_HDR)
 	@mkdir -p $(dir $@)
@@ -49,6 +62,13 @@ $(B)/lupin_native.so: core/luamod.c $(CORE_OBJ) $(CORE_HDR)
 
 $(B)/embed: examples/embed/embed.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
+
+$(B)/sim/%.o: examples/simulator/%.c examples/simulator/sim.h
+	@mkdir -p $(dir $@)
+	$(CC) $(XCFLAGS) $(shell pkg-config --cflags jansson 2>/dev/null) -c $< -o $@
+
+$(B)/lupin-sim: $(SIM_OBJ)
+	$(CC) $(XCFLAGS) -o $@ $^ $(SIM_LIBS)
 
 $(B)/bench-lifecycle: bench/lifecycle.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
@@ -81,8 +101,19 @@ test-asan:
 lint:
 	luacheck lua plugins spec examples
 
-bench: all
-	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle
+bench: all bench-prefix
+	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/minimal.json 16 200000 100
+	for n in 16 64 256; do \
+	  LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/default.json $$n 50000 4096; \
+	done
+
+# The prefix primitives alone: hashing GB/s, index insert/lookup ns per block.
+XCFLAGS ?= $(CFLAGS)
+$(B)/bench-prefix: bench/prefix.c $(B)/liblupin.a $(CORE_HDR)
+	$(CC) $(XCFLAGS) -o $@ $< $(B)/liblupin.a $(LDLIBS)
+
+bench-prefix: $(B)/bench-prefix
+	./$(B)/bench-prefix
 
 # --- install ----------------------------------------------------------------
 install: all
@@ -102,6 +133,6 @@ clean:
 	rm -rf build build-asan
 
 help:
-	@echo "make deps | all | run | test | test-asan | lint | bench | install PREFIX=... | clean"
+	@echo "make deps | all | run | test | test-asan | lint | bench | bench-prefix | install PREFIX=... | clean"
 
-.PHONY: all deps run test test-asan lint bench install clean help
+.PHONY: FORCE all deps run test test-asan lint bench bench-prefix install clean help

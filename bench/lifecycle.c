@@ -2,7 +2,7 @@
  * schedule, response header, three chunks, complete, end) and the Lua heap
  * held per in-flight request.  A benchmark, not a test: it prints figures.
  *
- *   LUPIN_HOME=. ./build/bench-lifecycle [config] [endpoints] [lifecycles] */
+ *   LUPIN_HOME=. ./build/bench-lifecycle [config] [endpoints] [lifecycles] [prompt bytes] */
 #include <lupin.h>
 
 #include <stdio.h>
@@ -21,13 +21,24 @@ static int cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static const char body[] =
-    "{\"model\":\"llama\",\"prompt\":\"You are a helpful assistant. Answer briefly: what is "
-    "the capital of France?\",\"max_tokens\":64,\"stream\":true}";
+static char *body;
+static size_t body_len;
+
+/* A completion whose prompt is `bytes` characters of varied English-like text. */
+static void make_body(size_t bytes) {
+  static const char words[] = "the quick brown fox jumps over a lazy dog while seven wizards "
+                              "box nimbly and judges vex the sphinx of black quartz ";
+  body = malloc(bytes + 128);
+  body_len = (size_t)sprintf(body, "{\"model\":\"llama\",\"max_tokens\":64,\"stream\":true,"
+                                   "\"prompt\":\"");
+  for (size_t i = 0; i < bytes; i++)
+    body[body_len++] = words[i % (sizeof words - 1)];
+  body_len += (size_t)sprintf(body + body_len, "\"}");
+}
 
 static lupin_request *begin(lupin_runtime *rt) {
   char err[256];
-  lupin_request_desc d = {.path = "/v1/completions", .body = body, .body_len = sizeof body - 1};
+  lupin_request_desc d = {.path = "/v1/completions", .body = body, .body_len = body_len};
   lupin_request *req = lupin_request_begin(rt, &d, err, sizeof err);
   if (!req) {
     fprintf(stderr, "begin: %s\n", err);
@@ -63,6 +74,8 @@ int main(int argc, char **argv) {
   const char *config = argc > 1 ? argv[1] : "examples/configs/minimal.json";
   int n_endpoints = argc > 2 ? atoi(argv[2]) : 16;
   int n = argc > 3 ? atoi(argv[3]) : 200000;
+  size_t prompt = argc > 4 ? (size_t)atol(argv[4]) : 100;
+  make_body(prompt);
   char err[2048];
   lupin_runtime *rt =
       lupin_runtime_new(&(lupin_options){.log_level = LUPIN_LOG_WARN, .seed = 1}, err, sizeof err);
@@ -104,13 +117,15 @@ int main(int argc, char **argv) {
     lupin_request_end(reqs[i], LUPIN_OK);
   uint64_t after = lua_memory_after_gc(rt);
 
-  printf("config %s, %d endpoints, %d lifecycles\n", config, n_endpoints, n);
+  printf("config %s, %d endpoints, %d lifecycles, %zu-byte prompt\n", config, n_endpoints, n,
+         prompt);
   printf("lifecycle  median %.2f us  p99 %.2f us  mean %.2f us  (%.0f lifecycles/s on one core)\n",
          t[n / 2] / 1e3, t[n * 99 / 100] / 1e3, total / n / 1e3, n / (total / 1e9));
   printf("lua heap per in-flight request (scheduled, %d in flight): %.0f bytes\n", IN_FLIGHT,
          (double)(during - before) / IN_FLIGHT);
   printf("lua heap after they ended: %+lld bytes from before\n", (long long)(after - before));
   free(t);
+  free(body);
   lupin_runtime_free(rt);
   return 0;
 }

@@ -44,6 +44,7 @@ static int call_labels(lupin_runtime *rt, const lupin_endpoint *ep, const lupin_
 static int detach(lupin_runtime *rt, size_t i) {
   lupin_endpoint *ep = rt->endpoints[i];
   rt->endpoints[i] = rt->endpoints[--rt->n_endpoints];
+  lupin__prefix_purge_all(rt, ep->id); /* what it cached is no longer reachable */
   lupin__push_hook(rt, LUPIN_HOOK_ENDPOINT_REMOVE);
   lua_pushnumber(rt->L, ep->id);
   return lupin__call(rt, 1, 0, NULL, 0);

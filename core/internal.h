@@ -43,6 +43,45 @@ typedef struct lupin_endpoint {
 
 typedef struct lupin_generation lupin_generation;
 
+/* blockhash.c: chained xxh64 block hashes of a prompt (see there). */
+typedef struct lupin_hash_input {
+  const char *prompt;
+  size_t prompt_len;
+  const char *model;
+  size_t model_len;
+  const char *salt; /* the request's cache_salt, may be empty */
+  size_t salt_len;
+  size_t block_size; /* characters per block, > 0 */
+  size_t max_blocks;
+} lupin_hash_input;
+
+uint64_t lupin_block_seed(const char *model, size_t model_len, const char *salt, size_t salt_len);
+/* Writes at most cap hashes; returns how many, or -1 on bad input. */
+long lupin_block_hashes(const lupin_hash_input *in, uint64_t *out, size_t cap);
+
+/* prefix_index.c: per-endpoint LRUs of block hashes plus the reverse map.
+ * Endpoints are named by their id (lupin_endpoint.id). */
+typedef struct lupin_prefix_index lupin_prefix_index;
+
+/* rt may be NULL (benchmarks); with a runtime, removing an endpoint from its
+ * pool purges the endpoint's entries. */
+lupin_prefix_index *lupin_prefix_new(lupin_runtime *rt, uint32_t default_capacity);
+void lupin_prefix_free(lupin_prefix_index *x);
+int lupin_prefix_set_capacity(lupin_prefix_index *x, uint32_t id, uint32_t capacity);
+/* Records a prompt's hashes as cached by endpoint id; -1: out of memory. */
+int lupin_prefix_record(lupin_prefix_index *x, uint32_t id, const uint64_t *hashes, size_t n);
+/* Walks hashes from the first until one no endpoint holds; writes per
+ * endpoint the number of walked hashes it holds.  Returns the number of
+ * endpoints written (at most cap), or -1 on bad input. */
+long lupin_prefix_match(lupin_prefix_index *x, const uint64_t *hashes, size_t n, uint32_t *ids,
+                        uint32_t *counts, size_t cap);
+void lupin_prefix_purge(lupin_prefix_index *x, uint32_t id);
+size_t lupin_prefix_count(const lupin_prefix_index *x, uint32_t id);
+int lupin_prefix_holds(const lupin_prefix_index *x, uint32_t id, uint64_t hash);
+size_t lupin_prefix_endpoints(const lupin_prefix_index *x);
+size_t lupin_prefix_memory(const lupin_prefix_index *x);
+void lupin__prefix_purge_all(lupin_runtime *rt, uint32_t id);
+
 struct lupin_generation {
   uint64_t number;
   int ref;       /* the generation's Lua table */
@@ -60,6 +99,19 @@ typedef struct lupin_capi {
   int (*result_add_pick)(lupin_request *req, const lupin_endpoint *ep);
   int (*result_add_header)(lupin_request *req, const char *name, const char *value);
   int (*client_add_header)(lupin_request *req, const char *name, const char *value);
+  /* the prefix primitives (blockhash.c, prefix_index.c) */
+  long (*block_hashes)(const lupin_hash_input *in, uint64_t *out, size_t cap);
+  lupin_prefix_index *(*prefix_new)(lupin_runtime *rt, uint32_t default_capacity);
+  void (*prefix_free)(lupin_prefix_index *x);
+  int (*prefix_set_capacity)(lupin_prefix_index *x, uint32_t id, uint32_t capacity);
+  int (*prefix_record)(lupin_prefix_index *x, uint32_t id, const uint64_t *hashes, size_t n);
+  long (*prefix_match)(lupin_prefix_index *x, const uint64_t *hashes, size_t n, uint32_t *ids,
+                       uint32_t *counts, size_t cap);
+  void (*prefix_purge)(lupin_prefix_index *x, uint32_t id);
+  size_t (*prefix_count)(const lupin_prefix_index *x, uint32_t id);
+  int (*prefix_holds)(const lupin_prefix_index *x, uint32_t id, uint64_t hash);
+  size_t (*prefix_endpoints)(const lupin_prefix_index *x);
+  size_t (*prefix_memory)(const lupin_prefix_index *x);
 } lupin_capi;
 
 /* The Lua functions of lua/lupin/runtime.lua the core calls. */
@@ -100,6 +152,7 @@ struct lupin_runtime {
   lupin_endpoint **endpoints;
   size_t n_endpoints, cap_endpoints;
   uint32_t endpoint_seq;
+  lupin_prefix_index *prefix_indexes; /* live indexes, purged on endpoint removal */
   /* requests */
   lupin_request *requests, *requests_tail; /* live, oldest first */
   uint64_t requests_begun, requests_ended;

@@ -2,6 +2,7 @@
  * state table, from lupin_request_begin to lupin_request_end. */
 #include "internal.h"
 
+#include <ctype.h>
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,11 +36,25 @@ const char *lupin_outcome_name(lupin_outcome o) {
   return (unsigned)o < sizeof outcome_names / sizeof *outcome_names ? outcome_names[o] : "unknown";
 }
 
+/* Header names reach plugins in lower case; doing it here keeps string.lower,
+ * which LuaJIT does not compile, off the request path. */
+static void push_name(lua_State *L, const char *name) {
+  char buf[256];
+  size_t len = strlen(name);
+  if (len >= sizeof buf) {
+    lua_pushstring(L, name);
+    return;
+  }
+  for (size_t i = 0; i < len; i++) buf[i] = (char)tolower((unsigned char)name[i]);
+  lua_pushlstring(L, buf, len);
+}
+
 static void push_headers(lua_State *L, const lupin_header *h, size_t n) {
   lua_createtable(L, 0, (int)n);
   for (size_t i = 0; i < n; i++) {
+    push_name(L, h[i].name);
     lua_pushstring(L, h[i].value ? h[i].value : "");
-    lua_setfield(L, -2, h[i].name);
+    lua_rawset(L, -3);
   }
 }
 

@@ -104,6 +104,8 @@ static void push_options(lua_State *L, const lupin_options *o, const char *home)
   lua_setfield(L, -2, "memory_limit");
   lua_pushnumber(L, (lua_Number)(o->seed ? o->seed : (uint64_t)time(NULL)));
   lua_setfield(L, -2, "seed");
+  lua_pushinteger(L, o->log_level);
+  lua_setfield(L, -2, "log_level");
 }
 
 /* Loads lua/lupin/runtime.lua and keeps references to its hooks. */
@@ -163,7 +165,18 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
                           lupin__endpoint_free,
                           lupin__result_add_pick,
                           lupin__result_add_header,
-                          lupin__client_add_header};
+                          lupin__client_add_header,
+                          lupin_block_hashes,
+                          lupin_prefix_new,
+                          lupin_prefix_free,
+                          lupin_prefix_set_capacity,
+                          lupin_prefix_record,
+                          lupin_prefix_match,
+                          lupin_prefix_purge,
+                          lupin_prefix_count,
+                          lupin_prefix_holds,
+                          lupin_prefix_endpoints,
+                          lupin_prefix_memory};
   rt->L = luaL_newstate();
   if (!rt->L) {
     lupin__errf(err, errlen, "cannot create a Lua state");

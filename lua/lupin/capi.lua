@@ -19,9 +19,24 @@ typedef struct lupin_endpoint {
   double cache_block_size;
   double num_blocks;
   double scraped_at;
-  const char *c_name;    /* plugins read ep.name and ep.address, Lua strings */
+  /* named c_* here so that ep.name and ep.address reach the Lua strings of
+   * lupin.pool's side table, not these C pointers */
+  const char *c_name;
   const char *c_address;
 } lupin_endpoint;
+
+typedef struct lupin_hash_input {
+  const char *prompt;
+  size_t prompt_len;
+  const char *model;
+  size_t model_len;
+  const char *salt;
+  size_t salt_len;
+  size_t block_size;
+  size_t max_blocks;
+} lupin_hash_input;
+
+typedef struct lupin_prefix_index lupin_prefix_index;
 
 typedef struct lupin_capi {
   void *rt;
@@ -31,6 +46,18 @@ typedef struct lupin_capi {
   int (*result_add_pick)(void *req, const lupin_endpoint *ep);
   int (*result_add_header)(void *req, const char *name, const char *value);
   int (*client_add_header)(void *req, const char *name, const char *value);
+  long (*block_hashes)(const lupin_hash_input *in, uint64_t *out, size_t cap);
+  lupin_prefix_index *(*prefix_new)(void *rt, uint32_t default_capacity);
+  void (*prefix_free)(lupin_prefix_index *x);
+  int (*prefix_set_capacity)(lupin_prefix_index *x, uint32_t id, uint32_t capacity);
+  int (*prefix_record)(lupin_prefix_index *x, uint32_t id, const uint64_t *hashes, size_t n);
+  long (*prefix_match)(lupin_prefix_index *x, const uint64_t *hashes, size_t n, uint32_t *ids,
+                       uint32_t *counts, size_t cap);
+  void (*prefix_purge)(lupin_prefix_index *x, uint32_t id);
+  size_t (*prefix_count)(const lupin_prefix_index *x, uint32_t id);
+  int (*prefix_holds)(const lupin_prefix_index *x, uint32_t id, uint64_t hash);
+  size_t (*prefix_endpoints)(const lupin_prefix_index *x);
+  size_t (*prefix_memory)(const lupin_prefix_index *x);
 } lupin_capi;
 
 struct lupin_timespec { long tv_sec; long tv_nsec; };

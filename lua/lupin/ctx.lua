@@ -118,6 +118,7 @@ end
 ---@field body table|false the decoded JSON body, false when it is not JSON
 ---@field prompt string completions: the prompt (arrays joined by a space); chat: the JSON of messages
 ---@field stream boolean
+---@field dry_run boolean? true for the synthetic request that checks a new generation before it serves
 
 local function prompt_of(body)
   if type(body) ~= "table" then

@@ -25,6 +25,10 @@ end
 local function plugin_error(r, rec, point, err)
   local st = rec.stats[point]
   st.errors = st.errors + 1
+  if r.errors then -- a dry run reports its errors, it does not log them
+    r.errors[#r.errors + 1] = { rec = rec, point = point, message = tostring(err) }
+    return
+  end
   log.limited(rec.name .. "/" .. point, "error", "request %s: plugin %s (%s) failed in %s: %s",
     r.id, rec.name, rec.type, point, tostring(err))
 end
@@ -73,17 +77,8 @@ local function candidates(subset)
   return out
 end
 
-local function lower_keys(h)
-  local out = {}
-  for k, v in pairs(h) do
-    out[k:lower()] = v
-  end
-  return out
-end
-
 function M.begin(gen, creq, desc)
-  local headers = lower_keys(desc.headers or {})
-  desc.headers = headers
+  local headers = desc.headers -- names in lower case (core/request.c)
   local id = desc.id or headers["x-request-id"]
   if not id or id == "" then
     id_seq = id_seq + 1
@@ -293,10 +288,23 @@ local function primary_of(r, results, ran)
   return only or nil, "no profile ran"
 end
 
-function M.schedule(r)
-  if r.failure then
-    return failed(r.failure)
+-- Hands the scheduling result to the C request (again, on a repeated call).
+local function publish(r)
+  local api, creq = capi.api, r.creq
+  for _, ep in ipairs(r.result.endpoints) do
+    api.result_add_pick(creq, ep)
   end
+  if r.upstream_headers then
+    for name, value in pairs(r.upstream_headers) do
+      api.result_add_header(creq, name, value)
+    end
+  end
+  return 200, nil, nil, OK
+end
+
+-- Admission, preparation, the profiles: the decision, with no effect outside
+-- the request.  Returns nothing with r.result set, or the failure.
+local function decide(r)
   local gen, eps = r.gen, r.candidates
   for _, rec in ipairs(gen.points.admit) do
     local ok, verdict, status, reason = call(r, rec, "admit", nil, eps)
@@ -325,25 +333,57 @@ function M.schedule(r)
     local f = failures[primary]
     return fail(r, f.status, f.message, f.plugin, f.outcome)
   end
-  local result = { primary = primary, endpoints = res.endpoints, profiles = results }
-  r.result = result
-  local api, creq = capi.api, r.creq
-  for _, ep in ipairs(res.endpoints) do
-    api.result_add_pick(creq, ep)
+  r.result = { primary = primary, endpoints = res.endpoints, profiles = results }
+end
+
+function M.schedule(r)
+  -- scheduling runs once per request; a repeated call gets the same answer
+  if r.failure then
+    return failed(r.failure)
+  elseif r.result then
+    return publish(r)
   end
-  for _, rec in ipairs(gen.points.pre_request) do
-    call(r, rec, "pre_request", nil, result)
+  local status, message, plugin, outcome = decide(r)
+  if status then
+    return status, message, plugin, outcome
   end
-  if r.upstream_headers then
-    for name, value in pairs(r.upstream_headers) do
-      api.result_add_header(creq, name, value)
+  for _, rec in ipairs(r.gen.points.pre_request) do
+    call(r, rec, "pre_request", nil, r.result)
+  end
+  return publish(r)
+end
+
+local DRY_BODY = '{"model":"lupin-dry-run","prompt":"lupin checks a new generation before it'
+  .. ' serves: this request is never forwarded.","max_tokens":1}'
+
+--- Runs a generation's plugins once on a synthetic request against the current
+--- endpoints -- admission, preparation, profiles, then finish("dry_run"); no
+--- pre_request, so nothing is recorded or counted against an endpoint.
+--- Returns nil, or the first plugin error and the plugin that raised it.
+function M.dry_run(gen)
+  local r = ctx.new_request(gen, nil, "dry-run", { path = "/v1/completions", body = DRY_BODY,
+    headers = {} })
+  r.request.dry_run = true
+  r.candidates = pool.list
+  r.errors = {}
+  for _, rec in ipairs(gen.observers) do
+    ctx.of(r, rec)
+  end
+  decide(r)
+  M.finish(r, "dry_run")
+  for _, rec in ipairs(gen.instances) do
+    for _, st in pairs(rec.stats) do
+      st.calls, st.errors, st.ns = 0, 0, 0
     end
   end
-  return 200, nil, nil, OK
+  local e = r.errors[1]
+  if e then
+    return e.message, e.rec, e.point
+  end
 end
 
 function M.response_header(r, status, headers)
-  r.response = { status = status, headers = lower_keys(headers) }
+  r.response = { status = status, headers = headers }
   for _, rec in ipairs(r.gen.points.response_header) do
     call(r, rec, "response_header", nil, r.response)
   end

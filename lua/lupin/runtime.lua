@@ -8,6 +8,7 @@ local gateway = require "lupin.gateway"
 local generation = require "lupin.generation"
 local leaks = require "lupin.leaks"
 local loader = require "lupin.loader"
+local log = require "lupin.log"
 local pool = require "lupin.pool"
 
 local M = {}
@@ -19,6 +20,7 @@ M.generations = {}
 
 function M.init(ud, opts)
   capi.bind(ud)
+  log.level = opts.log_level -- messages above it are not even formatted
   math.randomseed(opts.seed)
   engine.init(opts)
 
@@ -46,6 +48,13 @@ function M.init(ud, opts)
     if not gen then
       return nil, err
     end
+    local rec, point
+    err, rec, point = engine.dry_run(gen)
+    if err then
+      generation.release(gen)
+      return nil, cfg.errors:at(rec.path, "plugin %q (%s) failed in %s during the dry"
+        .. " scheduling cycle: %s", rec.name, rec.type, point, err)
+    end
     gen.gateway, gen.endpoints = cfg.gateway, cfg.endpoints
     live[gen], M.current = true, gen
     return gen
@@ -54,6 +63,11 @@ function M.init(ud, opts)
   function hooks.release(gen)
     live[gen] = nil
     generation.release(gen)
+    -- Compiled traces hold their prototypes and the closures they call as
+    -- constants: left alone they would keep the released generation's code
+    -- and plugin state alive until the trace cache fills.  Reloads are rare;
+    -- recompiling the current generation's hot paths is cheap.
+    jit.flush()
   end
 
   function hooks.stats()

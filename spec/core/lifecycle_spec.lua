@@ -123,6 +123,28 @@ describe("request lifecycle", function()
     end)
   end
 
+  it("schedules once: a repeated schedule call gets the same answer, no plugin runs again",
+    function()
+      rt = S.loaded(config())
+      S.endpoints(rt, 2)
+      local req = rt:begin({ id = "twice" })
+      local first = req:schedule()
+      local second = req:schedule()
+      assert.same(first, second)
+      req:finish("ok")
+      local scores = 0
+      for _, e in ipairs(journal(rt, "twice")) do
+        scores = scores + (e:find("^score:") and 1 or 0)
+      end
+      assert.equal(1, scores)
+      rt:free()
+      rt = S.loaded(config({ filter = { keep = 0 } }))
+      S.endpoints(rt, 2)
+      req = rt:begin({})
+      assert.same(req:schedule(), req:schedule())
+      req:finish("ok")
+    end)
+
   it("names the filter that removed the last endpoint", function()
     rt = S.loaded(config({ filter = { keep = 0 } }))
     S.endpoints(rt, 2)

@@ -1,0 +1,66 @@
+/* Chained block hashing of a prompt, the key of the prefix index.
+ *
+ * A prompt is cut into blocks of block_size characters; only full blocks are
+ * hashed (a model server caches only full blocks, so a trailing partial block
+ * can never be a hit).  Each block's hash covers the previous one, so equal
+ * hashes at position i mean equal prompts up to the end of block i:
+ *
+ *   seed  = xxh64(model ‖ cache_salt)
+ *   h[i]  = xxh64(block[i] ‖ le64(h[i-1])),  h[-1] = seed
+ *
+ * every xxh64 with seed 0.  The model and salt go into the seed, so two
+ * models (or two tenants with different cache_salt) never share a block. */
+#define XXH_STATIC_LINKING_ONLY /* XXH64_state_t on the stack: no malloc per block */
+#include "internal.h"
+
+#include <string.h>
+#include <xxhash.h>
+
+/* Blocks up to this size are hashed in one call over a stack buffer; this is
+ * faster than the streaming state for the usual 64-256 character blocks. */
+#define SMALL_BLOCK 512
+
+static void le64(unsigned char out[8], uint64_t v) {
+  for (int i = 0; i < 8; i++) out[i] = (unsigned char)(v >> (8 * i));
+}
+
+uint64_t lupin_block_seed(const char *model, size_t model_len, const char *salt,
+                          size_t salt_len) {
+  XXH64_state_t st;
+  XXH64_reset(&st, 0);
+  if (model_len) XXH64_update(&st, model, model_len);
+  if (salt_len) XXH64_update(&st, salt, salt_len);
+  return XXH64_digest(&st);
+}
+
+static uint64_t chain_small(const char *block, size_t n, uint64_t prev) {
+  unsigned char buf[SMALL_BLOCK + 8];
+  memcpy(buf, block, n);
+  le64(buf + n, prev);
+  return XXH64(buf, n + 8, 0);
+}
+
+static uint64_t chain_stream(const char *block, size_t n, uint64_t prev) {
+  unsigned char tail[8];
+  XXH64_state_t st;
+  le64(tail, prev);
+  XXH64_reset(&st, 0);
+  XXH64_update(&st, block, n);
+  XXH64_update(&st, tail, 8);
+  return XXH64_digest(&st);
+}
+
+long lupin_block_hashes(const lupin_hash_input *in, uint64_t *out, size_t cap) {
+  if (!in || in->block_size == 0 || (cap && !out) || (in->prompt_len && !in->prompt)) return -1;
+  size_t n = in->prompt_len / in->block_size;
+  if (n > in->max_blocks) n = in->max_blocks;
+  if (n > cap) n = cap;
+  uint64_t h = lupin_block_seed(in->model, in->model_len, in->salt, in->salt_len);
+  size_t bs = in->block_size;
+  for (size_t i = 0; i < n; i++) {
+    const char *block = in->prompt + i * bs;
+    h = bs <= SMALL_BLOCK ? chain_small(block, bs, h) : chain_stream(block, bs, h);
+    out[i] = h;
+  }
+  return (long)n;
+}

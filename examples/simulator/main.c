@@ -1,0 +1,353 @@
+/* lupin-sim: flags, start-up, signals.
+ *
+ * Every knob is a --flag in one table, so --help can print each with its
+ * default and nothing is configured any other way. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+enum flag_kind { F_INT, F_DOUBLE, F_STRING, F_U64, F_BOOL, F_SIZE };
+
+typedef struct flag {
+  const char *name;
+  enum flag_kind kind;
+  size_t offset; /* into sim_config */
+  const char *help;
+} flag;
+
+#define OFF(field) offsetof(sim_config, field)
+
+/* --lora, --slow-endpoints and --instant are handled by hand (lists, a preset). */
+static const flag flags[] = {
+    {"host", F_STRING, OFF(host), "address to listen on"},
+    {"port", F_INT, OFF(port), "port of endpoint 0; endpoint i listens on port+i"},
+    {"endpoints", F_INT, OFF(endpoints), "number of simulated vLLM endpoints"},
+    {"model", F_STRING, OFF(model), "served model name"},
+    {"max-loras", F_INT, OFF(max_loras), "distinct LoRA adapters allowed in the running batch"},
+    {"max-num-seqs", F_INT, OFF(max_num_seqs), "running requests per endpoint; others wait"},
+    {"block-size", F_INT, OFF(block_size), "tokens per KV-cache block"},
+    {"num-gpu-blocks", F_INT, OFF(num_gpu_blocks), "KV-cache capacity in blocks, per endpoint"},
+    {"max-model-len", F_INT, OFF(max_model_len), "prompt + output tokens allowed per request"},
+    {"default-max-tokens", F_INT, OFF(default_max_tokens),
+     "output tokens when a request has no max_tokens"},
+    {"prefill-overhead-ms", F_DOUBLE, OFF(prefill_overhead_ms),
+     "fixed part of the time to first token"},
+    {"prefill-ms-per-token", F_DOUBLE, OFF(prefill_ms_per_token),
+     "prefill time per uncached prompt token"},
+    {"prefill-serial", F_BOOL, OFF(prefill_serial),
+     "an endpoint's prefills run one after another, so TTFT grows with concurrent prompts"},
+    {"itl-ms", F_DOUBLE, OFF(itl_ms), "inter-token latency (0: all tokens at once)"},
+    {"seed", F_U64, OFF(seed), "seed of generated text and failure injection"},
+    {"error-rate", F_DOUBLE, OFF(error_rate), "fraction of generation requests answered 500"},
+    {"drop-rate", F_DOUBLE, OFF(drop_rate),
+     "fraction of generation requests whose connection is dropped mid-response"},
+    {"slow-factor", F_DOUBLE, OFF(slow_factor), "latency multiplier of --slow-endpoints"},
+    {"max-body-bytes", F_SIZE, OFF(max_body_bytes), "request body limit (413 above)"},
+    {"log-requests", F_BOOL, OFF(log_requests), "log each generation request to stderr"},
+};
+
+static void config_defaults(sim_config *c) {
+  memset(c, 0, sizeof *c);
+  c->host = "127.0.0.1";
+  c->port = 8001;
+  c->endpoints = 4;
+  c->model = "meta-llama/Llama-3.1-8B-Instruct";
+  c->max_loras = 1;
+  c->max_num_seqs = 16;
+  c->block_size = 16;
+  c->num_gpu_blocks = 2048;
+  c->max_model_len = 32768;
+  c->default_max_tokens = 16;
+  c->prefill_overhead_ms = 2;
+  c->prefill_ms_per_token = 0.02;
+  c->itl_ms = 10;
+  c->slow_factor = 10;
+  c->max_body_bytes = 16u << 20;
+}
+
+static void flag_value(const sim_config *c, const flag *f, char *buf, size_t n) {
+  const char *p = (const char *)c + f->offset;
+  switch (f->kind) {
+  case F_INT:
+    snprintf(buf, n, "%d", *(const int *)p);
+    break;
+  case F_DOUBLE:
+    snprintf(buf, n, "%g", *(const double *)p);
+    break;
+  case F_STRING:
+    snprintf(buf, n, "%s", *(const char *const *)p);
+    break;
+  case F_U64:
+    snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p);
+    break;
+  case F_BOOL:
+    snprintf(buf, n, "%s", *(const bool *)p ? "true" : "false");
+    break;
+  case F_SIZE:
+    snprintf(buf, n, "%zu", *(const size_t *)p);
+    break;
+  }
+}
+
+static void usage(FILE *out) {
+  sim_config d;
+  config_defaults(&d);
+  fprintf(out, "usage: lupin-sim [--flag value ...]\n"
+               "Serves N simulated vLLM endpoints (OpenAI API, vLLM /metrics) on N ports.\n\n");
+  char v[128];
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+    flag_value(&d, &flags[i], v, sizeof v);
+    fprintf(out, "  --%-22s %s (default %s)\n", flags[i].name, flags[i].help, v);
+  }
+  fprintf(out, "  --%-22s %s (default %s)\n", "lora", "LoRA adapters served, comma-separated",
+          "none");
+  fprintf(out, "  --%-22s %s (default %s)\n", "slow-endpoints",
+          "endpoint indices that run --slow-factor slower, comma-separated", "none");
+  fprintf(out, "  --%-22s %s\n", "instant",
+          "all latencies 0 (prefill and inter-token): for gateway benchmarks");
+  fprintf(out, "  --%-22s %s\n", "help", "this text");
+}
+
+static int set_flag(sim_config *c, const flag *f, const char *v) {
+  char *p = (char *)c + f->offset, *end = NULL;
+  errno = 0;
+  switch (f->kind) {
+  case F_INT:
+    *(int *)p = (int)strtol(v, &end, 10);
+    break;
+  case F_DOUBLE:
+    *(double *)p = strtod(v, &end);
+    break;
+  case F_STRING:
+    *(const char **)p = v;
+    return 0;
+  case F_U64:
+    *(uint64_t *)p = strtoull(v, &end, 10);
+    break;
+  case F_SIZE:
+    *(size_t *)p = (size_t)strtoull(v, &end, 10);
+    break;
+  case F_BOOL:
+    if (strcmp(v, "true") && strcmp(v, "false") && strcmp(v, "1") && strcmp(v, "0")) return -1;
+    *(bool *)p = !strcmp(v, "true") || !strcmp(v, "1");
+    return 0;
+  }
+  return errno || end == v || *end ? -1 : 0;
+}
+
+/* Splits "a,b,c" into a NULL-terminated array of copies; empty items dropped. */
+static char **split_list(const char *s, int *n) {
+  char *copy = strdup(s), *save = NULL;
+  char **items = calloc(strlen(s) / 2 + 2, sizeof *items);
+  *n = 0;
+  for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
+    items[(*n)++] = strdup(t);
+  free(copy);
+  return items;
+}
+
+static int set_slow(sim_config *c, const char *list) {
+  int n = 0;
+  char **items = split_list(list, &n);
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    char *end;
+    long k = strtol(items[i], &end, 10);
+    if (*end || k < 0 || k >= c->endpoints) {
+      fprintf(stderr, "lupin-sim: --slow-endpoints: '%s' is not an endpoint index (0..%d)\n",
+              items[i], c->endpoints - 1);
+      rc = -1;
+    } else {
+      c->slow[k] = true;
+    }
+    free(items[i]);
+  }
+  free(items);
+  return rc;
+}
+
+static int validate(sim_config *c) {
+  const char *bad = NULL;
+  if (c->endpoints < 1 || c->endpoints > 1024)
+    bad = "--endpoints must be 1..1024";
+  else if (c->port < 1 || c->port + c->endpoints - 1 > 65535)
+    bad = "--port out of range";
+  else if (c->max_num_seqs < 1)
+    bad = "--max-num-seqs must be at least 1";
+  else if (c->block_size < 1)
+    bad = "--block-size must be at least 1";
+  else if (c->num_gpu_blocks < 1)
+    bad = "--num-gpu-blocks must be at least 1";
+  else if (c->max_loras < 1)
+    bad = "--max-loras must be at least 1";
+  else if (c->nloras > MAX_LORAS)
+    bad = "--lora: too many adapters (at most 256)";
+  else if (c->default_max_tokens < 1)
+    bad = "--default-max-tokens must be at least 1";
+  else if (c->max_model_len < 2)
+    bad = "--max-model-len must be at least 2";
+  else if (c->error_rate < 0 || c->error_rate > 1)
+    bad = "--error-rate must be in [0,1]";
+  else if (c->drop_rate < 0 || c->drop_rate > 1)
+    bad = "--drop-rate must be in [0,1]";
+  else if (c->prefill_overhead_ms < 0 || c->prefill_ms_per_token < 0 || c->itl_ms < 0)
+    bad = "latencies must not be negative";
+  else if (c->slow_factor <= 0)
+    bad = "--slow-factor must be positive";
+  if (bad) fprintf(stderr, "lupin-sim: %s\n", bad);
+  return bad ? -1 : 0;
+}
+
+static const flag *find_flag(const char *name, size_t len) {
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+    if (strlen(flags[i].name) == len && strncmp(flags[i].name, name, len) == 0) return &flags[i];
+  return NULL;
+}
+
+/* One "--name value" or "--name=value"; returns the next argv index or -1. */
+static int parse_one(sim_config *c, int argc, char **argv, int i, const char **slow) {
+  const char *a = argv[i] + 2, *eq = strchr(a, '=');
+  size_t len = eq ? (size_t)(eq - a) : strlen(a);
+  if (len == 7 && !strncmp(a, "instant", 7) && !eq) {
+    c->prefill_overhead_ms = c->prefill_ms_per_token = c->itl_ms = 0;
+    return i + 1;
+  }
+  const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
+  int next = eq ? i + 1 : i + 2;
+  const flag *f = find_flag(a, len);
+  if (f && f->kind == F_BOOL && !eq && (!v || strncmp(v, "--", 2) == 0)) {
+    v = "true"; /* a bare boolean flag switches it on */
+    next = i + 1;
+  }
+  bool known =
+      f || (len == 4 && !strncmp(a, "lora", 4)) || (len == 14 && !strncmp(a, "slow-endpoints", 14));
+  if (!known) {
+    fprintf(stderr, "lupin-sim: unknown flag --%.*s (see --help)\n", (int)len, a);
+    return -1;
+  }
+  if (!v) {
+    fprintf(stderr, "lupin-sim: --%.*s needs a value\n", (int)len, a);
+    return -1;
+  }
+  if (!f && len == 4) {
+    for (int k = 0; k < c->nloras; k++)
+      free(c->loras[k]);
+    free(c->loras);
+    c->loras = split_list(v, &c->nloras);
+  } else if (!f) {
+    *slow = v;
+  } else if (set_flag(c, f, v) < 0) {
+    fprintf(stderr, "lupin-sim: --%s: bad value '%s'\n", f->name, v);
+    return -1;
+  }
+  return next;
+}
+
+int config_parse(sim_config *c, int argc, char **argv) {
+  config_defaults(c);
+  const char *slow = "";
+  for (int i = 1; i < argc;) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 1;
+    }
+    if (strncmp(argv[i], "--", 2) != 0) {
+      fprintf(stderr, "lupin-sim: unexpected argument '%s' (see --help)\n", argv[i]);
+      return -1;
+    }
+    if ((i = parse_one(c, argc, argv, i, &slow)) < 0) return -1;
+  }
+  if (validate(c) < 0) return -1;
+  c->slow = calloc((size_t)c->endpoints, sizeof *c->slow);
+  return set_slow(c, slow);
+}
+
+void config_free(sim_config *c) {
+  for (int k = 0; k < c->nloras; k++)
+    free(c->loras[k]);
+  free(c->loras);
+  free(c->slow);
+}
+
+/* ---- running ------------------------------------------------------------------ */
+
+static void sim_stop(sim *s) {
+  if (s->stopping) return;
+  s->stopping = true;
+  for (int i = 0; i < s->cfg.endpoints; i++) {
+    server_close(&s->eps[i]);
+    engine_close(&s->eps[i]);
+  }
+  uv_close((uv_handle_t *)&s->sigint, NULL);
+  uv_close((uv_handle_t *)&s->sigterm, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  (void)signum;
+  sim_stop(h->data);
+}
+
+static int sim_start(sim *s) {
+  s->eps = calloc((size_t)s->cfg.endpoints, sizeof *s->eps);
+  for (int i = 0; i < s->cfg.endpoints; i++) {
+    endpoint *ep = &s->eps[i];
+    ep->sim = s;
+    ep->index = i;
+    ep->port = s->cfg.port + i;
+    snprintf(ep->addr, sizeof ep->addr, "%s:%d", s->cfg.host, ep->port);
+    ep->kv = kv_new(s->cfg.num_gpu_blocks);
+    ep->rng = s->cfg.seed * 1000003u + (uint64_t)i;
+    metrics_init(&ep->m);
+    int rc = server_listen(ep);
+    if (rc < 0) {
+      fprintf(stderr, "lupin-sim: endpoint %d: cannot listen on %s: %s\n", i, ep->addr,
+              uv_strerror(rc));
+      return -1;
+    }
+    printf("endpoint %d listening on %s\n", i, ep->addr);
+  }
+  fflush(stdout);
+  uv_signal_init(s->loop, &s->sigint);
+  uv_signal_init(s->loop, &s->sigterm);
+  s->sigint.data = s->sigterm.data = s;
+  uv_signal_start(&s->sigint, on_signal, SIGINT);
+  uv_signal_start(&s->sigterm, on_signal, SIGTERM);
+  return 0;
+}
+
+static void sim_free(sim *s) {
+  for (int i = 0; s->eps && i < s->cfg.endpoints; i++)
+    kv_free(s->eps[i].kv);
+  free(s->eps);
+  config_free(&s->cfg);
+}
+
+int main(int argc, char **argv) {
+  sim s;
+  memset(&s, 0, sizeof s);
+  int rc = config_parse(&s.cfg, argc, argv);
+  if (rc != 0) {
+    config_free(&s.cfg);
+    return rc > 0 ? 0 : 2;
+  }
+  signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not a death */
+  s.loop = uv_default_loop();
+  if (sim_start(&s) < 0) {
+    s.stopping = true;
+    for (int i = 0; i < s.cfg.endpoints; i++)
+      server_close(&s.eps[i]);
+    uv_run(s.loop, UV_RUN_DEFAULT);
+    uv_loop_close(s.loop);
+    sim_free(&s);
+    return 1;
+  }
+  uv_run(s.loop, UV_RUN_DEFAULT);
+  uv_loop_close(s.loop);
+  sim_free(&s);
+  printf("lupin-sim: stopped\n");
+  return 0;
+}

@@ -1,0 +1,144 @@
+--- lupin.prefix: prompt block hashes and the prefix index, from C through FFI
+--- (core/blockhash.c, core/prefix_index.c), so prefix plugins stay short.
+---
+---   local h = prefix.hashes(prompt, model, salt, 64, 256)  -- h.n full blocks
+---   local index = prefix.index(31250)                      -- capacity per endpoint
+---   index:record(ep.id, h)            -- ep has cached this prompt
+---   local matches = index:match(h)    -- { [ep.id] = matched blocks }
+local ffi = require "ffi"
+local capi = require "lupin.capi"
+
+local M = {}
+
+--- Work counters, for specs and stats: prompts hashed, lookups made.
+M.counters = { hashed = 0, matched = 0 }
+
+local live = setmetatable({}, { __mode = "k" }) -- every index alive, for memory()
+
+---@class lupin.Hashes
+---@field h ffi.cdata* uint64_t[n], h[0] is the first block's hash
+---@field n integer the number of full blocks hashed
+---@field block_size integer characters per block
+
+local input = ffi.new("lupin_hash_input") -- reused: a runtime is single-threaded
+
+--- The chained xxh64 hashes of a prompt's full blocks (at most max_blocks).
+---@param prompt string
+---@param model string?
+---@param salt string? the request's cache_salt
+---@param block_size integer characters per block, ≥ 1
+---@param max_blocks integer
+---@return lupin.Hashes
+function M.hashes(prompt, model, salt, block_size, max_blocks)
+  assert(block_size >= 1 and block_size % 1 == 0, "block size must be a positive integer")
+  model, salt = model or "", salt or ""
+  local n = math.max(0, math.min(math.floor(#prompt / block_size), max_blocks))
+  local h = ffi.new("uint64_t[?]", math.max(n, 1))
+  input.prompt, input.prompt_len = prompt, #prompt
+  input.model, input.model_len = model, #model
+  input.salt, input.salt_len = salt, #salt
+  input.block_size, input.max_blocks = block_size, math.max(max_blocks, 0)
+  local got = tonumber(capi.api.block_hashes(input, h, n))
+  input.prompt, input.model, input.salt = nil, nil, nil -- no pointers into freed strings
+  if got < 0 then
+    error("block hashing refused its input", 2)
+  end
+  M.counters.hashed = M.counters.hashed + 1
+  return { h = h, n = got, block_size = block_size }
+end
+
+---@class lupin.PrefixIndex
+---@field x ffi.cdata* the C index
+local Index = {}
+Index.__index = Index
+
+--- A new prefix index; entries per endpoint are capped at capacity (LRU).
+--- Removing an endpoint from the pool purges its entries.
+---@param capacity integer default capacity per endpoint, in blocks
+---@return lupin.PrefixIndex
+function M.index(capacity)
+  local api = capi.api
+  local x = api.prefix_new(capi.rt, capacity)
+  if x == nil then
+    error("prefix index: out of memory", 2)
+  end
+  local self = setmetatable({ x = ffi.gc(x, api.prefix_free), cap = 0 }, Index)
+  live[self] = true
+  return self
+end
+
+--- Records that endpoint id has cached the blocks of h (the last block is
+--- evicted first).  Endpoints no longer in the pool are ignored.
+---@param id integer endpoint id (ep.id)
+---@param h lupin.Hashes
+function Index:record(id, h)
+  if capi.api.prefix_record(self.x, id, h.h, h.n) ~= 0 then
+    error("prefix index: out of memory", 2)
+  end
+end
+
+--- Per endpoint id, how many of h's blocks it holds, walking from the first
+--- block and stopping at the first block no endpoint holds.
+---@param h lupin.Hashes
+---@return table<integer, integer> matches endpoint id -> matched blocks
+function Index:match(h)
+  local api, x = capi.api, self.x
+  local need = tonumber(api.prefix_endpoints(x))
+  if need > self.cap then
+    self.cap = need * 2
+    self.ids = ffi.new("uint32_t[?]", self.cap)
+    self.counts = ffi.new("uint32_t[?]", self.cap)
+  end
+  local out = {}
+  M.counters.matched = M.counters.matched + 1
+  if h.n == 0 or need == 0 then
+    return out
+  end
+  local k = tonumber(api.prefix_match(x, h.h, h.n, self.ids, self.counts, self.cap))
+  for i = 0, k - 1 do
+    out[self.ids[i]] = self.counts[i]
+  end
+  return out
+end
+
+--- Caps endpoint id's entries (evicting the least recent ones now if over).
+function Index:set_capacity(id, capacity)
+  if capi.api.prefix_set_capacity(self.x, id, capacity) ~= 0 then
+    error("prefix index: out of memory", 2)
+  end
+end
+
+--- Drops every entry of endpoint id.
+function Index:purge(id)
+  capi.api.prefix_purge(self.x, id)
+end
+
+--- How many block hashes endpoint id holds.
+---@return integer
+function Index:count(id)
+  return tonumber(capi.api.prefix_count(self.x, id))
+end
+
+--- Whether endpoint id holds block i (0-based) of h.
+---@return boolean
+function Index:holds(id, h, i)
+  return capi.api.prefix_holds(self.x, id, h.h[i]) ~= 0
+end
+
+--- Bytes of C memory the index holds.
+---@return integer
+function Index:memory()
+  return tonumber(capi.api.prefix_memory(self.x))
+end
+
+--- Bytes held by every live prefix index of this runtime.
+---@return integer
+function M.memory()
+  local total = 0
+  for index in pairs(live) do
+    total = total + index:memory()
+  end
+  return total
+end
+
+return M

@@ -1,0 +1,54 @@
+-- Prefill/decode disaggregation (llm-d's pd-profile-handler): runs the decode
+-- profile first; then the prefill profile when threshold > 0 and the part of
+-- the prompt the chosen decode endpoint has not cached (estimated from the
+-- prefix scorer's match) is at least threshold characters.  Decode is the
+-- primary profile; when it found no endpoint the request fails with its reason.
+local function uncached(self, ctx, decode_ep)
+  local st = ctx.shared[self.prefix]
+  local len = st and st.prompt_length or #ctx.request.prompt
+  if not st then
+    return len
+  end
+  local hit = (st.matches[decode_ep.id] or 0) * (st.block_size or self.block)
+  return math.max(len - hit, 0)
+end
+
+return {
+  type = "pd-profile-handler",
+  schema = {
+    threshold = { type = "integer", default = 0, min = 0,
+      description = "uncached prompt characters from which prefill runs; 0: never (decode only)" },
+    decodeProfile = { type = "string", default = "decode" },
+    prefillProfile = { type = "string", default = "prefill" },
+    prefixPluginName = { type = "string", default = "prefix-cache-scorer",
+      description = "the prefix-cache-scorer instance whose matches estimate the cached part" },
+    hashBlockSize = { type = "integer", default = 64, min = 1,
+      description = "characters per matched block, when the prefix scorer does not say" },
+  },
+
+  new = function(p)
+    return { threshold = p.threshold, decode = p.decodeProfile, prefill = p.prefillProfile,
+      prefix = p.prefixPluginName, block = p.hashBlockSize }
+  end,
+
+  pick_profiles = function(self, ctx, profiles, results)
+    if not profiles[self.decode] then
+      error(("no scheduling profile named %q (decodeProfile)"):format(self.decode))
+    end
+    local decode = results[self.decode]
+    if decode == nil then
+      return { self.decode }
+    end
+    if not decode or results[self.prefill] ~= nil or not profiles[self.prefill] then
+      return {}
+    end
+    if self.threshold <= 0 or uncached(self, ctx, decode.endpoints[1]) < self.threshold then
+      return {}
+    end
+    return { self.prefill }
+  end,
+
+  process_results = function(self)
+    return { primary = self.decode }
+  end,
+}

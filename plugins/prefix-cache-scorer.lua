@@ -1,0 +1,112 @@
+-- Scores endpoints by how much of the prompt they probably have cached: the
+-- fraction of the prompt's leading blocks recorded against them when earlier
+-- requests were sent there.  Parameters and behaviour follow the EPP's prefix
+-- plugin, so its configs port unchanged (hashBlockSize is its blockSize).
+local prefix = require "lupin.prefix"
+
+local CHARS_PER_TOKEN = 4 -- autoTune: the EPP's estimate of characters per token
+
+-- The block size for this request: with autoTune, the cache block size the
+-- first reporting candidate announces (in tokens, hence the factor).
+local function block_size(self, endpoints)
+  if self.auto then
+    for _, ep in ipairs(endpoints) do
+      if ep.cache_block_size > 0 then
+        return math.floor(ep.cache_block_size) * CHARS_PER_TOKEN
+      end
+    end
+  end
+  return self.block
+end
+
+-- The request's hashes and matches, computed once per request and kept in the
+-- plugin's private request state; also published read-only in ctx.shared
+-- under this instance's name for the plugins that build on it.
+local function state(self, ctx, endpoints)
+  local st, bs = ctx.plugin, block_size(self, endpoints)
+  if st.hashes and st.hashes.block_size == bs then
+    return st
+  end
+  local req = ctx.request
+  local body = req.body
+  local salt = body and type(body.cache_salt) == "string" and body.cache_salt or ""
+  local prompt = req.prompt
+  st.hashes = prefix.hashes(prompt, req.model, salt, bs, self.max_blocks)
+  st.matches = self.index:match(st.hashes)
+  ctx.shared[self.name] = { block_size = bs, total = st.hashes.n, matches = st.matches,
+    prompt_length = #prompt }
+  return st
+end
+
+local function record(self, ep, hashes)
+  if not ep then
+    return
+  end
+  if self.auto and ep.num_blocks > 0 then
+    self.index:set_capacity(ep.id, math.floor(ep.num_blocks))
+  end
+  self.index:record(ep.id, hashes)
+end
+
+return {
+  type = "prefix-cache-scorer",
+  schema = {
+    blockSize = { type = "integer", min = 1, max = 1048576,
+      description = "characters per hashed block (default 64)" },
+    hashBlockSize = { type = "integer", min = 1, max = 1048576,
+      description = "the EPP's name for blockSize" },
+    maxPrefixBlocksToMatch = { type = "integer", default = 256, min = 1, max = 1048576,
+      description = "blocks hashed at most, from the start of the prompt" },
+    lruCapacityPerServer = { type = "integer", default = 31250, min = 1, max = 2147483647,
+      description = "block hashes remembered per endpoint (LRU)" },
+    autoTune = { type = "boolean", default = true,
+      description = "use the endpoints' reported cache block size and number of blocks" },
+  },
+
+  new = function(p, env)
+    if p.blockSize and p.hashBlockSize and p.blockSize ~= p.hashBlockSize then
+      error(("blockSize (%d) and hashBlockSize (%d) are the same parameter; give one"):format(
+        p.blockSize, p.hashBlockSize), 0)
+    end
+    return { name = env.name, block = p.blockSize or p.hashBlockSize or 64,
+      max_blocks = p.maxPrefixBlocksToMatch, capacity = p.lruCapacityPerServer,
+      auto = p.autoTune, index = prefix.index(p.lruCapacityPerServer) }
+  end,
+
+  -- Keep what the index learned across a reload when its meaning is unchanged.
+  migrate = function(self, old)
+    if old.index and old.block == self.block and old.capacity == self.capacity
+        and old.auto == self.auto then
+      self.index = old.index
+    end
+  end,
+
+  -- Before any profile runs, so filters and the profile handler can read the
+  -- matches in ctx.shared.
+  prepare = function(self, ctx, endpoints)
+    state(self, ctx, endpoints)
+  end,
+
+  score = function(self, ctx, endpoints)
+    local st = state(self, ctx, endpoints)
+    local total, matches, out = st.hashes.n, st.matches, {}
+    for i, ep in ipairs(endpoints) do
+      out[i] = total > 0 and (matches[ep.id] or 0) / total or 0
+    end
+    return out
+  end,
+
+  -- The request goes to the primary profile's endpoint (and, in P/D serving,
+  -- its prompt is also prefilled on the prefill profile's endpoint): both
+  -- will hold its blocks.
+  pre_request = function(self, ctx, result)
+    local st = ctx.plugin
+    if not st.hashes or st.hashes.n == 0 then
+      return
+    end
+    local primary = result.profiles[result.primary]
+    record(self, primary and primary.endpoints[1], st.hashes)
+    local prefill = result.primary ~= "prefill" and result.profiles.prefill
+    record(self, prefill and prefill.endpoints[1], st.hashes)
+  end,
+}

@@ -1,0 +1,606 @@
+-- lupin-sim, the simulated vLLM endpoints: the real binary on loopback ports,
+-- talked to with curl. No timed assertions: waits poll with a bounded number of tries.
+local S = require "support"
+local json = S.json
+
+local BIN = S.BUILD .. "/lupin-sim"
+local MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+-- curl is the client, not what is under test: under LUPIN_ASAN=1 the preloaded
+-- sanitizer runtime hangs it, so it runs without the preload.
+local CURL = "env -u LD_PRELOAD curl"
+
+local function sh(cmd)
+  local p = assert(io.popen(cmd))
+  local out = p:read("*a")
+  p:close()
+  return out
+end
+
+local function slurp(path)
+  local f = io.open(path)
+  if not f then
+    return ""
+  end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function sleep(s)
+  os.execute("sleep " .. s)
+end
+
+--- Polls fn (returning a truthy value when done) up to `tries` times.
+local function eventually(fn, tries)
+  for _ = 1, tries or 100 do
+    local v = fn()
+    if v then
+      return v
+    end
+    sleep(0.05)
+  end
+  return nil
+end
+
+math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 100000)
+
+--- Starts lupin-sim with `args` on a random free port base; returns a handle
+--- { port, log, stop() }. The subshell waits for it so its exit code is kept.
+local function start(args, n)
+  n = n or 1
+  for _ = 1, 10 do
+    local port = math.random(20000, 40000)
+    local base = os.tmpname()
+    os.execute(("( %s --port %d --endpoints %d %s >%s.log 2>&1 & echo $! >%s.pid; wait $!; echo $? >%s.rc )"
+      .. " >/dev/null 2>&1 &"):format(BIN, port, n, args or "", base, base, base))
+    local ready = eventually(function()
+      local log = slurp(base .. ".log")
+      if log:find("endpoint " .. (n - 1) .. " listening on 127.0.0.1:" .. (port + n - 1), 1, true) then
+        return "ok"
+      end
+      if slurp(base .. ".rc") ~= "" then
+        return "failed"
+      end
+    end, 200)
+    local sim = { port = port, base = base, log = base .. ".log", pid = tonumber(slurp(base .. ".pid")) }
+    function sim.stop()
+      os.execute("kill -TERM " .. sim.pid .. " 2>/dev/null")
+      eventually(function() return slurp(base .. ".rc") ~= "" end, 200)
+      sim.rc = tonumber(slurp(base .. ".rc"))
+      sim.output = slurp(sim.log)
+      os.remove(base)
+      os.remove(base .. ".log")
+      os.remove(base .. ".pid")
+      os.remove(base .. ".rc")
+      return sim.rc
+    end
+    if ready == "ok" then
+      return sim
+    end
+    sim.stop()
+  end
+  error("lupin-sim did not start")
+end
+
+--- One HTTP request with curl. Returns status, body, headers (lower-cased names), curl's exit code.
+local function http(port, method, path, body, headers)
+  local tmp = os.tmpname()
+  local args = { CURL .. " -s -N -X " .. method, "-o " .. tmp .. ".body", "-D " .. tmp .. ".hdr",
+    "-w '%{http_code}'", "--max-time 20" }
+  if body then
+    S.write(tmp .. ".req", type(body) == "table" and json.encode(body) or body)
+    args[#args + 1] = "-H 'content-type: application/json' --data-binary @" .. tmp .. ".req"
+  end
+  for k, v in pairs(headers or {}) do
+    args[#args + 1] = ("-H '%s: %s'"):format(k, v)
+  end
+  args[#args + 1] = ("'http://127.0.0.1:%d%s'; echo \" $?\""):format(port, path)
+  local out = sh(table.concat(args, " "))
+  local status, rc = out:match("(%d+) (%d+)")
+  local hdrs = {}
+  for line in slurp(tmp .. ".hdr"):gmatch("[^\r\n]+") do
+    local k, v = line:match("^([^:]+):%s*(.*)$")
+    if k then
+      hdrs[k:lower()] = v
+    end
+  end
+  local resp = slurp(tmp .. ".body")
+  for _, ext in ipairs({ "", ".body", ".hdr", ".req" }) do
+    os.remove(tmp .. ext)
+  end
+  return tonumber(status), resp, hdrs, tonumber(rc)
+end
+
+local function post(port, path, body, headers)
+  local status, resp, hdrs, rc = http(port, "POST", path, body, headers)
+  local ok, decoded = pcall(json.decode, resp)
+  return status, ok and decoded or resp, hdrs, rc
+end
+
+--- Fires a request in the background (the spec does not wait for it).
+local function post_later(port, path, body)
+  local f = os.tmpname()
+  S.write(f, json.encode(body))
+  os.execute(("(" .. CURL .. " -s -o /dev/null --max-time 30 -H 'content-type: application/json' --data-binary @%s"
+    .. " http://127.0.0.1:%d%s; rm -f %s) >/dev/null 2>&1 &"):format(f, port, path, f))
+end
+
+--- The /metrics page as { [name{labels}] = value } plus the raw text.
+local function metrics(port)
+  local _, text = http(port, "GET", "/metrics")
+  local m = {}
+  for line in text:gmatch("[^\n]+") do
+    if not line:match("^#") then
+      local key, v = line:match("^(%S+) (%S+)$")
+      if key then
+        m[key] = tonumber(v)
+        m[key:match("^[^{]+")] = m[key:match("^[^{]+")] or tonumber(v)
+      end
+    end
+  end
+  return m, text
+end
+
+--- The SSE events of a stream body, checking the framing: "data: ...\n\n" each.
+local function events(body)
+  local out = {}
+  local pos = 1
+  while pos <= #body do
+    local s, e, data = body:find("^data: ([^\n]*)\n\n", pos)
+    assert(s, "bad SSE framing at byte " .. pos .. ": " .. body:sub(pos, pos + 80))
+    out[#out + 1] = data
+    pos = e + 1
+  end
+  return out
+end
+
+local LONG = ("The quick brown fox jumps over the lazy dog. "):rep(45) -- 2025 chars, 507 tokens
+
+describe("lupin-sim", function()
+  describe("flags", function()
+    it("--help prints every flag with its default and exits 0", function()
+      local out = sh(BIN .. " --help; echo rc=$?")
+      assert.matches("rc=0", out, 1, true)
+      for _, f in ipairs({ "host", "port", "endpoints", "model", "max-loras", "max-num-seqs", "block-size",
+        "num-gpu-blocks", "max-model-len", "default-max-tokens", "prefill-overhead-ms",
+        "prefill-ms-per-token", "itl-ms", "seed", "error-rate", "drop-rate", "slow-factor",
+        "max-body-bytes", "lora", "slow-endpoints", "prefill-serial", "log-requests" }) do
+        assert.matches("%-%-" .. f:gsub("%-", "%%-") .. "%s+[^\n]*%(default [^)]+%)", out)
+      end
+      assert.matches("--instant", out, 1, true)
+      assert.matches("--itl-ms                 inter-token latency (0: all tokens at once) (default 10)", out, 1, true)
+    end)
+
+    it("rejects an unknown flag, a bad value and a bad slow endpoint with exit 2", function()
+      local out = sh(BIN .. " --bogus 1 2>&1; echo rc=$?")
+      assert.matches("unknown flag --bogus", out, 1, true)
+      assert.matches("rc=2", out, 1, true)
+      out = sh(BIN .. " --itl-ms fast 2>&1; echo rc=$?")
+      assert.matches("--itl-ms: bad value 'fast'", out, 1, true)
+      out = sh(BIN .. " --endpoints 2 --slow-endpoints 5 2>&1; echo rc=$?")
+      assert.matches("'5' is not an endpoint index (0..1)", out, 1, true)
+      assert.matches("rc=2", out, 1, true)
+    end)
+  end)
+
+  describe("serving", function()
+    local sim
+    setup(function()
+      sim = start("--instant --lora sql-lora,chat-lora --seed 7 --num-gpu-blocks 256", 2)
+    end)
+    teardown(function()
+      assert.equal(0, sim.stop())
+      assert.matches("lupin-sim: stopped", sim.output, 1, true)
+    end)
+
+    it("prints one line per endpoint", function()
+      local log = slurp(sim.log)
+      assert.matches("endpoint 0 listening on 127.0.0.1:" .. sim.port, log, 1, true)
+      assert.matches("endpoint 1 listening on 127.0.0.1:" .. (sim.port + 1), log, 1, true)
+    end)
+
+    it("answers a completion with text, finish reason and usage, echoing the gateway headers", function()
+      local status, r, h = post(sim.port, "/v1/completions", { model = MODEL, prompt = ("abcd"):rep(10),
+        max_tokens = 5 }, { ["x-request-id"] = "req-1", ["x-gateway-destination-endpoint"] = "127.0.0.1:1" })
+      assert.equal(200, status)
+      assert.matches("application/json", h["content-type"], 1, true)
+      assert.equal("req-1", h["x-request-id"])
+      assert.equal("127.0.0.1:1", h["x-sim-destination"])
+      assert.equal("127.0.0.1:" .. sim.port, h["x-sim-endpoint"])
+      assert.equal("text_completion", r.object)
+      assert.equal(MODEL, r.model)
+      assert.equal(1, #r.choices)
+      assert.equal("length", r.choices[1].finish_reason)
+      assert.is_true(#r.choices[1].text > 0)
+      assert.same({ prompt_tokens = 10, completion_tokens = 5, total_tokens = 15,
+        prompt_tokens_details = { cached_tokens = 0 } }, r.usage)
+    end)
+
+    it("generates a request id when none is sent", function()
+      local _, _, h = post(sim.port, "/v1/completions", { model = MODEL, prompt = "x" })
+      assert.matches("^sim%-0%-%d+$", h["x-request-id"])
+    end)
+
+    it("answers a chat completion, max_completion_tokens and the default output length", function()
+      local status, r = post(sim.port, "/v1/chat/completions", { model = MODEL,
+        messages = { { role = "system", content = "be brief" }, { role = "user", content = { { type = "text",
+          text = "hello" } } } }, max_completion_tokens = 3 })
+      assert.equal(200, status)
+      assert.equal("chat.completion", r.object)
+      assert.equal("assistant", r.choices[1].message.role)
+      assert.is_true(#r.choices[1].message.content > 0)
+      assert.equal(3, r.usage.completion_tokens)
+      status, r = post(sim.port, "/v1/chat/completions", { model = MODEL,
+        messages = { { role = "user", content = "hi" } } })
+      assert.equal(200, status)
+      assert.equal(16, r.usage.completion_tokens)
+    end)
+
+    it("streams a completion as SSE chunks, then usage, then [DONE]", function()
+      local body = { model = MODEL, prompt = ("abcd"):rep(8), max_tokens = 4 }
+      local _, whole = post(sim.port, "/v1/completions", body)
+      body.stream, body.stream_options = true, { include_usage = true }
+      local status, text, h = http(sim.port, "POST", "/v1/completions", body)
+      assert.equal(200, status)
+      assert.matches("^text/event%-stream", h["content-type"])
+      assert.equal("chunked", h["transfer-encoding"])
+      local ev = events(text)
+      assert.equal(6, #ev) -- 4 tokens, usage, [DONE]
+      assert.equal("[DONE]", ev[6])
+      local joined = ""
+      for i = 1, 4 do
+        local c = json.decode(ev[i])
+        assert.equal("text_completion", c.object)
+        assert.equal(i == 4 and "length" or json.null, c.choices[1].finish_reason)
+        joined = joined .. c.choices[1].text
+      end
+      assert.equal(whole.choices[1].text, joined)
+      local u = json.decode(ev[5])
+      assert.same({}, u.choices)
+      assert.same({ prompt_tokens = 8, completion_tokens = 4, total_tokens = 12,
+        prompt_tokens_details = { cached_tokens = 0 } }, u.usage)
+    end)
+
+    it("streams a chat completion: the role first, content deltas, no usage unless asked", function()
+      local status, text = http(sim.port, "POST", "/v1/chat/completions", { model = "sql-lora", stream = true,
+        messages = { { role = "user", content = "hi" } }, max_tokens = 3 })
+      assert.equal(200, status)
+      local ev = events(text)
+      assert.equal(5, #ev) -- role, 3 tokens, [DONE]
+      local first = json.decode(ev[1])
+      assert.equal("chat.completion.chunk", first.object)
+      assert.equal("sql-lora", first.model)
+      assert.same({ role = "assistant", content = "" }, first.choices[1].delta)
+      for i = 2, 4 do
+        local c = json.decode(ev[i])
+        assert.is_string(c.choices[1].delta.content)
+        assert.is_nil(c.usage)
+      end
+      assert.equal("length", json.decode(ev[4]).choices[1].finish_reason)
+      assert.equal("[DONE]", ev[5])
+    end)
+
+    it("lists the base model and its adapters", function()
+      local status, text = http(sim.port, "GET", "/v1/models")
+      assert.equal(200, status)
+      local r = json.decode(text)
+      assert.equal("list", r.object)
+      assert.equal(3, #r.data)
+      assert.equal(MODEL, r.data[1].id)
+      assert.equal("model", r.data[1].object)
+      assert.equal("sql-lora", r.data[2].id)
+      assert.equal(MODEL, r.data[2].parent)
+      assert.equal("chat-lora", r.data[3].id)
+    end)
+
+    it("serves the vLLM metric names and counts requests per endpoint", function()
+      local before = metrics(sim.port + 1)
+      for _ = 1, 2 do
+        assert.equal(200, (post(sim.port + 1, "/v1/completions", { model = MODEL, prompt = "hi" })))
+      end
+      local m, text = metrics(sim.port + 1)
+      for _, name in ipairs({ "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc", "vllm:lora_requests_info", "vllm:cache_config_info",
+        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+        "vllm:time_to_first_token_seconds_count", "vllm:inter_token_latency_seconds_count" }) do
+        assert.is_number(m[name], name)
+      end
+      assert.matches("# TYPE vllm:num_requests_waiting gauge\n", text, 1, true)
+      assert.matches("# TYPE vllm:prefix_cache_hits_total counter\n", text, 1, true)
+      assert.matches('vllm:num_requests_running{engine="0",model_name="' .. MODEL .. '"} 0.0\n', text, 1, true)
+      assert.matches('vllm:cache_config_info{block_size="16",[^}]*num_gpu_blocks="256"} 1.0\n', text)
+      local key = 'lupin_sim_requests_total{endpoint="127.0.0.1:' .. (sim.port + 1) .. '"}'
+      assert.equal(before[key] + 2, m[key])
+      assert.equal(2, m["vllm:time_to_first_token_seconds_count"] - before["vllm:time_to_first_token_seconds_count"])
+      -- --instant releases all tokens at once: every inter-token interval is 0
+      assert.is_true(m["vllm:inter_token_latency_seconds_count"] > 0)
+      assert.equal(0, m["vllm:inter_token_latency_seconds_sum"])
+    end)
+
+    it("reuses a keep-alive connection for consecutive requests", function()
+      local url = "http://127.0.0.1:" .. sim.port .. "/v1/models"
+      local out = sh((CURL .. " -s -o /dev/null -o /dev/null -w '%%{num_connects} ' %s %s"):format(url, url))
+      assert.equal("1 0 ", out)
+    end)
+
+    --- Raw bytes over one TCP connection (bash's /dev/tcp); returns all the server sent until it closed.
+    local function raw(port, bytes)
+      local f = os.tmpname()
+      S.write(f, bytes)
+      local out = sh(("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d; cat %s >&3; timeout 10 cat <&3'"):format(port, f))
+      os.remove(f)
+      return out
+    end
+
+    it("answers pipelined requests in order on one connection and honours Connection: close", function()
+      local body = json.encode({ model = MODEL, prompt = "hi", max_tokens = 2 })
+      local post1 = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nx-request-id: one\r\nContent-Length: %d\r\n\r\n%s")
+        :format(#body, body)
+      local out = raw(sim.port, post1 .. "GET /health HTTP/1.1\r\nHost: x\r\nx-request-id: two\r\n\r\n"
+        .. "GET /v1/models HTTP/1.1\r\nHost: x\r\nx-request-id: three\r\nConnection: close\r\n\r\n")
+      local ids = {}
+      for id in out:gmatch("x%-request%-id: (%w+)") do
+        ids[#ids + 1] = id
+      end
+      assert.same({ "one", "two", "three" }, ids)
+      assert.matches('"object":"text_completion"', out, 1, true)
+      assert.matches("connection: close\r\n\r\n{\"object\":\"list\"", out, 1, true)
+    end)
+
+    it("answers malformed HTTP with 400 and closes", function()
+      local out = raw(sim.port, "BLAH /x\r\n\r\n")
+      assert.matches("^HTTP/1.1 400 Bad Request\r\n", out)
+      assert.matches("Malformed HTTP request: ", out, 1, true)
+      assert.matches("connection: close", out, 1, true)
+    end)
+
+    it("reports a repeated long prompt's cached tokens and counts the hits in tokens", function()
+      local p = sim.port + 1
+      local before = metrics(p)
+      local body = { model = MODEL, prompt = LONG, max_tokens = 2 }
+      local _, first = post(p, "/v1/completions", body)
+      assert.equal(507, first.usage.prompt_tokens)
+      assert.equal(0, first.usage.prompt_tokens_details.cached_tokens)
+      local _, second = post(p, "/v1/completions", body)
+      assert.equal(496, second.usage.prompt_tokens_details.cached_tokens) -- 31 full blocks of 16
+      local m = metrics(p)
+      assert.equal(496, m["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"])
+      assert.equal(1014, m["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"])
+      -- another adapter does not share the base model's blocks
+      local _, other = post(p, "/v1/completions", { model = "chat-lora", prompt = LONG, max_tokens = 2 })
+      assert.equal(0, other.usage.prompt_tokens_details.cached_tokens)
+      -- nor does another endpoint
+      local _, elsewhere = post(sim.port, "/v1/completions", body)
+      assert.equal(0, elsewhere.usage.prompt_tokens_details.cached_tokens)
+    end)
+
+    describe("errors, in the OpenAI shape", function()
+      local function expect(status, message, path, body, param, code)
+        local st, r, h = post(sim.port, path or "/v1/completions", body)
+        assert.equal(status, st)
+        assert.is_table(r, "not JSON: " .. tostring(r))
+        assert.matches(message, r.error.message, 1, true)
+        assert.is_string(r.error.type)
+        assert.equal(param or json.null, r.error.param)
+        assert.equal(code or json.null, r.error.code)
+        return r, h
+      end
+
+      it("400 for invalid JSON, naming the position", function()
+        expect(400, "Invalid JSON in request body: ", nil, '{"model": ')
+        expect(400, "(line 1, column 2)", nil, "{x}")
+      end)
+
+      it("400 for a body that is not an object", function()
+        expect(400, "The request body must be a JSON object, got an array", nil, "[1]")
+      end)
+
+      it("400 for a missing model, prompt or messages", function()
+        expect(400, "Missing required parameter 'model'", nil, { prompt = "x" }, "model")
+        expect(400, "Missing required parameter 'prompt'", nil, { model = MODEL }, "prompt")
+        expect(400, "Missing required parameter 'messages'", "/v1/chat/completions", { model = MODEL }, "messages")
+      end)
+
+      it("404 for an unknown model, listing what is served", function()
+        local r = expect(404, "The model 'gpt-9' does not exist: this endpoint serves '" .. MODEL
+          .. "', 'sql-lora', 'chat-lora'", nil, { model = "gpt-9", prompt = "x" }, "model", "model_not_found")
+        assert.equal("invalid_request_error", r.error.type)
+      end)
+
+      it("400 for wrong types and bounds", function()
+        expect(400, "'model' must be a string, got an integer", nil, { model = 3, prompt = "x" }, "model")
+        expect(400, "'max_tokens' must be an integer, got a string", nil,
+          { model = MODEL, prompt = "x", max_tokens = "5" }, "max_tokens")
+        expect(400, "'max_tokens' must be at least 1, got 0", nil, { model = MODEL, prompt = "x", max_tokens = 0 },
+          "max_tokens")
+        expect(400, "'stream' must be a boolean, got a string", nil, { model = MODEL, prompt = "x", stream = "yes" },
+          "stream")
+        expect(400, "'prompt' must be a string or a non-empty array of strings, got an integer", nil,
+          { model = MODEL, prompt = 5 }, "prompt")
+        expect(400, "'messages' must be a non-empty array of messages, got a string", "/v1/chat/completions",
+          { model = MODEL, messages = "hi" }, "messages")
+        expect(400, "messages[0] must be an object with a string 'role'", "/v1/chat/completions",
+          { model = MODEL, messages = { { content = "hi" } } }, "messages")
+        expect(400, "'stream_options' can only be set when 'stream' is true", nil,
+          { model = MODEL, prompt = "x", stream_options = { include_usage = true } }, "stream_options")
+      end)
+
+      it("400 when prompt and output exceed the context length", function()
+        expect(400, "This model's maximum context length is 32768 tokens. However, you requested 33007 tokens "
+          .. "(507 in the prompt, 32500 in the completion)", nil, { model = MODEL, prompt = LONG, max_tokens = 32500 },
+          "prompt")
+      end)
+
+      it("404 for an unknown route and 405 with Allow for a wrong method", function()
+        local st, text = http(sim.port, "GET", "/v2/nothing?x=1")
+        assert.equal(404, st)
+        assert.matches("Unknown route GET /v2/nothing: this server serves POST /v1/completions",
+          json.decode(text).error.message, 1, true)
+        local h
+        st, text, h = http(sim.port, "GET", "/v1/chat/completions")
+        assert.equal(405, st)
+        assert.equal("Method GET is not allowed on /v1/chat/completions: use POST", json.decode(text).error.message)
+        assert.equal("POST", h["allow"])
+        st = http(sim.port, "DELETE", "/metrics")
+        assert.equal(405, st)
+      end)
+
+      it("keeps serving after every error", function()
+        assert.equal(200, (post(sim.port, "/v1/completions", { model = MODEL, prompt = "still here" })))
+      end)
+    end)
+  end)
+
+  it("evicts least recently used blocks, a prompt's end before its start", function()
+    local sim = start("--instant --num-gpu-blocks 64")
+    local function cached(prefix)
+      local _, r = post(sim.port, "/v1/completions", { model = MODEL, prompt = prefix .. LONG, max_tokens = 1 })
+      return r.usage.prompt_tokens_details.cached_tokens
+    end
+    -- each prompt: 31 hashed blocks and a partial one; 64 blocks hold two prompts
+    assert.equal(0, cached("Z"))
+    assert.equal(0, cached("Y"))
+    assert.equal(0, cached("X")) -- takes 29 of Z's blocks, its last ones first
+    assert.equal(16, cached("Z")) -- Z's first block survived
+    assert.equal(0, sim.stop())
+  end)
+
+  it("413 for a body over --max-body-bytes", function()
+    local sim = start("--instant --max-body-bytes 100")
+    local st, r = post(sim.port, "/v1/completions", { model = MODEL, prompt = ("x"):rep(200) })
+    assert.equal(413, st)
+    assert.matches("Request body too large: the limit is 100 bytes", r.error.message, 1, true)
+    assert.equal(0, sim.stop())
+  end)
+
+  it("shows the queue, the running batch and KV usage while requests are in flight", function()
+    local sim = start("--max-num-seqs 1 --itl-ms 200 --num-gpu-blocks 100")
+    for _ = 1, 3 do
+      post_later(sim.port, "/v1/completions", { model = MODEL, prompt = LONG, max_tokens = 100 })
+    end
+    local m = eventually(function()
+      local m = metrics(sim.port)
+      return m["vllm:num_requests_running"] == 1 and m["vllm:num_requests_waiting"] == 2 and m
+    end)
+    assert.is_table(m, "never saw 1 running and 2 waiting")
+    assert.is_true(m["vllm:kv_cache_usage_perc"] >= 0.32) -- 507 tokens: 32 of 100 blocks
+    assert.equal(m["vllm:kv_cache_usage_perc"], m["vllm:gpu_cache_usage_perc"])
+    assert.equal(0, sim.stop()) -- in-flight requests do not keep it from exiting
+  end)
+
+  it("takes a request whose client hung up out of the batch and frees its blocks", function()
+    local sim = start("--itl-ms 100 --max-num-seqs 1")
+    local f = os.tmpname()
+    S.write(f, json.encode({ model = MODEL, prompt = LONG, max_tokens = 1000, stream = true }))
+    -- this client gives up after a second, mid-stream
+    os.execute(("(%s -s -N -o /dev/null --max-time 1 --data-binary @%s http://127.0.0.1:%d/v1/completions;"
+      .. " rm -f %s) >/dev/null 2>&1 &"):format(CURL, f, sim.port, f))
+    assert.truthy(eventually(function() return metrics(sim.port)["vllm:num_requests_running"] == 1 end))
+    assert.truthy(eventually(function()
+      local m = metrics(sim.port)
+      return m["vllm:num_requests_running"] == 0 and m["vllm:kv_cache_usage_perc"] == 0
+    end, 200))
+    assert.equal(0, metrics(sim.port)["vllm:request_success_total"])
+    assert.equal(0, sim.stop())
+  end)
+
+  it("queues prefills behind each other with --prefill-serial", function()
+    local sim = start("--prefill-serial --prefill-overhead-ms 150 --itl-ms 0")
+    for i = 1, 3 do
+      post_later(sim.port, "/v1/completions", { model = MODEL, prompt = "p" .. i, max_tokens = 2 })
+    end
+    local m = eventually(function()
+      local m = metrics(sim.port)
+      return m["vllm:request_success_total"] == 3 and m
+    end, 200)
+    assert.is_table(m, "the three requests did not finish")
+    -- 150 ms each, one after another: the third waited at least 300 ms for its first token
+    local labels = '{engine="0",model_name="' .. MODEL .. '",le="0.25"}'
+    assert.is_true(m["vllm:time_to_first_token_seconds_bucket" .. labels] <= 2)
+    assert.equal(0, sim.stop())
+  end)
+
+  it("reports running and waiting LoRA adapters under --max-loras", function()
+    local sim = start("--lora a,b --max-loras 1 --itl-ms 200")
+    post_later(sim.port, "/v1/completions", { model = "a", prompt = "x", max_tokens = 100 })
+    eventually(function() return metrics(sim.port)["vllm:num_requests_running"] == 1 end)
+    post_later(sim.port, "/v1/completions", { model = "b", prompt = "y", max_tokens = 100 })
+    post_later(sim.port, "/v1/completions", { model = MODEL, prompt = "z", max_tokens = 100 })
+    local text = eventually(function()
+      local m, page = metrics(sim.port)
+      return m["vllm:num_requests_running"] == 2 and m["vllm:num_requests_waiting"] == 1 and page
+    end)
+    assert.is_string(text, "never saw the base-model request pass the adapter that waits")
+    local ts = text:match('vllm:lora_requests_info{max_lora="1",running_lora_adapters="a",'
+      .. 'waiting_lora_adapters="b"} (%S+)')
+    assert.is_true(tonumber(ts) > 1.6e9)
+    assert.equal(0, sim.stop())
+  end)
+
+  it("answers 500 on every request with --error-rate 1 and counts them", function()
+    local sim = start("--instant --error-rate 1")
+    local st, r = post(sim.port, "/v1/completions", { model = MODEL, prompt = "x" })
+    assert.equal(500, st)
+    assert.equal("server_error", r.error.type)
+    assert.matches("Injected failure: endpoint 127.0.0.1:" .. sim.port .. " answers 500", r.error.message, 1, true)
+    assert.equal(200, (http(sim.port, "GET", "/v1/models")))
+    assert.equal(1, metrics(sim.port)['lupin_sim_injected_failures_total{endpoint="127.0.0.1:' .. sim.port
+      .. '",kind="error"}'])
+    assert.equal(0, sim.stop())
+  end)
+
+  it("drops the connection mid-stream with --drop-rate 1", function()
+    local sim = start("--itl-ms 1 --drop-rate 1")
+    local st, text, _, rc = http(sim.port, "POST", "/v1/completions", { model = MODEL, prompt = "x", max_tokens = 8,
+      stream = true })
+    assert.equal(200, st)
+    assert.equal(18, rc) -- curl: transfer closed with outstanding read data
+    local ev = events(text)
+    assert.equal(4, #ev) -- half the tokens, then nothing
+    assert.is_nil(text:find("[DONE]", 1, true))
+    local _, _, _, rc2 = http(sim.port, "POST", "/v1/completions", { model = MODEL, prompt = "x" })
+    assert.equal(52, rc2) -- curl: empty reply from server
+    assert.equal(2, metrics(sim.port)['lupin_sim_injected_failures_total{endpoint="127.0.0.1:' .. sim.port
+      .. '",kind="drop"}'])
+    assert.equal(0, sim.stop())
+  end)
+
+  it("runs --slow-endpoints --slow-factor times slower", function()
+    local sim = start("--itl-ms 2 --prefill-overhead-ms 2 --slow-endpoints 1 --slow-factor 25", 2)
+    for i = 0, 1 do
+      assert.equal(200, (post(sim.port + i, "/v1/completions", { model = MODEL, prompt = "x", max_tokens = 3 })))
+    end
+    local fast, slow = metrics(sim.port), metrics(sim.port + 1)
+    assert.is_true(slow["vllm:inter_token_latency_seconds_sum"] > 4 * fast["vllm:inter_token_latency_seconds_sum"])
+    assert.equal(0, sim.stop())
+  end)
+
+  it("is deterministic under a seed: the same text and the same injected failures", function()
+    local function run(seed)
+      local sim = start("--instant --error-rate 0.5 --seed " .. seed)
+      local statuses, texts = {}, {}
+      for i = 1, 8 do
+        local st, r = post(sim.port, "/v1/completions", { model = MODEL, prompt = "prompt " .. i, max_tokens = 6 })
+        statuses[i] = st
+        texts[i] = st == 200 and r.choices[1].text or ""
+      end
+      assert.equal(0, sim.stop())
+      return table.concat(statuses, ","), table.concat(texts, "|")
+    end
+    local s1, t1 = run(42)
+    local s2, t2 = run(42)
+    local s3, t3 = run(43)
+    assert.equal(s1, s2)
+    assert.equal(t1, t2)
+    assert.is_truthy(s1:find("500") and s1:find("200"), s1)
+    assert.is_true(s1 ~= s3 or t1 ~= t3)
+  end)
+
+  it("refuses a port in use with a clear message and exit 1", function()
+    local sim = start("--instant")
+    local out = sh(("%s --port %d --endpoints 1 2>&1; echo rc=$?"):format(BIN, sim.port))
+    assert.matches("endpoint 0: cannot listen on 127.0.0.1:" .. sim.port .. ": address already in use", out, 1, true)
+    assert.matches("rc=1", out, 1, true)
+    assert.equal(0, sim.stop())
+  end)
+end)

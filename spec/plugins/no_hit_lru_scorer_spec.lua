@@ -1,0 +1,103 @@
+local S = require "support"
+local P = require "prefix_support"
+
+-- The prefix scorer runs (prepare, pre_request) without being in the profile,
+-- so the scores seen are the no-hit scorer's alone.
+local function config(params, prefix_name)
+  return {
+    plugins = {
+      { type = "prefix-cache-scorer", name = prefix_name,
+        parameters = { blockSize = 4, autoTune = false } },
+      { type = "no-hit-lru-scorer", parameters = params },
+      { type = "spec-scores-picker" },
+    },
+    schedulingProfiles = { { name = "default", plugins = { { pluginRef = "no-hit-lru-scorer" },
+      { pluginRef = "spec-scores-picker" } } } },
+  }
+end
+
+describe("no-hit-lru-scorer", function()
+  local rt
+  after_each(function()
+    if rt then
+      rt:free()
+      rt = nil
+    end
+  end)
+
+  local function start(n, params, prefix_name)
+    rt = S.loaded(config(params, prefix_name))
+    S.endpoints(rt, n)
+  end
+
+  local function scores(prompt)
+    local pick, sc = P.request(rt, prompt)
+    return sc, pick
+  end
+
+  it("has llm-d's defaults and refuses bad parameters", function()
+    assert.same({ lruSize = 1024, prefixPluginName = "prefix-cache-scorer" },
+      P.defaults("no-hit-lru-scorer"))
+    assert.matches("parameters.lruSize: must be an integer between 1 and 1048576, got 0",
+      P.config_error("no-hit-lru-scorer", { lruSize = 0 }))
+    assert.matches("parameters.prefixPluginName: must be a string, got 1",
+      P.config_error("no-hit-lru-scorer", { prefixPluginName = 1 }))
+  end)
+
+  it("spreads cold requests: never used first, then least recently used, 1 - rank/(n-1)", function()
+    start(3)
+    assert.same({ ep1 = 1, ep2 = 0.5, ep3 = 0 }, scores("aaaa"))
+    assert.same({ ep1 = 0, ep2 = 1, ep3 = 0.5 }, scores("bbbb"))
+    assert.same({ ep1 = 0.5, ep2 = 0, ep3 = 1 }, scores("cccc"))
+    assert.same({ ep1 = 1, ep2 = 0.5, ep3 = 0 }, scores("dddd"))
+  end)
+
+  it("gives 0.5 to all for a request with a prefix hit, and leaves the LRU alone", function()
+    start(3)
+    scores("aaaa") -- ep1
+    assert.same({ ep1 = 0.5, ep2 = 0.5, ep3 = 0.5 }, scores("aaaabbbb"))
+    -- the warm request went to ep1 (first on ties) without moving it: ep2 is next
+    assert.same({ ep1 = 0, ep2 = 1, ep3 = 0.5 }, scores("zzzz"))
+  end)
+
+  it("gives 1 to a lone endpoint", function()
+    start(1)
+    assert.same({ ep1 = 1 }, scores("aaaa"))
+    assert.same({ ep1 = 1 }, scores("bbbb"))
+  end)
+
+  it("forgets endpoints past lruSize: they count as never used", function()
+    start(3, { lruSize = 1 })
+    scores("aaaa") -- ep1
+    scores("bbbb") -- ep2; ep1 falls out
+    assert.same({ ep1 = 1, ep2 = 0, ep3 = 0.5 }, scores("cccc"))
+  end)
+
+  it("reads the prefix scorer named prefixPluginName, and fails (scoring 0) without it", function()
+    start(2, { prefixPluginName = "my-prefix" }, "my-prefix")
+    assert.same({ ep1 = 1, ep2 = 0 }, scores("aaaa"))
+    rt:free()
+    start(2, { prefixPluginName = "nope" })
+    assert.same({ ep1 = 0, ep2 = 0 }, scores("aaaa"))
+    local errors = 0
+    for _, st in ipairs(rt:plugin_stats()) do
+      if st.plugin == "no-hit-lru-scorer" and st.point == "score" then
+        errors = st.errors
+      end
+    end
+    assert.equal(1, errors)
+    local logged = false
+    for _, l in ipairs(rt:logs()) do
+      logged = logged or l[2]:find('no prefix matches from "nope"', 1, true) ~= nil
+    end
+    assert.is_true(logged)
+  end)
+
+  it("keeps its LRU across a reload", function()
+    start(3)
+    scores("aaaa") -- ep1
+    scores("bbbb") -- ep2
+    assert(rt:load_string(S.json.encode(config()), "v2"))
+    assert.same({ ep1 = 0.5, ep2 = 0, ep3 = 1 }, scores("cccc"))
+  end)
+end)

@@ -1,0 +1,157 @@
+local S = require "support"
+local P = require "prefix_support"
+
+-- decode: ep1, ep2; prefill: ep3, ep4.  The prefix scorer and the cycle probe
+-- run in both profiles.
+local function pd(params, opts)
+  opts = opts or {}
+  local function profile(name, role)
+    return { name = name, plugins = { { pluginRef = role .. "-filter" },
+      { pluginRef = "prefix-cache-scorer" }, { pluginRef = "spec-cycle-probe" },
+      { pluginRef = "spec-scores-picker" } } }
+  end
+  return {
+    plugins = {
+      { type = "pd-profile-handler", parameters = params },
+      { type = "prefill-header-handler" },
+      { type = "prefix-cache-scorer", parameters = { blockSize = 4, autoTune = false } },
+      { type = "spec-role-filter", name = "decode-filter",
+        parameters = { role = opts.decode_role or "decode" } },
+      { type = "spec-role-filter", name = "prefill-filter",
+        parameters = { role = opts.prefill_role or "prefill" } },
+      { type = "spec-cycle-probe" },
+      { type = "spec-scores-picker" },
+    },
+    schedulingProfiles = { profile("decode", "decode"), profile("prefill", "prefill") },
+  }
+end
+
+local ROLES = { { labels = { ["llm-d.ai/role"] = "decode" } }, { labels = { ["llm-d.ai/role"] = "decode" } },
+  { labels = { ["llm-d.ai/role"] = "prefill" } }, { labels = { ["llm-d.ai/role"] = "prefill" } } }
+
+local function hashed(rt)
+  return S.eval(rt, [[ return require("lupin.prefix").counters.hashed ]])
+end
+
+describe("pd-profile-handler", function()
+  local rt
+  after_each(function()
+    if rt then
+      rt:free()
+      rt = nil
+    end
+  end)
+
+  local function start(params, opts)
+    rt = S.loaded(pd(params, opts))
+    S.endpoints(rt, 4, ROLES)
+  end
+
+  it("has llm-d's defaults", function()
+    assert.same({ threshold = 0, decodeProfile = "decode", prefillProfile = "prefill",
+      prefixPluginName = "prefix-cache-scorer", hashBlockSize = 64 }, P.defaults("pd-profile-handler"))
+  end)
+
+  it("refuses parameters out of bounds with config errors", function()
+    local function err(params)
+      local r = S.runtime()
+      local ok, e = r:load_string(S.json.encode(pd(params)), "spec.json")
+      r:free()
+      assert.is_nil(ok)
+      return e
+    end
+    assert.matches("parameters.threshold: must be an integer ≥ 0, got %-1", err({ threshold = -1 }))
+    assert.matches("parameters.hashBlockSize: must be an integer ≥ 1, got 0", err({ hashBlockSize = 0 }))
+    assert.matches("parameters.decodeProfile: must be a string, got 5", err({ decodeProfile = 5 }))
+  end)
+
+  it("runs decode then prefill, decode primary, each profile with its own cycle state", function()
+    start({ threshold = 1 })
+    local before = hashed(rt)
+    local pick, decode, res = P.request(rt, "aaaabbbb", { profile = "decode" })
+    assert.equal(200, res.status)
+    assert.equal("ep1", pick)
+    assert.same({ ep1 = 0, ep2 = 0 }, decode)
+    assert.same({ ep3 = 0, ep4 = 0 }, P.scores(res.headers["x-spec-scores-prefill"]))
+    assert.equal("10.0.0.3:8000", res.headers["x-prefiller-host-port"])
+    -- the probe found its profile's cycle state empty in both profiles
+    assert.equal("decode:nil,prefill:nil", res.headers["x-spec-cycle"])
+    -- the prefix scorer hashed the prompt once for both profiles
+    assert.equal(before + 1, hashed(rt))
+  end)
+
+  it("records the prompt on the decode and the prefill endpoint (state from score to pre_request)",
+    function()
+      start({ threshold = 1 })
+      P.request(rt, "aaaabbbb")
+      -- one uncached character more, so that prefill runs again
+      local _, decode, res = P.request(rt, "aaaabbbbX", { profile = "decode" })
+      assert.same({ ep1 = 1, ep2 = 0 }, decode)
+      assert.same({ ep3 = 1, ep4 = 0 }, P.scores(res.headers["x-spec-scores-prefill"]))
+      local n, report = rt:check_leaks()
+      assert.equal(0, n, report)
+    end)
+
+  it("leaves no request state behind after many requests, JIT-compiled paths included", function()
+    start({ threshold = 1 })
+    for i = 1, 300 do
+      P.request(rt, ("p%d-aaaabbbb"):format(i % 7))
+    end
+    local n, report = rt:check_leaks()
+    assert.equal(0, n, report)
+    assert.equal(0, rt:stats().live_requests)
+  end)
+
+  it("runs decode only with threshold 0, the default", function()
+    start({})
+    local pick, _, res = P.request(rt, "aaaabbbbcccc")
+    assert.equal(200, res.status)
+    assert.equal("ep1", pick)
+    assert.is_nil(res.headers["x-prefiller-host-port"])
+    assert.is_nil(res.headers["x-spec-scores-prefill"])
+  end)
+
+  it("skips prefill when the decode endpoint's uncached part is under threshold", function()
+    start({ threshold = 8 })
+    local _, _, res = P.request(rt, "aaaabbbbcccc") -- nothing cached: 12 ≥ 8
+    assert.equal("10.0.0.3:8000", res.headers["x-prefiller-host-port"])
+    _, _, res = P.request(rt, "aaaabbbbcccc") -- all cached on ep1: 0 < 8
+    assert.is_nil(res.headers["x-prefiller-host-port"])
+    assert.is_nil(res.headers["x-spec-scores-prefill"])
+    assert.equal("ep1", res.picks[1].name)
+    _, _, res = P.request(rt, "aaaabbbbccccdddddddd") -- 20 - 3 blocks x 4 = 8 ≥ 8
+    assert.equal("10.0.0.3:8000", res.headers["x-prefiller-host-port"])
+  end)
+
+  it("runs decode only when the uncached part is one character short", function()
+    start({ threshold = 9 })
+    P.request(rt, "aaaabbbbcccc")
+    local _, _, res = P.request(rt, "aaaabbbbccccdddddddd") -- 8 < 9
+    assert.is_nil(res.headers["x-prefiller-host-port"])
+  end)
+
+  it("fails clearly, without prefill, when decode finds no endpoint", function()
+    start({}, { decode_role = "none" })
+    local pick, _, res = P.request(rt, "aaaabbbb")
+    assert.is_nil(pick)
+    assert.equal(503, res.status)
+    assert.matches('profile "decode": filter "decode%-filter" removed the last 4', res.message)
+    assert.is_nil(res.headers["x-spec-scores-prefill"])
+    assert.equal(0, (rt:check_leaks()))
+  end)
+
+  it("serves on decode without the header when prefill finds no endpoint", function()
+    start({ threshold = 1 }, { prefill_role = "none" })
+    local pick, _, res = P.request(rt, "aaaabbbb")
+    assert.equal(200, res.status)
+    assert.equal("ep1", pick)
+    assert.is_nil(res.headers["x-prefiller-host-port"])
+  end)
+
+  it("names a missing decode profile", function()
+    start({ decodeProfile = "dec" })
+    local _, _, res = P.request(rt, "aaaabbbb")
+    assert.equal(500, res.status)
+    assert.matches('no scheduling profile named "dec" %(decodeProfile%)', res.message)
+  end)
+end)
