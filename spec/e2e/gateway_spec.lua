@@ -1,7 +1,12 @@
--- lupin serve end to end: the real binary, a real model server (the fixture
--- spec/fixtures/gateway/upstream.py until lupin-sim is on main), curl.
+-- lupin serve end to end: the real binary in front of real model servers --
+-- lupin-sim (examples/simulator) -- driven with curl over loopback.  The few
+-- checks lupin-sim cannot show (which request headers arrived upstream, odd
+-- Prometheus text) use the small fixture server spec/fixtures/gateway/upstream.py.
 local P = require "e2e.procs"
+local support = require "support"
 local json = P.json
+
+local SIM = "--model m --itl-ms 1 --seed 7"
 
 local function config(endpoints, gateway, extra)
   local cfg = {
@@ -19,13 +24,32 @@ local function config(endpoints, gateway, extra)
   return cfg
 end
 
-local function ep(name, up_or_port)
-  local port = type(up_or_port) == "table" and up_or_port.port or up_or_port
+local function ep(name, port)
   return { name = name, address = "127.0.0.1", port = port }
 end
 
-local COMPLETION = { model = "m", prompt = "hello there" }
-local CHAT = { model = "m", messages = { { role = "user", content = "hello" } } }
+-- endpoints e1..en for a simulator's ports
+local function eps(sim)
+  local list = {}
+  for i, port in ipairs(sim.ports) do
+    list[i] = ep("e" .. i, port)
+  end
+  return list
+end
+
+local COMPLETION = { model = "m", prompt = "hello there", max_tokens = 5 }
+local CHAT = { model = "m", messages = { { role = "user", content = "hello" } }, max_tokens = 5 }
+
+local function with(t, extra)
+  local c = {}
+  for k, v in pairs(t) do
+    c[k] = v
+  end
+  for k, v in pairs(extra) do
+    c[k] = v
+  end
+  return c
+end
 
 local function ok_request(gw)
   local status, _, body = P.post(gw.base, "/v1/completions", COMPLETION)
@@ -40,81 +64,94 @@ local function sse_events(body)
   return events
 end
 
+-- what stays the same between two answers to the same prompt
+local function stable(body)
+  local r = json.decode(body)
+  return { object = r.object, model = r.model, choices = r.choices, usage = r.usage }
+end
+
+local function stream_text(body)
+  local parts = {}
+  for _, e in ipairs(sse_events(body)) do
+    local d = e:match("^data: (.*)$")
+    if d ~= "[DONE]" then
+      for _, c in ipairs(json.decode(d).choices) do
+        parts[#parts + 1] = c.text or (c.delta and c.delta.content) or ""
+      end
+    end
+  end
+  return table.concat(parts)
+end
+
 describe("lupin serve", function()
-  local a, b, gw
+  local sim, gw
 
   setup(function()
-    a = P.upstream("--name A --model m")
-    b = P.upstream("--name B --model other --waiting 3")
-    gw = P.gateway(config({ ep("a", a), ep("b", b) }, { maxBodyBytes = 4096,
-      maxHeaderBytes = 2048 }))
+    sim = P.sim(SIM .. " --lora a1", 2)
+    gw = P.gateway(config(eps(sim), { maxBodyBytes = 4096, maxHeaderBytes = 2048 }))
   end)
 
   teardown(function()
     P.stop(gw)
-    P.stop(a)
-    P.stop(b)
+    P.stop(sim)
   end)
 
   describe("proxies", function()
-    it("a completion: the body unchanged, the destination header upstream", function()
-      local text = json.encode(COMPLETION)
-      local status, h, body = P.post(gw.base, "/v1/completions", text)
+    it("a completion: the answer as the model server gives it, the destination upstream", function()
+      local status, h, body = P.post(gw.base, "/v1/completions", COMPLETION)
       assert.equal(200, status, body)
+      assert.equal("application/json", h["content-type"])
       local r = json.decode(body)
       assert.equal("text_completion", r.object)
-      assert.equal("hi from A", r.choices[1].text)
-      assert.equal(5, r.usage.total_tokens)
-      assert.equal(a.hostport, r.received["x-gateway-destination-endpoint"])
-      assert.equal(#text, r.received.body_bytes)
-      assert.equal(h["x-request-id"], r.received["x-request-id"])
+      assert.equal(5, r.usage.completion_tokens)
+      -- lupin-sim echoes the x-gateway-destination-endpoint it received
+      assert.equal(h["x-gateway-destination-endpoint"], h["x-sim-destination"])
+      assert.equal(h["x-sim-endpoint"], h["x-sim-destination"])
       assert.truthy(h["x-request-id"]:match("%S"))
-      assert.equal("application/json", h["content-type"])
-    end)
-
-    it("keeps the client's x-request-id and drops the headers the gateway consumes", function()
-      local _, h, body = P.post(gw.base, "/v1/completions", COMPLETION,
-        "-H 'x-request-id: my-id-1' -H 'x-gateway-inference-objective: 3' -H 'x-custom: yes'")
-      local r = json.decode(body)
-      assert.equal("my-id-1", h["x-request-id"])
-      assert.equal("my-id-1", r.received["x-request-id"])
-      assert.is_nil(r.received["x-gateway-inference-objective"])
-      assert.equal("yes", r.received["x-custom"])
+      -- the same prompt sent straight to that endpoint answers the same
+      local _, _, direct = P.post("http://" .. h["x-sim-endpoint"], "/v1/completions", COMPLETION)
+      assert.same(stable(direct), stable(body))
     end)
 
     it("a chat completion", function()
-      local status, _, body = P.post(gw.base, "/v1/chat/completions", CHAT)
+      local status, h, body = P.post(gw.base, "/v1/chat/completions", CHAT)
       assert.equal(200, status)
       local r = json.decode(body)
       assert.equal("chat.completion", r.object)
-      assert.equal("hi from A", r.choices[1].message.content)
+      assert.equal("assistant", r.choices[1].message.role)
+      local _, _, direct = P.post("http://" .. h["x-sim-endpoint"], "/v1/chat/completions", CHAT)
+      assert.same(stable(direct), stable(body))
+    end)
+
+    it("keeps the client's x-request-id", function()
+      local _, h = P.post(gw.base, "/v1/completions", COMPLETION, "-H 'x-request-id: my-id-1'")
+      assert.equal("my-id-1", h["x-request-id"])
     end)
 
     for _, case in ipairs({ { "/v1/completions", COMPLETION, "text_completion" },
       { "/v1/chat/completions", CHAT, "chat.completion.chunk" } }) do
       it("a streamed " .. case[1] .. " with its SSE framing intact", function()
-        local req = {}
-        for k, v in pairs(case[2]) do
-          req[k] = v
-        end
-        req.stream = true
+        local req = with(case[2], { stream = true, stream_options = { include_usage = true } })
         local status, h, body = P.post(gw.base, case[1], req)
         assert.equal(200, status)
-        assert.equal("text/event-stream", h["content-type"])
+        assert.truthy(h["content-type"]:match("^text/event%-stream"))
+        assert.equal(h["x-gateway-destination-endpoint"], h["x-sim-destination"])
         local events = sse_events(body)
-        assert.equal(5, #events)
-        for i = 1, 4 do
+        assert.equal("", body:gsub(".*\n\n", ""), "nothing after the last event")
+        assert.equal("data: [DONE]", events[#events])
+        for i = 1, #events - 1 do
           assert.equal(case[3], json.decode(events[i]:match("^data: (.*)$")).object)
         end
-        assert.equal(a.hostport, json.decode(events[1]:sub(7)).received[
-          "x-gateway-destination-endpoint"])
-        assert.equal(5, json.decode(events[4]:sub(7)).usage.total_tokens)
-        assert.equal("data: [DONE]", events[5])
-        assert.equal("", body:gsub(".*\n\n", ""), "nothing after the last event")
+        local usage = json.decode(events[#events - 1]:sub(7))
+        assert.equal(5, usage.usage.completion_tokens)
+        assert.same({}, usage.choices)
+        local _, _, direct = P.post("http://" .. h["x-sim-endpoint"], case[1], req)
+        assert.equal(stream_text(direct), stream_text(body))
+        assert.equal(#sse_events(direct), #events)
       end)
     end
 
-    it("GET /v1/models merged from every endpoint", function()
+    it("GET /v1/models merged from every endpoint, each model once", function()
       local status, _, body = P.get(gw.base .. "/v1/models")
       assert.equal(200, status)
       local r = json.decode(body)
@@ -123,15 +160,19 @@ describe("lupin serve", function()
         ids[#ids + 1] = m.id
       end
       table.sort(ids)
-      assert.same({ "m", "other" }, ids)
+      assert.same({ "a1", "m" }, ids)
       assert.equal("list", r.object)
     end)
 
     it("honors x-gateway-destination-endpoint-subset", function()
-      local _, h, body = P.post(gw.base, "/v1/completions", COMPLETION,
-        "-H 'x-gateway-destination-endpoint-subset: " .. b.hostport .. "'")
-      assert.equal("B", json.decode(body).served_by)
-      assert.equal(b.hostport, h["x-gateway-destination-endpoint"])
+      for _, hp in ipairs(sim.hostports) do
+        for _ = 1, 3 do
+          local status, h = P.post(gw.base, "/v1/completions", COMPLETION,
+            "-H 'x-gateway-destination-endpoint-subset: " .. hp .. "'")
+          assert.equal(200, status)
+          assert.equal(hp, h["x-sim-endpoint"])
+        end
+      end
     end)
   end)
 
@@ -191,37 +232,39 @@ describe("lupin serve", function()
       expect_error(503, "subset", P.post(gw.base, "/v1/completions", COMPLETION,
         "-H 'x-gateway-destination-endpoint-subset: 10.1.2.3:9'"))
     end)
+
+    it("the model server's own errors as it sent them", function()
+      local status, _, body = P.post(gw.base, "/v1/completions", { model = "nope", prompt = "x" })
+      assert.equal(404, status)
+      assert.equal("model_not_found", json.decode(body).error.code)
+      ok_request(gw)
+    end)
   end)
 
   describe("admin", function()
+    local function endpoints()
+      local _, _, t = P.get(gw.admin .. "/admin/endpoints")
+      local out = {}
+      for _, e in ipairs(json.decode(t).endpoints) do
+        out[e.name] = e
+      end
+      return out
+    end
+
     it("answers /healthz, /readyz, /admin/endpoints, /admin/requests and /metrics", function()
       assert.equal(200, (P.get(gw.admin .. "/healthz")))
       P.poll(function()
         return P.get(gw.admin .. "/readyz") == 200
       end, "readiness")
-      local s, _, body = P.get(gw.admin .. "/admin/endpoints")
-      assert.equal(200, s)
-      local eps = {}
-      for _, e in ipairs(json.decode(body).endpoints) do
-        eps[e.name] = e
-      end
-      P.poll(function()
-        local _, _, t = P.get(gw.admin .. "/admin/endpoints")
-        for _, e in ipairs(json.decode(t).endpoints) do
-          eps[e.name] = e
-        end
-        return eps.b.metrics.waiting_queue_size == 3
-      end, "b's scraped queue")
-      assert.equal(0.25, eps.a.metrics.kv_cache_usage) -- the legacy name
-      -- escaped quotes and braces in a label, a timestamp after the value
-      assert.equal(1, eps.a.metrics.running_requests)
-      -- of two lora_requests_info series, the latest value wins, not the last line
-      assert.equal("a1", eps.a.metrics.running_lora_adapters)
-      assert.equal("", eps.a.metrics.waiting_lora_adapters)
-      assert.equal(2, eps.a.metrics.max_lora)
-      assert.equal(16, eps.a.metrics.cache_block_size)
-      assert.equal(1000, eps.a.metrics.num_blocks)
-      s, _, body = P.get(gw.admin .. "/admin/requests")
+      local e = P.poll(function()
+        local list = endpoints()
+        return list.e1 and list.e2 and list.e1.fresh and list.e2.fresh and list
+      end, "both endpoints scraped")
+      assert.equal(16, e.e1.metrics.cache_block_size)
+      assert.equal(2048, e.e1.metrics.num_blocks)
+      assert.equal(1, e.e1.metrics.max_lora)
+      assert.equal(sim.ports[2], e.e2.port)
+      local s, _, body = P.get(gw.admin .. "/admin/requests")
       assert.equal(200, s)
       assert.same({}, json.decode(body).requests)
       ok_request(gw)
@@ -230,15 +273,14 @@ describe("lupin serve", function()
       assert.truthy(P.metric(gw, "lupin_scheduling_seconds_count") >= 1)
       assert.truthy(P.metric(gw,
         'lupin_plugin_calls_total{plugin="queue-scorer",type="queue-scorer",point="score"}') >= 1)
-      assert.equal(3, P.metric(gw, 'lupin_endpoint_waiting_queue_size{endpoint="b"}'))
+      assert.equal(0, P.metric(gw, 'lupin_endpoint_waiting_queue_size{endpoint="e1"}'))
       assert.equal(0, P.metric(gw, "lupin_live_requests"))
       assert.truthy(P.metric(gw, "lupin_lua_memory_bytes") > 0)
       assert.is_number(P.metric(gw, "lupin_live_request_tables"))
-      -- the upstream connection went back to the pool
-      _, _, body = P.get(gw.admin .. "/admin/endpoints")
+      -- upstream connections go back to the pool
       local idle = 0
-      for _, e in ipairs(json.decode(body).endpoints) do
-        idle = idle + e.idle_connections
+      for _, x in pairs(endpoints()) do
+        idle = idle + x.idle_connections
       end
       assert.truthy(idle >= 1)
     end)
@@ -249,8 +291,8 @@ describe("lupin serve", function()
   end)
 end)
 
-describe("lupin serve, failures upstream", function()
-  local live, gw, procs
+describe("lupin serve, failures and lifecycle events", function()
+  local gw, procs
 
   before_each(function()
     procs = {}
@@ -268,29 +310,133 @@ describe("lupin serve, failures upstream", function()
     return gw
   end
 
-  local function start_upstream(args)
-    local p = P.upstream(args)
+  local function start_sim(args, n)
+    local p = P.sim(SIM .. " " .. (args or ""), n)
     procs[#procs + 1] = p
     return p
   end
 
   it("falls back to the next pick when the primary refuses connections", function()
-    live = start_upstream("--name L --waiting 3")
-    -- port 1: nothing listens; with no metrics its queue reads 0, so it ranks first
-    start_gateway(config({ ep("dead", 1), ep("live", live) }))
+    local sim = start_sim()
+    -- port 1: nothing listens; a fixed scorer ranks it first
+    local cfg = config({ ep("dead", 1), ep("live", sim.ports[1]) }, nil,
+      { pluginDirs = { support.FIXTURES } })
+    cfg.plugins[1] = { type = "test-scorer", name = "queue-scorer",
+      parameters = { byIndex = { 1, 0 }, record = false } }
+    start_gateway(cfg)
+    for _ = 1, 3 do
+      local status, h, body = P.post(gw.base, "/v1/completions", COMPLETION)
+      assert.equal(200, status, body)
+      assert.equal(sim.hostports[1], h["x-gateway-destination-endpoint"])
+      assert.equal(sim.hostports[1], h["x-sim-destination"])
+    end
+  end)
+
+  it("502 when no pick can be reached, naming them", function()
+    start_gateway(config({ ep("dead", 1) }))
+    local status, _, body = P.post(gw.base, "/v1/completions", COMPLETION)
+    assert.equal(502, status)
+    assert.truthy(json.decode(body).error.message:match("127.0.0.1:1 %(connection refused%)"))
+    assert.equal(502, (P.post(gw.base, "/v1/completions", COMPLETION)))
+  end)
+
+  it("504 when the endpoint does not answer within firstByteTimeoutMs", function()
+    local sim = start_sim("--slow-endpoints 0 --slow-factor 2000")
+    start_gateway(config(eps(sim), { firstByteTimeoutMs = 100 }))
+    local status, _, body = P.post(gw.base, "/v1/completions", COMPLETION)
+    assert.equal(504, status)
+    assert.truthy(json.decode(body).error.message:match("firstByteTimeoutMs"))
+    assert.equal(1, P.metric(gw, 'lupin_request_outcomes_total{outcome="timeout"}'))
+  end)
+
+  it("429 when admission sheds the request", function()
+    local sim = start_sim()
+    local cfg = config(eps(sim))
+    -- a queue over -1 saturates every endpoint: sheddable requests are shed
+    table.insert(cfg.plugins, { type = "saturation-detector",
+      parameters = { queueDepthThreshold = 0, kvCacheUtilThreshold = 0,
+        metricsStalenessThreshold = 60000 } })
+    start_gateway(cfg)
     P.poll(function()
-      local _, _, t = P.get(gw.admin .. "/admin/endpoints")
-      return t:match('"waiting_queue_size":3')
-    end, "the live endpoint's metrics")
-    local status, h, body = P.post(gw.base, "/v1/completions", COMPLETION)
-    assert.equal(200, status, body)
-    assert.equal("L", json.decode(body).served_by)
-    assert.equal(live.hostport, h["x-gateway-destination-endpoint"])
+      return P.get(gw.admin .. "/readyz") == 200
+    end, "metrics")
+    local status, _, body = P.post(gw.base, "/v1/completions", COMPLETION,
+      "-H 'x-gateway-inference-objective: -1'")
+    assert.equal(200, status, body) -- idle endpoints are not saturated
+    local slow = start_sim("--slow-endpoints 0 --slow-factor 1000 --max-num-seqs 1")
+    cfg.endpoints = eps(slow)
+    P.stop(gw)
+    start_gateway(cfg)
+    -- keep the one slot busy so a request waits: queue 1 > 0
+    for _ = 1, 2 do
+      procs[#procs + 1] = P.start(("curl -s -o /dev/null -d %s %s"):format(
+        P.quote(json.encode(COMPLETION)), P.quote(gw.base .. "/v1/completions")))
+    end
+    P.poll(function()
+      return (P.metric(gw, 'lupin_endpoint_waiting_queue_size{endpoint="e1"}') or 0) >= 1
+    end, "a waiting request")
+    local h
+    status, h, body = P.post(gw.base, "/v1/completions", COMPLETION,
+      "-H 'x-gateway-inference-objective: -1'")
+    assert.equal(429, status)
+    assert.equal("application/json", h["content-type"])
+    assert.truthy(json.decode(body).error.message:match("saturated"))
+    assert.equal("rate_limit_error", json.decode(body).error.type)
+  end)
+
+  it("relays an upstream 500 and counts it as an upstream error", function()
+    local sim = start_sim("--error-rate 1")
+    start_gateway(config(eps(sim)))
+    local status, _, body = P.post(gw.base, "/v1/completions", COMPLETION)
+    assert.equal(500, status)
+    assert.equal("server_error", json.decode(body).error.type)
+    assert.equal(1, P.metric(gw, 'lupin_request_outcomes_total{outcome="upstream_error"}'))
+  end)
+
+  it("cuts the client's stream when the endpoint drops mid-stream", function()
+    local sim = start_sim("--drop-rate 1")
+    start_gateway(config(eps(sim)))
+    local status, _, body, rc = P.post(gw.base, "/v1/completions",
+      with(COMPLETION, { stream = true, max_tokens = 8 }))
+    assert.equal(200, status)
+    assert.truthy(body:match("^data: "))
+    assert.is_nil(body:match("%[DONE%]"))
+    assert.not_equal(0, rc)
+    assert.equal(1, P.metric(gw, 'lupin_request_outcomes_total{outcome="upstream_error"}'))
+  end)
+
+  it("a client that disconnects cancels the request", function()
+    local sim = start_sim("--itl-ms 200")
+    start_gateway(config(eps(sim)))
+    P.post(gw.base, "/v1/completions", with(COMPLETION, { stream = true, max_tokens = 50 }),
+      "--max-time 0.5")
+    P.poll(function()
+      return P.metric(gw, 'lupin_request_outcomes_total{outcome="cancelled"}') == 1
+    end, "the cancel")
+    assert.equal(0, P.metric(gw, "lupin_live_requests"))
+    -- and the model server saw the connection go: nothing keeps running there
+    P.poll(function()
+      local _, _, t = P.get("http://" .. sim.hostports[1] .. "/metrics")
+      return t:match("vllm:num_requests_running{[^}]*} 0")
+    end, "the simulator to drop the request")
+    ok_request(gw)
+  end)
+
+  it("readiness follows a stopped endpoint going stale", function()
+    local sim = start_sim()
+    start_gateway(config(eps(sim), { metricsStalenessMs = 200 }))
+    P.poll(function()
+      return P.get(gw.admin .. "/readyz") == 200
+    end, "ready")
+    P.stop(sim)
+    P.poll(function()
+      return P.get(gw.admin .. "/readyz") == 503
+    end, "not ready")
   end)
 
   it("408 when the request is not read within headerTimeoutMs", function()
-    live = start_upstream("--name W")
-    start_gateway(config({ ep("w", live) }, { headerTimeoutMs = 200 }))
+    local sim = start_sim()
+    start_gateway(config(eps(sim), { headerTimeoutMs = 200 }))
     local port = gw.base:match(":(%d+)$")
     -- half a request over a raw socket; the gateway answers and closes
     local out = P.run(("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%s; printf \"POST /v1/completions "
@@ -300,92 +446,11 @@ describe("lupin serve, failures upstream", function()
     ok_request(gw)
   end)
 
-  it("502 when no pick can be reached, naming them", function()
-    start_gateway(config({ ep("dead", 1) }))
-    local status, _, body = P.post(gw.base, "/v1/completions", COMPLETION)
-    assert.equal(502, status)
-    assert.truthy(json.decode(body).error.message:match("127.0.0.1:1"))
-    assert.equal(502, (P.post(gw.base, "/v1/completions", COMPLETION)))
-  end)
-
-  it("504 when the endpoint does not answer within firstByteTimeoutMs", function()
-    live = start_upstream("--name S")
-    start_gateway(config({ ep("s", live) }, { firstByteTimeoutMs = 100 }))
-    local status, _, body = P.post(gw.base, "/v1/completions",
-      { model = "m", prompt = "sleep:2000" })
-    assert.equal(504, status)
-    assert.truthy(json.decode(body).error.message:match("firstByteTimeoutMs"))
-    assert.equal(1, P.metric(gw, 'lupin_request_outcomes_total{outcome="timeout"}'))
-    ok_request(gw)
-  end)
-
-  it("429 when admission sheds the request", function()
-    live = start_upstream("--name Q --waiting 10")
-    local cfg = config({ ep("q", live) })
-    table.insert(cfg.plugins, { type = "saturation-detector",
-      parameters = { metricsStalenessThreshold = 60000 } })
-    start_gateway(cfg)
-    P.poll(function()
-      local _, _, t = P.get(gw.admin .. "/admin/endpoints")
-      return t:match('"waiting_queue_size":10')
-    end, "metrics")
-    local status, h, body = P.post(gw.base, "/v1/completions", COMPLETION,
-      "-H 'x-gateway-inference-objective: -1'")
-    assert.equal(429, status)
-    assert.equal("application/json", h["content-type"])
-    assert.truthy(json.decode(body).error.message:match("saturated"))
-    ok_request(gw) -- priority 0 is not sheddable
-  end)
-
-  it("relays an upstream 500 and counts it as an upstream error", function()
-    live = start_upstream("--name F")
-    start_gateway(config({ ep("f", live) }))
-    assert.equal(500, (P.post(gw.base, "/v1/completions", { model = "m", prompt = "fail500" })))
-    assert.equal(1, P.metric(gw, 'lupin_request_outcomes_total{outcome="upstream_error"}'))
-    ok_request(gw)
-  end)
-
-  it("cuts the client's stream when the endpoint drops mid-stream", function()
-    live = start_upstream("--name D")
-    start_gateway(config({ ep("d", live) }))
-    local status, _, body, rc = P.post(gw.base, "/v1/completions",
-      { model = "m", prompt = "drop", stream = true })
-    assert.equal(200, status)
-    assert.truthy(body:match("^data: "))
-    assert.is_nil(body:match("%[DONE%]"))
-    assert.not_equal(0, rc)
-    assert.equal(1, P.metric(gw, 'lupin_request_outcomes_total{outcome="upstream_error"}'))
-    ok_request(gw)
-  end)
-
-  it("a client that disconnects cancels the request", function()
-    live = start_upstream("--name C")
-    start_gateway(config({ ep("c", live) }))
-    P.post(gw.base, "/v1/completions", { model = "m", prompt = "sleep:3000" }, "--max-time 0.3")
-    P.poll(function()
-      return P.metric(gw, 'lupin_request_outcomes_total{outcome="cancelled"}') == 1
-    end, "the cancel")
-    assert.equal(0, P.metric(gw, "lupin_live_requests"))
-    ok_request(gw)
-  end)
-
-  it("readiness follows a stopped endpoint going stale", function()
-    live = start_upstream("--name R")
-    start_gateway(config({ ep("r", live) }, { metricsStalenessMs = 200 }))
-    P.poll(function()
-      return P.get(gw.admin .. "/readyz") == 200
-    end, "ready")
-    P.stop(live)
-    P.poll(function()
-      return P.get(gw.admin .. "/readyz") == 503
-    end, "not ready")
-  end)
-
   it("SIGTERM lets a request in flight complete, then exits 0", function()
-    live = start_upstream("--name T")
-    start_gateway(config({ ep("t", live) }))
+    local sim = start_sim("--itl-ms 20")
+    start_gateway(config(eps(sim)))
     local client = P.start(("curl -sS -o %s/sigterm.body -w '%%{http_code}' -d %s %s"):format(
-      P.dir, P.quote(json.encode({ model = "m", prompt = "sleep:500" })),
+      P.dir, P.quote(json.encode(with(COMPLETION, { max_tokens = 25 }))),
       P.quote(gw.base .. "/v1/completions")))
     procs[#procs + 1] = client
     P.poll(function()
@@ -396,39 +461,176 @@ describe("lupin serve, failures upstream", function()
     assert.equal(0, P.wait(gw))
     assert.equal(0, P.wait(client))
     assert.equal("200", P.read(client.out))
-    assert.equal("T", json.decode(P.read(P.dir .. "/sigterm.body")).served_by)
+    assert.equal(25, json.decode(P.read(P.dir .. "/sigterm.body")).usage.completion_tokens)
   end)
 
   it("protects the admin listener with a bearer token", function()
-    live = start_upstream("--name K")
-    start_gateway(config({ ep("k", live) }), "--admin-token s3cret")
+    local sim = start_sim()
+    start_gateway(config(eps(sim)), "--admin-token s3cret")
     assert.equal(401, (P.get(gw.admin .. "/metrics")))
     assert.equal(401, (P.get(gw.admin .. "/metrics", "-H 'authorization: Bearer nope'")))
     assert.equal(200, (P.get(gw.admin .. "/metrics", "-H 'authorization: Bearer s3cret'")))
   end)
 
   it("re-reads a watched endpoints file", function()
-    local one, two = start_upstream("--name One"), start_upstream("--name Two")
+    local sim = start_sim(nil, 2)
     local file = P.dir .. "/endpoints.json"
-    local support = require "support"
-    support.write(file, json.encode({ ep("one", one) }))
+    support.write(file, json.encode({ ep("one", sim.ports[1]) }))
     start_gateway(config(nil), "--endpoints " .. file)
-    assert.equal("One", json.decode((select(3, P.post(gw.base, "/v1/completions",
-      COMPLETION)))).served_by)
-    support.write(file, json.encode({ ep("two", two) }))
+    local _, h = P.post(gw.base, "/v1/completions", COMPLETION)
+    assert.equal(sim.hostports[1], h["x-sim-endpoint"])
+    support.write(file, json.encode({ ep("two", sim.ports[2]) }))
     P.poll(function()
       local _, _, t = P.get(gw.admin .. "/admin/endpoints")
       local list = json.decode(t).endpoints
       return #list == 1 and list[1].name == "two"
     end, "the new endpoint list")
-    assert.equal("Two", json.decode((select(3, P.post(gw.base, "/v1/completions",
-      COMPLETION)))).served_by)
+    _, h = P.post(gw.base, "/v1/completions", COMPLETION)
+    assert.equal(sim.hostports[2], h["x-sim-endpoint"])
+    -- a broken file is refused and the current list stays
+    support.write(file, "[ { \"address\": 1 } ]")
+    P.poll(function()
+      return (P.read(gw.err) or ""):match("endpoints file not applied")
+    end, "the refusal")
+    _, h = P.post(gw.base, "/v1/completions", COMPLETION)
+    assert.equal(sim.hostports[2], h["x-sim-endpoint"])
+  end)
+end)
+
+describe("lupin serve, the request lifecycle on the real response path", function()
+  local sim, slow, drop, failing, gw
+
+  setup(function()
+    sim = P.sim(SIM .. " --itl-ms 5")
+    slow = P.sim(SIM .. " --slow-endpoints 0 --slow-factor 2000")
+    drop = P.sim(SIM .. " --drop-rate 1")
+    failing = P.sim(SIM .. " --error-rate 1")
+    local cfg = config({ ep("ok", sim.ports[1]), ep("slow", slow.ports[1]),
+      ep("drop", drop.ports[1]), ep("fail", failing.ports[1]) }, { firstByteTimeoutMs = 300 },
+      { pluginDirs = { support.FIXTURES } })
+    table.insert(cfg.plugins, { type = "e2e-recorder" })
+    gw = P.gateway(cfg)
+  end)
+
+  teardown(function()
+    P.stop(gw)
+    for _, p in ipairs({ sim, slow, drop, failing }) do
+      P.stop(p)
+    end
+  end)
+
+  -- the journal the recorder logged from finish for request id
+  local function journal(id)
+    return P.poll(function()
+      return (P.read(gw.err) or ""):match("request " .. id:gsub("%-", "%%-")
+        .. " %[e2e%-recorder%] journal ([^\n]*)")
+    end, "the journal of " .. id)
+  end
+
+  local function send(id, to, body, extra)
+    return P.post(gw.base, "/v1/completions", body, ("-H 'x-request-id: %s' %s %s"):format(id,
+      to and ("-H 'x-gateway-destination-endpoint-subset: " .. to .. "'") or "", extra or ""))
+  end
+
+  local function all(name)
+    return "admit:m prepare pre_request:" .. name .. " response_header:200 response_complete"
+      .. " chunks:some"
+  end
+
+  it("a full response: every point in order, plugin headers both ways", function()
+    local status, h = send("life-ok", sim.hostports[1], COMPLETION)
+    assert.equal(200, status)
+    assert.equal("yes", h["x-recorded"])
+    assert.equal(all("ok") .. " finish:ok", journal("life-ok"))
+  end)
+
+  it("a streamed response: every chunk seen", function()
+    send("life-stream", sim.hostports[1], with(COMPLETION, { stream = true }))
+    assert.equal(all("ok") .. " finish:ok", journal("life-stream"))
+  end)
+
+  it("an upstream 500", function()
+    assert.equal(500, (send("life-500", failing.hostports[1], COMPLETION)))
+    assert.equal("admit:m prepare pre_request:fail response_header:500 response_complete "
+      .. "chunks:some finish:upstream_error", journal("life-500"))
+  end)
+
+  it("an upstream dropped mid-stream", function()
+    send("life-drop", drop.hostports[1], with(COMPLETION, { stream = true, max_tokens = 8 }))
+    assert.equal("admit:m prepare pre_request:drop response_header:200 chunks:some "
+      .. "finish:upstream_error", journal("life-drop"))
+  end)
+
+  it("a client that disconnects mid-stream", function()
+    send("life-cancel", sim.hostports[1], with(COMPLETION, { stream = true, max_tokens = 500 }),
+      "--max-time 0.5")
+    assert.equal("admit:m prepare pre_request:ok response_header:200 chunks:some "
+      .. "finish:cancelled", journal("life-cancel"))
+  end)
+
+  it("a timeout", function()
+    assert.equal(504, (send("life-timeout", slow.hostports[1], COMPLETION)))
+    assert.equal("admit:m prepare pre_request:slow finish:timeout", journal("life-timeout"))
+  end)
+
+  it("no endpoint", function()
+    send("life-none", "10.0.0.1:1", COMPLETION)
+    assert.equal("admit:m prepare finish:no_endpoint", journal("life-none"))
+    assert.equal(0, P.metric(gw, "lupin_live_requests"))
+  end)
+end)
+
+-- lupin-sim answers with well-formed metrics and echoes only the destination
+-- header; these two checks need a server that shows more.
+describe("lupin serve, with the fixture server", function()
+  local up, gw
+
+  setup(function()
+    up = P.upstream("--name A")
+    local cfg = config({ ep("a", up.port) }, nil, { pluginDirs = { support.FIXTURES } })
+    table.insert(cfg.plugins, { type = "e2e-recorder" })
+    gw = P.gateway(cfg)
+  end)
+
+  teardown(function()
+    P.stop(gw)
+    P.stop(up)
+  end)
+
+  it("forwards the body byte for byte and the right headers", function()
+    local text = '{ "model": "m",\n  "prompt": "hello" }'
+    local _, h, body = P.post(gw.base, "/v1/completions", text,
+      "-H 'x-request-id: fwd-1' -H 'x-gateway-inference-objective: 3' -H 'x-custom: yes'"
+      .. " -H 'x-gateway-destination-endpoint: 10.9.9.9:1'")
+    local got = json.decode(body).received
+    assert.equal(#text, got.body_bytes)
+    assert.equal("fwd-1", got["x-request-id"])
+    assert.equal(up.hostport, got["x-gateway-destination-endpoint"])
+    assert.equal("fwd-1", got["x-recorder"]) -- set by the plugin in pre_request
+    assert.equal("yes", got["x-custom"])
+    assert.is_nil(got["x-gateway-inference-objective"])
+    assert.equal("fwd-1", h["x-request-id"])
+  end)
+
+  it("reads Prometheus text with escapes, timestamps and several lora series", function()
+    local e = P.poll(function()
+      local _, _, t = P.get(gw.admin .. "/admin/endpoints")
+      local list = json.decode(t).endpoints
+      return list[1].fresh and list[1]
+    end, "a scrape")
+    assert.equal(0.25, e.metrics.kv_cache_usage) -- the legacy name
+    -- escaped quotes and braces in a label, a timestamp after the value
+    assert.equal(1, e.metrics.running_requests)
+    -- of two lora_requests_info series the latest value wins, not the last line
+    assert.equal("a1", e.metrics.running_lora_adapters)
+    assert.equal("", e.metrics.waiting_lora_adapters)
+    assert.equal(2, e.metrics.max_lora)
+    assert.equal(16, e.metrics.cache_block_size)
+    assert.equal(1000, e.metrics.num_blocks)
   end)
 end)
 
 describe("lupin check", function()
-  local support = require "support"
-
   local function check(cfg)
     local path = P.dir .. "/check.json"
     support.write(path, cfg)
@@ -455,80 +657,5 @@ describe("lupin check", function()
     local rc, out = check(json.encode(cfg))
     assert.not_equal(0, rc)
     assert.truthy(out:match("no%-such%-scorer"), out)
-  end)
-end)
-
-describe("lupin serve, the request lifecycle on the real response path", function()
-  local up, gw
-
-  setup(function()
-    up = P.upstream("--name H")
-    local cfg = config({ ep("h", up) }, { firstByteTimeoutMs = 300 },
-      { pluginDirs = { require("support").FIXTURES } })
-    table.insert(cfg.plugins, { type = "e2e-recorder" })
-    gw = P.gateway(cfg)
-  end)
-
-  teardown(function()
-    P.stop(gw)
-    P.stop(up)
-  end)
-
-  -- the journal the recorder logged from finish for request id
-  local function journal(id)
-    return P.poll(function()
-      return (P.read(gw.err) or ""):match("request " .. id:gsub("%-", "%%-")
-        .. " %[e2e%-recorder%] journal ([^\n]*)")
-    end, "the journal of " .. id)
-  end
-
-  local function send(id, body, extra)
-    return P.post(gw.base, "/v1/completions", body,
-      "-H 'x-request-id: " .. id .. "' " .. (extra or ""))
-  end
-
-  local ALL = "admit:m prepare pre_request:h response_header:200 response_complete chunks:some"
-
-  it("a full response: every point in order, plugin headers both ways", function()
-    local status, h, body = send("life-ok", COMPLETION)
-    assert.equal(200, status)
-    assert.equal("yes", h["x-recorded"])
-    assert.equal("life-ok", json.decode(body).received["x-recorder"])
-    assert.equal(ALL .. " finish:ok", journal("life-ok"))
-  end)
-
-  it("a streamed response: every chunk seen", function()
-    send("life-stream", { model = "m", prompt = "x", stream = true })
-    assert.equal(ALL .. " finish:ok", journal("life-stream"))
-  end)
-
-  it("an upstream 500", function()
-    send("life-500", { model = "m", prompt = "fail500" })
-    assert.equal("admit:m prepare pre_request:h response_header:500 response_complete "
-      .. "chunks:some finish:upstream_error", journal("life-500"))
-  end)
-
-  it("an upstream dropped mid-stream", function()
-    send("life-drop", { model = "m", prompt = "drop", stream = true })
-    assert.equal("admit:m prepare pre_request:h response_header:200 chunks:some "
-      .. "finish:upstream_error", journal("life-drop"))
-  end)
-
-  it("a client that disconnects mid-stream", function()
-    send("life-cancel", { model = "m", prompt = "slowstream:3000", stream = true },
-      "--max-time 0.5")
-    assert.equal("admit:m prepare pre_request:h response_header:200 chunks:some finish:cancelled",
-      journal("life-cancel"))
-  end)
-
-  it("a timeout", function()
-    send("life-timeout", { model = "m", prompt = "sleep:2000" })
-    assert.equal("admit:m prepare pre_request:h finish:timeout", journal("life-timeout"))
-  end)
-
-  it("no endpoint", function()
-    send("life-none", COMPLETION, "-H 'x-gateway-destination-endpoint-subset: 10.0.0.1:1'")
-    assert.equal("admit:m prepare finish:no_endpoint", journal("life-none"))
-    assert.equal(0, P.metric(gw, "lupin_live_requests"))
   end)
 end)

@@ -98,6 +98,37 @@ function M.upstream(args)
   return p
 end
 
+M.SIM = support.ROOT .. "/" .. BUILD .. "/lupin-sim"
+
+math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 100000)
+
+--- lupin-sim with n endpoints on a random free port range (it has no port 0
+--- for a range: a taken port makes it exit, and another range is tried).
+--- Returns the process with ports[i] and hostports[i].
+function M.sim(args, n)
+  n = n or 1
+  for _ = 1, 10 do
+    local base = math.random(20000, 40000)
+    local p = M.start(("%s --port %d --endpoints %d %s"):format(M.SIM, base, n, args or ""))
+    local last = ("endpoint %d listening on 127.0.0.1:%d"):format(n - 1, base + n - 1)
+    local up = M.poll(function()
+      if (read(p.err) or ""):find(last, 1, true) or (read(p.out) or ""):find(last, 1, true) then
+        return "up"
+      end
+      return read(p.rc) and "failed"
+    end, "lupin-sim to listen")
+    if up == "up" then
+      p.ports, p.hostports = {}, {}
+      for i = 1, n do
+        p.ports[i] = base + i - 1
+        p.hostports[i] = "127.0.0.1:" .. p.ports[i]
+      end
+      return p
+    end
+  end
+  error("lupin-sim did not start")
+end
+
 --- lupin serve with a config given as a table; returns the process with
 --- base (http://host:port) and admin URLs.
 function M.gateway(config, args)
