@@ -87,7 +87,12 @@ deps:
 # --- run --------------------------------------------------------------------
 # Until the gateway host lands (issue 4) `make run` runs the embedding example:
 # the runtime scheduling 1,000 requests over 16 endpoints, in-process.
+# lupin-sim (4 endpoints) and lupin serve on 127.0.0.1:8080; Ctrl-C stops both.
 run: all
+	B=$(B) bash examples/run.sh
+
+# The embedding example: the runtime scheduling 1,000 requests, in-process.
+run-embed: all
 	LUPIN_HOME=$(CURDIR) ./$(B)/embed examples/embed/config.json
 
 # --- tests ------------------------------------------------------------------
@@ -133,6 +138,6 @@ clean:
 	rm -rf build build-asan
 
 help:
-	@echo "make deps | all | run | test | test-asan | lint | bench | bench-prefix | install PREFIX=... | clean"
+	@echo "make deps | all | run | run-embed | test | test-asan | lint | bench | bench-prefix | install PREFIX=... | clean"
 
-.PHONY: FORCE all deps run test test-asan lint bench bench-prefix install clean help
+.PHONY: FORCE all deps run run-embed test test-asan lint bench bench-prefix install clean help
