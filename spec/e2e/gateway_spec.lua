@@ -659,3 +659,63 @@ describe("lupin check", function()
     assert.truthy(out:match("no%-such%-scorer"), out)
   end)
 end)
+
+describe("lupin serve with the default config", function()
+  local sim, gw
+
+  setup(function()
+    sim = P.sim(SIM .. " --itl-ms 0", 4)
+    local cfg = json.decode(P.read(support.ROOT .. "/examples/configs/default.json"))
+    cfg.endpoints = eps(sim)
+    gw = P.gateway(cfg)
+    P.poll(function()
+      local _, _, t = P.get(gw.admin .. "/admin/endpoints")
+      for _, e in ipairs(json.decode(t).endpoints) do
+        if not e.fresh then
+          return false
+        end
+      end
+      return true
+    end, "every endpoint scraped")
+  end)
+
+  teardown(function()
+    P.stop(gw)
+    P.stop(sim)
+  end)
+
+  local function hits(hostport)
+    local _, _, t = P.get("http://" .. hostport .. "/metrics")
+    return tonumber(t:match("\nvllm:prefix_cache_hits_total{[^}]*} (%S+)"))
+  end
+
+  it("sends requests sharing a long prefix where it is cached", function()
+    local system = ("You are a careful assistant. "):rep(150)
+    local _, h = P.post(gw.base, "/v1/completions",
+      { model = "m", prompt = system .. "Question 0?", max_tokens = 2 })
+    local home = h["x-sim-endpoint"]
+    local before = hits(home)
+    for i = 1, 5 do
+      local status, h2, body = P.post(gw.base, "/v1/completions",
+        { model = "m", prompt = system .. "Question " .. i .. "?", max_tokens = 2 })
+      assert.equal(200, status, body)
+      assert.equal(home, h2["x-sim-endpoint"])
+      assert.truthy(json.decode(body).usage.prompt_tokens_details.cached_tokens > 0)
+    end
+    assert.truthy(hits(home) > before)
+  end)
+
+  it("reloads on POST /admin/reload, and refuses a broken config while serving on", function()
+    assert.equal(200, (P.post(gw.admin, "/admin/reload", "")))
+    local generation = P.metric(gw, "lupin_generation")
+    assert.truthy(generation >= 2)
+    local good = P.read(gw.config)
+    support.write(gw.config, good:gsub('"plugins"', '"plugin"', 1))
+    local status, _, body = P.post(gw.admin, "/admin/reload", "")
+    assert.equal(400, status)
+    assert.truthy(json.decode(body).error.message:match("unknown field \"plugin\""))
+    assert.equal(generation, P.metric(gw, "lupin_generation"))
+    ok_request(gw)
+    support.write(gw.config, good)
+  end)
+end)
