@@ -198,12 +198,13 @@ static void shutdown_all(lupin_gateway *gw) {
   gw->sigterm = gw->sigint = gw->sighup = NULL;
   gw->drain_timer = gw->rewatch = NULL;
   gw->watch = NULL;
-  gw_log(gw, LUPIN_LOG_INFO, "drained, exiting");
 }
 
 void gw_check_drained(lupin_gateway *gw) {
-  if (gw->draining == 1 && !gw->n_exchanges && !gw_server_connections(gw->server))
+  if (gw->draining == 1 && !gw->n_exchanges && !gw_server_connections(gw->server)) {
+    gw_log(gw, LUPIN_LOG_INFO, "drained, exiting");
     shutdown_all(gw);
+  }
 }
 
 static void on_drain_timeout(uv_timer_t *t) {
@@ -211,7 +212,7 @@ static void on_drain_timeout(uv_timer_t *t) {
   gw_log(gw, LUPIN_LOG_WARN, "drainTimeoutMs passed with %zu requests in flight: exiting",
          gw->n_exchanges);
   gw->exit_code = 1;
-  uv_stop(gw->loop);
+  gw_proxy_cancel_all(gw);
 }
 
 static void drain(lupin_gateway *gw, const char *why) {

@@ -201,6 +201,7 @@ int gw_metrics_from_text(const char *text, size_t len, lupin_metrics *m, char **
 /* --- the public API (proxy.c) and the admin listener (admin.c) ------------ */
 
 void gw_proxy_handle(void *gw, gw_conn *c, gw_http_request *req);
+void gw_proxy_cancel_all(lupin_gateway *gw);
 void gw_admin_handle(void *gw, gw_conn *c, gw_http_request *req);
 
 /* --- the gateway object (gateway.c) --------------------------------------- */

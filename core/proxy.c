@@ -89,6 +89,22 @@ static void on_client_abort(void *owner) {
   end(x, LUPIN_CANCELLED, 499);
 }
 
+/* The drain ran out of time: end what is still in flight. */
+void gw_proxy_cancel_all(lupin_gateway *gw) {
+  while (gw->exchanges) {
+    gw_exchange *x = gw->exchanges;
+    if (x->up) gw_upstream_cancel(x->up);
+    x->up = NULL;
+    if (x->conn && !x->started_response) {
+      fail(x, 503, "the gateway is shutting down: retry on another instance", LUPIN_CANCELLED);
+      continue;
+    }
+    if (x->conn) gw_conn_abort(x->conn);
+    x->conn = NULL;
+    end(x, LUPIN_CANCELLED, x->status);
+  }
+}
+
 /* --- the upstream response ----------------------------------------------- */
 
 static void on_headers(void *ud, int status, const gw_headers *h, int64_t cl) {

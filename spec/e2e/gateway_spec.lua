@@ -464,6 +464,24 @@ describe("lupin serve, failures and lifecycle events", function()
     assert.equal(25, json.decode(P.read(P.dir .. "/sigterm.body")).usage.completion_tokens)
   end)
 
+  it("SIGTERM: what is still in flight after drainTimeoutMs is cut, and the exit is 1", function()
+    local sim = start_sim("--itl-ms 500")
+    start_gateway(config(eps(sim), { drainTimeoutMs = 200 }))
+    local client = P.start(("curl -sS -o %s/drain.body -w '%%{http_code}' -d %s %s"):format(
+      P.dir, P.quote(json.encode(with(COMPLETION, { max_tokens = 100 }))),
+      P.quote(gw.base .. "/v1/completions")))
+    procs[#procs + 1] = client
+    P.poll(function()
+      local _, _, t = P.get(gw.admin .. "/admin/requests")
+      return #json.decode(t).requests == 1
+    end, "the request in flight")
+    P.signal(gw, "TERM")
+    assert.equal(1, P.wait(gw))
+    P.wait(client)
+    assert.equal("503", P.read(client.out))
+    assert.truthy(json.decode(P.read(P.dir .. "/drain.body")).error.message:match("shutting down"))
+  end)
+
   it("protects the admin listener with a bearer token", function()
     local sim = start_sim()
     start_gateway(config(eps(sim)), "--admin-token s3cret")
