@@ -24,8 +24,7 @@ static void plugin_stat(void *ud, const lupin_plugin_stat *s) {
                 s->plugin, s->type, s->point, (unsigned long long)s->calls);
   gw_buf_printf(b, "lupin_plugin_errors_total{plugin=\"%s\",type=\"%s\",point=\"%s\"} %llu\n",
                 s->plugin, s->type, s->point, (unsigned long long)s->errors);
-  gw_buf_printf(b,
-                "lupin_plugin_seconds_total{plugin=\"%s\",type=\"%s\",point=\"%s\"} %.9f\n",
+  gw_buf_printf(b, "lupin_plugin_seconds_total{plugin=\"%s\",type=\"%s\",point=\"%s\"} %.9f\n",
                 s->plugin, s->type, s->point, (double)s->nanoseconds / 1e9);
 }
 
@@ -33,8 +32,9 @@ static void metrics_requests(lupin_gateway *gw, gw_buf *b) {
   gw_stats *s = &gw->stats;
   gw_buf_printf(b, "# TYPE lupin_requests_total counter\n");
   for (int i = 100; i < 600; i++)
-    if (s->by_status[i]) gw_buf_printf(b, "lupin_requests_total{status=\"%d\"} %llu\n", i,
-                                      (unsigned long long)s->by_status[i]);
+    if (s->by_status[i])
+      gw_buf_printf(b, "lupin_requests_total{status=\"%d\"} %llu\n", i,
+                    (unsigned long long)s->by_status[i]);
   gw_buf_printf(b, "# TYPE lupin_request_outcomes_total counter\n");
   for (int o = LUPIN_OK; o <= LUPIN_TIMEOUT; o++)
     gw_buf_printf(b, "lupin_request_outcomes_total{outcome=\"%s\"} %llu\n", lupin_outcome_name(o),
@@ -176,8 +176,8 @@ void gw_admin_handle(void *ud, gw_conn *c, gw_http_request *req) {
   path[strcspn(path, "?")] = 0;
   if (!authorized(gw, req)) {
     lupin_header h = {"www-authenticate", "Bearer"};
-    gw_conn_error(c, 401, "missing or wrong admin token: send Authorization: Bearer <token>",
-                  NULL, &h, 1);
+    gw_conn_error(c, 401, "missing or wrong admin token: send Authorization: Bearer <token>", NULL,
+                  &h, 1);
   } else if (!strcmp(path, "/admin/reload")) {
     char err[1024];
     if (req->method != HTTP_POST)

@@ -113,10 +113,9 @@ void gw_headers_free(gw_headers *h) {
 }
 
 int gw_hop_by_hop(const char *name) {
-  static const char *const hop[] = {"connection", "keep-alive",        "proxy-connection",
-                                    "te",         "transfer-encoding", "upgrade",
-                                    "trailer",    "content-length",    "host",
-                                    "expect"};
+  static const char *const hop[] = {
+      "connection", "keep-alive", "proxy-connection", "te",   "transfer-encoding",
+      "upgrade",    "trailer",    "content-length",   "host", "expect"};
   for (size_t i = 0; i < sizeof hop / sizeof *hop; i++)
     if (!strcasecmp(name, hop[i])) return 1;
   return 0;

@@ -107,8 +107,7 @@ static void endpoint_sync(void *ud, const lupin_endpoint_desc *d) {
 static int endpoints_load(lupin_gateway *gw, char *err, size_t errlen) {
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
     ep->seen = 0;
-  if (gw_lua_endpoints(gw->rt, gw->opts.endpoints_file, endpoint_sync, gw, err, errlen))
-    return -1;
+  if (gw_lua_endpoints(gw->rt, gw->opts.endpoints_file, endpoint_sync, gw, err, errlen)) return -1;
   for (gw_endpoint *ep = gw->endpoints, *next; ep; ep = next) {
     next = ep->next;
     if (!ep->seen) endpoint_remove(gw, ep);

@@ -45,7 +45,9 @@ int gw_headers_add(gw_headers *h, const char *name, size_t nlen, const char *val
 int gw_headers_extend(gw_headers *h, int value, const char *data, size_t len);
 const char *gw_headers_get(const gw_headers *h, const char *name);
 void gw_headers_free(gw_headers *h);
-/* RFC 7230 §6.1: headers that describe one connection, never forwarded. */
+/* Headers never copied from one side to the other: the hop-by-hop ones of
+ * RFC 7230 §6.1, and the framing ones (host, content-length, expect) that
+ * each side writes for itself. */
 int gw_hop_by_hop(const char *name);
 
 /* --- settings (the config's "gateway" section, lua/lupin/config.lua) ------ */
@@ -65,11 +67,11 @@ int gw_lua_settings(lupin_runtime *rt, gw_settings *out, char *err, size_t errle
 typedef void (*gw_endpoint_fn)(void *ud, const lupin_endpoint_desc *d);
 int gw_lua_endpoints(lupin_runtime *rt, const char *file, gw_endpoint_fn fn, void *ud, char *err,
                      size_t errlen);
-/* Checks a request body: 0 with the model (malloc'd) and stream flag, or -1
- * with a message and the offending parameter (or ""). */
-int gw_lua_validate(lupin_runtime *rt, const char *path, const char *body, size_t len,
-                    char **model, int *stream, char *msg, size_t msglen, char *param,
-                    size_t paramlen);
+/* Checks a request body: 0 with the model (malloc'd) and stream flag, -1
+ * with a message and the offending parameter (or ""), -2 when the check
+ * itself failed (an internal error, message in msg). */
+int gw_lua_validate(lupin_runtime *rt, const char *path, const char *body, size_t len, char **model,
+                    int *stream, char *msg, size_t msglen, char *param, size_t paramlen);
 /* Merges /v1/models bodies; returns a malloc'd JSON text. */
 char *gw_lua_models(lupin_runtime *rt, const gw_buf *bodies, size_t n);
 
@@ -81,9 +83,9 @@ struct gw_endpoint {
   int port;
   char hostport[80];
   struct sockaddr_storage addr;
-  int refs;    /* the registry's one, plus one per upstream exchange */
-  int removed; /* gone from the registry; freed at its last ref */
-  int seen;    /* marks of an endpoints file re-read */
+  int refs;       /* the registry's one, plus one per upstream exchange */
+  int removed;    /* gone from the registry; freed at its last ref */
+  int seen;       /* marks of an endpoints file re-read */
   gw_uconn *idle; /* the keep-alive pool */
   size_t n_idle;
   /* scraping (scrape.c) */
@@ -137,8 +139,7 @@ void gw_conn_error(gw_conn *c, int status, const char *message, const char *para
                    const lupin_header *h, size_t n);
 /* A streamed response: headers now, then writes, then end.  content_length
  * < 0: chunked transfer encoding. */
-void gw_conn_start(gw_conn *c, int status, const lupin_header *h, size_t n,
-                   int64_t content_length);
+void gw_conn_start(gw_conn *c, int status, const lupin_header *h, size_t n, int64_t content_length);
 void gw_conn_write(gw_conn *c, const char *data, size_t len);
 void gw_conn_end(gw_conn *c);
 /* Gives up on a response already started: the client sees the connection

@@ -78,16 +78,15 @@ int gw_lua_endpoints(lupin_runtime *rt, const char *file, gw_endpoint_fn fn, voi
   return 0;
 }
 
-int gw_lua_validate(lupin_runtime *rt, const char *path, const char *body, size_t len,
-                    char **model, int *stream, char *msg, size_t msglen, char *param,
-                    size_t paramlen) {
+int gw_lua_validate(lupin_runtime *rt, const char *path, const char *body, size_t len, char **model,
+                    int *stream, char *msg, size_t msglen, char *param, size_t paramlen) {
   lua_State *L = rt->L;
   int base = lua_gettop(L);
   lupin__push_hook(rt, LUPIN_HOOK_GATEWAY);
   lua_pushstring(L, "validate");
   lua_pushstring(L, path);
   lua_pushlstring(L, body, len);
-  if (lupin__call(rt, 3, 3, msg, msglen)) return -1;
+  if (lupin__call(rt, 3, 3, msg, msglen)) return -2; /* the check itself failed */
   int rc = 0;
   if (lua_isnil(L, base + 1)) {
     lupin__errf(msg, msglen, "%s", lua_tostring(L, base + 2));

@@ -46,8 +46,8 @@ static void guess_home(void) {
 }
 
 static int parse_args(int argc, char **argv, gw_options *o) {
-  *o = (gw_options){.listen = "127.0.0.1:8080", .admin = "127.0.0.1:9090",
-                    .log_level = LUPIN_LOG_INFO};
+  *o = (gw_options){
+      .listen = "127.0.0.1:8080", .admin = "127.0.0.1:9090", .log_level = LUPIN_LOG_INFO};
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     const char **dst = !strcmp(a, "--config")        ? &o->config

@@ -42,8 +42,7 @@ static const char *read_labels(const char *p, const char *end, gw_buf *store, si
       p++;
     if (p == name || *n >= MAX_LABELS) return NULL;
     offsets[2 * *n] = store->len;
-    if (gw_buf_append(store, name, (size_t)(p - name)) || gw_buf_append(store, "", 1))
-      return NULL;
+    if (gw_buf_append(store, name, (size_t)(p - name)) || gw_buf_append(store, "", 1)) return NULL;
     p = skip_spaces(p, end);
     if (p >= end || *p != '=') return NULL;
     p = skip_spaces(p + 1, end);

@@ -30,8 +30,8 @@ static void count(lupin_gateway *gw, int status) {
   if (status >= 100 && status < 600) gw->stats.by_status[status]++;
 }
 
-static void log_access(lupin_gateway *gw, const gw_exchange *x, const char *id, int status,
-                       const char *outcome) {
+static void log_access(lupin_gateway *gw, const gw_exchange *x, const char *path, const char *id,
+                       int status, const char *outcome) {
   if (gw->opts.log_level < LUPIN_LOG_INFO) return;
   gw_buf b = {0};
   struct timespec now;
@@ -39,7 +39,7 @@ static void log_access(lupin_gateway *gw, const gw_exchange *x, const char *id, 
   gw_buf_printf(&b, "{\"ts\":%.3f,\"id\":", (double)now.tv_sec + now.tv_nsec / 1e9);
   gw_buf_json(&b, id);
   gw_buf_printf(&b, ",\"path\":");
-  gw_buf_json(&b, x ? x->path : "");
+  gw_buf_json(&b, path);
   gw_buf_printf(&b, ",\"model\":");
   gw_buf_json(&b, x && x->model ? x->model : "");
   gw_buf_printf(&b, ",\"endpoint\":");
@@ -58,7 +58,7 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   if (x->conn) gw_conn_on_abort(x->conn, NULL, NULL);
   gw->stats.by_outcome[outcome & 7]++;
   count(gw, status);
-  log_access(gw, x, lupin_request_id(x->req), status, lupin_outcome_name(outcome));
+  log_access(gw, x, x->path, lupin_request_id(x->req), status, lupin_outcome_name(outcome));
   lupin_request_end(x->req, outcome);
   if (x->prev)
     x->prev->next = x->next;
@@ -226,8 +226,8 @@ static void try_picks(gw_exchange *x) {
     size_t n = upstream_headers(x, h);
     gw_timeouts t = {gw->set.connect_timeout_ms, gw->set.first_byte_timeout_ms,
                      gw->set.idle_timeout_ms};
-    x->up = gw_upstream_start(ep, "POST", x->http->url, h, n, x->http->body.data,
-                              x->http->body.len, t, &proxy_cb, x);
+    x->up = gw_upstream_start(ep, "POST", x->http->url, h, n, x->http->body.data, x->http->body.len,
+                              t, &proxy_cb, x);
     if (x->up) return;
     gw_endpoint_unref(ep);
     x->ep = NULL;
@@ -256,9 +256,18 @@ static size_t parse_subset(char *list, const char **out, size_t max) {
   return n;
 }
 
-static void reply_error(lupin_gateway *gw, gw_conn *c, int status, const char *msg,
-                        const char *param) {
+/* Answers a request that never reached the runtime (bad request, route). */
+static void answered(lupin_gateway *gw, const char *path, int status) {
   count(gw, status);
+  log_access(gw, NULL, path, "", status,
+             status < 300   ? "ok"
+             : status < 500 ? "bad_request"
+                            : "error");
+}
+
+static void reply_error(lupin_gateway *gw, gw_conn *c, const char *path, int status,
+                        const char *msg, const char *param) {
+  answered(gw, path, status);
   gw_conn_error(c, status, msg, param, NULL, 0);
 }
 
@@ -272,7 +281,7 @@ static void schedule(lupin_gateway *gw, gw_exchange *x) {
     try_picks(x);
     return;
   }
-  lupin_outcome o = status == 503 ? LUPIN_NO_ENDPOINT
+  lupin_outcome o = status == 503  ? LUPIN_NO_ENDPOINT
                     : status < 500 ? LUPIN_REJECTED
                                    : LUPIN_PLUGIN_ERROR;
   fail(x, status, x->result.message ? x->result.message : "scheduling failed", o);
@@ -281,9 +290,15 @@ static void schedule(lupin_gateway *gw, gw_exchange *x) {
 static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, const char *path) {
   char msg[1024], param[64], *model = NULL;
   int stream = 0;
-  if (gw_lua_validate(gw->rt, path, http->body.data, http->body.len, &model, &stream, msg,
-                      sizeof msg, param, sizeof param)) {
-    reply_error(gw, c, 400, msg, param);
+  int rc = gw_lua_validate(gw->rt, path, http->body.data, http->body.len, &model, &stream, msg,
+                           sizeof msg, param, sizeof param);
+  if (rc == -2) {
+    gw_log(gw, LUPIN_LOG_ERROR, "checking a request body: %s", msg);
+    reply_error(gw, c, path, 500, "internal error while checking the request body", NULL);
+    return;
+  }
+  if (rc) {
+    reply_error(gw, c, path, 400, msg, param);
     return;
   }
   char *subset_text = NULL;
@@ -303,12 +318,18 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
   free(subset_text);
   if (!req) {
     free(model);
-    reply_error(gw, c, 500, msg, NULL);
+    reply_error(gw, c, path, 500, msg, NULL);
     return;
   }
   gw_exchange *x = calloc(1, sizeof *x);
-  *x = (gw_exchange){.gw = gw, .conn = c, .http = http, .req = req, .model = model,
-                     .stream = stream, .started = http->started, .path = path};
+  *x = (gw_exchange){.gw = gw,
+                     .conn = c,
+                     .http = http,
+                     .req = req,
+                     .model = model,
+                     .stream = stream,
+                     .started = http->started,
+                     .path = path};
   x->next = gw->exchanges;
   if (gw->exchanges) gw->exchanges->prev = x;
   gw->exchanges = x;
@@ -367,10 +388,10 @@ static void models_done(void *ud, gw_upstream_error e, const char *detail) {
   char *json = k ? gw_lua_models(f->gw->rt, ok, k) : NULL;
   if (json) {
     lupin_header h = {"content-type", "application/json"};
-    count(f->gw, 200);
+    answered(f->gw, "/v1/models", 200);
     gw_conn_respond(f->conn, 200, &h, 1, json, strlen(json));
   } else {
-    reply_error(f->gw, f->conn, 502, "no endpoint answered GET /v1/models", NULL);
+    reply_error(f->gw, f->conn, "/v1/models", 502, "no endpoint answered GET /v1/models", NULL);
   }
   free(json);
   fan_free(f);
@@ -387,8 +408,10 @@ static void models_abort(void *owner) {
 
 static void models(lupin_gateway *gw, gw_conn *c) {
   if (!gw->n_endpoints) {
-    reply_error(gw, c, 503, "no endpoints in the pool: add some to the config or the endpoints "
-                "file", NULL);
+    reply_error(gw, c, "/v1/models", 503,
+                "no endpoints in the pool: add some to the config or the endpoints "
+                "file",
+                NULL);
     return;
   }
   models_fan *f = calloc(1, sizeof *f);
@@ -407,7 +430,7 @@ static void models(lupin_gateway *gw, gw_conn *c) {
   }
   if (!f->pending) {
     fan_free(f);
-    reply_error(gw, c, 502, "no endpoint answered GET /v1/models", NULL);
+    reply_error(gw, c, "/v1/models", 502, "no endpoint answered GET /v1/models", NULL);
     return;
   }
   gw_conn_on_abort(c, models_abort, f);
@@ -428,7 +451,7 @@ void gw_proxy_handle(void *ud, gw_conn *c, gw_http_request *req) {
       return;
     }
     lupin_header allow = {"allow", "POST"};
-    count(gw, 405);
+    answered(gw, path, 405);
     gw_conn_error(c, 405, "method not allowed: use POST", NULL, &allow, 1);
     return;
   }
@@ -438,7 +461,7 @@ void gw_proxy_handle(void *ud, gw_conn *c, gw_http_request *req) {
       return;
     }
     lupin_header allow = {"allow", "GET"};
-    count(gw, 405);
+    answered(gw, path, 405);
     gw_conn_error(c, 405, "method not allowed: use GET", NULL, &allow, 1);
     return;
   }
@@ -447,5 +470,5 @@ void gw_proxy_handle(void *ud, gw_conn *c, gw_http_request *req) {
            "unknown route %s %s: this gateway serves POST /v1/completions, POST "
            "/v1/chat/completions and GET /v1/models",
            http_method_str(req->method), path);
-  reply_error(gw, c, 404, msg, NULL);
+  reply_error(gw, c, path, 404, msg, NULL);
 }

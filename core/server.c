@@ -7,11 +7,11 @@
  * is in progress (pipelining) wait in `pending` with the parser paused. */
 #include "gateway.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <limits.h>
 
 struct gw_server {
   lupin_gateway *gw;
@@ -55,20 +55,34 @@ static const http_parser_settings parser_settings;
 
 const char *gw_status_text(int status) {
   switch (status) {
-  case 200: return "OK";
-  case 400: return "Bad Request";
-  case 401: return "Unauthorized";
-  case 404: return "Not Found";
-  case 405: return "Method Not Allowed";
-  case 408: return "Request Timeout";
-  case 413: return "Payload Too Large";
-  case 429: return "Too Many Requests";
-  case 431: return "Request Header Fields Too Large";
-  case 500: return "Internal Server Error";
-  case 502: return "Bad Gateway";
-  case 503: return "Service Unavailable";
-  case 504: return "Gateway Timeout";
-  default: return status < 300 ? "OK" : status < 500 ? "Client Error" : "Server Error";
+  case 200:
+    return "OK";
+  case 400:
+    return "Bad Request";
+  case 401:
+    return "Unauthorized";
+  case 404:
+    return "Not Found";
+  case 405:
+    return "Method Not Allowed";
+  case 408:
+    return "Request Timeout";
+  case 413:
+    return "Payload Too Large";
+  case 429:
+    return "Too Many Requests";
+  case 431:
+    return "Request Header Fields Too Large";
+  case 500:
+    return "Internal Server Error";
+  case 502:
+    return "Bad Gateway";
+  case 503:
+    return "Service Unavailable";
+  case 504:
+    return "Gateway Timeout";
+  default:
+    return status < 300 ? "OK" : status < 500 ? "Client Error" : "Server Error";
   }
 }
 
@@ -125,8 +139,8 @@ static void on_timer(uv_timer_t *t) {
   if (c->parser.nread || c->url.len || c->req.headers.n) {
     c->keep_alive = 0;
     c->busy = 1;
-    gw_conn_error(c, 408, "timed out reading the request: send it within headerTimeoutMs",
-                  NULL, NULL, 0);
+    gw_conn_error(c, 408, "timed out reading the request: send it within headerTimeoutMs", NULL,
+                  NULL, 0);
     return;
   }
   close_now(c); /* an idle keep-alive connection */
@@ -331,9 +345,8 @@ static int on_url(http_parser *p, const char *at, size_t len) {
 static int on_header_field(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
   if (count_header(c, len)) return -1;
-  int rc = c->last_was_value || !c->req.headers.n
-               ? gw_headers_add(&c->req.headers, at, len, "", 0)
-               : gw_headers_extend(&c->req.headers, 0, at, len);
+  int rc = c->last_was_value || !c->req.headers.n ? gw_headers_add(&c->req.headers, at, len, "", 0)
+                                                  : gw_headers_extend(&c->req.headers, 0, at, len);
   c->last_was_value = 0;
   return rc;
 }

@@ -7,10 +7,10 @@
  * that fails before any response byte is retried once on a fresh one. */
 #include "gateway.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <limits.h>
 
 struct gw_uconn {
   uv_tcp_t tcp;
@@ -41,12 +41,18 @@ struct gw_upstream {
 
 const char *gw_upstream_error_text(gw_upstream_error e) {
   switch (e) {
-  case GW_UP_OK: return "ok";
-  case GW_UP_CONNECT: return "connect failed";
-  case GW_UP_CONNECT_TIMEOUT: return "connect timed out";
-  case GW_UP_FIRST_BYTE_TIMEOUT: return "no response within firstByteTimeoutMs";
-  case GW_UP_IDLE_TIMEOUT: return "response stalled longer than idleTimeoutMs";
-  case GW_UP_BROKEN: return "connection failed";
+  case GW_UP_OK:
+    return "ok";
+  case GW_UP_CONNECT:
+    return "connect failed";
+  case GW_UP_CONNECT_TIMEOUT:
+    return "connect timed out";
+  case GW_UP_FIRST_BYTE_TIMEOUT:
+    return "no response within firstByteTimeoutMs";
+  case GW_UP_IDLE_TIMEOUT:
+    return "response stalled longer than idleTimeoutMs";
+  case GW_UP_BROKEN:
+    return "connection failed";
   }
   return "?";
 }
@@ -216,8 +222,10 @@ static void on_eof(gw_upstream *u, ssize_t nread) {
   } else if (u->reused && !u->got_bytes) {
     connect_new(u); /* the server had closed the idle connection */
   } else {
-    snprintf(u->detail, sizeof u->detail, "the endpoint closed the connection before the "
-             "response ended (%s)", uv_strerror((int)nread));
+    snprintf(u->detail, sizeof u->detail,
+             "the endpoint closed the connection before the "
+             "response ended (%s)",
+             uv_strerror((int)nread));
     finish(u, GW_UP_BROKEN, u->detail);
   }
 }
@@ -370,9 +378,8 @@ static int on_header_value(http_parser *p, const char *at, size_t len) {
 
 static int on_headers_complete(http_parser *p) {
   gw_upstream *u = ((gw_uconn *)p->data)->u;
-  int64_t cl = p->content_length == ULLONG_MAX || (p->flags & F_CHUNKED)
-                   ? -1
-                   : (int64_t)p->content_length;
+  int64_t cl =
+      p->content_length == ULLONG_MAX || (p->flags & F_CHUNKED) ? -1 : (int64_t)p->content_length;
   if (u->cb.on_headers) u->cb.on_headers(u->ud, p->status_code, &u->headers, cl);
   return u->done ? -1 : 0;
 }

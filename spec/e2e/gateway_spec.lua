@@ -151,6 +151,29 @@ describe("lupin serve", function()
       end)
     end
 
+    it("one JSON access-log line per request", function()
+      local _, h = P.post(gw.base, "/v1/completions", COMPLETION, "-H 'x-request-id: log-1'")
+      P.get(gw.base .. "/nowhere")
+      local line = P.poll(function()
+        for l in (P.read(gw.out) or ""):gmatch("[^\n]+") do
+          if l:match('"id":"log%-1"') then
+            return json.decode(l)
+          end
+        end
+      end, "the access-log line")
+      assert.equal("m", line.model)
+      assert.equal("/v1/completions", line.path)
+      assert.equal(h["x-sim-endpoint"], line.endpoint)
+      assert.equal(200, line.status)
+      assert.equal("ok", line.outcome)
+      assert.is_number(line.scheduling_us)
+      assert.is_number(line.total_ms)
+      assert.is_number(line.ts)
+      P.poll(function()
+        return (P.read(gw.out) or ""):match('"path":"/nowhere"[^\n]*"status":404')
+      end, "the 404's line")
+    end)
+
     it("GET /v1/models merged from every endpoint, each model once", function()
       local status, _, body = P.get(gw.base .. "/v1/models")
       assert.equal(200, status)
