@@ -248,6 +248,8 @@ struct lupin_gateway {
 };
 
 int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen);
+/* host (an IP or a name) and port to a socket address; -1 when unknown. */
+int gw_resolve(const char *host, int port, struct sockaddr_storage *out);
 int gw_run(lupin_gateway *gw);
 void gw_log(lupin_gateway *gw, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

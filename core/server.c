@@ -510,9 +510,8 @@ static int parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err
     memmove(host, host + 1, strlen(host));
     host[strlen(host) - 1] = 0;
   }
-  if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) &&
-      uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ss)) {
-    lupin__errf(err, errlen, "%s: not an IP address (names are not resolved)", hp);
+  if (gw_resolve(host, (int)port, ss)) {
+    lupin__errf(err, errlen, "%s: cannot resolve %s", hp, host);
     return -1;
   }
   return 0;

@@ -276,7 +276,7 @@ static void connect_new(gw_upstream *u) {
   gw_endpoint *ep = u->ep;
   if (!ep->addr.ss_family) {
     u->deferred = GW_UP_CONNECT;
-    u->deferred_detail = "the endpoint address is not an IP address";
+    u->deferred_detail = "the endpoint's address could not be resolved";
     uv_timer_start(&u->timer, on_timeout, 0, 0);
     return;
   }
