@@ -20,6 +20,7 @@
 local M = {}
 
 local cjson = require "cjson.safe"
+local gateway = require "lupin.gateway"
 local log = require "lupin.log"
 
 local FIELDS = {}
@@ -143,7 +144,7 @@ local LAZY = {}
 
 function LAZY.body(v)
   local raw = rawget(v, "raw_body")
-  local body = raw and cjson.decode(raw)
+  local body = raw and (gateway.take_decoded(raw) or cjson.decode(raw))
   return type(body) == "table" and body or false
 end
 

@@ -43,6 +43,20 @@ end
 
 local NUMBERS = { "max_tokens", "max_completion_tokens", "temperature", "top_p", "n" }
 
+-- The body validate decoded, for the request about to begin with it: the
+-- request view (lupin.ctx) takes it instead of decoding the same text again.
+-- Strings are interned, so the comparison is by identity.  Taken once.
+local decoded_text, decoded_body
+
+function M.take_decoded(text)
+  if text ~= decoded_text then
+    return nil
+  end
+  local body = decoded_body
+  decoded_text, decoded_body = nil, nil
+  return body
+end
+
 --- Checks an OpenAI request body.  Returns the model and the stream flag, or
 --- nil, a message a person can act on, and the offending parameter.
 function M.validate(path, text)
@@ -79,6 +93,7 @@ function M.validate(path, text)
   if not ok then
     return nil, msg, param
   end
+  decoded_text, decoded_body = text, body
   return body.model, body.stream == true
 end
 

@@ -138,6 +138,20 @@ describe("gateway request body checks", function()
     end
   end)
 
+  it("hands the decoded body to the request that begins with it, once", function()
+    local r = S.eval(rt, [[
+      local g = require "lupin.gateway"
+      local text = '{"model":"m","prompt":"p"}'
+      g.validate("/v1/completions", text)
+      local first = g.take_decoded(text)
+      g.validate("/v1/completions", text)
+      local other = g.take_decoded('{"model":"n","prompt":"p"}')
+      return { first = first and first.model, again = g.take_decoded(text) ~= nil,
+        other = other == nil, once = g.take_decoded(text) == nil }
+    ]])
+    assert.same({ first = "m", again = true, other = true, once = true }, r)
+  end)
+
   it("merges model lists, each id once", function()
     local merged = S.json.decode(gateway(rt, "models", {
       '{"object":"list","data":[{"id":"a","object":"model"}]}',
