@@ -199,6 +199,38 @@ describe("lupin serve", function()
     end)
   end)
 
+  describe("speaks HTTP/1.1", function()
+    -- raw bytes over a socket (bash's /dev/tcp); returns what came back
+    local function raw(bytes)
+      local port = gw.base:match(":(%d+)$")
+      return P.run(("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%s; printf %s >&3; cat <&3'"):format(
+        port, P.quote(bytes):gsub("'", "'\\''")))
+    end
+
+    it("answers pipelined requests in order on one connection", function()
+      local out = raw("GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+        .. "GET /nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      local first, second = out:find("HTTP/1.1 200", 1, true), out:find("HTTP/1.1 404", 1, true)
+      assert.truthy(first and second and first < second, out)
+    end)
+
+    it("400 for what is not HTTP", function()
+      local out = raw("HELLO THERE\r\n\r\n")
+      assert.truthy(out:match("^HTTP/1.1 400"), out)
+      assert.truthy(out:match("malformed HTTP request"), out)
+      ok_request(gw)
+    end)
+
+    it("takes chunked request bodies and Expect: 100-continue", function()
+      local status, _, body = P.post(gw.base, "/v1/completions", COMPLETION,
+        "-H 'Transfer-Encoding: chunked'")
+      assert.equal(200, status, body)
+      status, _, body = P.post(gw.base, "/v1/completions", COMPLETION,
+        "-H 'Expect: 100-continue'")
+      assert.equal(200, status, body)
+    end)
+  end)
+
   describe("answers errors in the OpenAI shape and keeps serving", function()
     local function expect_error(status, pattern, got_status, headers, body)
       assert.equal(status, got_status, body)
