@@ -455,10 +455,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   if (nread < 0) {
     conn_gone(c);
   } else if (nread > 0 && !c->closing) {
-    if (c->busy || c->ready)
+    if (c->busy || c->ready) {
       gw_buf_append(&c->pending, buf->base, (size_t)nread);
-    else
+      const gw_settings *set = &c->srv->gw->set;
+      if (c->pending.len > set->max_body_bytes + set->max_header_bytes) /* a flood */
+        conn_gone(c);
+    } else {
       feed(c, buf->base, (size_t)nread);
+    }
   }
   free(buf->base);
 }
