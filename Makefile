@@ -124,7 +124,8 @@ bench-prefix: $(B)/bench-prefix
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 	  $(DESTDIR)$(PREFIX)/share/lupin/lua/lupin $(DESTDIR)$(PREFIX)/share/lupin/plugins \
-	  $(DESTDIR)$(PREFIX)/lib/lua/5.1
+	  $(DESTDIR)$(PREFIX)/lib/lua/5.1 $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(B)/lupin $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 core/lupin.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(B)/liblupin.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/liblupin.so $(DESTDIR)$(PREFIX)/lib/
