@@ -387,6 +387,24 @@ describe("lupin serve, failures and lifecycle events", function()
     end
   end)
 
+  it("scraped queues reach the scorers: new requests avoid the endpoint with a queue", function()
+    local sim = start_sim("--slow-endpoints 0 --slow-factor 1000 --max-num-seqs 1", 2)
+    start_gateway(config(eps(sim)))
+    for _ = 1, 2 do -- one runs for seconds, one waits behind it: e1's queue is 1
+      procs[#procs + 1] = P.start(("curl -s -o /dev/null -H %s -d %s %s"):format(
+        P.quote("x-gateway-destination-endpoint-subset: " .. sim.hostports[1]),
+        P.quote(json.encode(COMPLETION)), P.quote(gw.base .. "/v1/completions")))
+    end
+    P.poll(function()
+      return (P.metric(gw, 'lupin_endpoint_waiting_queue_size{endpoint="e1"}') or 0) >= 1
+    end, "e1's queue")
+    for _ = 1, 4 do
+      local status, h = P.post(gw.base, "/v1/completions", COMPLETION)
+      assert.equal(200, status)
+      assert.equal(sim.hostports[2], h["x-sim-endpoint"])
+    end
+  end)
+
   it("502 when no pick can be reached, naming them", function()
     start_gateway(config({ ep("dead", 1) }))
     local status, _, body = P.post(gw.base, "/v1/completions", COMPLETION)
