@@ -91,6 +91,11 @@ deps:
 run: all
 	B=$(B) bash examples/run.sh
 
+# A shared-prefix workload through a running `make run`: requests per endpoint,
+# prefix-cache hit rate, TTFT percentiles.
+demo:
+	luajit examples/demo.lua
+
 # The embedding example: the runtime scheduling 1,000 requests, in-process.
 run-embed: all
 	LUPIN_HOME=$(CURDIR) ./$(B)/embed examples/embed/config.json
@@ -139,6 +144,6 @@ clean:
 	rm -rf build build-asan
 
 help:
-	@echo "make deps | all | run | run-embed | test | test-asan | lint | bench | bench-prefix | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-prefix | install PREFIX=... | clean"
 
-.PHONY: FORCE all deps run run-embed test test-asan lint bench bench-prefix install clean help
+.PHONY: FORCE all deps run demo run-embed test test-asan lint bench bench-prefix install clean help
