@@ -27,7 +27,7 @@ SIM_OBJ   = $(SIM_SRC:examples/simulator/%.c=$(B)/sim/%.o)
 SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson 2>/dev/null) -lhttp_parser -lm
 
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
-     $(B)/bench-prefix $(B)/lupin-sim
+     $(B)/bench-prefix $(B)/bench-soak $(B)/lupin-sim
 
 # The install prefix is compiled in (the default home): rebuild when it changes.
 $(B)/prefix.stamp: FORCE
@@ -89,7 +89,7 @@ test-asan:
 lint:
 	luacheck lua plugins spec examples
 
-bench: all bench-prefix
+bench: all bench-prefix bench-soak
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/minimal.json 16 200000 100
 	for n in 16 64 256; do \
 	  LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/default.json $$n 50000 4096; \
@@ -97,6 +97,12 @@ bench: all bench-prefix
 
 # The prefix primitives alone: hashing GB/s, index insert/lookup ns per block.
 XCFLAGS ?= $(CFLAGS)
+$(B)/bench-soak: bench/soak.c $(B)/liblupin.a core/lupin.h
+	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
+
+bench-soak: $(B)/bench-soak
+	LUPIN_HOME=$(CURDIR) ./$(B)/bench-soak
+
 $(B)/bench-prefix: bench/prefix.c $(B)/liblupin.a $(CORE_HDR)
 	$(CC) $(XCFLAGS) -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
@@ -123,4 +129,4 @@ clean:
 help:
 	@echo "make deps | all | run | test | test-asan | lint | bench | bench-prefix | install PREFIX=... | clean"
 
-.PHONY: FORCE all deps run test test-asan lint bench bench-prefix install clean help
+.PHONY: bench-soak FORCE all deps run test test-asan lint bench bench-prefix install clean help
