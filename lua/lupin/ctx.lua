@@ -21,6 +21,7 @@ local M = {}
 
 local cjson = require "cjson.safe"
 local log = require "lupin.log"
+local weak = require "lupin.weak"
 
 local FIELDS = {}
 
@@ -177,7 +178,7 @@ local VIEW = {
 -- function -- because LuaJIT traces embed the identity of the closures they
 -- call and of the metatables they guard on: a per-request closure or
 -- metatable caught in a trace would keep that request's table alive.
-local box_of = setmetatable({}, { __mode = "k" }) -- ctx -> box
+local box_of = weak.keys() -- ctx -> box
 local WEAK_BOX = { __mode = "v" }
 
 local CTX = {
@@ -194,6 +195,11 @@ local CTX = {
   end,
   __metatable = "ctx",
 }
+
+--- Resizes the ctx registry to what it holds now (see lupin.weak).
+function M.compact()
+  box_of = weak.rebuilt(box_of)
+end
 
 --- A request's state table.
 ---@param gen table the generation it is pinned to

@@ -411,6 +411,9 @@ function M.response_complete(r)
   end
 end
 
+local COMPACT_EVERY = 65536
+local until_compact = COMPACT_EVERY
+
 function M.finish(r, outcome)
   r.outcome = outcome
   local ctxs = r.ctxs
@@ -420,6 +423,12 @@ function M.finish(r, outcome)
     end
   end
   leaks.ended(r)
+  until_compact = until_compact - 1
+  if until_compact == 0 then -- keep the weak registries sized to the traffic
+    until_compact = COMPACT_EVERY
+    ctx.compact()
+    leaks.compact()
+  end
 end
 
 return M
