@@ -505,17 +505,20 @@ describe("lupin-sim", function()
   end)
 
   it("queues prefills behind each other with --prefill-serial", function()
-    local sim = start("--prefill-serial --prefill-overhead-ms 150 --itl-ms 0")
-    for i = 1, 3 do
-      post_later(sim.port, "/v1/completions", { model = MODEL, prompt = "p" .. i, max_tokens = 2 })
-    end
+    local sim = start("--prefill-serial --prefill-overhead-ms 300 --itl-ms 0")
+    -- one shell starts the three clients together, so they arrive within a few ms
+    local f = os.tmpname()
+    S.write(f, json.encode({ model = MODEL, prompt = "p", max_tokens = 2 }))
+    local one = ("%s -s -o /dev/null --max-time 30 --data-binary @%s http://127.0.0.1:%d/v1/completions &")
+      :format(CURL, f, sim.port)
+    os.execute("(" .. one:rep(3, " ") .. " wait; rm -f " .. f .. ") >/dev/null 2>&1 &")
     local m = eventually(function()
       local m = metrics(sim.port)
       return m["vllm:request_success_total"] == 3 and m
     end, 200)
     assert.is_table(m, "the three requests did not finish")
-    -- 150 ms each, one after another: the third waited at least 300 ms for its first token
-    local labels = '{engine="0",model_name="' .. MODEL .. '",le="0.25"}'
+    -- 300 ms each, one after another: the third waited about 900 ms for its first token
+    local labels = '{engine="0",model_name="' .. MODEL .. '",le="0.5"}'
     assert.is_true(m["vllm:time_to_first_token_seconds_bucket" .. labels] <= 2)
     assert.equal(0, sim.stop())
   end)
