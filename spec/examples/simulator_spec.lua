@@ -525,6 +525,9 @@ describe("lupin-sim", function()
 
   it("reports running and waiting LoRA adapters under --max-loras", function()
     local sim = start("--lora a,b --max-loras 1 --itl-ms 200")
+    local _, idle = metrics(sim.port)
+    assert.matches('vllm:lora_requests_info{max_lora="1",running_lora_adapters="",waiting_lora_adapters=""} ', idle,
+      1, true)
     post_later(sim.port, "/v1/completions", { model = "a", prompt = "x", max_tokens = 100 })
     eventually(function() return metrics(sim.port)["vllm:num_requests_running"] == 1 end)
     post_later(sim.port, "/v1/completions", { model = "b", prompt = "y", max_tokens = 100 })
@@ -537,6 +540,15 @@ describe("lupin-sim", function()
     local ts = text:match('vllm:lora_requests_info{max_lora="1",running_lora_adapters="a",'
       .. 'waiting_lora_adapters="b"} (%S+)')
     assert.is_true(tonumber(ts) > 1.6e9)
+    -- earlier label sets stay exported, as with vLLM's labelled gauge; the current one is the latest
+    local series = {}
+    for labels, v in text:gmatch("vllm:lora_requests_info{([^}]*)} (%S+)") do
+      series[#series + 1] = { labels = labels, v = tonumber(v) }
+    end
+    assert.is_true(#series >= 2)
+    table.sort(series, function(x, y) return x.v > y.v end)
+    assert.matches('running_lora_adapters="a",waiting_lora_adapters="b"', series[1].labels, 1, true)
+    assert.matches('running_lora_adapters="",waiting_lora_adapters=""', series[#series].labels, 1, true)
     assert.equal(0, sim.stop())
   end)
 
