@@ -44,6 +44,10 @@ end
 
 math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 100000)
 
+-- Simulators started by a test; the ones a test leaves running (a failed
+-- assertion before its stop) are stopped after it, unless marked `keep`.
+local live = {}
+
 --- Starts lupin-sim with `args` on a random free port base; returns a handle
 --- { port, log, stop() }. The subshell waits for it so its exit code is kept.
 local function start(args, n)
@@ -64,6 +68,10 @@ local function start(args, n)
     end, 200)
     local sim = { port = port, base = base, log = base .. ".log", pid = tonumber(slurp(base .. ".pid")) }
     function sim.stop()
+      if sim.stopped then
+        return sim.rc
+      end
+      sim.stopped = true
       os.execute("kill -TERM " .. sim.pid .. " 2>/dev/null")
       eventually(function() return slurp(base .. ".rc") ~= "" end, 200)
       sim.rc = tonumber(slurp(base .. ".rc"))
@@ -75,6 +83,7 @@ local function start(args, n)
       return sim.rc
     end
     if ready == "ok" then
+      live[#live + 1] = sim
       return sim
     end
     sim.stop()
@@ -157,6 +166,15 @@ end
 local LONG = ("The quick brown fox jumps over the lazy dog. "):rep(45) -- 2025 chars, 507 tokens
 
 describe("lupin-sim", function()
+  after_each(function()
+    for i = #live, 1, -1 do
+      if not live[i].keep then
+        live[i].stop()
+        table.remove(live, i)
+      end
+    end
+  end)
+
   describe("flags", function()
     it("--help prints every flag with its default and exits 0", function()
       local out = sh(BIN .. " --help; echo rc=$?")
@@ -187,6 +205,7 @@ describe("lupin-sim", function()
     local sim
     setup(function()
       sim = start("--instant --lora sql-lora,chat-lora --seed 7 --num-gpu-blocks 256", 2)
+      sim.keep = true -- shared by this block's tests; its teardown stops it
     end)
     teardown(function()
       assert.equal(0, sim.stop())
@@ -345,6 +364,16 @@ describe("lupin-sim", function()
       assert.same({ "one", "two", "three" }, ids)
       assert.matches('"object":"text_completion"', out, 1, true)
       assert.matches("connection: close\r\n\r\n{\"object\":\"list\"", out, 1, true)
+    end)
+
+    it("answers Expect: 100-continue so a client sends its body without waiting", function()
+      local f = os.tmpname()
+      S.write(f, json.encode({ model = MODEL, prompt = LONG, max_tokens = 1 }))
+      -- without the 100 the client would hold the body back past --max-time
+      local out = sh(("%s -s -o /dev/null -w '%%{http_code}' -H 'Expect: 100-continue' --expect100-timeout 60"
+        .. " --max-time 10 --data-binary @%s http://127.0.0.1:%d/v1/completions"):format(CURL, f, sim.port))
+      os.remove(f)
+      assert.equal("200", out)
     end)
 
     it("answers malformed HTTP with 400 and closes", function()
