@@ -368,7 +368,7 @@ describe("lupin-sim", function()
 
     it("answers Expect: 100-continue so a client sends its body without waiting", function()
       local f = os.tmpname()
-      S.write(f, json.encode({ model = MODEL, prompt = LONG, max_tokens = 1 }))
+      S.write(f, json.encode({ model = MODEL, prompt = "E" .. LONG, max_tokens = 1 })) -- its own prefix
       -- without the 100 the client would hold the body back past --max-time
       local out = sh(("%s -s -o /dev/null -w '%%{http_code}' -H 'Expect: 100-continue' --expect100-timeout 60"
         .. " --max-time 10 --data-binary @%s http://127.0.0.1:%d/v1/completions"):format(CURL, f, sim.port))
