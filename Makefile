@@ -11,7 +11,7 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
-            lua-busted lua-check libxxhash-dev libhttp-parser-dev wrk curl
+            lua-busted lua-check libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl
 
 CORE_SRC  = core/alloc.c core/blockhash.c core/endpoint.c core/generation.c core/prefix_index.c \
             core/request.c core/runtime.c
@@ -76,11 +76,21 @@ test-asan:
 lint:
 	luacheck lua plugins spec examples
 
-bench: all bench-prefix
+bench: all bench-prefix bench-core
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/minimal.json 16 200000 100
 	for n in 16 64 256; do \
 	  LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/default.json $$n 50000 4096; \
 	done
+
+# The full lifecycle against the default algorithm written in plain C
+# (bench/core/native.c; libjansson decodes its bodies), 16-256 endpoints,
+# 1-256 KB prompts; about 1.5 minutes.  Picks are checked to agree.
+BENCH_CORE_SRC = $(wildcard bench/core/*.c)
+$(B)/bench-core: $(BENCH_CORE_SRC) bench/core/bench.h $(B)/liblupin.a $(CORE_HDR)
+	$(CC) $(XCFLAGS) -Icore -o $@ $(BENCH_CORE_SRC) $(B)/liblupin.a $(LDLIBS) -ljansson
+
+bench-core: all $(B)/bench-core
+	LUPIN_HOME=$(CURDIR) ./$(B)/bench-core examples/configs/default.json
 
 # The prefix primitives alone: hashing GB/s, index insert/lookup ns per block.
 XCFLAGS ?= $(CFLAGS)
@@ -108,6 +118,6 @@ clean:
 	rm -rf build build-asan
 
 help:
-	@echo "make deps | all | run | test | test-asan | lint | bench | bench-prefix | install PREFIX=... | clean"
+	@echo "make deps | all | run | test | test-asan | lint | bench | bench-core | bench-prefix | install PREFIX=... | clean"
 
-.PHONY: FORCE all deps run test test-asan lint bench bench-prefix install clean help
+.PHONY: FORCE all deps run test test-asan lint bench bench-core bench-prefix install clean help

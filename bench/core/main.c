@@ -1,0 +1,176 @@
+/* bench/core: lupin's full request lifecycle through the embedding API
+ * against the native reference (native.c), over endpoint counts and prompt
+ * sizes, on the same deterministic request stream.  A benchmark, not a test.
+ *
+ *   LUPIN_HOME=. ./build/bench-core [config] [scale]
+ *
+ * config defaults to examples/configs/default.json (native.c implements that
+ * algorithm, so another config only makes sense for the lupin figures);
+ * scale multiplies the iteration counts (default 1: about 1.5 minutes on a
+ * 2-core machine).  Prints each configuration as it finishes, then one table. */
+#include "bench.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct config {
+  int endpoints;
+  size_t prompt;
+  int warmup, timed, in_flight;
+} config;
+
+static const config configs[] = {
+    {16, 1024, 2000, 20000, 5000},      {16, 4096, 2000, 20000, 5000},
+    {16, 16384, 1000, 6000, 1000},      {16, 262144, 60, 500, 100},
+    {64, 1024, 2000, 20000, 5000},      {64, 16384, 1000, 6000, 1000},
+    {64, 262144, 60, 500, 100},         {256, 1024, 2000, 15000, 5000},
+    {256, 16384, 1000, 5000, 1000},     {256, 262144, 60, 500, 100},
+};
+#define N_CONFIGS (sizeof configs / sizeof *configs)
+
+typedef struct row {
+  config c;
+  double l_median, l_p99, l_mean, n_median, n_p99, n_mean;
+  double heap;
+  breakdown b;
+  double n_decode; /* ns per jansson decode of the body */
+  int agree, disagree, ties;
+} row;
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void stats(double *t, int n, double *median, double *p99, double *mean) {
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += t[i];
+  qsort(t, (size_t)n, sizeof *t, cmp);
+  *median = t[n / 2];
+  *p99 = t[(size_t)n * 99 / 100];
+  *mean = sum / n;
+}
+
+static double jansson_decode_ns(const workload *w) {
+  int reps = w->body_len > 100000 ? 100 : w->body_len > 10000 ? 1000 : 10000;
+  double t0 = now_ns();
+  for (int i = 0; i < reps; i++) json_decref(json_loadb(w->body, w->body_len, 0, NULL));
+  return (now_ns() - t0) / reps;
+}
+
+static void run(const config *c, const char *path, row *r) {
+  workload w;
+  workload_init(&w, c->endpoints, c->prompt, SEED);
+  int total = c->warmup + c->timed;
+  int *picks = malloc(total * sizeof *picks);
+  double *t = malloc(c->timed * sizeof *t);
+  memset(r, 0, sizeof *r);
+  r->c = *c;
+
+  /* lupin: warm-up (JIT, index), then timed one by one */
+  lupin_side *ls = lupin_side_new(&w, path);
+  double lsum = 0;
+  for (int i = 0; i < total; i++) {
+    workload_next(&w);
+    lupin_side_push_metrics(ls);
+    if (i == c->warmup) lupin_side_mark(ls);
+    double s = now_ns();
+    picks[i] = lupin_side_lifecycle(ls);
+    double d = now_ns() - s;
+    if (i >= c->warmup) lsum += t[i - c->warmup] = d;
+  }
+  lupin_side_breakdown(ls, c->timed, lsum, &r->b);
+  stats(t, c->timed, &r->l_median, &r->l_p99, &r->l_mean);
+
+  /* native: the same stream from the start, its picks checked against lupin's */
+  workload_reset(&w);
+  native *nv = native_new(c->endpoints, w.queue, w.kv);
+  for (int i = 0; i < total; i++) {
+    workload_next(&w);
+    int ties;
+    double s = now_ns();
+    int pick = native_lifecycle(nv, w.body, w.body_len, picks[i], &ties);
+    double d = now_ns() - s;
+    if (i >= c->warmup) t[i - c->warmup] = d;
+    if (ties > 1) r->ties++;
+    else if (pick == picks[i]) r->agree++;
+    else r->disagree++;
+  }
+  stats(t, c->timed, &r->n_median, &r->n_p99, &r->n_mean);
+  r->n_decode = jansson_decode_ns(&w);
+  native_free(nv);
+
+  r->heap = lupin_side_heap_per_request(ls, c->in_flight);
+  lupin_side_free(ls);
+  workload_free(&w);
+  free(picks);
+  free(t);
+}
+
+static const char *size_name(size_t b) {
+  static char buf[4][32];
+  static int k;
+  char *s = buf[k++ & 3];
+  snprintf(s, 32, "%zu KB", b / 1024);
+  return s;
+}
+
+static void pct(char *out, double part, double whole) {
+  snprintf(out, 8, "%.0f%%", whole > 0 ? 100 * part / whole : 0);
+}
+
+static void print_row(const row *r) {
+  const breakdown *b = &r->b;
+  double whole = b->decode + b->hashing + b->scoring + b->runtime;
+  char d[8], h[8], s[8], rt[8];
+  pct(d, b->decode, whole);
+  pct(h, b->hashing, whole);
+  pct(s, b->scoring, whole);
+  pct(rt, b->runtime, whole);
+  printf("| %3d | %6s | %8.2f | %8.2f | %7.0f | %8.2f | %8.2f | %7.0f | %5.2f | %5.2f | %9.0f "
+         "| %4s | %4s | %4s | %4s | %5.0f%% | %d/%d (%d ties) |\n",
+         r->c.endpoints, size_name(r->c.prompt), r->l_median / 1e3, r->l_p99 / 1e3,
+         1e9 / r->l_mean, r->n_median / 1e3, r->n_p99 / 1e3, 1e9 / r->n_mean,
+         r->l_median / r->n_median, r->l_mean / r->n_mean, r->heap, d, h, s, rt,
+         100 * r->n_decode / r->n_mean, r->agree, r->agree + r->disagree, r->ties);
+}
+
+static void header(void) {
+  printf("| eps | prompt | lupin median µs | p99 µs | lupin/s | native median µs | p99 µs "
+         "| native/s | ratio median | ratio mean | Lua heap B/req | decode | hash+index "
+         "| scoring | runtime | native decode | same pick |\n");
+  printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+}
+
+int main(int argc, char **argv) {
+  const char *path = argc > 1 ? argv[1] : "examples/configs/default.json";
+  double scale = argc > 2 ? atof(argv[2]) : 1;
+  if (scale <= 0) scale = 1;
+  row rows[N_CONFIGS];
+  int disagreements = 0;
+  printf("bench-core: %s, seed %u, full lifecycle (begin, schedule, response header, 3 chunks, "
+         "complete, end)\n",
+         path, SEED);
+  header();
+  for (size_t i = 0; i < N_CONFIGS; i++) {
+    config c = configs[i];
+    c.warmup = (int)ceil(c.warmup * scale);
+    c.timed = (int)ceil(c.timed * scale);
+    run(&c, path, &rows[i]);
+    print_row(&rows[i]);
+    fflush(stdout);
+    disagreements += rows[i].disagree;
+  }
+  printf("\nbench-core summary (times per lifecycle; per second = 1/mean on one core; ratio = "
+         "lupin/native;\nshares of lupin's timed lifecycles: decode = cjson.decode of the body, "
+         "hash+index = prompt, block hashes,\nindex match and record, scoring = 3 scorers + "
+         "picker, runtime = the rest (see bench/core/lupin_side.c);\nnative decode = jansson's "
+         "share of native's mean; same pick = agreeing/compared, ties apart)\n\n");
+  header();
+  for (size_t i = 0; i < N_CONFIGS; i++) print_row(&rows[i]);
+  if (disagreements) printf("\n%d picks differ between lupin and native\n", disagreements);
+  return disagreements ? 1 : 0;
+}
