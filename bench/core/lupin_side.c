@@ -101,7 +101,34 @@ static void add_stat(void *ud, const lupin_plugin_stat *s) {
     t->scoring += s->nanoseconds;
 }
 
+/* LUPIN_BENCH_PROFILE=<jit.p mode> (e.g. "Fl", "v") profiles the timed
+ * lifecycles with LuaJIT's sampling profiler inside the runtime; the report
+ * goes to LUPIN_BENCH_PROFILE_OUT (default /tmp/bench-core.jitp).
+ * LUPIN_BENCH_JITV=<file> logs the JIT's traces and aborts (jit.v) there. */
+static void profile(lupin_side *ls, int start) {
+  const char *jitv = getenv("LUPIN_BENCH_JITV"); /* a file: jit.v's trace log */
+  if (jitv && *jitv && start) {
+    char code[512], err[512];
+    snprintf(code, sizeof code, "require('jit.v').start([==[%s]==]) return ''", jitv);
+    char *r = lupin__eval(ls->rt, code, err, sizeof err);
+    if (!r) die("jit.v", err);
+    free(r);
+  }
+  const char *mode = getenv("LUPIN_BENCH_PROFILE");
+  if (!mode || !*mode) return;
+  const char *out = getenv("LUPIN_BENCH_PROFILE_OUT");
+  char code[512], err[512];
+  snprintf(code, sizeof code,
+           start ? "require('jit.p').start([==[%s]==], [==[%s]==]) return ''"
+                 : "require('jit.p').stop() return ''",
+           mode, out ? out : "/tmp/bench-core.jitp");
+  char *r = lupin__eval(ls->rt, code, err, sizeof err);
+  if (!r) die("jit.p", err);
+  free(r);
+}
+
 void lupin_side_mark(lupin_side *ls) {
+  profile(ls, 1);
   sums t = {0};
   lupin_runtime_plugin_stats(ls->rt, add_stat, &t);
   ls->mark_prepare = t.prepare;
@@ -131,6 +158,7 @@ static double decode_ns(lupin_side *ls) {
 }
 
 void lupin_side_breakdown(lupin_side *ls, int n, double total_ns, breakdown *out) {
+  profile(ls, 0);
   sums t = {0};
   lupin_runtime_plugin_stats(ls->rt, add_stat, &t);
   double prepare = t.prepare - ls->mark_prepare;

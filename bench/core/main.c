@@ -2,15 +2,17 @@
  * against the native reference (native.c), over endpoint counts and prompt
  * sizes, on the same deterministic request stream.  A benchmark, not a test.
  *
- *   LUPIN_HOME=. ./build/bench-core [config] [scale]
+ *   LUPIN_HOME=. ./build/bench-core [config] [scale] [endpoints:prompt-bytes]
  *
  * config defaults to examples/configs/default.json (native.c implements that
  * algorithm, so another config only makes sense for the lupin figures);
  * scale multiplies the iteration counts (default 1: about 1.5 minutes on a
- * 2-core machine).  Prints each configuration as it finishes, then one table. */
+ * 2-core machine); the last argument runs that one configuration only (for
+ * profiling: perf record -g ./build/bench-core default.json 1 16:4096).
+ * Prints each configuration as it finishes, then one table; exits 1 if a
+ * pick differs between the two sides. */
 #include "bench.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +38,7 @@ typedef struct row {
   double l_median, l_p99, l_mean, n_median, n_p99, n_mean;
   double heap;
   breakdown b;
-  double n_decode; /* ns per jansson decode of the body */
+  double n_decode; /* mean ns of jansson's decode per lifecycle */
   int agree, disagree, ties;
 } row;
 
@@ -52,13 +54,6 @@ static void stats(double *t, int n, double *median, double *p99, double *mean) {
   *median = t[n / 2];
   *p99 = t[(size_t)n * 99 / 100];
   *mean = sum / n;
-}
-
-static double jansson_decode_ns(const workload *w) {
-  int reps = w->body_len > 100000 ? 100 : w->body_len > 10000 ? 1000 : 10000;
-  double t0 = now_ns();
-  for (int i = 0; i < reps; i++) json_decref(json_loadb(w->body, w->body_len, 0, NULL));
-  return (now_ns() - t0) / reps;
 }
 
 static void run(const config *c, const char *path, row *r) {
@@ -91,16 +86,18 @@ static void run(const config *c, const char *path, row *r) {
   for (int i = 0; i < total; i++) {
     workload_next(&w);
     int ties;
-    double s = now_ns();
-    int pick = native_lifecycle(nv, w.body, w.body_len, picks[i], &ties);
+    double dec, s = now_ns();
+    int pick = native_lifecycle(nv, w.body, w.body_len, picks[i], &ties, &dec);
     double d = now_ns() - s;
-    if (i >= c->warmup) t[i - c->warmup] = d;
+    if (i >= c->warmup) {
+      t[i - c->warmup] = d;
+      r->n_decode += dec / c->timed;
+    }
     if (ties > 1) r->ties++;
     else if (pick == picks[i]) r->agree++;
     else r->disagree++;
   }
   stats(t, c->timed, &r->n_median, &r->n_p99, &r->n_mean);
-  r->n_decode = jansson_decode_ns(&w);
   native_free(nv);
 
   r->heap = lupin_side_heap_per_request(ls, c->in_flight);
@@ -130,26 +127,35 @@ static void print_row(const row *r) {
   pct(h, b->hashing, whole);
   pct(s, b->scoring, whole);
   pct(rt, b->runtime, whole);
-  printf("| %3d | %6s | %8.2f | %8.2f | %7.0f | %8.2f | %8.2f | %7.0f | %5.2f | %5.2f | %9.0f "
-         "| %4s | %4s | %4s | %4s | %5.0f%% | %d/%d (%d ties) |\n",
+  /* lupin's mean without cjson's decode over native's without jansson's */
+  double l_rest = r->l_mean - b->decode / r->c.timed, n_rest = r->n_mean - r->n_decode;
+  printf("| %3d | %6s | %8.2f | %8.2f | %7.0f | %8.2f | %8.2f | %7.0f | %5.2f | %5.2f | %5.2f "
+         "| %9.0f | %4s | %4s | %4s | %4s | %3.0f%% | %d/%d (%d ties) |\n",
          r->c.endpoints, size_name(r->c.prompt), r->l_median / 1e3, r->l_p99 / 1e3,
          1e9 / r->l_mean, r->n_median / 1e3, r->n_p99 / 1e3, 1e9 / r->n_mean,
-         r->l_median / r->n_median, r->l_mean / r->n_mean, r->heap, d, h, s, rt,
-         100 * r->n_decode / r->n_mean, r->agree, r->agree + r->disagree, r->ties);
+         r->l_median / r->n_median, r->l_mean / r->n_mean, l_rest / n_rest, r->heap, d, h, s,
+         rt, 100 * r->n_decode / r->n_mean, r->agree, r->agree + r->disagree, r->ties);
 }
 
 static void header(void) {
   printf("| eps | prompt | lupin median µs | p99 µs | lupin/s | native median µs | p99 µs "
-         "| native/s | ratio median | ratio mean | Lua heap B/req | decode | hash+index "
-         "| scoring | runtime | native decode | same pick |\n");
-  printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+         "| native/s | ratio median | ratio mean | ratio mean w/o decode | Lua heap B/req "
+         "| decode | hash+index | scoring | runtime | native decode | same pick |\n");
+  printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
 int main(int argc, char **argv) {
   const char *path = argc > 1 ? argv[1] : "examples/configs/default.json";
   double scale = argc > 2 ? atof(argv[2]) : 1;
   if (scale <= 0) scale = 1;
-  row rows[N_CONFIGS];
+  int only_eps = 0;
+  size_t only_prompt = 0;
+  if (argc > 3 && sscanf(argv[3], "%d:%zu", &only_eps, &only_prompt) != 2) {
+    fprintf(stderr, "bench-core: want endpoints:prompt-bytes, got %s\n", argv[3]);
+    return 2;
+  }
+  row rows[N_CONFIGS + 1];
+  size_t n_rows = 0;
   int disagreements = 0;
   printf("bench-core: %s, seed %u, full lifecycle (begin, schedule, response header, 3 chunks, "
          "complete, end)\n",
@@ -157,20 +163,31 @@ int main(int argc, char **argv) {
   header();
   for (size_t i = 0; i < N_CONFIGS; i++) {
     config c = configs[i];
+    if (only_eps) {
+      if (only_prompt != c.prompt) continue;
+      c.endpoints = only_eps;
+      i = N_CONFIGS; /* the counts of the first with that prompt size */
+    }
     c.warmup = (int)ceil(c.warmup * scale);
     c.timed = (int)ceil(c.timed * scale);
-    run(&c, path, &rows[i]);
-    print_row(&rows[i]);
+    row *r = &rows[n_rows++];
+    run(&c, path, r);
+    print_row(r);
     fflush(stdout);
-    disagreements += rows[i].disagree;
+    disagreements += r->disagree;
+  }
+  if (n_rows == 0) {
+    fprintf(stderr, "bench-core: no configuration with a %zu-byte prompt\n", only_prompt);
+    return 2;
   }
   printf("\nbench-core summary (times per lifecycle; per second = 1/mean on one core; ratio = "
          "lupin/native;\nshares of lupin's timed lifecycles: decode = cjson.decode of the body, "
          "hash+index = prompt, block hashes,\nindex match and record, scoring = 3 scorers + "
          "picker, runtime = the rest (see bench/core/lupin_side.c);\nnative decode = jansson's "
-         "share of native's mean; same pick = agreeing/compared, ties apart)\n\n");
+         "share of native's mean;\nratio w/o decode = lupin's mean less cjson's decode over "
+         "native's mean less jansson's;\nsame pick = agreeing/compared, ties apart)\n\n");
   header();
-  for (size_t i = 0; i < N_CONFIGS; i++) print_row(&rows[i]);
+  for (size_t i = 0; i < n_rows; i++) print_row(&rows[i]);
   if (disagreements) printf("\n%d picks differ between lupin and native\n", disagreements);
   return disagreements ? 1 : 0;
 }

@@ -70,8 +70,10 @@ static const char *string_field(json_t *o, const char *k, size_t *len) {
 
 /* Decode, hash, look up: the request's prefix matches (prefix-cache-scorer's
  * prepare).  Endpoint i is id i + 1 in the index. */
-static void prepare(native *nv, request *r, const char *text, size_t len) {
+static void prepare(native *nv, request *r, const char *text, size_t len, double *decode_ns) {
+  double t0 = now_ns();
   r->body = json_loadb(text, len, 0, NULL);
+  *decode_ns = now_ns() - t0;
   lupin_hash_input in = {.block_size = BLOCK_SIZE, .max_blocks = MAX_BLOCKS};
   in.model = string_field(r->body, "model", &in.model_len);
   in.salt = string_field(r->body, "cache_salt", &in.salt_len);
@@ -122,9 +124,10 @@ static int schedule(native *nv, request *r, int follow, int *ties) {
   return pick;
 }
 
-int native_lifecycle(native *nv, const char *body, size_t len, int follow, int *ties) {
+int native_lifecycle(native *nv, const char *body, size_t len, int follow, int *ties,
+                     double *decode_ns) {
   request *r = calloc(1, sizeof *r); /* begin */
-  prepare(nv, r, body, len);
+  prepare(nv, r, body, len, decode_ns);
   r->pick = schedule(nv, r, follow, ties);
   if (r->n_hashes > 0) /* pre_request */
     lupin_prefix_record(nv->index, (uint32_t)r->pick + 1, r->hashes, (size_t)r->n_hashes);
