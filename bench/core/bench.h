@@ -57,15 +57,20 @@ void workload_free(workload *w);
 
 typedef struct native native;
 
+/* ns summed over lifecycles: json_loadb; block hashes, index match and record */
+typedef struct native_times {
+  double decode, index;
+} native_times;
+
 native *native_new(int n_endpoints, const double *queue, const double *kv);
 /* One full lifecycle of the default algorithm on a body; returns the picked
  * endpoint's index.  *ties: how many endpoints share the top score.  When
  * several do, the pick is the one in `follow` if it is among them (the
  * runtime breaks ties at random; following it keeps both prefix indexes the
- * same), else the first.  *decode_ns: the time json_loadb took (timed
- * inline: two clock reads, ~50 ns, are part of the lifecycle's time). */
+ * same), else the first.  With tm, the parts are timed and added there
+ * (clock reads inline: a separate pass from the one whose total is timed). */
 int native_lifecycle(native *nv, const char *body, size_t len, int follow, int *ties,
-                     double *decode_ns);
+                     native_times *tm);
 void native_free(native *nv);
 
 /* --- lupin_side.c -------------------------------------------------------- */
@@ -75,7 +80,11 @@ typedef struct lupin_side lupin_side;
 /* Where lupin's time went, in ns summed over the timed lifecycles. */
 typedef struct breakdown {
   double decode;  /* cjson.decode of the body (measured apart, see there) */
-  double hashing; /* prompt, block hashes, index match and record */
+  double index;   /* block hashes, index match and record: the C work, as
+                     the native side's instrumented pass times it */
+  double prefix;  /* the rest of the prefix plugin's prepare and pre_request:
+                     its Lua, and what decoding costs in a request beyond the
+                     loop's figure (fresh strings, GC steps) */
   double scoring; /* the three scorers and the picker */
   double runtime; /* the rest: request state, ctx, engine, C<->Lua, finish, GC */
 } breakdown;
@@ -86,8 +95,10 @@ int lupin_side_lifecycle(lupin_side *ls);
 void lupin_side_push_metrics(lupin_side *ls);
 /* Marks the start of the timed part (plugin time counted from here). */
 void lupin_side_mark(lupin_side *ls);
-/* Splits total_ns (n timed lifecycles) into the breakdown. */
-void lupin_side_breakdown(lupin_side *ls, int n, double total_ns, breakdown *out);
+/* Splits total_ns (n timed lifecycles) into the breakdown; index_ns is the
+ * native side's hashing and index time over the same lifecycles. */
+void lupin_side_breakdown(lupin_side *ls, int n, double total_ns, double index_ns,
+                          breakdown *out);
 /* Lua heap held per in-flight (begun and scheduled) request, after a full GC. */
 double lupin_side_heap_per_request(lupin_side *ls, int in_flight);
 void lupin_side_free(lupin_side *ls);

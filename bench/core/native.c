@@ -70,10 +70,10 @@ static const char *string_field(json_t *o, const char *k, size_t *len) {
 
 /* Decode, hash, look up: the request's prefix matches (prefix-cache-scorer's
  * prepare).  Endpoint i is id i + 1 in the index. */
-static void prepare(native *nv, request *r, const char *text, size_t len, double *decode_ns) {
-  double t0 = now_ns();
+static void prepare(native *nv, request *r, const char *text, size_t len, native_times *tm) {
+  double t0 = tm ? now_ns() : 0;
   r->body = json_loadb(text, len, 0, NULL);
-  *decode_ns = now_ns() - t0;
+  double t1 = tm ? now_ns() : 0;
   lupin_hash_input in = {.block_size = BLOCK_SIZE, .max_blocks = MAX_BLOCKS};
   in.model = string_field(r->body, "model", &in.model_len);
   in.salt = string_field(r->body, "cache_salt", &in.salt_len);
@@ -87,6 +87,10 @@ static void prepare(native *nv, request *r, const char *text, size_t len, double
                                             nv->counts, (size_t)nv->n)
                        : 0;
   for (long i = 0; i < k; i++) nv->matched[nv->ids[i] - 1] = nv->counts[i];
+  if (tm) {
+    tm->decode += t1 - t0;
+    tm->index += now_ns() - t1;
+  }
 }
 
 /* The profile: three weighted scorers and max-score. */
@@ -125,12 +129,14 @@ static int schedule(native *nv, request *r, int follow, int *ties) {
 }
 
 int native_lifecycle(native *nv, const char *body, size_t len, int follow, int *ties,
-                     double *decode_ns) {
+                     native_times *tm) {
   request *r = calloc(1, sizeof *r); /* begin */
-  prepare(nv, r, body, len, decode_ns);
+  prepare(nv, r, body, len, tm);
   r->pick = schedule(nv, r, follow, ties);
+  double t0 = tm ? now_ns() : 0;
   if (r->n_hashes > 0) /* pre_request */
     lupin_prefix_record(nv->index, (uint32_t)r->pick + 1, r->hashes, (size_t)r->n_hashes);
+  if (tm) tm->index += now_ns() - t0;
   /* response header, three chunks, complete: the default config has no
    * plugin there, so the native side has nothing to do */
   int pick = r->pick; /* end */
