@@ -35,7 +35,9 @@ end
 
 -- Calls one extension point of one plugin: its ctx, the profile it runs in,
 -- the memory limit, the counters.  Returns pcall's results.
-local function call(r, rec, point, profile, ...)
+-- Fixed arity, no vararg: LuaJIT does not compile a vararg passed on through
+-- pcall, and no extension point takes more than two arguments after ctx.
+local function call(r, rec, point, profile, x, y)
   local c = ctx.of(r, rec)
   if rawget(c, "profile") ~= profile then
     rawset(c, "profile", profile)
@@ -49,7 +51,7 @@ local function call(r, rec, point, profile, ...)
     end
     alloc.enforce = 1
   end
-  local ok, a, b, d = pcall(rec[point], rec.obj, c, ...)
+  local ok, a, b, d = pcall(rec[point], rec.obj, c, x, y)
   alloc.enforce = 0
   st.calls = st.calls + 1
   st.ns = st.ns + (now() - t0) * 1e9
