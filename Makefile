@@ -11,8 +11,8 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
-            lua-busted lua-check libxxhash-dev libhttp-parser-dev wrk curl \
-            libjansson-dev python3
+            lua-busted lua-check libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
+            python3
 
 CORE_SRC  = core/alloc.c core/blockhash.c core/endpoint.c core/generation.c core/prefix_index.c \
             core/request.c core/runtime.c
@@ -32,7 +32,7 @@ SIM_OBJ   = $(SIM_SRC:examples/simulator/%.c=$(B)/sim/%.o)
 SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson 2>/dev/null) -lhttp_parser -lm
 
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
-     $(B)/bench-prefix $(B)/lupin-sim $(B)/lupin
+     $(B)/bench-prefix $(B)/bench-soak $(B)/lupin-sim $(B)/lupin
 
 # The install prefix is compiled in (the default home): rebuild when it changes.
 $(B)/prefix.stamp: FORCE
@@ -94,7 +94,7 @@ run: all
 # A shared-prefix workload through a running `make run`: requests per endpoint,
 # prefix-cache hit rate, TTFT percentiles.
 demo:
-	luajit examples/demo.lua
+	bash examples/demo/demo.sh
 
 # The embedding example: the runtime scheduling 1,000 requests, in-process.
 run-embed: all
@@ -111,14 +111,30 @@ test-asan:
 lint:
 	luacheck lua plugins spec examples
 
-bench: all bench-prefix
+bench: all bench-prefix bench-core bench-soak
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/minimal.json 16 200000 100
 	for n in 16 64 256; do \
 	  LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/default.json $$n 50000 4096; \
 	done
 
+# The full lifecycle against the default algorithm written in plain C
+# (bench/core/native.c; libjansson decodes its bodies), 16-256 endpoints,
+# 1-256 KB prompts; about 1.5 minutes.  Picks are checked to agree.
+BENCH_CORE_SRC = $(wildcard bench/core/*.c)
+$(B)/bench-core: $(BENCH_CORE_SRC) bench/core/bench.h $(B)/liblupin.a $(CORE_HDR)
+	$(CC) $(XCFLAGS) -Icore -o $@ $(BENCH_CORE_SRC) $(B)/liblupin.a $(LDLIBS) -ljansson
+
+bench-core: all $(B)/bench-core
+	LUPIN_HOME=$(CURDIR) ./$(B)/bench-core examples/configs/default.json
+
+# 10M lifecycles with failures injected at every stage, then 100k in flight.
+$(B)/bench-soak: bench/soak.c $(B)/liblupin.a core/lupin.h
+	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
+
+bench-soak: $(B)/bench-soak
+	LUPIN_HOME=$(CURDIR) ./$(B)/bench-soak
+
 # The prefix primitives alone: hashing GB/s, index insert/lookup ns per block.
-XCFLAGS ?= $(CFLAGS)
 $(B)/bench-prefix: bench/prefix.c $(B)/liblupin.a $(CORE_HDR)
 	$(CC) $(XCFLAGS) -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
@@ -144,6 +160,7 @@ clean:
 	rm -rf build build-asan
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-prefix | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-core | bench-prefix | install PREFIX=... | clean"
 
-.PHONY: FORCE all deps run demo run-embed test test-asan lint bench bench-prefix install clean help
+.PHONY: FORCE all deps run demo run-embed test test-asan lint bench bench-core bench-prefix \
+        bench-soak install clean help

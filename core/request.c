@@ -101,7 +101,9 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
   lua_State *L = rt->L;
   lupin__push_hook(rt, LUPIN_HOOK_BEGIN);
   lua_rawgeti(L, LUA_REGISTRYINDEX, gen->ref);
-  lua_pushlightuserdata(L, req);
+  /* as a number: LuaJIT compiles ffi.cast from a number, not from a light
+   * userdata (x86-64 user addresses fit a double's 53 bits) */
+  lua_pushnumber(L, (lua_Number)(uintptr_t)req);
   push_desc(L, desc);
   if (lupin__call(rt, 3, 2, err, errlen)) {
     free(req);

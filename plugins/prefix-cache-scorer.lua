@@ -3,6 +3,7 @@
 -- requests were sent there.  Parameters and behaviour follow the EPP's prefix
 -- plugin, so its configs port unchanged (hashBlockSize is its blockSize).
 local prefix = require "lupin.prefix"
+local new_table = require "table.new"
 
 local CHARS_PER_TOKEN = 4 -- autoTune: the EPP's estimate of characters per token
 
@@ -89,7 +90,7 @@ return {
 
   score = function(self, ctx, endpoints)
     local st = state(self, ctx, endpoints)
-    local total, matches, out = st.hashes.n, st.matches, {}
+    local total, matches, out = st.hashes.n, st.matches, new_table(#endpoints, 0)
     for i, ep in ipairs(endpoints) do
       out[i] = total > 0 and (matches[ep.id] or 0) / total or 0
     end

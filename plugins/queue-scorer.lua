@@ -2,21 +2,25 @@
 -- the candidates' waiting queue sizes, so the shortest queue scores 1 and the
 -- longest 0; when all are equal every endpoint scores 1.  A metric that is
 -- missing (never scraped) reads 0, as in the EPP.
+local new_table = require "table.new"
+
 return {
   type = "queue-scorer",
   schema = {},
 
   score = function(_, _, endpoints)
-    local n, q, min, max = #endpoints, {}, math.huge, -math.huge
+    local n, min, max = #endpoints, math.huge, -math.huge
     for i = 1, n do
       local v = endpoints[i].waiting_queue_size
       v = v == v and v or 0 -- NaN: missing
-      q[i] = v
       min, max = math.min(min, v), math.max(max, v)
     end
-    local scores = {}
+    -- the queues are read again rather than kept in a table: one allocation less
+    local scores = new_table(n, 0)
     for i = 1, n do
-      scores[i] = max == min and 1 or (max - q[i]) / (max - min)
+      local v = endpoints[i].waiting_queue_size
+      v = v == v and v or 0
+      scores[i] = max == min and 1 or (max - v) / (max - min)
     end
     return scores
   end,

@@ -320,8 +320,10 @@ static int sim_start(sim *s) {
 }
 
 static void sim_free(sim *s) {
-  for (int i = 0; s->eps && i < s->cfg.endpoints; i++)
+  for (int i = 0; s->eps && i < s->cfg.endpoints; i++) {
     kv_free(s->eps[i].kv);
+    metrics_free(&s->eps[i].m);
+  }
   free(s->eps);
   config_free(&s->cfg);
 }

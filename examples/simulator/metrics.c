@@ -5,6 +5,7 @@
  * vLLM exactly. lupin_sim_* series are the simulator's own, for the specs. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sim.h"
@@ -88,15 +89,44 @@ static void adapters(const endpoint *ep, const job_list *l, strbuf *out) {
   }
 }
 
-static void lora_info(const endpoint *ep, strbuf *out) {
+/* Retires the label set shown so far into the old series when it changed. */
+static void lora_roll(counters *m, const char *labels) {
+  if (m->lora_now.labels && strcmp(m->lora_now.labels, labels) == 0) {
+    if (m->lora_updated > m->lora_now.ts) m->lora_now.ts = m->lora_updated;
+    return;
+  }
+  for (int i = 0; i < m->nlora_old; i++) { /* a set that comes back is current again */
+    if (strcmp(m->lora_old[i].labels, labels) != 0) continue;
+    free(m->lora_old[i].labels);
+    m->lora_old[i] = m->lora_old[--m->nlora_old];
+    break;
+  }
+  if (m->lora_now.labels) {
+    if (m->nlora_old == LORA_SERIES_KEPT) { /* forget the oldest */
+      free(m->lora_old[0].labels);
+      memmove(m->lora_old, m->lora_old + 1, sizeof m->lora_old[0] * (LORA_SERIES_KEPT - 1));
+      m->nlora_old--;
+    }
+    m->lora_old[m->nlora_old++] = m->lora_now;
+  }
+  double ts = m->lora_updated > m->lora_now.ts ? m->lora_updated : m->lora_now.ts + 1e-6;
+  m->lora_now.labels = strdup(labels);
+  m->lora_now.ts = ts;
+}
+
+static void lora_info(endpoint *ep, strbuf *out) {
   strbuf running = {0}, waiting = {0}, labels = {0};
   adapters(ep, &ep->running, &running);
   adapters(ep, &ep->waiting, &waiting);
   sb_printf(&labels, "max_lora=\"%d\",running_lora_adapters=\"%s\",waiting_lora_adapters=\"%s\"",
             ep->sim->cfg.max_loras, running.data, waiting.data);
+  lora_roll(&ep->m, labels.data);
   sb_adds(out, "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
                "# TYPE vllm:lora_requests_info gauge\n");
-  sb_printf(out, "vllm:lora_requests_info{%s} %.6f\n", labels.data, ep->m.lora_updated);
+  for (int i = 0; i < ep->m.nlora_old; i++)
+    sb_printf(out, "vllm:lora_requests_info{%s} %.6f\n", ep->m.lora_old[i].labels,
+              ep->m.lora_old[i].ts);
+  sb_printf(out, "vllm:lora_requests_info{%s} %.6f\n", labels.data, ep->m.lora_now.ts);
   sb_free(&running);
   sb_free(&waiting);
   sb_free(&labels);
@@ -159,7 +189,15 @@ static void sim_counters(const endpoint *ep, strbuf *out) {
   sample(out, "lupin_sim_injected_failures_total", labels, (double)ep->m.injected_drops);
 }
 
-void metrics_render(const endpoint *ep, strbuf *out) {
+void metrics_free(counters *c) {
+  free(c->lora_now.labels);
+  for (int i = 0; i < c->nlora_old; i++)
+    free(c->lora_old[i].labels);
+  c->lora_now.labels = NULL;
+  c->nlora_old = 0;
+}
+
+void metrics_render(endpoint *ep, strbuf *out) {
   char labels[512];
   snprintf(labels, sizeof labels, "engine=\"0\",model_name=\"%s\"", ep->sim->cfg.model);
   engine_gauges(ep, out, labels);

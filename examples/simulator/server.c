@@ -23,6 +23,7 @@ typedef struct conn {
   strbuf url, body, hfield, hvalue;
   bool in_value;
   bool too_large;
+  bool expect_continue;
   char *request_id;  /* x-request-id, received or generated */
   char *destination; /* x-gateway-destination-endpoint, echoed as x-sim-destination */
   bool keep_alive;
@@ -268,6 +269,8 @@ static void header_done(conn *c) {
   if (strcasecmp(f, "x-request-id") == 0 && *v) {
     free(c->request_id);
     c->request_id = strdup(v);
+  } else if (strcasecmp(f, "expect") == 0 && strcasecmp(v, "100-continue") == 0) {
+    c->expect_continue = true;
   } else if (strcasecmp(f, "x-gateway-destination-endpoint") == 0) {
     free(c->destination);
     c->destination = strdup(v);
@@ -280,7 +283,7 @@ static void header_done(conn *c) {
 static int on_message_begin(http_parser *p) {
   conn *c = conn_of(p);
   c->url.len = c->body.len = c->hfield.len = c->hvalue.len = 0;
-  c->in_value = c->too_large = false;
+  c->in_value = c->too_large = c->expect_continue = false;
   free(c->request_id);
   free(c->destination);
   c->request_id = c->destination = NULL;
@@ -307,7 +310,10 @@ static int on_header_value(http_parser *p, const char *at, size_t len) {
 }
 
 static int on_headers_complete(http_parser *p) {
-  header_done(conn_of(p));
+  conn *c = conn_of(p);
+  header_done(c);
+  /* curl sends large bodies only after this (or after a 1 s wait). */
+  if (c->expect_continue) conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25, false);
   return 0;
 }
 

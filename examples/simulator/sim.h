@@ -98,6 +98,15 @@ typedef struct histogram {
 void hist_init(histogram *h, const double *bounds, int nbounds);
 void hist_observe(histogram *h, double v);
 
+/* vLLM's lora_requests_info is a labelled gauge: each label set it ever had
+ * stays exported with the value it had last, and the current one has the
+ * latest timestamp. The simulator keeps the last few old ones the same way. */
+#define LORA_SERIES_KEPT 8
+typedef struct lora_series {
+  char *labels;
+  double ts;
+} lora_series;
+
 typedef struct counters {
   uint64_t requests; /* completion requests received (lupin_sim_requests_total) */
   uint64_t success;  /* finished with a full response */
@@ -109,12 +118,16 @@ typedef struct counters {
   uint64_t prefix_hits;    /* tokens */
   histogram ttft;
   histogram itl;
-  double lora_updated; /* unix time of the last change of the LoRA sets */
+  double lora_updated;  /* unix time of the last change of the LoRA sets */
+  lora_series lora_now; /* the label set /metrics showed last */
+  lora_series lora_old[LORA_SERIES_KEPT];
+  int nlora_old;
 } counters;
 
 struct endpoint;
 void metrics_init(counters *c);
-void metrics_render(const struct endpoint *ep, strbuf *out);
+void metrics_free(counters *c);
+void metrics_render(struct endpoint *ep, strbuf *out);
 
 /* ---- the engine (engine.c) -------------------------------------------------- */
 
@@ -202,10 +215,10 @@ typedef struct endpoint {
   kvcache *kv;
   job_list waiting, running;
   counters m;
-  uint64_t rng;       /* per-endpoint stream for failure injection */
-  uint64_t seq;       /* request ids */
+  uint64_t rng;             /* per-endpoint stream for failure injection */
+  uint64_t seq;             /* request ids */
   uint64_t prefill_free_at; /* loop time (ms) the last queued prefill ends (--prefill-serial) */
-  struct conn *conns; /* open connections, closed on shutdown */
+  struct conn *conns;       /* open connections, closed on shutdown */
 } endpoint;
 
 typedef struct sim {

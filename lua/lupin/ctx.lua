@@ -22,6 +22,7 @@ local M = {}
 local cjson = require "cjson.safe"
 local gateway = require "lupin.gateway"
 local log = require "lupin.log"
+local weak = require "lupin.weak"
 
 local FIELDS = {}
 
@@ -178,7 +179,7 @@ local VIEW = {
 -- function -- because LuaJIT traces embed the identity of the closures they
 -- call and of the metatables they guard on: a per-request closure or
 -- metatable caught in a trace would keep that request's table alive.
-local box_of = setmetatable({}, { __mode = "k" }) -- ctx -> box
+local box_of = weak.keys() -- ctx -> box
 local WEAK_BOX = { __mode = "v" }
 
 local CTX = {
@@ -195,6 +196,11 @@ local CTX = {
   end,
   __metatable = "ctx",
 }
+
+--- Resizes the ctx registry to what it holds now (see lupin.weak).
+function M.compact()
+  box_of = weak.rebuilt(box_of)
+end
 
 --- A request's state table.
 ---@param gen table the generation it is pinned to

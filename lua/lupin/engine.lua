@@ -35,7 +35,9 @@ end
 
 -- Calls one extension point of one plugin: its ctx, the profile it runs in,
 -- the memory limit, the counters.  Returns pcall's results.
-local function call(r, rec, point, profile, ...)
+-- Fixed arity, no vararg: LuaJIT does not compile a vararg passed on through
+-- pcall, and no extension point takes more than two arguments after ctx.
+local function call(r, rec, point, profile, x, y)
   local c = ctx.of(r, rec)
   if rawget(c, "profile") ~= profile then
     rawset(c, "profile", profile)
@@ -49,7 +51,7 @@ local function call(r, rec, point, profile, ...)
     end
     alloc.enforce = 1
   end
-  local ok, a, b, d = pcall(rec[point], rec.obj, c, ...)
+  local ok, a, b, d = pcall(rec[point], rec.obj, c, x, y)
   alloc.enforce = 0
   st.calls = st.calls + 1
   st.ns = st.ns + (now() - t0) * 1e9
@@ -411,6 +413,9 @@ function M.response_complete(r)
   end
 end
 
+local COMPACT_EVERY = 65536
+local until_compact = COMPACT_EVERY
+
 function M.finish(r, outcome)
   r.outcome = outcome
   local ctxs = r.ctxs
@@ -420,6 +425,12 @@ function M.finish(r, outcome)
     end
   end
   leaks.ended(r)
+  until_compact = until_compact - 1
+  if until_compact == 0 then -- keep the weak registries sized to the traffic
+    until_compact = COMPACT_EVERY
+    ctx.compact()
+    leaks.compact()
+  end
 end
 
 return M

@@ -2,11 +2,18 @@
 -- its subtables and ctx objects once the request ends, sits in a weak
 -- registry; whatever is still there after a full GC is held by someone, and
 -- a search from each plugin's globals and instance names the holder.
+local weak = require "lupin.weak"
+
 local M = {}
 
-local tables = setmetatable({}, { __mode = "k" }) -- request table -> true
-local ended = setmetatable({}, { __mode = "k" }) -- state of ended requests -> request id
-local owner = setmetatable({}, { __mode = "k" }) -- private tables and ctxs -> instance name
+local tables = weak.keys() -- request table -> true
+local ended = weak.keys() -- state of ended requests -> request id
+local owner = weak.keys() -- private tables and ctxs -> instance name
+
+--- Resizes the registries to what they hold now.
+function M.compact()
+  tables, ended, owner = weak.rebuilt(tables), weak.rebuilt(ended), weak.rebuilt(owner)
+end
 
 function M.track(r)
   tables[r] = true

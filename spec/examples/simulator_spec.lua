@@ -44,6 +44,10 @@ end
 
 math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 100000)
 
+-- Simulators started by a test; the ones a test leaves running (a failed
+-- assertion before its stop) are stopped after it, unless marked `keep`.
+local live = {}
+
 --- Starts lupin-sim with `args` on a random free port base; returns a handle
 --- { port, log, stop() }. The subshell waits for it so its exit code is kept.
 local function start(args, n)
@@ -64,6 +68,10 @@ local function start(args, n)
     end, 200)
     local sim = { port = port, base = base, log = base .. ".log", pid = tonumber(slurp(base .. ".pid")) }
     function sim.stop()
+      if sim.stopped then
+        return sim.rc
+      end
+      sim.stopped = true
       os.execute("kill -TERM " .. sim.pid .. " 2>/dev/null")
       eventually(function() return slurp(base .. ".rc") ~= "" end, 200)
       sim.rc = tonumber(slurp(base .. ".rc"))
@@ -75,6 +83,7 @@ local function start(args, n)
       return sim.rc
     end
     if ready == "ok" then
+      live[#live + 1] = sim
       return sim
     end
     sim.stop()
@@ -157,6 +166,15 @@ end
 local LONG = ("The quick brown fox jumps over the lazy dog. "):rep(45) -- 2025 chars, 507 tokens
 
 describe("lupin-sim", function()
+  after_each(function()
+    for i = #live, 1, -1 do
+      if not live[i].keep then
+        live[i].stop()
+        table.remove(live, i)
+      end
+    end
+  end)
+
   describe("flags", function()
     it("--help prints every flag with its default and exits 0", function()
       local out = sh(BIN .. " --help; echo rc=$?")
@@ -187,6 +205,7 @@ describe("lupin-sim", function()
     local sim
     setup(function()
       sim = start("--instant --lora sql-lora,chat-lora --seed 7 --num-gpu-blocks 256", 2)
+      sim.keep = true -- shared by this block's tests; its teardown stops it
     end)
     teardown(function()
       assert.equal(0, sim.stop())
@@ -347,6 +366,16 @@ describe("lupin-sim", function()
       assert.matches("connection: close\r\n\r\n{\"object\":\"list\"", out, 1, true)
     end)
 
+    it("answers Expect: 100-continue so a client sends its body without waiting", function()
+      local f = os.tmpname()
+      S.write(f, json.encode({ model = MODEL, prompt = "E" .. LONG, max_tokens = 1 })) -- its own prefix
+      -- without the 100 the client would hold the body back past --max-time
+      local out = sh(("%s -s -o /dev/null -w '%%{http_code}' -H 'Expect: 100-continue' --expect100-timeout 60"
+        .. " --max-time 10 --data-binary @%s http://127.0.0.1:%d/v1/completions"):format(CURL, f, sim.port))
+      os.remove(f)
+      assert.equal("200", out)
+    end)
+
     it("answers malformed HTTP with 400 and closes", function()
       local out = raw(sim.port, "BLAH /x\r\n\r\n")
       assert.matches("^HTTP/1.1 400 Bad Request\r\n", out)
@@ -505,23 +534,29 @@ describe("lupin-sim", function()
   end)
 
   it("queues prefills behind each other with --prefill-serial", function()
-    local sim = start("--prefill-serial --prefill-overhead-ms 150 --itl-ms 0")
-    for i = 1, 3 do
-      post_later(sim.port, "/v1/completions", { model = MODEL, prompt = "p" .. i, max_tokens = 2 })
-    end
+    local sim = start("--prefill-serial --prefill-overhead-ms 300 --itl-ms 0")
+    -- one shell starts the three clients together, so they arrive within a few ms
+    local f = os.tmpname()
+    S.write(f, json.encode({ model = MODEL, prompt = "p", max_tokens = 2 }))
+    local one = ("%s -s -o /dev/null --max-time 30 --data-binary @%s http://127.0.0.1:%d/v1/completions &")
+      :format(CURL, f, sim.port)
+    os.execute("(" .. one:rep(3, " ") .. " wait; rm -f " .. f .. ") >/dev/null 2>&1 &")
     local m = eventually(function()
       local m = metrics(sim.port)
       return m["vllm:request_success_total"] == 3 and m
     end, 200)
     assert.is_table(m, "the three requests did not finish")
-    -- 150 ms each, one after another: the third waited at least 300 ms for its first token
-    local labels = '{engine="0",model_name="' .. MODEL .. '",le="0.25"}'
+    -- 300 ms each, one after another: the third waited about 900 ms for its first token
+    local labels = '{engine="0",model_name="' .. MODEL .. '",le="0.5"}'
     assert.is_true(m["vllm:time_to_first_token_seconds_bucket" .. labels] <= 2)
     assert.equal(0, sim.stop())
   end)
 
   it("reports running and waiting LoRA adapters under --max-loras", function()
     local sim = start("--lora a,b --max-loras 1 --itl-ms 200")
+    local _, idle = metrics(sim.port)
+    assert.matches('vllm:lora_requests_info{max_lora="1",running_lora_adapters="",waiting_lora_adapters=""} ', idle,
+      1, true)
     post_later(sim.port, "/v1/completions", { model = "a", prompt = "x", max_tokens = 100 })
     eventually(function() return metrics(sim.port)["vllm:num_requests_running"] == 1 end)
     post_later(sim.port, "/v1/completions", { model = "b", prompt = "y", max_tokens = 100 })
@@ -534,6 +569,15 @@ describe("lupin-sim", function()
     local ts = text:match('vllm:lora_requests_info{max_lora="1",running_lora_adapters="a",'
       .. 'waiting_lora_adapters="b"} (%S+)')
     assert.is_true(tonumber(ts) > 1.6e9)
+    -- earlier label sets stay exported, as with vLLM's labelled gauge; the current one is the latest
+    local series = {}
+    for labels, v in text:gmatch("vllm:lora_requests_info{([^}]*)} (%S+)") do
+      series[#series + 1] = { labels = labels, v = tonumber(v) }
+    end
+    assert.is_true(#series >= 2)
+    table.sort(series, function(x, y) return x.v > y.v end)
+    assert.matches('running_lora_adapters="a",waiting_lora_adapters="b"', series[1].labels, 1, true)
+    assert.matches('running_lora_adapters="",waiting_lora_adapters=""', series[#series].labels, 1, true)
     assert.equal(0, sim.stop())
   end)
 
