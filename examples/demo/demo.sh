@@ -32,6 +32,15 @@ counter() {
   echo "$total"
 }
 
+# The simulators' TTFT histogram, summed over endpoints: "le count" lines.
+ttft_buckets() {
+  for ((i = 0; i < ENDPOINTS; i++)); do
+    curl -sf "http://$sim_host:$((sim_port + i))/metrics" |
+      awk '/^vllm:time_to_first_token_seconds_bucket/ {
+        match($0, /le="[^"]+"/); print substr($0, RSTART + 4, RLENGTH - 5), $2 }'
+  done | awk '{ n[$1] += $2 } END { for (le in n) print le, n[le] }' | sort -g
+}
+
 # One request body per line: "group question json".
 system_prompt() { # ~3,000 characters, different per group
   local g=$1 s=""
@@ -47,18 +56,25 @@ for ((q = 0; q < QUESTIONS; q++)); do
   done
 done
 
-one() { # one streamed request: prints "endpoint ttft status"
-  local body=${1#* * } h ttft code ep
+one() { # one streamed request: prints "endpoint ttft status"; TTFT is taken at
+         # the first SSE data line, as a client sees it (headers come earlier)
+  local body=${1#* * } h start first="" line code ep
   h=$(mktemp "$work/headers.XXXXXX")
-  read -r ttft code < <(curl -s -N -o /dev/null -D "$h" -w '%{time_starttransfer} %{http_code}\n' \
-    -H 'content-type: application/json' -d "$body" "$GATEWAY/v1/chat/completions")
+  start=$EPOCHREALTIME
+  while IFS= read -r line; do
+    if [ -z "$first" ] && [[ $line == data:* ]]; then first=$EPOCHREALTIME; fi
+  done < <(curl -s -N -D "$h" -H 'content-type: application/json' -d "$body" \
+    "$GATEWAY/v1/chat/completions")
+  code=$(awk 'NR == 1 { print $2 }' "$h")
   ep=$(awk -F': ' 'tolower($1) == "x-sim-endpoint" { gsub("\r", "", $2); print $2 }' "$h")
   rm -f "$h"
-  echo "${ep:-none} $ttft $code"
+  awk -v e="${ep:-none}" -v s="$start" -v f="${first:-$EPOCHREALTIME}" -v c="${code:-000}" \
+    'BEGIN { printf "%s %.6f %s\n", e, f - s, c }'
 }
 export -f one
 export GATEWAY work
 
+ttft_buckets > "$work/ttft0"
 hits0=$(counter vllm:prefix_cache_hits_total)
 queries0=$(counter vllm:prefix_cache_queries_total)
 
@@ -68,6 +84,7 @@ echo "~3,000-character system prompt, $QUESTIONS questions each, $CONCURRENCY at
 head -n "$NGROUPS" "$work/requests" | xargs -d '\n' -P "$CONCURRENCY" -I{} bash -c 'one "$1"' _ {} > "$work/results"
 tail -n +"$((NGROUPS + 1))" "$work/requests" | xargs -d '\n' -P "$CONCURRENCY" -I{} bash -c 'one "$1"' _ {} >> "$work/results"
 
+ttft_buckets > "$work/ttft1"
 hits=$(( $(counter vllm:prefix_cache_hits_total) - hits0 ))
 queries=$(( $(counter vllm:prefix_cache_queries_total) - queries0 ))
 
@@ -78,7 +95,14 @@ awk '$3 != 200 { bad++ } END { if (bad) printf "  (%d requests failed)\n", bad }
 if [ "$queries" -gt 0 ]; then
   awk -v h="$hits" -v q="$queries" 'BEGIN { printf "prefix-cache hit rate (simulator): %.1f%% of %d prompt tokens\n", 100 * h / q, q }'
 fi
+# at the model servers: the simulators' histogram, so a bucket's upper bound
+join "$work/ttft0" "$work/ttft1" 2>/dev/null | sort -g | awk '{ le[NR] = $1; c[NR] = $3 - $2 } END {
+  n = c[NR]; if (!n) exit
+  split("0.5 0.9 0.99", ps, " "); out = ""
+  for (k = 1; k <= 3; k++) for (i = 1; i <= NR; i++) if (c[i] >= ps[k] * n) {
+    out = out sprintf(" p%g ≤ %g ms,", ps[k] * 100, le[i] * 1000); break }
+  printf "TTFT at the model servers (simulator histogram):%s over %d requests\n", substr(out, 1, length(out) - 1), n }'
+# at the client, including curl and bash starting up for each request
 sort -n -k2 "$work/results" | awk '{ t[NR] = $2 * 1000 } END {
-  if (NR) printf "TTFT: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms over %d requests\n",
-    t[int(NR * 0.5) + (NR * 0.5 > int(NR * 0.5))], t[int(NR * 0.9) + (NR * 0.9 > int(NR * 0.9))],
-    t[int(NR * 0.99) + (NR * 0.99 > int(NR * 0.99))], NR }'
+  if (NR) printf "TTFT at the client (incl. starting curl): p50 %.1f ms, p90 %.1f ms\n",
+    t[int(NR * 0.5) + (NR * 0.5 > int(NR * 0.5))], t[int(NR * 0.9) + (NR * 0.9 > int(NR * 0.9))] }'
