@@ -1,5 +1,7 @@
 -- Picks the endpoints with the highest total score, best first; ties are
 -- broken at random so equal endpoints share the load.
+local picker = require "lupin.picker"
+
 local random = math.random
 
 local function best(endpoints, scores)
@@ -39,13 +41,10 @@ end
 
 return {
   type = "max-score-picker",
-  schema = {
-    maxNumOfEndpoints = { type = "integer", default = 1,
-      description = "how many endpoints to return, best first (values ≤ 0 mean 1)" },
-  },
+  schema = picker.schema,
 
   new = function(params)
-    return { k = math.max(1, params.maxNumOfEndpoints) }
+    return { k = picker.count(params) }
   end,
 
   pick = function(self, _, scored)

@@ -1,16 +1,15 @@
 -- Picks maxNumOfEndpoints endpoints uniformly at random, ignoring scores
 -- (a partial Fisher-Yates shuffle).
+local picker = require "lupin.picker"
+
 local random = math.random
 
 return {
   type = "random-picker",
-  schema = {
-    maxNumOfEndpoints = { type = "integer", default = 1,
-      description = "how many endpoints to return (values ≤ 0 mean 1)" },
-  },
+  schema = picker.schema,
 
   new = function(params)
-    return { k = math.max(1, params.maxNumOfEndpoints) }
+    return { k = picker.count(params) }
   end,
 
   pick = function(self, _, scored)

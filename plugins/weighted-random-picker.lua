@@ -3,17 +3,16 @@
 -- endpoint gets the key U^(1/score) with U uniform in (0, 1), and the largest
 -- keys win, best first.  Endpoints scoring ≤ 0 are never picked, unless all
 -- do: then the pick is uniform over all of them.
+local picker = require "lupin.picker"
+
 local random = math.random
 
 return {
   type = "weighted-random-picker",
-  schema = {
-    maxNumOfEndpoints = { type = "integer", default = 1,
-      description = "how many endpoints to return (values ≤ 0 mean 1)" },
-  },
+  schema = picker.schema,
 
   new = function(params)
-    return { k = math.max(1, params.maxNumOfEndpoints) }
+    return { k = picker.count(params) }
   end,
 
   pick = function(self, _, scored)
