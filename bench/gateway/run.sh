@@ -112,7 +112,9 @@ if [ "$PERF" = 1 ]; then
   perf_pid=$!
   run lupin plain 0 "$DURATION"
   wait "$perf_pid" || true
-  perf report -i "$WORK/perf.data" --no-children --sort symbol --stdio 2>/dev/null | grep -v '^$' | head -80 >"$PERF_OUT"
-  perf report -i "$WORK/perf.data" --no-children --sort dso --stdio 2>/dev/null | grep -v '^#' | grep -v '^$' | head -15 >>"$PERF_OUT"
+  perf report -i "$WORK/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null >"$WORK/dso.txt" || true
+  perf report -i "$WORK/perf.data" --no-children --sort dso,symbol --stdio -g none 2>/dev/null >"$WORK/sym.txt" || true
+  { grep -v '^#' "$WORK/dso.txt" | grep -v '^$' | sed -n 1,12p
+    echo; grep -v '^#' "$WORK/sym.txt" | grep -v '^$' | sed -n 1,40p; } >"$PERF_OUT"
 fi
 [ "$bad_total" = 0 ] || { echo "bench-gateway: $bad_total non-2xx answers or socket errors" >&2; exit 1; }
