@@ -12,7 +12,7 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
             lua-busted lua-check libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
-            python3
+            python3 nginx
 
 CORE_SRC  = core/alloc.c core/blockhash.c core/endpoint.c core/generation.c core/prefix_index.c \
             core/request.c core/runtime.c
@@ -111,7 +111,7 @@ test-asan:
 lint:
 	luacheck lua plugins spec examples
 
-bench: all bench-prefix bench-core bench-soak
+bench: all bench-prefix bench-core bench-soak bench-gateway bench-soak-gateway
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/minimal.json 16 200000 100
 	for n in 16 64 256; do \
 	  LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/default.json $$n 50000 4096; \
@@ -133,6 +133,16 @@ $(B)/bench-soak: bench/soak.c $(B)/liblupin.a core/lupin.h
 
 bench-soak: $(B)/bench-soak
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-soak
+
+# lupin serve against wrk straight to lupin-sim --instant (the floor) and nginx
+# over the same endpoints: req/s, p50/p99, full and half load (about 3 min;
+# DURATION=s per run, PERF=1 adds a perf profile of the gateway).
+bench-gateway: $(B)/lupin $(B)/lupin-sim
+	B=$(B) bash bench/gateway/run.sh
+
+# lupin serve under wrk for SOAK_SECONDS (600): RSS and Lua heap every 10 s.
+bench-soak-gateway: $(B)/lupin $(B)/lupin-sim
+	B=$(B) bash bench/gateway/soak.sh
 
 # The prefix primitives alone: hashing GB/s, index insert/lookup ns per block.
 $(B)/bench-prefix: bench/prefix.c $(B)/liblupin.a $(CORE_HDR)
@@ -160,7 +170,7 @@ clean:
 	rm -rf build build-asan
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-core | bench-prefix | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | install PREFIX=... | clean"
 
 .PHONY: FORCE all deps run demo run-embed test test-asan lint bench bench-core bench-prefix \
-        bench-soak install clean help
+        bench-soak bench-gateway bench-soak-gateway install clean help

@@ -5,6 +5,7 @@
 #include "gateway.h"
 
 #include <netdb.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,6 +292,9 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   gw->sigterm = watch_signal(gw, SIGTERM);
   gw->sigint = watch_signal(gw, SIGINT);
   gw->sighup = watch_signal(gw, SIGHUP);
+  /* libuv writes with write(2): a peer that closed (a client gone mid-answer,
+   * wrk ending a run) would kill the process with SIGPIPE; take EPIPE instead */
+  signal(SIGPIPE, SIG_IGN);
   char a[96] = "?", b[96] = "?";
   gw_server_address(gw->server, a, sizeof a);
   gw_server_address(gw->admin, b, sizeof b);
