@@ -12,7 +12,9 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
             lua-busted lua-check libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
-            python3 nginx
+            python3
+# What only the benchmarks need: `make bench-deps` (run by the bench targets).
+BENCH_PKGS = nginx
 
 CORE_SRC  = core/alloc.c core/blockhash.c core/endpoint.c core/generation.c core/prefix_index.c \
             core/request.c core/runtime.c
@@ -74,19 +76,25 @@ $(B)/bench-lifecycle: bench/lifecycle.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
 # --- set-up ---------------------------------------------------------------
-deps:
-	@missing=$$(for p in $(DEB_PKGS); do \
+# Installs the Debian packages that are missing (as root), else prints the line.
+define install_missing
+	@missing=$$(for p in $(1); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \
 	done); \
-	if [ -z "$$missing" ]; then echo "deps: all installed"; \
+	if [ -z "$$missing" ]; then echo "$@: all installed"; \
 	elif [ "$$(id -u)" = 0 ]; then \
-	  echo "deps: installing $$missing"; \
+	  echo "$@: installing $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	else echo "deps: run as root: apt-get install -y $$missing"; exit 1; fi
+	else echo "$@: run as root: apt-get install -y $$missing"; exit 1; fi
+endef
+
+deps:
+	$(call install_missing,$(DEB_PKGS))
+
+bench-deps:
+	$(call install_missing,$(BENCH_PKGS))
 
 # --- run --------------------------------------------------------------------
-# Until the gateway host lands (issue 4) `make run` runs the embedding example:
-# the runtime scheduling 1,000 requests over 16 endpoints, in-process.
 # lupin-sim (4 endpoints) and lupin serve on 127.0.0.1:8080; Ctrl-C stops both.
 run: all
 	B=$(B) bash examples/run.sh
@@ -137,11 +145,11 @@ bench-soak: $(B)/bench-soak
 # lupin serve against wrk straight to lupin-sim --instant (the floor) and nginx
 # over the same endpoints: req/s, p50/p99, full and half load (about 3 min;
 # DURATION=s per run, PERF=1 adds a perf profile of the gateway).
-bench-gateway: $(B)/lupin $(B)/lupin-sim
+bench-gateway: bench-deps $(B)/lupin $(B)/lupin-sim
 	B=$(B) bash bench/gateway/run.sh
 
 # lupin serve under wrk for SOAK_SECONDS (600): RSS and Lua heap every 10 s.
-bench-soak-gateway: $(B)/lupin $(B)/lupin-sim
+bench-soak-gateway: bench-deps $(B)/lupin $(B)/lupin-sim
 	B=$(B) bash bench/gateway/soak.sh
 
 # The prefix primitives alone: hashing GB/s, index insert/lookup ns per block.
@@ -172,5 +180,5 @@ clean:
 help:
 	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | install PREFIX=... | clean"
 
-.PHONY: FORCE all deps run demo run-embed test test-asan lint bench bench-core bench-prefix \
+.PHONY: FORCE all deps bench-deps run demo run-embed test test-asan lint bench bench-core bench-prefix \
         bench-soak bench-gateway bench-soak-gateway install clean help
