@@ -111,7 +111,7 @@ test-asan:
 lint:
 	luacheck lua plugins spec examples
 
-bench: all bench-prefix bench-core bench-soak
+bench: all bench-prefix bench-core bench-soak bench-routing
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/minimal.json 16 200000 100
 	for n in 16 64 256; do \
 	  LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/default.json $$n 50000 4096; \
@@ -141,6 +141,15 @@ $(B)/bench-prefix: bench/prefix.c $(B)/liblupin.a $(CORE_HDR)
 bench-prefix: $(B)/bench-prefix
 	./$(B)/bench-prefix
 
+# Routing quality (bench/routing/README.md): a shared-prefix workload against 8
+# simulated endpoints with bounded caches, for each routing config and request
+# rate; prints hit rate, TTFT, throughput and load imbalance; a few minutes.
+$(B)/bench-routing-client: bench/routing/client.c
+	$(CC) $(XCFLAGS) -o $@ $< $(shell pkg-config --libs libuv 2>/dev/null) -lhttp_parser -lm
+
+bench-routing: all $(B)/bench-routing-client
+	B=$(B) bash bench/routing/run.sh
+
 # --- install ----------------------------------------------------------------
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
@@ -160,7 +169,7 @@ clean:
 	rm -rf build build-asan
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-core | bench-prefix | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-core | bench-prefix | bench-routing | install PREFIX=... | clean"
 
 .PHONY: FORCE all deps run demo run-embed test test-asan lint bench bench-core bench-prefix \
-        bench-soak install clean help
+        bench-soak bench-routing install clean help
