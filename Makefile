@@ -12,7 +12,7 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
             lua-busted lua-check libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
-            python3
+            python3 gnuplot-nox
 
 CORE_SRC  = core/alloc.c core/blockhash.c core/endpoint.c core/generation.c core/prefix_index.c \
             core/request.c core/runtime.c
