@@ -3,7 +3,8 @@
 # rate: fresh simulators (cold caches), a fresh `lupin serve`, the same seeded
 # shared-prefix workload from build/bench-routing-client, then the simulators'
 # counters.  Prints one table per rate and writes bench/routing/out/results.tsv
-# and a plot of TTFT against request rate (out/ttft.png, with gnuplot).
+# and a plot of TTFT against request rate (out/ttft.png, with gnuplot);
+# PLOT_ONLY=1 redraws it from the last results.tsv.
 #
 #   RATES="20 40 60 80" CONFIGS="random round-robin ..." bench/routing/run.sh
 set -euo pipefail
@@ -122,7 +123,40 @@ run_one() { # config rate -> one results line
       v["throughput_rps"], sum ? max / (sum / (m - 4)) : 0, v["ok"], v["requests"] }'
 }
 
+plot() {
+  if ! command -v gnuplot > /dev/null; then
+    echo "no gnuplot: no plot (make deps installs gnuplot-nox)"
+    return
+  fi
+  local cfgs
+  cfgs=$(awk -F'\t' 'NR > 1 && !seen[$1]++ { printf "%s ", $1 }' "$results")
+  gnuplot <<GP && echo "plot: $OUT/ttft.png"
+set terminal pngcairo size 1200,420 font ",10"
+set output "$OUT/ttft.png"
+set key top left
+set xlabel "offered load (req/s)"
+series(c) = "< awk -F'\t' '\$1 == \"" . c . "\"' $results"
+set multiplot layout 1,3 title "lupin routing: 8 simulated endpoints, shared-prefix workload (seed $SEED)"
+set logscale y
+set ylabel "TTFT p50 (ms, client)"
+plot for [c in "$cfgs"] series(c) using 2:5 with linespoints title c
+set ylabel "TTFT p90 (ms, client)"
+plot for [c in "$cfgs"] series(c) using 2:6 with linespoints title c
+unset logscale y
+set ylabel "prefix-cache hit rate"
+set yrange [0:1]
+set key right center
+plot for [c in "$cfgs"] series(c) using 2:3 with linespoints title c
+unset multiplot
+GP
+}
+
 results="$OUT/results.tsv"
+# PLOT_ONLY=1: redraw the plot from an earlier results.tsv
+if [ -n "${PLOT_ONLY:-}" ]; then
+  plot
+  exit
+fi
 printf 'config\trate\thit\tbound\tttft_p50_ms\tttft_p90_ms\tsim_ttft_mean_ms\trps\timbalance\tok\trequests\n' > "$results"
 echo "routing quality: $ENDPOINTS simulated endpoints ($BLOCKS blocks of $BLOCK_SIZE tokens each," \
   "serial prefill ${PREFILL_MS_PER_TOKEN} ms/token, ${ITL_MS} ms/token decode);"
@@ -147,24 +181,4 @@ echo "TTFT: client, from sending the request to the first SSE data line (C clien
 echo "sim mean: the simulators' vllm:time_to_first_token_seconds sum/count.  hit rate: the"
 echo "simulators' prefix_cache_hits/queries (tokens).  max/mean: lupin_sim_requests_total."
 echo "results: $results"
-
-if command -v gnuplot > /dev/null; then
-  gnuplot <<GP && echo "plot: $OUT/ttft.png"
-set terminal pngcairo size 900,420 font ",10"
-set output "$OUT/ttft.png"
-set datafile separator "\t"
-set key top left
-set multiplot layout 1,2 title "lupin routing: 8 simulated endpoints, shared-prefix workload (seed $SEED)"
-set xlabel "offered load (req/s)"
-set ylabel "TTFT p90 (ms, client)"
-set logscale y
-plot for [c in "$CONFIGS"] "$results" using 2:(strcol(1) eq c ? \$6 : NaN) with linespoints title c
-unset logscale y
-set ylabel "prefix-cache hit rate"
-set yrange [0:1]
-plot for [c in "$CONFIGS"] "$results" using 2:(strcol(1) eq c ? \$3 : NaN) with linespoints title c
-unset multiplot
-GP
-else
-  echo "no gnuplot: no plot (make deps installs gnuplot-nox)"
-fi
+plot
