@@ -34,6 +34,9 @@ BLOCKS=${BLOCKS:-640}
 BLOCK_SIZE=16
 PREFILL_MS_PER_TOKEN=${PREFILL_MS_PER_TOKEN:-0.1} # ~10k prefill tokens/s, an 8B model on one GPU
 ITL_MS=${ITL_MS:-10}
+# running requests per endpoint; lower it to make the simulators queue
+# (num_requests_waiting > 0 is what queue-scorer reads)
+MAX_NUM_SEQS=${MAX_NUM_SEQS:-64}
 SIM_PORT=${SIM_PORT:-18101}
 GW_PORT=${GW_PORT:-18180}
 ADMIN_PORT=${ADMIN_PORT:-18190}
@@ -81,7 +84,7 @@ run_one() { # config rate -> one results line
   local cfg=$1 rate=$2
   "$B/lupin-sim" --endpoints "$ENDPOINTS" --port "$SIM_PORT" --model "$MODEL" \
     --num-gpu-blocks "$BLOCKS" --block-size "$BLOCK_SIZE" --prefill-serial \
-    --prefill-ms-per-token "$PREFILL_MS_PER_TOKEN" --itl-ms "$ITL_MS" --max-num-seqs 64 \
+    --prefill-ms-per-token "$PREFILL_MS_PER_TOKEN" --itl-ms "$ITL_MS" --max-num-seqs "$MAX_NUM_SEQS" \
     --seed "$SEED" > "$OUT/sim.log" 2>&1 &
   pids+=($!)
   "$B/lupin" serve --config "$(config_file "$cfg")" --endpoints "$OUT/endpoints.json" \
