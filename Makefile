@@ -14,7 +14,7 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
             lua-busted lua-check libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
             python3
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
-BENCH_PKGS = nginx
+BENCH_PKGS = nginx gnuplot-nox
 
 CORE_SRC  = core/alloc.c core/blockhash.c core/endpoint.c core/generation.c core/prefix_index.c \
             core/request.c core/runtime.c
@@ -119,7 +119,7 @@ test-asan:
 lint:
 	luacheck lua plugins spec examples
 
-bench: all bench-prefix bench-core bench-soak bench-gateway bench-soak-gateway
+bench: all bench-prefix bench-core bench-soak bench-gateway bench-soak-gateway bench-routing
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/minimal.json 16 200000 100
 	for n in 16 64 256; do \
 	  LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/default.json $$n 50000 4096; \
@@ -159,6 +159,15 @@ $(B)/bench-prefix: bench/prefix.c $(B)/liblupin.a $(CORE_HDR)
 bench-prefix: $(B)/bench-prefix
 	./$(B)/bench-prefix
 
+# Routing quality (bench/routing/README.md): a shared-prefix workload against 8
+# simulated endpoints with bounded caches, for each routing config and request
+# rate; prints hit rate, TTFT, throughput and load imbalance; a few minutes.
+$(B)/bench-routing-client: bench/routing/client.c
+	$(CC) $(XCFLAGS) -o $@ $< $(shell pkg-config --libs libuv 2>/dev/null) -lhttp_parser -lm
+
+bench-routing: bench-deps all $(B)/bench-routing-client
+	B=$(B) bash bench/routing/run.sh
+
 # --- install ----------------------------------------------------------------
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
@@ -178,7 +187,7 @@ clean:
 	rm -rf build build-asan
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-deps | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | install PREFIX=... | clean"
 
 .PHONY: FORCE all deps bench-deps run demo run-embed test test-asan lint bench bench-core bench-prefix \
-        bench-soak bench-gateway bench-soak-gateway install clean help
+        bench-soak bench-gateway bench-soak-gateway bench-routing install clean help

@@ -1,0 +1,419 @@
+/* bench-routing-client: the routing benchmark's load generator (bench/routing).
+ *
+ * A shared-prefix workload in the shape of inference-perf's `shared_prefix`:
+ * G groups, each with its own long system prompt, and Q conversations per
+ * group, each a different question after the group's system prompt.  With
+ * --turns T > 1 each conversation is a chat that grows: turn k sends the
+ * system prompt, the earlier questions and (fixed, synthetic) answers, and the
+ * new question; a turn is sent only once the conversation's previous turn has
+ * completed.  Requests arrive open-loop as a Poisson process at --rate per
+ * second; the request sequence and the arrival times are a pure function of
+ * --seed and the sizes, so every routing config sees the same load.
+ *
+ * Each request is a streamed POST /v1/completions on its own connection (so
+ * the gateway sees independent clients), carrying `x-bench-group` (read only
+ * by the oracle picker).  TTFT is taken at the first SSE `data:` line of the
+ * response body, with the monotonic clock; latency at the end of the response.
+ *
+ * Prints one line per request on --out (id group conv turn status ttft_ms
+ * latency_ms endpoint) and a summary on stdout as key=value pairs, including
+ * `bound_hit`: the best prefix-cache hit rate any routing could reach on this
+ * sequence with caches that never evict (each request's longest full-block
+ * prefix shared with an earlier request, capped as vLLM caps a lookup).
+ *
+ * Built on libuv and http_parser, as the gateway and the simulator are.
+ */
+#define _GNU_SOURCE /* memmem */
+#include <http_parser.h>
+#include <uv.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef struct {
+  const char *host;
+  int port;
+  double rate;
+  int groups, questions, turns;
+  int system_tokens, question_tokens, answer_tokens, max_tokens;
+  int block_size;
+  uint64_t seed;
+  const char *model;
+  const char *out;
+} options;
+
+typedef struct req {
+  int id, group, conv, turn;
+  char *prompt;
+  size_t prompt_len;
+  double arrive_ms;    /* planned arrival, from the start */
+  struct req *next_turn; /* the same conversation's next turn */
+  int prev_done;       /* previous turn completed (or none) */
+  int arrived;
+  /* the exchange */
+  uv_tcp_t tcp;
+  uv_connect_t conn;
+  uv_write_t wr;
+  char *wbuf;
+  size_t wlen;
+  http_parser parser;
+  char hdr_field[64];
+  size_t hdr_field_len;
+  int hdr_is_endpoint;
+  char endpoint[64];
+  uint64_t t_sent, t_first, t_done;
+  int status, complete, finished;
+} req;
+
+static options opt = {
+    .host = "127.0.0.1", .port = 8080, .rate = 10, .groups = 32, .questions = 10, .turns = 1,
+    .system_tokens = 1000, .question_tokens = 100, .answer_tokens = 100, .max_tokens = 32,
+    .block_size = 16, .seed = 1, .model = "meta-llama/Llama-3.1-8B-Instruct", .out = NULL};
+
+static req *reqs;
+static int nreqs, nfinished;
+static uv_loop_t *loop;
+static uv_timer_t arrival_timer;
+static int next_arrival; /* index into reqs, in arrival order */
+static uint64_t t0;
+static struct sockaddr_in target;
+
+/* --- deterministic text ------------------------------------------------- */
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+static double uniform(uint64_t *s) { return (splitmix(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+static const char *WORDS[] = {"the", "river", "lamp", "stone", "quiet", "north", "garden",
+                              "signal", "amber", "window", "harbor", "seven", "paper", "cloud",
+                              "engine", "silver", "market", "winter", "bridge", "orchard"};
+
+/* Appends about `chars` characters of words drawn from seed s (JSON-safe). */
+static void words(char *dst, size_t *len, size_t chars, uint64_t s) {
+  size_t start = *len;
+  while (*len - start < chars) {
+    const char *w = WORDS[splitmix(&s) % (sizeof WORDS / sizeof *WORDS)];
+    size_t n = strlen(w);
+    memcpy(dst + *len, w, n);
+    dst[*len + n] = ' ';
+    *len += n + 1;
+  }
+}
+
+/* --- the workload ------------------------------------------------------- */
+static void build_workload(void) {
+  int nconv = opt.groups * opt.questions;
+  nreqs = nconv * opt.turns;
+  reqs = calloc((size_t)nreqs, sizeof *reqs);
+  /* arrival order: every conversation id T times, shuffled; the k-th
+   * appearance of a conversation is its turn k */
+  int *order = malloc(sizeof(int) * (size_t)nreqs);
+  for (int i = 0; i < nreqs; i++) order[i] = i % nconv;
+  uint64_t s = opt.seed * 0x2545F4914F6CDD1DULL + 1;
+  for (int i = nreqs - 1; i > 0; i--) {
+    int j = (int)(splitmix(&s) % (uint64_t)(i + 1));
+    int t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  int *turns_seen = calloc((size_t)nconv, sizeof(int));
+  req **last = calloc((size_t)nconv, sizeof(req *));
+  size_t sys_chars = (size_t)opt.system_tokens * 4, q_chars = (size_t)opt.question_tokens * 4,
+         a_chars = (size_t)opt.answer_tokens * 4;
+  size_t cap = sys_chars + (size_t)opt.turns * (q_chars + a_chars + 128) + 256;
+  double t = 0;
+  for (int i = 0; i < nreqs; i++) {
+    req *r = &reqs[i];
+    int conv = order[i];
+    r->id = i;
+    r->conv = conv;
+    r->group = conv % opt.groups;
+    r->turn = ++turns_seen[conv];
+    r->prompt = malloc(cap);
+    size_t n = 0;
+    n += (size_t)sprintf(r->prompt, "system prompt of group %d: ", r->group);
+    words(r->prompt, &n, sys_chars, 1000003ULL * (uint64_t)(r->group + 1) + opt.seed);
+    for (int k = 1; k <= r->turn; k++) {
+      n += (size_t)sprintf(r->prompt + n, "user %d: ", k);
+      words(r->prompt, &n, q_chars, 7919ULL * (uint64_t)(conv * 64 + k + 1) + opt.seed + 17);
+      if (k < r->turn) {
+        n += (size_t)sprintf(r->prompt + n, "assistant: ");
+        words(r->prompt, &n, a_chars, 104729ULL * (uint64_t)(conv * 64 + k + 1) + opt.seed + 29);
+      }
+    }
+    n += (size_t)sprintf(r->prompt + n, "assistant:");
+    r->prompt_len = n;
+    t += -log(1.0 - uniform(&s)) * 1000.0 / opt.rate;
+    r->arrive_ms = t;
+    r->prev_done = last[conv] == NULL;
+    if (last[conv]) last[conv]->next_turn = r;
+    last[conv] = r;
+  }
+  free(order);
+  free(turns_seen);
+  free(last);
+}
+
+/* The best hit rate any routing could reach with caches that never evict. */
+static void bound(double *hit_tokens, double *query_tokens) {
+  size_t bchars = (size_t)opt.block_size * 4;
+  *hit_tokens = *query_tokens = 0;
+  for (int i = 0; i < nreqs; i++) {
+    size_t best = 0;
+    for (int j = 0; j < i; j++) {
+      if (reqs[j].group != reqs[i].group) continue;
+      size_t n = reqs[i].prompt_len < reqs[j].prompt_len ? reqs[i].prompt_len : reqs[j].prompt_len;
+      size_t k = 0;
+      while (k < n && reqs[i].prompt[k] == reqs[j].prompt[k]) k++;
+      if (k > best) best = k;
+    }
+    long tokens = (long)((reqs[i].prompt_len + 3) / 4);
+    long blocks = (long)(best / bchars), cap = (tokens - 1) / opt.block_size;
+    if (blocks > cap) blocks = cap;
+    *hit_tokens += (double)blocks * opt.block_size;
+    *query_tokens += (double)tokens;
+  }
+}
+
+/* --- one exchange ------------------------------------------------------- */
+static void finish(req *r);
+static void send_req(req *r);
+
+static void on_close(uv_handle_t *h) {
+  req *r = h->data;
+  free(r->wbuf);
+  r->wbuf = NULL;
+  nfinished++;
+  if (nfinished == nreqs) uv_stop(loop);
+}
+
+static void finish(req *r) {
+  if (r->finished) return;
+  r->finished = 1;
+  if (!r->t_done) r->t_done = uv_hrtime();
+  uv_close((uv_handle_t *)&r->tcp, on_close);
+  if (r->next_turn) {
+    r->next_turn->prev_done = 1;
+    if (r->next_turn->arrived) send_req(r->next_turn);
+  }
+}
+
+static int on_status(http_parser *p, const char *at, size_t len) {
+  (void)at, (void)len;
+  ((req *)p->data)->status = p->status_code;
+  return 0;
+}
+static int on_header_field(http_parser *p, const char *at, size_t len) {
+  req *r = p->data;
+  if (len > sizeof r->hdr_field - 1 - r->hdr_field_len) len = sizeof r->hdr_field - 1 - r->hdr_field_len;
+  memcpy(r->hdr_field + r->hdr_field_len, at, len);
+  r->hdr_field_len += len;
+  r->hdr_field[r->hdr_field_len] = 0;
+  r->hdr_is_endpoint = strcasecmp(r->hdr_field, "x-sim-endpoint") == 0;
+  return 0;
+}
+static int on_header_value(http_parser *p, const char *at, size_t len) {
+  req *r = p->data;
+  r->hdr_field_len = 0;
+  if (r->hdr_is_endpoint) {
+    size_t have = strlen(r->endpoint);
+    if (len > sizeof r->endpoint - 1 - have) len = sizeof r->endpoint - 1 - have;
+    memcpy(r->endpoint + have, at, len);
+    r->endpoint[have + len] = 0;
+  }
+  return 0;
+}
+static int on_body(http_parser *p, const char *at, size_t len) {
+  req *r = p->data;
+  if (!r->t_first && memmem(at, len, "data:", 5)) r->t_first = uv_hrtime();
+  return 0;
+}
+static int on_message_complete(http_parser *p) {
+  req *r = p->data;
+  r->complete = 1;
+  r->t_done = uv_hrtime();
+  finish(r);
+  return 0;
+}
+static const http_parser_settings settings = {
+    .on_status = on_status,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+static void on_alloc(uv_handle_t *h, size_t size, uv_buf_t *buf) {
+  (void)h;
+  static char slab[65536];
+  (void)size;
+  *buf = uv_buf_init(slab, sizeof slab);
+}
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  req *r = s->data;
+  if (r->finished) return;
+  if (n < 0) {
+    http_parser_execute(&r->parser, &settings, NULL, 0); /* EOF ends a close-delimited body */
+    finish(r);
+    return;
+  }
+  size_t done = http_parser_execute(&r->parser, &settings, buf->base, (size_t)n);
+  if (!r->finished && done != (size_t)n) finish(r);
+}
+static void on_write(uv_write_t *w, int status) {
+  req *r = w->data;
+  if (status < 0) finish(r);
+}
+static void on_connect(uv_connect_t *c, int status) {
+  req *r = c->data;
+  if (status < 0) {
+    finish(r);
+    return;
+  }
+  uv_buf_t b = uv_buf_init(r->wbuf, (unsigned)r->wlen);
+  r->wr.data = r;
+  uv_write(&r->wr, (uv_stream_t *)&r->tcp, &b, 1, on_write);
+  uv_read_start((uv_stream_t *)&r->tcp, on_alloc, on_read);
+}
+
+static void send_req(req *r) {
+  size_t cap = r->prompt_len + 1024;
+  char *body = malloc(cap);
+  int blen = snprintf(body, cap,
+                      "{\"model\":\"%s\",\"stream\":true,\"max_tokens\":%d,\"prompt\":\"%.*s\"}",
+                      opt.model, opt.max_tokens, (int)r->prompt_len, r->prompt);
+  r->wbuf = malloc((size_t)blen + 512);
+  r->wlen = (size_t)sprintf(r->wbuf,
+                            "POST /v1/completions HTTP/1.1\r\nHost: %s:%d\r\n"
+                            "Content-Type: application/json\r\nContent-Length: %d\r\n"
+                            "x-bench-group: %d\r\nConnection: close\r\n\r\n",
+                            opt.host, opt.port, blen, r->group);
+  memcpy(r->wbuf + r->wlen, body, (size_t)blen);
+  r->wlen += (size_t)blen;
+  free(body);
+  http_parser_init(&r->parser, HTTP_RESPONSE);
+  r->parser.data = r;
+  r->tcp.data = r;
+  r->conn.data = r;
+  uv_tcp_init(loop, &r->tcp);
+  uv_tcp_nodelay(&r->tcp, 1);
+  r->t_sent = uv_hrtime();
+  uv_tcp_connect(&r->conn, &r->tcp, (const struct sockaddr *)&target, on_connect);
+}
+
+static void on_arrival(uv_timer_t *t) {
+  double now_ms = (double)(uv_hrtime() - t0) / 1e6;
+  while (next_arrival < nreqs && reqs[next_arrival].arrive_ms <= now_ms + 0.05) {
+    req *r = &reqs[next_arrival++];
+    r->arrived = 1;
+    if (r->prev_done) send_req(r); /* else sent when the previous turn completes */
+  }
+  if (next_arrival < nreqs) {
+    double wait = reqs[next_arrival].arrive_ms - (double)(uv_hrtime() - t0) / 1e6;
+    uv_timer_start(t, on_arrival, wait > 0 ? (uint64_t)wait : 0, 0);
+  }
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static double pct(const double *v, int n, double p) {
+  if (n == 0) return 0;
+  int i = (int)ceil(p * n) - 1;
+  return v[i < 0 ? 0 : i];
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: bench-routing-client [--target host:port] [--rate req/s] [--groups G]\n"
+          "  [--questions Q] [--turns T] [--system-tokens N] [--question-tokens N]\n"
+          "  [--answer-tokens N] [--max-tokens N] [--block-size N] [--seed N] [--model M]\n"
+          "  [--out per-request-file] [--dry-run]\n");
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  int dry = 0;
+  static char hostbuf[256];
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--dry-run")) { dry = 1; continue; }
+    if (!v) usage();
+    i++;
+    if (!strcmp(a, "--target")) {
+      const char *c = strrchr(v, ':');
+      if (!c || (size_t)(c - v) >= sizeof hostbuf) usage();
+      memcpy(hostbuf, v, (size_t)(c - v));
+      opt.host = hostbuf;
+      opt.port = atoi(c + 1);
+    } else if (!strcmp(a, "--rate")) opt.rate = atof(v);
+    else if (!strcmp(a, "--groups")) opt.groups = atoi(v);
+    else if (!strcmp(a, "--questions")) opt.questions = atoi(v);
+    else if (!strcmp(a, "--turns")) opt.turns = atoi(v);
+    else if (!strcmp(a, "--system-tokens")) opt.system_tokens = atoi(v);
+    else if (!strcmp(a, "--question-tokens")) opt.question_tokens = atoi(v);
+    else if (!strcmp(a, "--answer-tokens")) opt.answer_tokens = atoi(v);
+    else if (!strcmp(a, "--max-tokens")) opt.max_tokens = atoi(v);
+    else if (!strcmp(a, "--block-size")) opt.block_size = atoi(v);
+    else if (!strcmp(a, "--seed")) opt.seed = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--model")) opt.model = v;
+    else if (!strcmp(a, "--out")) opt.out = v;
+    else usage();
+  }
+  if (opt.rate <= 0 || opt.groups < 1 || opt.questions < 1 || opt.turns < 1 || opt.turns > 63 ||
+      opt.block_size < 1)
+    usage();
+  build_workload();
+  double bh, bq;
+  bound(&bh, &bq);
+  if (dry) {
+    printf("requests=%d prompt_tokens=%.0f bound_hit=%.4f\n", nreqs, bq, bh / bq);
+    return 0;
+  }
+  loop = uv_default_loop();
+  if (uv_ip4_addr(opt.host, opt.port, &target)) {
+    fprintf(stderr, "bad target %s:%d\n", opt.host, opt.port);
+    return 2;
+  }
+  uv_timer_init(loop, &arrival_timer);
+  t0 = uv_hrtime();
+  uv_timer_start(&arrival_timer, on_arrival, (uint64_t)reqs[0].arrive_ms, 0);
+  uv_run(loop, UV_RUN_DEFAULT);
+  uint64_t t_end = 0;
+  FILE *f = opt.out ? fopen(opt.out, "w") : NULL;
+  double *ttft = malloc(sizeof(double) * (size_t)nreqs), *lat = malloc(sizeof(double) * (size_t)nreqs);
+  int ok = 0;
+  for (int i = 0; i < nreqs; i++) {
+    req *r = &reqs[i];
+    int good = r->complete && r->status == 200 && r->t_first;
+    double tf = good ? (double)(r->t_first - r->t_sent) / 1e6 : -1;
+    double lt = good ? (double)(r->t_done - r->t_sent) / 1e6 : -1;
+    if (good) {
+      ttft[ok] = tf;
+      lat[ok] = lt;
+      ok++;
+    }
+    if (r->t_done > t_end) t_end = r->t_done;
+    if (f)
+      fprintf(f, "%d %d %d %d %d %.3f %.3f %s\n", r->id, r->group, r->conv, r->turn, r->status, tf,
+              lt, r->endpoint[0] ? r->endpoint : "-");
+  }
+  if (f) fclose(f);
+  qsort(ttft, (size_t)ok, sizeof *ttft, cmp_double);
+  qsort(lat, (size_t)ok, sizeof *lat, cmp_double);
+  double secs = (double)(t_end - t0) / 1e9;
+  printf("requests=%d ok=%d seconds=%.3f throughput_rps=%.2f output_tok_s=%.1f "
+         "ttft_p50_ms=%.2f ttft_p90_ms=%.2f ttft_p99_ms=%.2f latency_p50_ms=%.2f "
+         "bound_hit=%.4f\n",
+         nreqs, ok, secs, ok / secs, (double)ok * opt.max_tokens / secs, pct(ttft, ok, 0.5),
+         pct(ttft, ok, 0.9), pct(ttft, ok, 0.99), pct(lat, ok, 0.5), bh / bq);
+  return ok == nreqs ? 0 : 1;
+}
