@@ -21,6 +21,7 @@ CORE_SRC  = core/alloc.c core/blockhash.c core/endpoint.c core/generation.c core
 CORE_HDR  = core/lupin.h core/internal.h
 # the gateway host `lupin serve` (DESIGN.md §9)
 GW_SRC    = core/admin.c core/buf.c core/gateway.c core/gwlua.c core/main.c core/prometheus.c \
+            core/watch.c \
             core/proxy.c core/scrape.c core/server.c core/upstream.c
 GW_HDR    = core/gateway.h $(CORE_HDR)
 GW_OBJ    = $(GW_SRC:core/%.c=$(B)/gw/%.o)
@@ -34,7 +35,7 @@ SIM_OBJ   = $(SIM_SRC:examples/simulator/%.c=$(B)/sim/%.o)
 SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson 2>/dev/null) -lhttp_parser -lm
 
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
-     $(B)/bench-prefix $(B)/bench-soak $(B)/lupin-sim $(B)/lupin
+     $(B)/bench-prefix $(B)/bench-soak $(B)/bench-reload $(B)/lupin-sim $(B)/lupin
 
 # The install prefix is compiled in (the default home): rebuild when it changes.
 $(B)/prefix.stamp: FORCE
@@ -119,7 +120,8 @@ test-asan:
 lint:
 	luacheck lua plugins spec examples
 
-bench: all bench-prefix bench-core bench-soak bench-gateway bench-soak-gateway bench-routing
+bench: all bench-prefix bench-core bench-soak bench-gateway bench-soak-gateway bench-routing \
+       bench-reload
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/minimal.json 16 200000 100
 	for n in 16 64 256; do \
 	  LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/default.json $$n 50000 4096; \
@@ -168,6 +170,17 @@ $(B)/bench-routing-client: bench/routing/client.c
 bench-routing: bench-deps all $(B)/bench-routing-client
 	B=$(B) bash bench/routing/run.sh
 
+# Reload time (build, validate, dry cycle, swap) for the default config and 20
+# plugins, then the latency wrk sees through lupin serve with and without a
+# reload every 100 ms (bench/reload.sh; about 30 s).
+$(B)/bench-reload: bench/reload.c $(B)/liblupin.a core/lupin.h
+	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
+
+bench-reload: all
+	LUPIN_HOME=$(CURDIR) ./$(B)/bench-reload examples/configs/default.json 16 200
+	LUPIN_HOME=$(CURDIR) ./$(B)/bench-reload bench/reload-20.json 16 200
+	B=$(B) bash bench/reload.sh
+
 # --- install ----------------------------------------------------------------
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
@@ -187,7 +200,7 @@ clean:
 	rm -rf build build-asan
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-deps | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-deps | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | bench-reload | install PREFIX=... | clean"
 
 .PHONY: FORCE all deps bench-deps run demo run-embed test test-asan lint bench bench-core bench-prefix \
-        bench-soak bench-gateway bench-soak-gateway bench-routing install clean help
+        bench-soak bench-gateway bench-soak-gateway bench-routing bench-reload install clean help

@@ -4,7 +4,9 @@
  *   GET  /readyz           200 when an endpoint has fresh metrics
  *   GET  /admin/endpoints  the pool with its metrics, JSON
  *   GET  /admin/requests   requests in flight with age and generation, JSON
- *   POST /admin/reload     re-reads the config */
+ *   GET  /admin/generations  live generations: number, load time, digest, pinned
+ *   POST /admin/reload     re-reads the config and plugins; answers the new
+ *                          generation and the time it took, or the error */
 #include "gateway.h"
 
 #include <stdlib.h>
@@ -74,6 +76,21 @@ static void metrics_endpoints(lupin_gateway *gw, gw_buf *b) {
                   (unsigned long long)ep->scrape_errors);
 }
 
+static void metrics_reloads(lupin_gateway *gw, gw_buf *b) {
+  const gw_reload_stats *r = &gw->reloads;
+  gw_buf_printf(b,
+                "# TYPE lupin_reloads_total counter\n"
+                "lupin_reloads_total{result=\"ok\"} %llu\n"
+                "lupin_reloads_total{result=\"error\"} %llu\n"
+                "# TYPE lupin_reload_duration_seconds summary\n"
+                "lupin_reload_duration_seconds_sum %.9f\n"
+                "lupin_reload_duration_seconds_count %llu\n"
+                "# TYPE lupin_reload_last_duration_seconds gauge\n"
+                "lupin_reload_last_duration_seconds %.9f\n",
+                (unsigned long long)r->ok, (unsigned long long)r->error, r->seconds_sum,
+                (unsigned long long)(r->ok + r->error), r->last_seconds);
+}
+
 static void metrics(lupin_gateway *gw, gw_conn *c) {
   gw_buf b = {0};
   metrics_requests(gw, &b);
@@ -82,6 +99,7 @@ static void metrics(lupin_gateway *gw, gw_conn *c) {
                     "# TYPE lupin_plugin_seconds_total counter\n");
   lupin_runtime_plugin_stats(gw->rt, plugin_stat, &b);
   metrics_endpoints(gw, &b);
+  metrics_reloads(gw, &b);
   lupin_stats st;
   lupin_runtime_stats(gw->rt, &st);
   gw_buf_printf(&b,
@@ -155,6 +173,44 @@ static void requests(lupin_gateway *gw, gw_conn *c) {
   gw_buf_free(&b);
 }
 
+static void generation_json(void *ud, const lupin_generation_info *g) {
+  gw_buf *b = ud;
+  gw_buf_printf(b, "%s{\"number\":%llu,\"current\":%s,\"source\":", b->data[b->len - 1] == '[' ? "" : ",",
+                (unsigned long long)g->number, g->current ? "true" : "false");
+  gw_buf_json(b, g->source);
+  gw_buf_printf(b,
+                ",\"digest\":\"%s\",\"loaded_at\":%.3f,\"age_seconds\":%.3f,"
+                "\"load_seconds\":%.6f,\"pinned\":%llu}",
+                g->digest, g->loaded_unix, lupin_now() - g->loaded_at, g->load_seconds,
+                (unsigned long long)g->pinned);
+}
+
+static void generations(lupin_gateway *gw, gw_conn *c) {
+  gw_buf b = {0};
+  lupin_stats st;
+  lupin_runtime_stats(gw->rt, &st);
+  gw_buf_printf(&b, "{\"current\":%llu,\"generations\":[", (unsigned long long)st.generation);
+  lupin_runtime_generations(gw->rt, generation_json, &b);
+  gw_buf_printf(&b, "]}\n");
+  reply(c, 200, "application/json", &b);
+  gw_buf_free(&b);
+}
+
+static void reload(lupin_gateway *gw, gw_conn *c) {
+  char err[2048];
+  uint64_t n = 0;
+  double dt = 0;
+  if (gw_reload(gw, "admin", err, sizeof err, &n, &dt)) {
+    gw_conn_error(c, 400, err, NULL, NULL, 0);
+    return;
+  }
+  gw_buf b = {0};
+  gw_buf_printf(&b, "{\"reloaded\":true,\"generation\":%llu,\"duration_seconds\":%.6f}\n",
+                (unsigned long long)n, dt);
+  reply(c, 200, "application/json", &b);
+  gw_buf_free(&b);
+}
+
 static void text(gw_conn *c, int status, const char *msg) {
   gw_buf b = {0};
   gw_buf_printf(&b, "%s\n", msg);
@@ -179,13 +235,10 @@ void gw_admin_handle(void *ud, gw_conn *c, gw_http_request *req) {
     gw_conn_error(c, 401, "missing or wrong admin token: send Authorization: Bearer <token>", NULL,
                   &h, 1);
   } else if (!strcmp(path, "/admin/reload")) {
-    char err[1024];
     if (req->method != HTTP_POST)
       gw_conn_error(c, 405, "method not allowed: use POST", NULL, NULL, 0);
-    else if (gw_reload(gw, err, sizeof err))
-      gw_conn_error(c, 400, err, NULL, NULL, 0);
     else
-      text(c, 200, "reloaded");
+      reload(gw, c);
   } else if (req->method != HTTP_GET) {
     gw_conn_error(c, 405, "method not allowed: use GET", NULL, NULL, 0);
   } else if (!strcmp(path, "/metrics")) {
@@ -199,10 +252,12 @@ void gw_admin_handle(void *ud, gw_conn *c, gw_http_request *req) {
     endpoints(gw, c);
   } else if (!strcmp(path, "/admin/requests")) {
     requests(gw, c);
+  } else if (!strcmp(path, "/admin/generations")) {
+    generations(gw, c);
   } else {
     gw_conn_error(c, 404,
                   "unknown admin route: GET /metrics, /healthz, /readyz, /admin/endpoints, "
-                  "/admin/requests; POST /admin/reload",
+                  "/admin/requests, /admin/generations; POST /admin/reload",
                   NULL, NULL, 0);
   }
 }

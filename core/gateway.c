@@ -184,12 +184,26 @@ static int watch_file(lupin_gateway *gw, char *err, size_t errlen) {
 
 /* --- reload, drain, shutdown --------------------------------------------- */
 
-int gw_reload(lupin_gateway *gw, char *err, size_t errlen) {
-  if (lupin_runtime_reload(gw->rt, err, errlen)) {
-    gw_log(gw, LUPIN_LOG_ERROR, "reload failed, the current config keeps serving: %s", err);
+int gw_reload(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint64_t *generation,
+              double *seconds) {
+  double t0 = lupin_now();
+  int rc = lupin_runtime_reload(gw->rt, err, errlen);
+  double dt = lupin_now() - t0;
+  if (seconds) *seconds = dt;
+  gw->reloads.seconds_sum += dt;
+  gw->reloads.last_seconds = dt;
+  if (rc) {
+    gw->reloads.error++;
+    gw_log(gw, LUPIN_LOG_ERROR, "reload (%s) failed after %.1f ms, generation %llu keeps serving: %s",
+           why, dt * 1e3, (unsigned long long)lupin__generation_current(gw->rt)->number, err);
     return -1;
   }
-  gw_log(gw, LUPIN_LOG_INFO, "config reloaded");
+  gw->reloads.ok++;
+  uint64_t n = lupin__generation_current(gw->rt)->number;
+  if (generation) *generation = n;
+  gw_log(gw, LUPIN_LOG_INFO, "reload (%s): generation %llu serving, built in %.1f ms", why,
+         (unsigned long long)n, dt * 1e3);
+  if (!gw->opts.no_watch) gw_watch_sync(gw); /* pluginDirs may have changed */
   if (!gw->opts.endpoints_file && endpoints_load(gw, err, errlen)) return -1;
   return 0;
 }
@@ -213,6 +227,7 @@ static void shutdown_all(lupin_gateway *gw) {
   close_handle(gw->drain_timer);
   close_handle(gw->watch);
   close_handle(gw->rewatch);
+  gw_watch_stop(gw);
   gw->sigterm = gw->sigint = gw->sighup = NULL;
   gw->drain_timer = gw->rewatch = NULL;
   gw->watch = NULL;
@@ -250,7 +265,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   lupin_gateway *gw = h->data;
   if (signum == SIGHUP) {
     char err[1024];
-    gw_reload(gw, err, sizeof err);
+    gw_reload(gw, "SIGHUP", err, sizeof err, NULL, NULL);
     return;
   }
   drain(gw, signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -285,6 +300,7 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   if (open_runtime(gw, err, errlen)) return -1;
   if (endpoints_load(gw, err, errlen)) return -1;
   if (gw->opts.endpoints_file && watch_file(gw, err, errlen)) return -1;
+  if (!gw->opts.no_watch) gw_watch_sync(gw);
   gw->server = gw_server_listen(gw, o->listen, gw_proxy_handle, gw, err, errlen);
   if (!gw->server) return -1;
   gw->admin = gw_server_listen(gw, o->admin, gw_admin_handle, gw, err, errlen);

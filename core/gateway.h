@@ -225,7 +225,24 @@ typedef struct gw_options {
   const char *admin_token;
   const char *endpoints_file;
   int log_level;
+  int no_watch; /* --no-watch: no reload on config or plugin file changes */
 } gw_options;
+
+/* Reloads and their outcome, for /metrics. */
+typedef struct gw_reload_stats {
+  uint64_t ok, error;
+  double seconds_sum, last_seconds;
+} gw_reload_stats;
+
+/* A watched directory (watch.c): the config's, a plugin directory, or both. */
+typedef struct gw_watch {
+  uv_fs_event_t h; /* first: the handle's pointer frees the watch */
+  lupin_gateway *gw;
+  int config;  /* holds the config file: its name triggers a reload */
+  int plugins; /* a plugin directory: any *.lua triggers a reload */
+  char *dir;
+  struct gw_watch *next;
+} gw_watch;
 
 struct lupin_gateway {
   uv_loop_t *loop;
@@ -237,6 +254,9 @@ struct lupin_gateway {
   size_t n_endpoints;
   uv_fs_event_t *watch;
   uv_timer_t *rewatch; /* debounces file events */
+  gw_watch *watches;   /* config and plugin directories (watch.c) */
+  uv_timer_t *reload_timer; /* debounces them into one reload */
+  gw_reload_stats reloads;
   uv_signal_t *sigterm, *sigint, *sighup;
   uv_timer_t *drain_timer;
   int draining;
@@ -255,7 +275,15 @@ void gw_log(lupin_gateway *gw, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Called when a request or a connection ends: a drain waits for the last. */
 void gw_check_drained(lupin_gateway *gw);
-int gw_reload(lupin_gateway *gw, char *err, size_t errlen);
+/* Reloads the config and plugins; why names the trigger in the log line.
+ * Returns 0 with the new generation's number in *generation (may be NULL) or
+ * -1 with err; *seconds (may be NULL): how long it took either way. */
+int gw_reload(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint64_t *generation,
+              double *seconds);
+/* Watching the config file and plugin directories (watch.c): (re)computes the
+ * watched set from the current generation; stop closes every watch. */
+void gw_watch_sync(lupin_gateway *gw);
+void gw_watch_stop(lupin_gateway *gw);
 int gw_server_address(gw_server *s, char *out, size_t len);
 /* Endpoints with metrics fresher than metricsStalenessMs. */
 size_t gw_fresh_endpoints(lupin_gateway *gw);

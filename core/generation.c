@@ -4,7 +4,10 @@
 #include "internal.h"
 
 #include <lauxlib.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
 
 lupin_generation *lupin__generation_current(lupin_runtime *rt) {
   lupin_generation *g = rt->generations;
@@ -24,11 +27,17 @@ static void release(lupin_runtime *rt, lupin_generation *g) {
     lupin__log(rt, LUPIN_LOG_ERROR, "releasing generation %llu: %s", (unsigned long long)g->number,
                err);
   luaL_unref(rt->L, LUA_REGISTRYINDEX, g->ref);
+  free(g->source);
   free(g);
 }
 
-int lupin__generation_install(lupin_runtime *rt, int ref) {
+int lupin__generation_install(lupin_runtime *rt, int ref, const char *source, uint64_t digest,
+                              double load_seconds) {
   lupin_generation *g = calloc(1, sizeof *g);
+  if (g && !(g->source = strdup(source ? source : ""))) {
+    free(g);
+    g = NULL;
+  }
   if (!g) {
     luaL_unref(rt->L, LUA_REGISTRYINDEX, ref);
     return -1;
@@ -37,6 +46,12 @@ int lupin__generation_install(lupin_runtime *rt, int ref) {
   g->number = ++rt->generation_seq;
   g->ref = ref;
   g->current = 1;
+  g->loaded_at = lupin_now();
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  g->loaded_unix = (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+  g->load_seconds = load_seconds;
+  snprintf(g->digest, sizeof g->digest, "%016llx", (unsigned long long)digest);
   g->next = rt->generations;
   rt->generations = g;
   if (old) {
@@ -53,4 +68,12 @@ void lupin__generation_unpin(lupin_runtime *rt, lupin_generation *g) {
 void lupin__generation_free_all(lupin_runtime *rt) {
   while (rt->generations)
     release(rt, rt->generations);
+}
+
+void lupin_runtime_generations(lupin_runtime *rt, lupin_generation_fn fn, void *ud) {
+  for (lupin_generation *g = rt->generations; g; g = g->next) {
+    lupin_generation_info info = {g->number,   g->loaded_at, g->loaded_unix, g->load_seconds,
+                                  g->source,   g->digest,    g->pinned,      g->current};
+    fn(ud, &info);
+  }
 }

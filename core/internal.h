@@ -87,6 +87,10 @@ struct lupin_generation {
   int ref;       /* the generation's Lua table */
   size_t pinned; /* requests begun on it and not ended */
   int current;
+  double loaded_at, loaded_unix; /* lupin_now(), wall clock */
+  double load_seconds;           /* build, validate, dry cycle */
+  char *source;
+  char digest[17]; /* xxh64 of the config text and plugin files, hex */
   lupin_generation *next;
 };
 
@@ -169,7 +173,8 @@ char *lupin__eval(lupin_runtime *rt, const char *code, char *err, size_t errlen)
 
 /* generation.c */
 lupin_generation *lupin__generation_current(lupin_runtime *rt);
-int lupin__generation_install(lupin_runtime *rt, int ref);
+int lupin__generation_install(lupin_runtime *rt, int ref, const char *source, uint64_t digest,
+                              double load_seconds);
 void lupin__generation_unpin(lupin_runtime *rt, lupin_generation *g);
 void lupin__generation_free_all(lupin_runtime *rt);
 

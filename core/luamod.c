@@ -237,6 +237,35 @@ static int l_plugin_stats(lua_State *L) {
   return 1;
 }
 
+static void push_generation(void *ud, const lupin_generation_info *g) {
+  lua_State *L = ud;
+  lua_createtable(L, 0, 8);
+  lua_pushnumber(L, (lua_Number)g->number);
+  lua_setfield(L, -2, "number");
+  lua_pushnumber(L, g->loaded_at);
+  lua_setfield(L, -2, "loaded_at");
+  lua_pushnumber(L, g->loaded_unix);
+  lua_setfield(L, -2, "loaded_unix");
+  lua_pushnumber(L, g->load_seconds);
+  lua_setfield(L, -2, "load_seconds");
+  lua_pushstring(L, g->source);
+  lua_setfield(L, -2, "source");
+  lua_pushstring(L, g->digest);
+  lua_setfield(L, -2, "digest");
+  lua_pushnumber(L, (lua_Number)g->pinned);
+  lua_setfield(L, -2, "pinned");
+  lua_pushboolean(L, g->current);
+  lua_setfield(L, -2, "current");
+  lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
+}
+
+static int l_generations(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  lua_newtable(L);
+  lupin_runtime_generations(b->rt, push_generation, L);
+  return 1;
+}
+
 static int l_check_leaks(lua_State *L) {
   runtime_box *b = check_rt(L);
   char report[8192];
@@ -411,6 +440,7 @@ static const luaL_Reg rt_methods[] = {
     {"set_metrics", l_set_metrics},
     {"stats", l_stats},
     {"plugin_stats", l_plugin_stats},
+    {"generations", l_generations},
     {"check_leaks", l_check_leaks},
     {"eval", l_eval},
     {"logs", l_logs},

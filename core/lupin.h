@@ -109,6 +109,27 @@ typedef void (*lupin_plugin_stat_fn)(void *ud, const lupin_plugin_stat *stat);
 /* Calls fn for each (plugin, point) of the current generation that was called. */
 void lupin_runtime_plugin_stats(lupin_runtime *rt, lupin_plugin_stat_fn fn, void *ud);
 
+/* One live generation: the current one, or an older one still pinned by
+ * requests in flight (released when its last one ends). */
+typedef struct lupin_generation_info {
+  uint64_t number;     /* 1 for the first load, +1 per successful load */
+  double loaded_at;    /* when it was swapped in, on lupin_now()'s clock */
+  double loaded_unix;  /* the same, wall clock (seconds since the epoch) */
+  double load_seconds; /* building it: read, validate, instantiate, dry cycle */
+  const char *source;  /* the config's file name or source string */
+  const char *digest;  /* xxh64 of the config text and of each plugin file
+                          loaded (path and text, by type), 16 hex digits:
+                          equal digests, same sources */
+  uint64_t pinned;     /* requests begun on it and not ended */
+  int current;         /* new requests begin on it */
+} lupin_generation_info;
+
+typedef void (*lupin_generation_fn)(void *ud, const lupin_generation_info *g);
+/* Calls fn for each live generation, current first, then older ones, newest
+ * first.  The pointers in g are valid during the call only.  fn must not call
+ * back into the runtime. */
+void lupin_runtime_generations(lupin_runtime *rt, lupin_generation_fn fn, void *ud);
+
 /* Runs a full garbage collection and reports request state that outlived its
  * request: returns the number of ended requests whose table is still alive and
  * writes a report naming the plugin and the place holding it. */

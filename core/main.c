@@ -12,6 +12,7 @@ static const char usage[] =
     "usage:\n"
     "  lupin serve --config FILE [--listen 127.0.0.1:8080] [--admin 127.0.0.1:9090]\n"
     "              [--admin-token TOKEN] [--endpoints FILE] [--log-level error|warn|info|debug]\n"
+    "              [--no-watch]\n"
     "  lupin check --config FILE [--endpoints FILE]\n"
     "  lupin version\n"
     "\n"
@@ -19,6 +20,8 @@ static const char usage[] =
     "(a list of {name, address, port, labels}) and \"gateway\" (limits, timeouts, the\n"
     "metrics refresh interval; see README.md).  --endpoints names a file holding the\n"
     "same list, watched and re-read on change; it replaces the config's endpoints.\n"
+    "The config file and the plugin directories are watched too: a change reloads\n"
+    "(debounced; --no-watch turns it off).  SIGHUP and POST /admin/reload reload.\n"
     "Port 0 picks a free port; the first line on stdout says which.\n";
 
 static int level_of(const char *s) {
@@ -56,6 +59,10 @@ static int parse_args(int argc, char **argv, gw_options *o) {
                        : !strcmp(a, "--admin-token") ? &o->admin_token
                        : !strcmp(a, "--endpoints")   ? &o->endpoints_file
                                                      : NULL;
+    if (!strcmp(a, "--no-watch")) {
+      o->no_watch = 1;
+      continue;
+    }
     if (!strcmp(a, "--log-level") && v && level_of(v) >= 0) {
       o->log_level = level_of(v);
     } else if (!dst || !v) {

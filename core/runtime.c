@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 #ifndef LUPIN_DEFAULT_HOME
 #define LUPIN_DEFAULT_HOME "/usr/local/share/lupin"
@@ -199,8 +200,27 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
   return rt;
 }
 
+/* xxh64 over the strings of the list at idx, in order. */
+static uint64_t digest_of(lua_State *L, int idx) {
+  XXH64_state_t *st = XXH64_createState();
+  if (!st) return 0;
+  XXH64_reset(st, 0);
+  size_t n = lua_istable(L, idx) ? lua_objlen(L, idx) : 0;
+  for (size_t i = 1; i <= n; i++) {
+    lua_rawgeti(L, idx, (int)i);
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    if (s) XXH64_update(st, s, len);
+    lua_pop(L, 1);
+  }
+  uint64_t h = XXH64_digest(st);
+  XXH64_freeState(st);
+  return h;
+}
+
 static int load(lupin_runtime *rt, const char *text, const char *source, char *err, size_t errlen) {
   lua_State *L = rt->L;
+  double t0 = lupin_now();
   lupin__push_hook(rt, LUPIN_HOOK_LOAD);
   lua_pushstring(L, text); /* NULL pushes nil: the hook reads path */
   lua_pushstring(L, source);
@@ -211,8 +231,10 @@ static int load(lupin_runtime *rt, const char *text, const char *source, char *e
     lua_pop(L, 2);
     return -1;
   }
+  uint64_t digest = digest_of(L, lua_gettop(L));
   lua_pop(L, 1);
-  return lupin__generation_install(rt, luaL_ref(L, LUA_REGISTRYINDEX));
+  return lupin__generation_install(rt, luaL_ref(L, LUA_REGISTRYINDEX), source, digest,
+                                   lupin_now() - t0);
 }
 
 int lupin_runtime_load(lupin_runtime *rt, const char *path, char *err, size_t errlen) {

@@ -321,7 +321,7 @@ function M.parse(text, source)
       .. " \"schedulingProfiles\"")
   end
   local cfg = { source = source, dir = source:match("^(.*)/[^/]*$") or ".", errors = E,
-    plugins = {}, profiles = {}, plugin_dirs = {} }
+    plugins = {}, profiles = {}, plugin_dirs = {}, text = text }
   local err = check_fields(E, root, "", TOP, "the config")
   if not err and root.kind ~= nil and root.kind ~= "EndpointPickerConfig" then
     err = E:at("kind", 'kind must be "EndpointPickerConfig", got %s', cjson.encode(root.kind))

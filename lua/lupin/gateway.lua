@@ -129,4 +129,10 @@ end
 
 M.endpoints_file = config.endpoints_file
 
+--- The plugin directories the current generation was loaded from (home's,
+--- the runtime's, the config's pluginDirs): the gateway watches them.
+function M.plugin_dirs(gen)
+  return gen and gen.plugin_dirs or {}
+end
+
 return M

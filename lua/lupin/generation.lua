@@ -51,11 +51,11 @@ function Builder:module(type_, path)
     return nil, self.E:at(path ~= "" and path .. ".type" or "", "unknown plugin type %q; known types: %s",
       type_, table.concat(self.types, ", "))
   end
-  local mod, env = loader.load(file, type_)
+  local mod, env, text = loader.load(file, type_)
   if not mod then
     return nil, self.E:at(path, "cannot load plugin type %q: %s", type_, env)
   end
-  m = { mod = mod, env = env }
+  m = { mod = mod, env = env, file = file, text = text }
   self.modules[type_] = m
   return m
 end
@@ -248,6 +248,23 @@ function Builder:start(previous)
   end
 end
 
+--- What the generation was built from, for its digest (core/runtime.c hashes
+--- these strings in order): the config text, then each plugin file loaded,
+--- by type, as its path and text.
+function Builder:sources(cfg)
+  local out, types = { cfg.text or "" }, {}
+  for t in pairs(self.modules) do
+    types[#types + 1] = t
+  end
+  table.sort(types)
+  for _, t in ipairs(types) do
+    local m = self.modules[t]
+    out[#out + 1] = m.file .. "\0"
+    out[#out + 1] = m.text or ""
+  end
+  return out
+end
+
 --- Builds a generation.  Returns it, or nil and an error naming file and line.
 ---@param cfg table from lupin.config.parse
 ---@param opts table runtime options (home, plugin_dirs)
@@ -282,6 +299,8 @@ function M.build(cfg, opts, number, previous)
   if err then
     return nil, err
   end
+  b.gen.plugin_dirs = dirs
+  b.gen.sources = b:sources(cfg)
   return b.gen
 end
 

@@ -97,11 +97,18 @@ function M.environment()
 end
 
 --- Loads one plugin file.  Returns the module and its environment, or nil and
---- an error with the file and line.
+--- an error with the file and line.  Third result: the file's text.
 ---@param path string
 ---@param want_type string the type the file name promises
 function M.load(path, want_type)
-  local chunk, err = loadfile(path)
+  -- read, then compile: the text is kept for the generation's source digest
+  local f, ferr = io.open(path, "rb")
+  if not f then
+    return nil, ferr
+  end
+  local text = f:read("*a")
+  f:close()
+  local chunk, err = loadstring(text, "@" .. path)
   if not chunk then
     return nil, err
   end
@@ -127,7 +134,7 @@ function M.load(path, want_type)
   if mod.new ~= nil and type(mod.new) ~= "function" then
     return nil, ("%s: new must be a function"):format(path)
   end
-  return mod, env
+  return mod, env, text
 end
 
 return M

@@ -57,7 +57,11 @@ function M.init(ud, opts)
     end
     gen.gateway, gen.endpoints = cfg.gateway, cfg.endpoints
     live[gen], M.current = true, gen
-    return gen
+    -- the sources go to the C side, which hashes them into the digest; the
+    -- generation does not keep the texts
+    local sources = gen.sources
+    gen.sources = nil
+    return gen, sources
   end
 
   function hooks.release(gen)
@@ -95,7 +99,7 @@ function M.init(ud, opts)
   --- The gateway host's requests (core/gwlua.c): op names a function of
   --- lupin.gateway; settings and endpoints read the current generation.
   function hooks.gateway(op, a, b)
-    if op == "settings" or op == "endpoints" then
+    if op == "settings" or op == "endpoints" or op == "plugin_dirs" then
       return gateway[op](M.current)
     end
     return gateway[op](a, b)

@@ -89,4 +89,35 @@ describe("reload", function()
     assert.is_true(math.abs(after - warm) < 128 * 1024,
       ("lua memory went from %d to %d bytes"):format(warm, after))
   end)
+
+  it("lists the live generations with their source, digest and pinned requests", function()
+    local gens = rt:generations()
+    assert.equal(1, #gens)
+    local g1 = gens[1]
+    assert.equal(1, g1.number)
+    assert.is_true(g1.current)
+    assert.equal("v1.json", g1.source)
+    assert.matches("^%x+$", g1.digest)
+    assert.equal(16, #g1.digest)
+    assert.equal(0, g1.pinned)
+    assert.truthy(g1.load_seconds > 0)
+    assert.truthy(g1.loaded_unix > 1.7e9)
+
+    local req = rt:begin({ id = "pinned", body = '{"model":"m","prompt":"aaaabbbb"}' })
+    -- the same sources under another name: the same digest
+    assert(rt:load_string(config(), "v2.json"))
+    gens = rt:generations()
+    assert.equal(2, #gens)
+    assert.same({ 2, true, "v2.json", 0 }, { gens[1].number, gens[1].current, gens[1].source,
+      gens[1].pinned })
+    assert.same({ 1, false, 1 }, { gens[2].number, gens[2].current, gens[2].pinned })
+    assert.equal(g1.digest, gens[1].digest)
+    assert.truthy(gens[1].loaded_at >= g1.loaded_at)
+    req:finish("ok")
+    assert.equal(1, #rt:generations())
+
+    -- other config text: another digest
+    assert(rt:load_string(config({ status = 499 }), "v3.json"))
+    assert.are_not.equal(g1.digest, rt:generations()[1].digest)
+  end)
 end)
