@@ -118,7 +118,7 @@ test-asan:
 	LUPIN_BUILD=build-asan LUPIN_ASAN=1 bash spec/run
 
 lint:
-	luacheck lua plugins spec examples
+	luacheck lua plugins spec examples bench
 
 bench: all bench-prefix bench-core bench-soak bench-gateway bench-soak-gateway bench-routing \
        bench-reload

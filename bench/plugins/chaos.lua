@@ -45,7 +45,7 @@ return {
     ctx.plugin.forwarded = true
   end,
 
-  finish = function(self, ctx)
+  finish = function(self)
     if random() < self.params.errorRate then
       error("chaos: finish error")
     end
