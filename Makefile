@@ -120,8 +120,18 @@ test-asan:
 lint:
 	luacheck lua plugins spec examples bench
 
-bench: all bench-prefix bench-core bench-soak bench-gateway bench-soak-gateway bench-routing \
-       bench-reload
+# Every benchmark in one go (about 30 minutes), its log in $(B)/bench.log, then
+# one summary table of the headline figures (bench/summary.sh).
+bench: all bench-deps
+	@{ $(MAKE) --no-print-directory bench-all; echo $$? > $(B)/bench.status; } 2>&1 | \
+	  tee $(B)/bench.log
+	@bash bench/summary.sh $(B)/bench.log
+	@exit $$(cat $(B)/bench.status)
+
+bench-all: bench-lifecycle bench-prefix bench-core bench-soak bench-gateway bench-soak-gateway \
+           bench-routing bench-reload
+
+bench-lifecycle: all
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/minimal.json 16 200000 100
 	for n in 16 64 256; do \
 	  LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/default.json $$n 50000 4096; \
@@ -200,7 +210,7 @@ clean:
 	rm -rf build build-asan
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-deps | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | bench-reload | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | bench-reload | install PREFIX=... | clean"
 
-.PHONY: FORCE all deps bench-deps run demo run-embed test test-asan lint bench bench-core bench-prefix \
+.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan lint bench bench-core bench-prefix \
         bench-soak bench-gateway bench-soak-gateway bench-routing bench-reload install clean help

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The one table of `make bench`: the headline figure of every section, read
+# from the log of the whole run (each section also prints its full tables).
+#   bash bench/summary.sh build/bench.log
+set -u
+log=${1:?usage: bench/summary.sh LOG}
+
+row() { printf '| %-22s | %-46s | %s |\n' "$1" "$2" "${3:-(not in the log)}"; }
+
+echo
+echo "## make bench: summary ($(date -u +%Y-%m-%d), $(nproc) cores)"
+echo
+echo "| section | figure | value |"
+echo "|---|---|---|"
+
+# bench-lifecycle: "config X, N endpoints, M lifecycles, P-byte prompt" then
+# "lifecycle  median A us  p99 B us ..."
+awk '/^config .*lifecycles, .*-byte prompt/ { c = $2; sub(",", "", c); n = $3; p = $(NF - 1) }
+  /^lifecycle  median/ { printf "| lifecycle (bench-lifecycle) | %s, %s endpoints, %s prompt | median %s µs, p99 %s µs |\n",
+    c, n, p, $3, $6 }' "$log"
+
+# bench-prefix: "    16KB   hash  insert  evict  lookup"
+v=$(awk '$1 == "16KB" && NF == 5 { printf "%s GB/s hashing, %s ns/block insert, %s ns/block lookup", $2, $3, $5 }' "$log" | head -n 1)
+row "prefix primitives" "16 KB prompt, 16 endpoints" "$v"
+
+# bench-core summary rows: "|  16 |   4 KB | lupin median | p99 | /s | native median | p99 | /s | ratio |"
+awk -F'|' '/^\| +(16|256) +\| +(4|1) KB/ { gsub(/ /, "", $2); gsub(/^ +| +$/, "", $3)
+  printf "| lupin vs native C (bench-core) | %s endpoints, %s | lupin %s µs, native %s µs median (ratio %s) |\n",
+    $2, $3, $4 + 0, $7 + 0, $10 + 0 }' "$log"
+
+v=$(grep -m1 '^  requests begun' "$log" | sed 's/^ *//')
+row "soak (bench-soak)" "10M lifecycles with failures at every stage" "$v"
+v=$(grep -m1 -E '^  (every request finished once|FAILED)' "$log" | sed 's/^ *//')
+row "soak (bench-soak)" "verdict" "$v"
+
+# bench-gateway: "| plain | full | floor req/s | ... | lupin/nginx req/s | lupin/nginx req/CPU-s | lupin/floor |"
+awk -F'|' '/^\| (plain|stream) \| (full|half)/ { gsub(/ /, "", $2); gsub(/ /, "", $3)
+  printf "| gateway (bench-gateway) | %s, %s load | lupin %s req/s, nginx %s req/s, floor %s req/s; lupin/nginx %s |\n",
+    $2, $3, $11 + 0, $7 + 0, $4 + 0, $15 + 0 }' "$log"
+
+v=$(grep -m1 -E '^Verdict: |^(FLAT|NOT FLAT)' "$log")
+row "gateway soak" "RSS and Lua heap after warm-up" "$v"
+
+# bench-routing: "  config  hit rate  TTFT p50  TTFT p90 ..." per rate; the last rate's rows
+awk '/^at [0-9.]+ req\/s offered:/ { rate = $2 } /^  [a-z-]+ +[0-9.]+% +[0-9.]+ms/ {
+  last[$1] = sprintf("| routing (bench-routing) | %s at %s req/s | hit rate %s, TTFT p50 %s, p90 %s |", $1, rate, $2, $3, $4) }
+  END { for (k in last) print last[k] }' "$log" | sort
+
+grep -E '^reload .* endpoints: median' "$log" | awk '{ sub(/^reload +/, ""); printf "| reload (bench-reload) | %s |\n", $0 }' |
+  sed -E 's/ +([0-9]+ endpoints): / \1 | /'
