@@ -120,10 +120,11 @@ test-asan:
 lint:
 	luacheck lua plugins spec examples bench
 
-# Every benchmark in one go (about 30 minutes), its log in $(B)/bench.log, then
-# one summary table of the headline figures (bench/summary.sh).
+# Every benchmark in one go (about 30 minutes; a failing section does not stop
+# the others), its log in $(B)/bench.log, then one summary table of the
+# headline figures (bench/summary.sh).
 bench: all bench-deps
-	@{ $(MAKE) --no-print-directory bench-all; echo $$? > $(B)/bench.status; } 2>&1 | \
+	@{ $(MAKE) --no-print-directory -k bench-all; echo $$? > $(B)/bench.status; } 2>&1 | \
 	  tee $(B)/bench.log
 	@bash bench/summary.sh $(B)/bench.log
 	@exit $$(cat $(B)/bench.status)
