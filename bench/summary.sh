@@ -24,7 +24,7 @@ v=$(awk '$1 == "16KB" && NF == 5 { printf "%s GB/s hashing, %s ns/block insert, 
 row "prefix primitives" "16 KB prompt, 16 endpoints" "$v"
 
 # bench-core summary rows: "|  16 |   4 KB | lupin median | p99 | /s | native median | p99 | /s | ratio |"
-awk -F'|' '/^\| +(16|256) +\| +(4|1) KB/ { gsub(/ /, "", $2); gsub(/^ +| +$/, "", $3)
+awk -F'|' '/^\| +(16|256) +\| +(4|1) KB/ && !seen[$2 $3]++ { gsub(/ /, "", $2); gsub(/^ +| +$/, "", $3)
   printf "| lupin vs native C (bench-core) | %s endpoints, %s | lupin %s µs, native %s µs median (ratio %s) |\n",
     $2, $3, $4 + 0, $7 + 0, $10 + 0 }' "$log"
 
@@ -34,11 +34,11 @@ v=$(grep -m1 -E '^  (every request finished once|FAILED)' "$log" | sed 's/^ *//'
 row "soak (bench-soak)" "verdict" "$v"
 
 # bench-gateway: "| plain | full | floor req/s | ... | lupin/nginx req/s | lupin/nginx req/CPU-s | lupin/floor |"
-awk -F'|' '/^\| (plain|stream) \| (full|half)/ { gsub(/ /, "", $2); gsub(/ /, "", $3)
+awk -F'|' '/^\| (plain|stream) \| (full|half)/ { gsub(/^ +| +$/, "", $2); gsub(/^ +| +$/, "", $3)
   printf "| gateway (bench-gateway) | %s, %s load | lupin %s req/s, nginx %s req/s, floor %s req/s; lupin/nginx %s |\n",
     $2, $3, $11 + 0, $7 + 0, $4 + 0, $15 + 0 }' "$log"
 
-v=$(grep -m1 -E '^Verdict: |^(FLAT|NOT FLAT)' "$log")
+v=$(grep -m1 -E 'first vs last third after' "$log")
 row "gateway soak" "RSS and Lua heap after warm-up" "$v"
 
 # bench-routing: "  config  hit rate  TTFT p50  TTFT p90 ..." per rate; the last rate's rows
