@@ -11,12 +11,17 @@ cleanup() {
   local rc=$? p
   trap - INT TERM EXIT
   if [ -n "${LUPIN_PID:-}" ] && ! kill -0 "$LUPIN_PID" 2>/dev/null; then
-    wait "$LUPIN_PID"; echo "lupin serve exited early (status $?); its log:" >&2
+    local st=0
+    wait "$LUPIN_PID" || st=$?
+    echo "lupin serve exited early (status $st); its log:" >&2
     tail -20 "$WORK/lupin.log" >&2
   fi
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  # under set -e a failing kill (wrk is gone already) or wait (TERM gives 143)
+  # would end this trap, and the script with that status, before rc is kept
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   if [ "$rc" = 0 ]; then rm -rf "$WORK"; else echo "kept $WORK" >&2; fi
+  return "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

@@ -67,6 +67,7 @@ bad=$(cat "$WORK"/wrk*.out | awk '/^RESULT/ {b += $7 + $8} END {print b + 0}')
 echo
 echo "after the load: live requests $live, live request tables $tables; answered $answered; non-2xx or socket errors $bad"
 verdict=$(printf '%s\n' "${samples[@]}" | awk -v w="$WARMUP_SECONDS" '
+  BEGIN { n = 0 } # an unset n would index the first sample as "", not 0
   $1 >= w { t[n] = $1; r[n] = $2; l[n] = $3; n++ }
   END {
     if (n < 3) { print "too short to judge (fewer than 3 samples after warm-up)"; exit }
