@@ -21,7 +21,7 @@ CORE_SRC  = core/alloc.c core/blockhash.c core/endpoint.c core/generation.c core
 CORE_HDR  = core/lupin.h core/internal.h
 # the gateway host `lupin serve` (DESIGN.md §9)
 GW_SRC    = core/admin.c core/buf.c core/gateway.c core/gwlua.c core/main.c core/prometheus.c \
-            core/watch.c \
+            core/watch.c core/write.c \
             core/proxy.c core/scrape.c core/server.c core/upstream.c
 GW_HDR    = core/gateway.h $(CORE_HDR)
 GW_OBJ    = $(GW_SRC:core/%.c=$(B)/gw/%.o)

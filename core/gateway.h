@@ -50,6 +50,15 @@ void gw_headers_free(gw_headers *h);
  * each side writes for itself. */
 int gw_hop_by_hop(const char *name);
 
+/* --- writing to sockets (write.c) ----------------------------------------- */
+
+/* Called for a write that had to be queued, once its bytes have left (or
+ * failed); never for a write the socket took at once. */
+typedef void (*gw_written_fn)(uv_stream_t *s, int status, void *data);
+/* Writes the parts in order: at once as far as the socket takes them, the
+ * rest copied and queued.  Returns 0 or a libuv error (nothing queued). */
+int gw_write(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb, void *data);
+
 /* --- settings (the config's "gateway" section, lua/lupin/config.lua) ------ */
 
 typedef struct gw_settings {
@@ -246,6 +255,9 @@ typedef struct gw_watch {
 
 struct lupin_gateway {
   uv_loop_t *loop;
+  /* Every socket reads into this one buffer: each read callback consumes
+   * its bytes before it returns, and reads never nest. */
+  char read_buf[65536];
   lupin_runtime *rt;
   gw_options opts;
   gw_settings set;
@@ -253,8 +265,8 @@ struct lupin_gateway {
   gw_endpoint *endpoints;
   size_t n_endpoints;
   uv_fs_event_t *watch;
-  uv_timer_t *rewatch; /* debounces file events */
-  gw_watch *watches;   /* config and plugin directories (watch.c) */
+  uv_timer_t *rewatch;      /* debounces file events */
+  gw_watch *watches;        /* config and plugin directories (watch.c) */
   uv_timer_t *reload_timer; /* debounces them into one reload */
   gw_reload_stats reloads;
   uv_signal_t *sigterm, *sigint, *sighup;

@@ -44,6 +44,7 @@ struct gw_conn {
   int closed;
   int handles; /* open libuv handles; freed at 0 */
   gw_buf pending;
+  gw_buf head; /* a response head not yet written (gw_conn_start) */
   gw_abort_fn abort_fn;
   void *owner;
   gw_abort_fn drain_fn;
@@ -111,6 +112,7 @@ static void on_close(uv_handle_t *h) {
   reset_request(c);
   gw_buf_free(&c->url);
   gw_buf_free(&c->pending);
+  gw_buf_free(&c->head);
   free(c);
   gw_check_drained(s->gw); /* a closed connection may be what a drain waits for */
 }
@@ -157,15 +159,10 @@ static void close_after_writes(gw_conn *c) {
 
 /* --- writing ------------------------------------------------------------- */
 
-typedef struct {
-  uv_write_t w;
-  char data[];
-} wreq;
-
-static void on_write(uv_write_t *w, int status) {
+static void on_written(uv_stream_t *s, int status, void *data) {
   (void)status; /* a failed write shows up as a read error too */
-  gw_conn *c = w->handle->data;
-  free(w);
+  (void)data;
+  gw_conn *c = s->data;
   if (c->drain_fn && !c->tcp.write_queue_size) {
     gw_abort_fn fn = c->drain_fn;
     c->drain_fn = NULL;
@@ -180,46 +177,51 @@ void gw_conn_on_drain(gw_conn *c, gw_abort_fn fn, void *owner) {
   c->drain_owner = owner;
 }
 
-static void write_bufs(gw_conn *c, const uv_buf_t *parts, int n) {
-  if (c->closed) return;
-  size_t len = 0;
-  for (int i = 0; i < n; i++)
-    len += parts[i].len;
-  wreq *w = malloc(sizeof *w + len);
-  if (!w) {
+/* Sends the response head held back by gw_conn_start first, in the same
+ * write: one system call per reply instead of two. */
+static void write_bufs(gw_conn *c, const uv_buf_t *parts, unsigned n) {
+  if (c->closed) {
+    c->head.len = 0;
+    return;
+  }
+  uv_buf_t all[4];
+  unsigned k = 0;
+  if (c->head.len) all[k++] = uv_buf_init(c->head.data, (unsigned)c->head.len);
+  for (unsigned i = 0; i < n && k < 4; i++)
+    all[k++] = parts[i];
+  int rc = gw_write((uv_stream_t *)&c->tcp, all, k, on_written, NULL);
+  c->head.len = 0;
+  if (rc == UV_ENOMEM) close_now(c);
+}
+
+static void flush_head(gw_conn *c) {
+  if (c->head.len) write_bufs(c, NULL, 0);
+}
+
+/* The head of a response with a length waits for its first body bytes (or
+ * its end), which usually come in the same read from upstream: they leave
+ * together.  A chunked (streamed) response's head leaves at once, so a client
+ * sees the status before the first token. */
+void gw_conn_start(gw_conn *c, int status, const lupin_header *h, size_t n,
+                   int64_t content_length) {
+  gw_buf *head = &c->head;
+  int keep = c->keep_alive && !c->srv->closing;
+  c->keep_alive = keep;
+  head->len = 0;
+  gw_buf_printf(head, "HTTP/1.1 %d %s\r\n", status, gw_status_text(status));
+  for (size_t i = 0; i < n; i++)
+    if (!gw_hop_by_hop(h[i].name)) gw_buf_printf(head, "%s: %s\r\n", h[i].name, h[i].value);
+  c->chunked = content_length < 0;
+  if (c->chunked)
+    gw_buf_printf(head, "transfer-encoding: chunked\r\n");
+  else
+    gw_buf_printf(head, "content-length: %lld\r\n", (long long)content_length);
+  if (gw_buf_printf(head, "connection: %s\r\n\r\n", keep ? "keep-alive" : "close")) {
+    head->len = 0;
     close_now(c);
     return;
   }
-  size_t off = 0;
-  for (int i = 0; i < n; i++) {
-    memcpy(w->data + off, parts[i].base, parts[i].len);
-    off += parts[i].len;
-  }
-  uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
-  if (uv_write(&w->w, (uv_stream_t *)&c->tcp, &b, 1, on_write)) free(w);
-}
-
-void gw_conn_start(gw_conn *c, int status, const lupin_header *h, size_t n,
-                   int64_t content_length) {
-  gw_buf head = {0};
-  int keep = c->keep_alive && !c->srv->closing;
-  c->keep_alive = keep;
-  gw_buf_printf(&head, "HTTP/1.1 %d %s\r\n", status, gw_status_text(status));
-  for (size_t i = 0; i < n; i++)
-    if (!gw_hop_by_hop(h[i].name)) gw_buf_printf(&head, "%s: %s\r\n", h[i].name, h[i].value);
-  c->chunked = content_length < 0;
-  if (c->chunked)
-    gw_buf_printf(&head, "transfer-encoding: chunked\r\n");
-  else
-    gw_buf_printf(&head, "content-length: %lld\r\n", (long long)content_length);
-  gw_buf_printf(&head, "connection: %s\r\n\r\n", keep ? "keep-alive" : "close");
-  if (head.data) {
-    uv_buf_t b = uv_buf_init(head.data, (unsigned)head.len);
-    write_bufs(c, &b, 1);
-  } else {
-    close_now(c);
-  }
-  gw_buf_free(&head);
+  if (c->chunked) flush_head(c);
 }
 
 void gw_conn_write(gw_conn *c, const char *data, size_t len) {
@@ -263,10 +265,12 @@ void gw_conn_end(gw_conn *c) {
     uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
     write_bufs(c, &b, 1);
   }
+  flush_head(c);
   response_done(c);
 }
 
 void gw_conn_abort(gw_conn *c) {
+  flush_head(c); /* the client sees the response start, then the close */
   c->drain_fn = NULL;
   c->keep_alive = 0;
   c->busy = 0;
@@ -434,9 +438,9 @@ static void feed(gw_conn *c, const char *data, size_t len) {
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  (void)h;
-  buf->base = malloc(suggested);
-  buf->len = buf->base ? suggested : 0;
+  (void)suggested;
+  lupin_gateway *gw = ((gw_conn *)h->data)->srv->gw;
+  *buf = uv_buf_init(gw->read_buf, sizeof gw->read_buf);
 }
 
 /* The client went away (or its connection failed). */
@@ -464,7 +468,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       feed(c, buf->base, (size_t)nread);
     }
   }
-  free(buf->base);
 }
 
 static void on_connection(uv_stream_t *ls, int status) {

@@ -167,23 +167,21 @@ void gw_upstream_cancel(gw_upstream *u) {
 static void on_timeout(uv_timer_t *t);
 static void connect_new(gw_upstream *u);
 
-typedef struct {
-  uv_write_t w;
-  char data[];
-} wreq;
-
-static void on_written(uv_write_t *w, int status) {
-  gw_uconn *c = w->data;
-  free(w);
-  if (status < 0 && !c->closed && c->u) {
-    gw_upstream *u = c->u;
-    if (u->reused && !u->got_bytes) {
-      connect_new(u);
-      return;
-    }
-    snprintf(u->detail, sizeof u->detail, "sending the request: %s", uv_strerror(status));
-    finish(u, GW_UP_BROKEN, u->detail);
+/* A send that failed: a pooled connection the server had closed meanwhile
+ * is retried once on a fresh one. */
+static void send_failed(gw_upstream *u, int status) {
+  if (u->reused && !u->got_bytes) {
+    connect_new(u);
+    return;
   }
+  snprintf(u->detail, sizeof u->detail, "sending the request: %s", uv_strerror(status));
+  finish(u, GW_UP_BROKEN, u->detail);
+}
+
+static void on_written(uv_stream_t *s, int status, void *data) {
+  (void)data;
+  gw_uconn *c = s->data;
+  if (status < 0 && !c->closed && c->u) send_failed(c->u, status);
 }
 
 static void send_request(gw_upstream *u) {
@@ -191,26 +189,15 @@ static void send_request(gw_upstream *u) {
   http_parser_init(&c->parser, HTTP_RESPONSE);
   c->parser.data = c;
   uv_timer_start(&u->timer, on_timeout, u->t.first_byte_ms, 0);
-  wreq *w = malloc(sizeof *w + u->request.len);
-  if (!w) {
-    finish(u, GW_UP_BROKEN, "out of memory");
-    return;
-  }
-  memcpy(w->data, u->request.data, u->request.len);
-  w->w.data = c;
-  uv_buf_t b = uv_buf_init(w->data, (unsigned)u->request.len);
-  int rc = uv_write(&w->w, (uv_stream_t *)&c->tcp, &b, 1, on_written);
-  if (rc) {
-    free(w);
-    snprintf(u->detail, sizeof u->detail, "sending the request: %s", uv_strerror(rc));
-    finish(u, GW_UP_BROKEN, u->detail);
-  }
+  uv_buf_t b = uv_buf_init(u->request.data, (unsigned)u->request.len);
+  int rc = gw_write((uv_stream_t *)&c->tcp, &b, 1, on_written, NULL);
+  if (rc) send_failed(u, rc);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  (void)h;
-  buf->base = malloc(suggested);
-  buf->len = buf->base ? suggested : 0;
+  (void)suggested;
+  lupin_gateway *gw = ((gw_uconn *)h->data)->ep->gw;
+  *buf = uv_buf_init(gw->read_buf, sizeof gw->read_buf);
 }
 
 static void on_eof(gw_upstream *u, ssize_t nread) {
@@ -250,7 +237,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       finish(u, GW_UP_BROKEN, u->detail);
     }
   }
-  free(buf->base);
 }
 
 static void on_connect(uv_connect_t *r, int status) {
