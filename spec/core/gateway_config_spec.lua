@@ -119,6 +119,7 @@ describe("gateway request body checks", function()
   it("says what is wrong and which parameter", function()
     local cases = {
       { "/v1/completions", "[1]", "must be a JSON object" },
+      { "/v1/completions", " \r\n\t[]", "must be a JSON object" },
       { "/v1/completions", "nope", "not valid JSON" },
       { "/v1/completions", '{"prompt":"x"}', 'missing "model"', "model" },
       { "/v1/completions", '{"model":""}', '"model" must be a non-empty string', "model" },
