@@ -28,15 +28,24 @@ int gw_buf_append(gw_buf *b, const char *data, size_t len) {
   return 0;
 }
 
+/* Formats into the room left when it fits (the common case: a buffer reused
+ * from request to request), measuring and growing only when it does not. */
 int gw_buf_printf(gw_buf *b, const char *fmt, ...) {
   va_list ap;
+  size_t room = b->cap > b->len ? b->cap - b->len : 0;
   va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
+  int n = vsnprintf(room ? b->data + b->len : NULL, room, fmt, ap);
   va_end(ap);
-  if (n < 0 || reserve(b, (size_t)n)) return -1;
-  va_start(ap, fmt);
-  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-  va_end(ap);
+  if (n < 0) return -1;
+  if ((size_t)n >= room) {
+    if (reserve(b, (size_t)n)) {
+      if (b->data) b->data[b->len] = 0;
+      return -1;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+  }
   b->len += (size_t)n;
   return 0;
 }
