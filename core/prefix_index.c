@@ -11,10 +11,12 @@
  * tombstones) find things: (endpoint, hash) -> node, hash -> first node of its
  * chain, endpoint id -> endpoint slot.  Memory is bounded by the sum of the
  * capacities (nodes) and a constant factor (tables grow at 70% load). */
+#define _DEFAULT_SOURCE /* madvise and MADV_HUGEPAGE; _POSIX_C_SOURCE alone hides them */
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define NIL 0u /* node and slot index 0 is never used: 0 means "none" */
 #define GOLDEN 0x9E3779B97F4A7C15ull
@@ -56,6 +58,48 @@ struct lupin_prefix_index {
   uint32_t epoch;
 };
 
+/* --- memory -------------------------------------------------------------- */
+
+/* The tables and the node array grow to tens of MB and are accessed at random:
+ * with 4 KB pages nearly every access also misses the TLB (a long page walk in
+ * a VM), and filling them faults in one page per 4 KB.  From HUGE bytes on they
+ * come straight from mmap, aligned to and advised for transparent huge pages;
+ * smaller ones from malloc.  Which one is told by the size alone. */
+#define HUGE ((size_t)2 << 20)
+
+/* Zeroed bytes. */
+static void *mem_alloc(size_t bytes) {
+  if (bytes < HUGE) return calloc(1, bytes);
+  /* Over-map by HUGE and trim both ends, so the block starts on a huge page. */
+  char *p = mmap(NULL, bytes + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  size_t head = (HUGE - (uintptr_t)p % HUGE) % HUGE;
+  if (head) munmap(p, head);
+  munmap(p + head + bytes, HUGE - head);
+#ifdef MADV_HUGEPAGE
+  madvise(p + head, bytes, MADV_HUGEPAGE); /* a hint: without it, small pages */
+#endif
+  return p + head;
+}
+
+static void mem_free(void *p, size_t bytes) {
+  if (!p) return;
+  if (bytes < HUGE)
+    free(p);
+  else
+    munmap(p, bytes);
+}
+
+/* Like realloc, the new bytes past the old ones not zeroed. */
+static void *mem_resize(void *p, size_t old_bytes, size_t bytes) {
+  if (bytes < HUGE) return realloc(p, bytes);
+  void *q = mem_alloc(bytes);
+  if (!q) return NULL;
+  if (p) memcpy(q, p, old_bytes);
+  mem_free(p, old_bytes);
+  return q;
+}
+
 /* --- tables -------------------------------------------------------------- */
 
 static size_t home(const table *t, uint64_t key, uint32_t ep) {
@@ -81,13 +125,13 @@ static void tab_place(table *t, slot v) {
 static int tab_grow(table *t) {
   size_t old_cap = t->s ? t->mask + 1 : 0;
   size_t cap = old_cap ? old_cap * 2 : 64;
-  slot *old = t->s, *s = calloc(cap, sizeof *s);
+  slot *old = t->s, *s = mem_alloc(cap * sizeof *s);
   if (!s) return -1;
   t->s = s;
   t->mask = cap - 1;
   for (size_t i = 0; i < old_cap; i++)
     if (old[i].val != NIL) tab_place(t, old[i]);
-  free(old);
+  mem_free(old, old_cap * sizeof *old);
   return 0;
 }
 
@@ -128,7 +172,7 @@ static uint32_t node_alloc(lupin_prefix_index *x) {
   if (x->n_nodes + 1 >= x->cap_nodes) {
     if (x->cap_nodes >= UINT32_MAX / 2) return NIL; /* indexes are 32-bit */
     uint32_t cap = x->cap_nodes ? x->cap_nodes * 2 : 256;
-    node *a = realloc(x->nodes, (size_t)cap * sizeof *a);
+    node *a = mem_resize(x->nodes, (size_t)x->cap_nodes * sizeof *a, (size_t)cap * sizeof *a);
     if (!a) return NIL;
     x->nodes = a;
     x->cap_nodes = cap;
@@ -252,11 +296,11 @@ void lupin_prefix_free(lupin_prefix_index *x) {
     else x->rt->prefix_indexes = x->next_index;
     if (x->next_index) x->next_index->prev_index = x->prev_index;
   }
-  free(x->nodes);
+  mem_free(x->nodes, (size_t)x->cap_nodes * sizeof *x->nodes);
   free(x->eps);
-  free(x->pairs.s);
-  free(x->hashes.s);
-  free(x->ids.s);
+  mem_free(x->pairs.s, tab_bytes(&x->pairs));
+  mem_free(x->hashes.s, tab_bytes(&x->hashes));
+  mem_free(x->ids.s, tab_bytes(&x->ids));
   free(x);
 }
 
