@@ -15,16 +15,23 @@ static const char *skip_spaces(const char *p, const char *end) {
   return p;
 }
 
-/* Reads a quoted label value with its escapes (\\, \", \n) into out. */
+/* Reads a quoted label value with its escapes (\\, \", \n) into out: the
+ * runs between escapes are copied whole. */
 static const char *read_quoted(const char *p, const char *end, gw_buf *out) {
   if (p >= end || *p != '"') return NULL;
-  for (p++; p < end && *p != '"'; p++) {
-    char ch = *p;
-    if (ch == '\\' && p + 1 < end) {
-      ch = *++p;
-      if (ch == 'n') ch = '\n';
+  p++;
+  while (p < end && *p != '"') {
+    const char *run = p;
+    while (p < end && *p != '"' && *p != '\\')
+      p++;
+    if (gw_buf_append(out, run, (size_t)(p - run))) return NULL;
+    if (p < end && *p == '\\' && p + 1 < end) {
+      char ch = p[1] == 'n' ? '\n' : p[1];
+      if (gw_buf_append(out, &ch, 1)) return NULL;
+      p += 2;
+    } else if (p < end && *p == '\\') {
+      p++; /* a backslash ending the line: unterminated anyway */
     }
-    if (gw_buf_append(out, &ch, 1)) return NULL;
   }
   if (gw_buf_append(out, "", 0)) return NULL;
   return p < end ? p + 1 : NULL;
@@ -68,38 +75,41 @@ static double read_value(const char *p, const char *end, int *ok) {
   return v;
 }
 
-static int parse_line(const char *p, const char *end, gw_sample_fn fn, void *ud) {
+/* store: names and label texts of the line, emptied first (one buffer for
+ * every line of a text, not an allocation per line). */
+static int parse_line(const char *p, const char *end, gw_buf *store, gw_sample_fn fn, void *ud) {
   const char *name = p;
   while (p < end && (isalnum((unsigned char)*p) || *p == '_' || *p == ':'))
     p++;
   if (p == name) return -1;
-  gw_buf store = {0};
   size_t offsets[2 * MAX_LABELS], n = 0;
-  gw_buf_append(&store, name, (size_t)(p - name));
-  gw_buf_append(&store, "", 1);
-  if (p < end && *p == '{') p = read_labels(p, end, &store, offsets, &n);
+  store->len = 0;
+  gw_buf_append(store, name, (size_t)(p - name));
+  gw_buf_append(store, "", 1);
+  if (p < end && *p == '{') p = read_labels(p, end, store, offsets, &n);
   int ok = 0;
   double v = p ? read_value(skip_spaces(p, end), end, &ok) : 0;
-  if (ok && store.data) {
+  if (ok && store->data) {
     lupin_header labels[MAX_LABELS];
     for (size_t i = 0; i < n; i++)
-      labels[i] = (lupin_header){store.data + offsets[2 * i], store.data + offsets[2 * i + 1]};
-    fn(ud, store.data, labels, n, v);
+      labels[i] = (lupin_header){store->data + offsets[2 * i], store->data + offsets[2 * i + 1]};
+    fn(ud, store->data, labels, n, v);
   }
-  gw_buf_free(&store);
   return ok ? 0 : -1;
 }
 
 int gw_prometheus_parse(const char *text, size_t len, gw_sample_fn fn, void *ud) {
   int bad = 0;
+  gw_buf store = {0};
   const char *p = text, *end = text + len;
   while (p < end) {
     const char *eol = memchr(p, '\n', (size_t)(end - p));
     if (!eol) eol = end;
     const char *line_end = eol > p && eol[-1] == '\r' ? eol - 1 : eol;
     const char *s = skip_spaces(p, line_end);
-    if (s < line_end && *s != '#' && parse_line(s, line_end, fn, ud)) bad++;
+    if (s < line_end && *s != '#' && parse_line(s, line_end, &store, fn, ud)) bad++;
     p = eol + 1;
   }
+  gw_buf_free(&store);
   return bad;
 }
