@@ -7,6 +7,8 @@
 #include <lua.h>
 #include <stdarg.h>
 
+#define LUPIN_ALLOC_SPARES 16
+
 /* The Lua allocator's books.  Its layout is mirrored in lua/lupin/capi.lua. */
 typedef struct lupin_alloc {
   size_t used;
@@ -17,9 +19,17 @@ typedef struct lupin_alloc {
   /* private: the allocator underneath (LuaJIT's own) */
   lua_Alloc base;
   void *base_ud;
+  /* private: big blocks Lua freed, kept for the next big allocation (alloc.c) */
+  struct {
+    void *p;
+    size_t size;
+  } spare[LUPIN_ALLOC_SPARES];
+  size_t n_spare, spare_bytes;
 } lupin_alloc;
 
 void *lupin_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize);
+/* Gives the spare blocks back to the allocator underneath (before lua_close). */
+void lupin_alloc_release_spares(lupin_alloc *a);
 
 /* An endpoint.  The part up to `name` is mirrored in lua/lupin/capi.lua and
  * read by plugins through FFI; its memory is released by the Lua GC finalizer

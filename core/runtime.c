@@ -143,6 +143,7 @@ static int boot(lupin_runtime *rt, const lupin_options *o, const char *home, cha
 static void close_state(lupin_runtime *rt) {
   lua_gc(rt->L, LUA_GCCOLLECT, 0); /* finalizers run while we still account */
   lua_setallocf(rt->L, rt->alloc.base, rt->alloc.base_ud);
+  lupin_alloc_release_spares(&rt->alloc);
   lua_close(rt->L);
 }
 
@@ -186,8 +187,8 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
   }
   /* Account from here on: what the fresh state holds, then every change. */
   rt->alloc.base = lua_getallocf(rt->L, &rt->alloc.base_ud);
-  rt->alloc.used = rt->alloc.peak = (size_t)lua_gc(rt->L, LUA_GCCOUNT, 0) * 1024 +
-                                    (size_t)lua_gc(rt->L, LUA_GCCOUNTB, 0);
+  rt->alloc.used = rt->alloc.peak =
+      (size_t)lua_gc(rt->L, LUA_GCCOUNT, 0) * 1024 + (size_t)lua_gc(rt->L, LUA_GCCOUNTB, 0);
   lua_setallocf(rt->L, lupin_alloc_fn, &rt->alloc);
   luaL_openlibs(rt->L);
   const char *home = o->home ? o->home : getenv("LUPIN_HOME");
