@@ -145,6 +145,7 @@ struct lupin_runtime {
   lupin_alloc alloc;
   lupin_capi capi;
   int hooks[LUPIN_HOOK_COUNT];
+  int traceback; /* registry ref of the message handler of every call into Lua */
   lupin_log_fn log;
   void *log_ud;
   int log_level;

@@ -75,7 +75,8 @@ int lupin__push_hook(lupin_runtime *rt, enum lupin_hook hook) {
 int lupin__call(lupin_runtime *rt, int nargs, int nresults, char *err, size_t errlen) {
   lua_State *L = rt->L;
   int base = lua_gettop(L) - nargs;
-  lua_pushcfunction(L, traceback);
+  /* made once at start: lua_pushcfunction would allocate a closure per call */
+  lua_rawgeti(L, LUA_REGISTRYINDEX, rt->traceback);
   lua_insert(L, base);
   int rc = lua_pcall(L, nargs, nresults, base);
   lua_remove(L, base);
@@ -190,6 +191,8 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
                                     (size_t)lua_gc(rt->L, LUA_GCCOUNTB, 0);
   lua_setallocf(rt->L, lupin_alloc_fn, &rt->alloc);
   luaL_openlibs(rt->L);
+  lua_pushcfunction(rt->L, traceback);
+  rt->traceback = luaL_ref(rt->L, LUA_REGISTRYINDEX);
   const char *home = o->home ? o->home : getenv("LUPIN_HOME");
   if (!home || !*home) home = LUPIN_DEFAULT_HOME;
   if (boot(rt, o, home, err, errlen)) {
