@@ -98,6 +98,9 @@ struct lupin_generation {
 typedef struct lupin_capi {
   lupin_runtime *rt;
   lupin_alloc *alloc;
+  /* lupin_now: through FFI a call that returns a double, where reading a
+   * struct timespec from Lua boxes each 64-bit field when interpreted */
+  double (*now)(void);
   void (*log)(lupin_runtime *rt, int level, const char *msg);
   void (*endpoint_free)(lupin_endpoint *ep);
   int (*result_add_pick)(lupin_request *req, const lupin_endpoint *ep);

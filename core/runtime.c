@@ -163,6 +163,7 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
   rt->log_level = o->log_level;
   rt->capi = (lupin_capi){rt,
                           &rt->alloc,
+                          lupin_now,
                           capi_log,
                           lupin__endpoint_free,
                           lupin__result_add_pick,
