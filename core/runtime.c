@@ -229,15 +229,16 @@ static int load(lupin_runtime *rt, const char *text, const char *source, char *e
   lua_pushstring(L, text); /* NULL pushes nil: the hook reads path */
   lua_pushstring(L, source);
   lua_pushnumber(L, (lua_Number)(rt->generation_seq + 1));
-  if (lupin__call(rt, 3, 2, err, errlen)) return -1;
-  if (lua_isnil(L, -2)) {
-    lupin__errf(err, errlen, "%s", lua_tostring(L, -1));
-    lua_pop(L, 2);
+  if (lupin__call(rt, 3, 3, err, errlen)) return -1;
+  if (lua_isnil(L, -3)) {
+    lupin__errf(err, errlen, "%s", lua_tostring(L, -2));
+    lua_pop(L, 3);
     return -1;
   }
-  uint64_t digest = digest_of(L, lua_gettop(L));
-  lua_pop(L, 1);
-  return lupin__generation_install(rt, luaL_ref(L, LUA_REGISTRYINDEX), source, digest,
+  int flags = (int)lua_tointeger(L, -1);
+  uint64_t digest = digest_of(L, lua_gettop(L) - 1);
+  lua_pop(L, 2);
+  return lupin__generation_install(rt, luaL_ref(L, LUA_REGISTRYINDEX), flags, source, digest,
                                    lupin_now() - t0);
 }
 

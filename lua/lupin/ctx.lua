@@ -21,6 +21,7 @@ local M = {}
 
 local cjson = require "cjson.safe"
 local gateway = require "lupin.gateway"
+local leaks = require "lupin.leaks"
 local log = require "lupin.log"
 local weak = require "lupin.weak"
 
@@ -32,6 +33,7 @@ function FIELDS.plugin(r, c)
   if not t then
     t = {}
     r.plugins[name] = t
+    leaks.own(r, t, name)
   end
   rawset(c, "plugin", t)
   return t
@@ -46,6 +48,7 @@ function FIELDS.cycle(r, c)
   if not t then
     t = {}
     r.profiles[p] = t
+    leaks.own(r, t, false)
   end
   rawset(c, "cycle", t)
   return t
@@ -56,6 +59,7 @@ function FIELDS.shared(r, c)
   if not t then
     t = {}
     r.shared = t
+    leaks.own(r, t, false)
   end
   rawset(c, "shared", t)
   return t
@@ -216,8 +220,10 @@ function M.new_request(gen, creq, id, desc)
     plugins = {},
     profiles = {},
     ctxs = {},
+    outcome = false, -- set when the request ends (by the core: no allocation)
   }
   r.box = setmetatable({ r }, WEAK_BOX)
+  leaks.track(r, id, creq == nil)
   return r
 end
 
@@ -229,6 +235,7 @@ function M.of(r, rec)
     c = setmetatable({ name = rec.name }, CTX)
     box_of[c] = r.box
     r.ctxs[rec] = c
+    leaks.own(r, c, rec.name)
   end
   return c
 end

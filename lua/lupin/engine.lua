@@ -82,6 +82,9 @@ local function candidates(subset)
   return out
 end
 
+local COMPACT_EVERY = 65536
+local until_compact = COMPACT_EVERY
+
 function M.begin(gen, creq, desc)
   local headers = desc.headers -- names in lower case (core/request.c)
   local id = desc.id or headers["x-request-id"]
@@ -95,7 +98,12 @@ function M.begin(gen, creq, desc)
   for _, rec in ipairs(gen.observers) do
     ctx.of(r, rec)
   end
-  leaks.track(r)
+  until_compact = until_compact - 1
+  if until_compact == 0 then -- keep the weak registries sized to the traffic
+    until_compact = COMPACT_EVERY
+    ctx.compact()
+    leaks.compact()
+  end
   return r, id
 end
 
@@ -341,7 +349,7 @@ local function decide(r)
   r.result = { primary = primary, endpoints = res.endpoints, profiles = results }
 end
 
-function M.schedule(r)
+local function schedule(r)
   -- scheduling runs once per request; a repeated call gets the same answer
   if r.failure then
     return failed(r.failure)
@@ -356,6 +364,34 @@ function M.schedule(r)
     call(r, rec, "pre_request", nil, r.result)
   end
   return publish(r)
+end
+
+--- Schedules; returns status, message, plugin, outcome, and whether the
+--- request has response headers to publish: the core calls the response
+--- hooks only then, or when a plugin of the generation would see them
+--- (M.flags).
+function M.schedule(r)
+  local status, message, plugin, outcome = schedule(r)
+  return status, message, plugin, outcome, r.response_headers ~= nil
+end
+
+-- mirrors LUPIN_GEN_* in core/internal.h
+local OBSERVES_RESPONSE, HAS_FINISH = 1, 2
+
+--- What the core may skip for a generation's requests: the response hooks
+--- when no plugin has response_header, response_chunk, response_complete or
+--- finish (nothing else reads ctx.response), the finish hook when no plugin
+--- has finish.
+function M.flags(gen)
+  local p = gen.points
+  local flags = 0
+  if #p.response_header + #p.response_chunk + #p.response_complete + #p.finish > 0 then
+    flags = flags + OBSERVES_RESPONSE
+  end
+  if #p.finish > 0 then
+    flags = flags + HAS_FINISH
+  end
+  return flags
 end
 
 local DRY_BODY = '{"model":"lupin-dry-run","prompt":"lupin checks a new generation before it'
@@ -416,9 +452,9 @@ function M.response_complete(r)
   end
 end
 
-local COMPACT_EVERY = 65536
-local until_compact = COMPACT_EVERY
-
+-- Request state needs nothing at the end (lupin.leaks): the core calls this
+-- only when the generation has finish hooks, and otherwise sets r.outcome
+-- itself.
 function M.finish(r, outcome)
   r.outcome = outcome
   local ctxs = r.ctxs
@@ -426,13 +462,6 @@ function M.finish(r, outcome)
     if ctxs[rec] then
       call(r, rec, "finish", nil, outcome)
     end
-  end
-  leaks.ended(r)
-  until_compact = until_compact - 1
-  if until_compact == 0 then -- keep the weak registries sized to the traffic
-    until_compact = COMPACT_EVERY
-    ctx.compact()
-    leaks.compact()
   end
 end
 
