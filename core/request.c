@@ -59,31 +59,33 @@ static void push_headers(lua_State *L, const lupin_header *h, size_t n) {
   }
 }
 
+/* The description as the begin hook's arguments: id, path, body, model,
+ * headers, subset (nil when absent), with no table to build and index. */
+enum { DESC_ARGS = 6 };
+
 static void push_desc(lua_State *L, const lupin_request_desc *d) {
-  lua_createtable(L, 0, 6);
-  if (d->id && *d->id) {
+  if (d->id && *d->id)
     lua_pushstring(L, d->id);
-    lua_setfield(L, -2, "id");
-  }
+  else
+    lua_pushnil(L);
   lua_pushstring(L, d->path ? d->path : "/v1/completions");
-  lua_setfield(L, -2, "path");
-  if (d->body) {
+  if (d->body)
     lua_pushlstring(L, d->body, d->body_len);
-    lua_setfield(L, -2, "body");
-  }
-  if (d->model) {
+  else
+    lua_pushnil(L);
+  if (d->model)
     lua_pushstring(L, d->model);
-    lua_setfield(L, -2, "model");
-  }
+  else
+    lua_pushnil(L);
   push_headers(L, d->headers, d->n_headers);
-  lua_setfield(L, -2, "headers");
   if (d->subset) {
     lua_createtable(L, (int)d->n_subset, 0);
     for (size_t i = 0; i < d->n_subset; i++) {
       lua_pushstring(L, d->subset[i]);
       lua_rawseti(L, -2, (int)i + 1);
     }
-    lua_setfield(L, -2, "subset");
+  } else {
+    lua_pushnil(L);
   }
 }
 
@@ -106,7 +108,7 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
    * userdata (x86-64 user addresses fit a double's 53 bits) */
   lua_pushnumber(L, (lua_Number)(uintptr_t)req);
   push_desc(L, desc);
-  if (lupin__call(rt, 3, 2, err, errlen)) {
+  if (lupin__call(rt, 2 + DESC_ARGS, 2, err, errlen)) {
     free(req);
     return NULL;
   }

@@ -15,9 +15,15 @@ local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR = 0, 1, 2, 3
 local now = capi.clock
 local alloc, limit = nil, 0
 local id_prefix, id_seq = "", 0
+-- the C functions, looked up once: indexing the capi struct makes a new
+-- function cdata each time when interpreted
+local add_pick, add_header, add_client_header
 
 function M.init(opts)
   now = capi.clock
+  local api = capi.api
+  add_pick, add_header = api.result_add_pick, api.result_add_header
+  add_client_header = api.client_add_header
   alloc = capi.alloc
   limit = opts.memory_limit or 0
   id_prefix = ("%08x"):format(math.random(0, 0x7fffffff))
@@ -85,16 +91,16 @@ end
 local COMPACT_EVERY = 65536
 local until_compact = COMPACT_EVERY
 
-function M.begin(gen, creq, desc)
-  local headers = desc.headers -- names in lower case (core/request.c)
-  local id = desc.id or headers["x-request-id"]
+--- The begin hook: the request description comes as arguments (core/request.c).
+function M.begin(gen, creq, id, path, body, model, headers, subset)
+  id = id or headers["x-request-id"] -- names in lower case (core/request.c)
   if not id or id == "" then
     id_seq = id_seq + 1
     id = id_prefix .. "-" .. id_seq
   end
-  local r = ctx.new_request(gen, ffi.cast("void *", creq), id, desc)
-  r.candidates = candidates(desc.subset)
-  r.subset = desc.subset ~= nil
+  local r = ctx.new_request(gen, ffi.cast("void *", creq), id, path, body, model, headers)
+  r.candidates = candidates(subset)
+  r.subset = subset ~= nil
   for _, rec in ipairs(gen.observers) do
     ctx.of(r, rec)
   end
@@ -303,13 +309,13 @@ end
 
 -- Hands the scheduling result to the C request (again, on a repeated call).
 local function publish(r)
-  local api, creq = capi.api, r.creq
+  local creq = r.creq
   for _, ep in ipairs(r.result.endpoints) do
-    api.result_add_pick(creq, ep)
+    add_pick(creq, ep)
   end
   if r.upstream_headers then
     for name, value in pairs(r.upstream_headers) do
-      api.result_add_header(creq, name, value)
+      add_header(creq, name, value)
     end
   end
   return 200, nil, nil, OK
@@ -402,8 +408,7 @@ local DRY_BODY = '{"model":"lupin-dry-run","prompt":"lupin checks a new generati
 --- pre_request, so nothing is recorded or counted against an endpoint.
 --- Returns nil, or the first plugin error and the plugin that raised it.
 function M.dry_run(gen)
-  local r = ctx.new_request(gen, nil, "dry-run", { path = "/v1/completions", body = DRY_BODY,
-    headers = {} })
+  local r = ctx.new_request(gen, nil, "dry-run", "/v1/completions", DRY_BODY, nil, {})
   r.request.dry_run = true
   r.candidates = pool.list
   r.errors = {}
@@ -429,9 +434,9 @@ function M.response_header(r, status, headers)
     call(r, rec, "response_header", nil, r.response)
   end
   if r.response_headers then
-    local api, creq = capi.api, r.creq
+    local creq = r.creq
     for name, value in pairs(r.response_headers) do
-      api.client_add_header(creq, name, value)
+      add_client_header(creq, name, value)
     end
   end
 end

@@ -56,16 +56,17 @@ function M.compact()
   graves = g
 end
 
---- Starts the manifest of a request table (a counted request unless dry).
-function M.track(r, id, dry)
-  local m = setmetatable(new_table(16, 0), WEAK_VALUES)
+--- Starts the manifest of a request table (a counted request unless dry),
+--- sized for a ctx and a private table per plugin instance; returns it.
+function M.track(r, id, dry, instances)
+  local m = setmetatable(new_table(8 + 4 * instances, 0), WEAK_VALUES)
   m[1], m[2], m[3], m[4] = r, id, 4, not dry
-  r.manifest = m
   n_graves = n_graves + 1
   graves[n_graves] = m
   if n_graves >= sweep_at then
     sweep()
   end
+  return m
 end
 
 --- Records a state object of request r, owned by the instance named owner
