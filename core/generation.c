@@ -31,8 +31,8 @@ static void release(lupin_runtime *rt, lupin_generation *g) {
   free(g);
 }
 
-int lupin__generation_install(lupin_runtime *rt, int ref, const char *source, uint64_t digest,
-                              double load_seconds) {
+int lupin__generation_install(lupin_runtime *rt, int ref, int flags, const char *source,
+                              uint64_t digest, double load_seconds) {
   lupin_generation *g = calloc(1, sizeof *g);
   if (g && !(g->source = strdup(source ? source : ""))) {
     free(g);
@@ -45,6 +45,7 @@ int lupin__generation_install(lupin_runtime *rt, int ref, const char *source, ui
   lupin_generation *old = lupin__generation_current(rt);
   g->number = ++rt->generation_seq;
   g->ref = ref;
+  g->flags = flags;
   g->current = 1;
   g->loaded_at = lupin_now();
   struct timeval tv;

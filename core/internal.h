@@ -92,9 +92,17 @@ size_t lupin_prefix_endpoints(const lupin_prefix_index *x);
 size_t lupin_prefix_memory(const lupin_prefix_index *x);
 void lupin__prefix_purge_all(lupin_runtime *rt, uint32_t id);
 
+/* What a generation's plugins can observe (lua/lupin/engine.lua's flags):
+ * without them the core skips the calls into Lua. */
+enum {
+  LUPIN_GEN_OBSERVES_RESPONSE = 1, /* response_header, _chunk, _complete or finish */
+  LUPIN_GEN_HAS_FINISH = 2,
+};
+
 struct lupin_generation {
   uint64_t number;
   int ref;       /* the generation's Lua table */
+  int flags;     /* LUPIN_GEN_* */
   size_t pinned; /* requests begun on it and not ended */
   int current;
   double loaded_at, loaded_unix; /* lupin_now(), wall clock */
@@ -108,6 +116,9 @@ struct lupin_generation {
 typedef struct lupin_capi {
   lupin_runtime *rt;
   lupin_alloc *alloc;
+  /* lupin_now: through FFI a call that returns a double, where reading a
+   * struct timespec from Lua boxes each 64-bit field when interpreted */
+  double (*now)(void);
   void (*log)(lupin_runtime *rt, int level, const char *msg);
   void (*endpoint_free)(lupin_endpoint *ep);
   int (*result_add_pick)(lupin_request *req, const lupin_endpoint *ep);
@@ -155,6 +166,7 @@ struct lupin_runtime {
   lupin_alloc alloc;
   lupin_capi capi;
   int hooks[LUPIN_HOOK_COUNT];
+  int traceback; /* registry ref of the message handler of every call into Lua */
   lupin_log_fn log;
   void *log_ud;
   int log_level;
@@ -183,8 +195,8 @@ char *lupin__eval(lupin_runtime *rt, const char *code, char *err, size_t errlen)
 
 /* generation.c */
 lupin_generation *lupin__generation_current(lupin_runtime *rt);
-int lupin__generation_install(lupin_runtime *rt, int ref, const char *source, uint64_t digest,
-                              double load_seconds);
+int lupin__generation_install(lupin_runtime *rt, int ref, int flags, const char *source,
+                              uint64_t digest, double load_seconds);
 void lupin__generation_unpin(lupin_runtime *rt, lupin_generation *g);
 void lupin__generation_free_all(lupin_runtime *rt);
 

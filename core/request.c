@@ -17,7 +17,8 @@ struct lupin_request {
   lupin_generation *gen;
   int ref; /* the request table */
   char *id;
-  int failed; /* scheduling failed: its outcome wins at the end */
+  int failed;         /* scheduling failed: its outcome wins at the end */
+  int response_hooks; /* call the response hooks (see lupin_request_schedule) */
   lupin_outcome failed_outcome;
   char *message;
   char *plugin;
@@ -58,31 +59,33 @@ static void push_headers(lua_State *L, const lupin_header *h, size_t n) {
   }
 }
 
+/* The description as the begin hook's arguments: id, path, body, model,
+ * headers, subset (nil when absent), with no table to build and index. */
+enum { DESC_ARGS = 6 };
+
 static void push_desc(lua_State *L, const lupin_request_desc *d) {
-  lua_createtable(L, 0, 6);
-  if (d->id && *d->id) {
+  if (d->id && *d->id)
     lua_pushstring(L, d->id);
-    lua_setfield(L, -2, "id");
-  }
+  else
+    lua_pushnil(L);
   lua_pushstring(L, d->path ? d->path : "/v1/completions");
-  lua_setfield(L, -2, "path");
-  if (d->body) {
+  if (d->body)
     lua_pushlstring(L, d->body, d->body_len);
-    lua_setfield(L, -2, "body");
-  }
-  if (d->model) {
+  else
+    lua_pushnil(L);
+  if (d->model)
     lua_pushstring(L, d->model);
-    lua_setfield(L, -2, "model");
-  }
+  else
+    lua_pushnil(L);
   push_headers(L, d->headers, d->n_headers);
-  lua_setfield(L, -2, "headers");
   if (d->subset) {
     lua_createtable(L, (int)d->n_subset, 0);
     for (size_t i = 0; i < d->n_subset; i++) {
       lua_pushstring(L, d->subset[i]);
       lua_rawseti(L, -2, (int)i + 1);
     }
-    lua_setfield(L, -2, "subset");
+  } else {
+    lua_pushnil(L);
   }
 }
 
@@ -105,7 +108,7 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
    * userdata (x86-64 user addresses fit a double's 53 bits) */
   lua_pushnumber(L, (lua_Number)(uintptr_t)req);
   push_desc(L, desc);
-  if (lupin__call(rt, 3, 2, err, errlen)) {
+  if (lupin__call(rt, 2 + DESC_ARGS, 2, err, errlen)) {
     free(req);
     return NULL;
   }
@@ -114,6 +117,7 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
   req->ref = luaL_ref(L, LUA_REGISTRYINDEX);
   req->rt = rt;
   req->gen = gen;
+  req->response_hooks = gen->flags & LUPIN_GEN_OBSERVES_RESPONSE;
   gen->pinned++;
   /* keep the live list oldest first */
   req->prev = rt->requests_tail;
@@ -202,12 +206,14 @@ int lupin_request_schedule(lupin_request *req, lupin_result *out) {
   clear_result(req);
   lupin__push_hook(rt, LUPIN_HOOK_SCHEDULE);
   lua_rawgeti(L, LUA_REGISTRYINDEX, req->ref);
-  if (lupin__call(rt, 1, 4, err, sizeof err) == 0) {
-    status = (int)lua_tonumber(L, -4);
-    req->message = dup_or_null(L, -3);
-    req->plugin = dup_or_null(L, -2);
-    req->failed_outcome = (lupin_outcome)lua_tonumber(L, -1);
-    lua_pop(L, 4);
+  if (lupin__call(rt, 1, 5, err, sizeof err) == 0) {
+    status = (int)lua_tonumber(L, -5);
+    req->message = dup_or_null(L, -4);
+    req->plugin = dup_or_null(L, -3);
+    req->failed_outcome = (lupin_outcome)lua_tonumber(L, -2);
+    /* response headers set by plugins are published by the response header hook */
+    if (lua_toboolean(L, -1)) req->response_hooks = 1;
+    lua_pop(L, 5);
   } else {
     lupin__log(rt, LUPIN_LOG_ERROR, "request %s: scheduling: %s", req->id, err);
     status = 500;
@@ -232,8 +238,12 @@ static void push_call(lupin_request *req, enum lupin_hook hook) {
   lua_rawgeti(req->rt->L, LUA_REGISTRYINDEX, req->ref);
 }
 
+/* The response hooks only keep ctx.response for plugins and call theirs:
+ * with no plugin of the generation to see them (and no response headers to
+ * publish) a response costs no call into Lua at all. */
 int lupin_request_response_header(lupin_request *req, int status, const lupin_header *headers,
                                   size_t n) {
+  if (!req->response_hooks) return 0;
   push_call(req, LUPIN_HOOK_RESPONSE_HEADER);
   lua_pushinteger(req->rt->L, status);
   push_headers(req->rt->L, headers, n);
@@ -241,21 +251,34 @@ int lupin_request_response_header(lupin_request *req, int status, const lupin_he
 }
 
 int lupin_request_response_chunk(lupin_request *req, const char *data, size_t len) {
+  if (!(req->gen->flags & LUPIN_GEN_OBSERVES_RESPONSE)) return 0;
   push_call(req, LUPIN_HOOK_RESPONSE_CHUNK);
   lua_pushlstring(req->rt->L, data, len);
   return call_request(req, 1);
 }
 
 int lupin_request_response_complete(lupin_request *req) {
+  if (!(req->gen->flags & LUPIN_GEN_OBSERVES_RESPONSE)) return 0;
   push_call(req, LUPIN_HOOK_RESPONSE_COMPLETE);
   return call_request(req, 0);
 }
 
 void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   lupin_runtime *rt = req->rt;
-  push_call(req, LUPIN_HOOK_FINISH);
-  lua_pushstring(rt->L, lupin_outcome_name(req->failed ? req->failed_outcome : outcome));
-  call_request(req, 1);
+  const char *name = lupin_outcome_name(req->failed ? req->failed_outcome : outcome);
+  if (req->gen->flags & LUPIN_GEN_HAS_FINISH) {
+    push_call(req, LUPIN_HOOK_FINISH);
+    lua_pushstring(rt->L, name);
+    call_request(req, 1);
+  } else {
+    /* no finish hook to run: all the Lua side needs is the outcome (the
+     * request's state is ended, see lua/lupin/leaks.lua); the field exists
+     * from the start, so setting it allocates nothing outside a pcall */
+    lua_rawgeti(rt->L, LUA_REGISTRYINDEX, req->ref);
+    lua_pushstring(rt->L, name);
+    lua_setfield(rt->L, -2, "outcome");
+    lua_pop(rt->L, 1);
+  }
   luaL_unref(rt->L, LUA_REGISTRYINDEX, req->ref);
 
   if (req->prev)

@@ -75,7 +75,8 @@ int lupin__push_hook(lupin_runtime *rt, enum lupin_hook hook) {
 int lupin__call(lupin_runtime *rt, int nargs, int nresults, char *err, size_t errlen) {
   lua_State *L = rt->L;
   int base = lua_gettop(L) - nargs;
-  lua_pushcfunction(L, traceback);
+  /* made once at start: lua_pushcfunction would allocate a closure per call */
+  lua_rawgeti(L, LUA_REGISTRYINDEX, rt->traceback);
   lua_insert(L, base);
   int rc = lua_pcall(L, nargs, nresults, base);
   lua_remove(L, base);
@@ -163,6 +164,7 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
   rt->log_level = o->log_level;
   rt->capi = (lupin_capi){rt,
                           &rt->alloc,
+                          lupin_now,
                           capi_log,
                           lupin__endpoint_free,
                           lupin__result_add_pick,
@@ -191,6 +193,8 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
       (size_t)lua_gc(rt->L, LUA_GCCOUNT, 0) * 1024 + (size_t)lua_gc(rt->L, LUA_GCCOUNTB, 0);
   lua_setallocf(rt->L, lupin_alloc_fn, &rt->alloc);
   luaL_openlibs(rt->L);
+  lua_pushcfunction(rt->L, traceback);
+  rt->traceback = luaL_ref(rt->L, LUA_REGISTRYINDEX);
   const char *home = o->home ? o->home : getenv("LUPIN_HOME");
   if (!home || !*home) home = LUPIN_DEFAULT_HOME;
   if (boot(rt, o, home, err, errlen)) {
@@ -226,15 +230,16 @@ static int load(lupin_runtime *rt, const char *text, const char *source, char *e
   lua_pushstring(L, text); /* NULL pushes nil: the hook reads path */
   lua_pushstring(L, source);
   lua_pushnumber(L, (lua_Number)(rt->generation_seq + 1));
-  if (lupin__call(rt, 3, 2, err, errlen)) return -1;
-  if (lua_isnil(L, -2)) {
-    lupin__errf(err, errlen, "%s", lua_tostring(L, -1));
-    lua_pop(L, 2);
+  if (lupin__call(rt, 3, 3, err, errlen)) return -1;
+  if (lua_isnil(L, -3)) {
+    lupin__errf(err, errlen, "%s", lua_tostring(L, -2));
+    lua_pop(L, 3);
     return -1;
   }
-  uint64_t digest = digest_of(L, lua_gettop(L));
-  lua_pop(L, 1);
-  return lupin__generation_install(rt, luaL_ref(L, LUA_REGISTRYINDEX), source, digest,
+  int flags = (int)lua_tointeger(L, -1);
+  uint64_t digest = digest_of(L, lua_gettop(L) - 1);
+  lua_pop(L, 2);
+  return lupin__generation_install(rt, luaL_ref(L, LUA_REGISTRYINDEX), flags, source, digest,
                                    lupin_now() - t0);
 }
 

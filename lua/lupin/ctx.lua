@@ -20,7 +20,9 @@
 local M = {}
 
 local cjson = require "cjson.safe"
+local new_table = require "table.new"
 local gateway = require "lupin.gateway"
+local leaks = require "lupin.leaks"
 local log = require "lupin.log"
 local weak = require "lupin.weak"
 
@@ -32,6 +34,7 @@ function FIELDS.plugin(r, c)
   if not t then
     t = {}
     r.plugins[name] = t
+    leaks.own(r, t, name)
   end
   rawset(c, "plugin", t)
   return t
@@ -46,6 +49,7 @@ function FIELDS.cycle(r, c)
   if not t then
     t = {}
     r.profiles[p] = t
+    leaks.own(r, t, false)
   end
   rawset(c, "cycle", t)
   return t
@@ -56,6 +60,7 @@ function FIELDS.shared(r, c)
   if not t then
     t = {}
     r.shared = t
+    leaks.own(r, t, false)
   end
   rawset(c, "shared", t)
   return t
@@ -174,13 +179,14 @@ local VIEW = {
   end,
 }
 
--- A ctx finds its request through a box that holds it weakly.  Everything a
--- ctx touches is shared across requests -- one metatable, one __index
--- function -- because LuaJIT traces embed the identity of the closures they
--- call and of the metatables they guard on: a per-request closure or
--- metatable caught in a trace would keep that request's table alive.
+-- A ctx finds its request through a box that holds it weakly: the
+-- request's leak manifest, whose first slot is the request (lupin.leaks).
+-- Everything a ctx touches is shared across requests -- one metatable, one
+-- __index function -- because LuaJIT traces embed the identity of the
+-- closures they call and of the metatables they guard on: a per-request
+-- closure or metatable caught in a trace would keep that request's table
+-- alive.
 local box_of = weak.keys() -- ctx -> box
-local WEAK_BOX = { __mode = "v" }
 
 local CTX = {
   __index = function(c, k)
@@ -205,19 +211,30 @@ end
 --- A request's state table.
 ---@param gen table the generation it is pinned to
 ---@param creq ffi.cdata* the C request
----@param desc table id, path, body, model, headers
-function M.new_request(gen, creq, id, desc)
+---@param id string
+---@param path string
+---@param body string? the raw body
+---@param model string?
+---@param headers table<string,string> lower-case names
+function M.new_request(gen, creq, id, path, body, model, headers)
+  -- every field the engine sets later is here from the start (false until
+  -- then, or nil where plugins see it: result, response, shared): the table
+  -- is made at its final size, with no rehash on the way
   local r = {
     id = id,
     gen = gen,
     creq = creq,
-    request = setmetatable({ id = id, path = desc.path, raw_body = desc.body,
-      model = desc.model, headers = desc.headers }, VIEW),
+    request = setmetatable({ id = id, path = path, raw_body = body, model = model,
+      headers = headers }, VIEW),
     plugins = {},
     profiles = {},
-    ctxs = {},
+    ctxs = new_table(0, #gen.instances),
+    outcome = false, -- set when the request ends (by the core: no allocation)
+    manifest = false,
+    candidates = false,
+    subset = false,
   }
-  r.box = setmetatable({ r }, WEAK_BOX)
+  r.manifest = leaks.track(r, id, creq == nil, #gen.instances)
   return r
 end
 
@@ -226,9 +243,12 @@ end
 function M.of(r, rec)
   local c = r.ctxs[rec]
   if not c then
-    c = setmetatable({ name = rec.name }, CTX)
-    box_of[c] = r.box
+    -- room for the fields it caches (plugin, profile, cycle, request)
+    c = setmetatable(new_table(0, 4), CTX)
+    c.name = rec.name
+    box_of[c] = r.manifest
     r.ctxs[rec] = c
+    leaks.own(r, c, rec.name)
   end
   return c
 end

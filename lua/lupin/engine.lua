@@ -12,11 +12,18 @@ local M = {}
 -- mirrors enum lupin_outcome in core/lupin.h
 local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR = 0, 1, 2, 3
 
-local now = capi.now
+local now = capi.clock
 local alloc, limit = nil, 0
 local id_prefix, id_seq = "", 0
+-- the C functions, looked up once: indexing the capi struct makes a new
+-- function cdata each time when interpreted
+local add_pick, add_header, add_client_header
 
 function M.init(opts)
+  now = capi.clock
+  local api = capi.api
+  add_pick, add_header = api.result_add_pick, api.result_add_header
+  add_client_header = api.client_add_header
   alloc = capi.alloc
   limit = opts.memory_limit or 0
   id_prefix = ("%08x"):format(math.random(0, 0x7fffffff))
@@ -52,7 +59,9 @@ local function call(r, rec, point, profile, x, y)
     alloc.enforce = 1
   end
   local ok, a, b, d = pcall(rec[point], rec.obj, c, x, y)
-  alloc.enforce = 0
+  if limit > 0 then -- a store into a cdata costs when interpreted
+    alloc.enforce = 0
+  end
   st.calls = st.calls + 1
   st.ns = st.ns + (now() - t0) * 1e9
   if not ok then
@@ -79,20 +88,28 @@ local function candidates(subset)
   return out
 end
 
-function M.begin(gen, creq, desc)
-  local headers = desc.headers -- names in lower case (core/request.c)
-  local id = desc.id or headers["x-request-id"]
+local COMPACT_EVERY = 65536
+local until_compact = COMPACT_EVERY
+
+--- The begin hook: the request description comes as arguments (core/request.c).
+function M.begin(gen, creq, id, path, body, model, headers, subset)
+  id = id or headers["x-request-id"] -- names in lower case (core/request.c)
   if not id or id == "" then
     id_seq = id_seq + 1
     id = id_prefix .. "-" .. id_seq
   end
-  local r = ctx.new_request(gen, ffi.cast("void *", creq), id, desc)
-  r.candidates = candidates(desc.subset)
-  r.subset = desc.subset ~= nil
+  local r = ctx.new_request(gen, ffi.cast("void *", creq), id, path, body, model, headers)
+  r.candidates = candidates(subset)
+  r.subset = subset ~= nil
   for _, rec in ipairs(gen.observers) do
     ctx.of(r, rec)
   end
-  leaks.track(r)
+  until_compact = until_compact - 1
+  if until_compact == 0 then -- keep the weak registries sized to the traffic
+    until_compact = COMPACT_EVERY
+    ctx.compact()
+    leaks.compact()
+  end
   return r, id
 end
 
@@ -292,13 +309,13 @@ end
 
 -- Hands the scheduling result to the C request (again, on a repeated call).
 local function publish(r)
-  local api, creq = capi.api, r.creq
+  local creq = r.creq
   for _, ep in ipairs(r.result.endpoints) do
-    api.result_add_pick(creq, ep)
+    add_pick(creq, ep)
   end
   if r.upstream_headers then
     for name, value in pairs(r.upstream_headers) do
-      api.result_add_header(creq, name, value)
+      add_header(creq, name, value)
     end
   end
   return 200, nil, nil, OK
@@ -338,7 +355,7 @@ local function decide(r)
   r.result = { primary = primary, endpoints = res.endpoints, profiles = results }
 end
 
-function M.schedule(r)
+local function schedule(r)
   -- scheduling runs once per request; a repeated call gets the same answer
   if r.failure then
     return failed(r.failure)
@@ -355,6 +372,34 @@ function M.schedule(r)
   return publish(r)
 end
 
+--- Schedules; returns status, message, plugin, outcome, and whether the
+--- request has response headers to publish: the core calls the response
+--- hooks only then, or when a plugin of the generation would see them
+--- (M.flags).
+function M.schedule(r)
+  local status, message, plugin, outcome = schedule(r)
+  return status, message, plugin, outcome, r.response_headers ~= nil
+end
+
+-- mirrors LUPIN_GEN_* in core/internal.h
+local OBSERVES_RESPONSE, HAS_FINISH = 1, 2
+
+--- What the core may skip for a generation's requests: the response hooks
+--- when no plugin has response_header, response_chunk, response_complete or
+--- finish (nothing else reads ctx.response), the finish hook when no plugin
+--- has finish.
+function M.flags(gen)
+  local p = gen.points
+  local flags = 0
+  if #p.response_header + #p.response_chunk + #p.response_complete + #p.finish > 0 then
+    flags = flags + OBSERVES_RESPONSE
+  end
+  if #p.finish > 0 then
+    flags = flags + HAS_FINISH
+  end
+  return flags
+end
+
 local DRY_BODY = '{"model":"lupin-dry-run","prompt":"lupin checks a new generation before it'
   .. ' serves: this request is never forwarded.","max_tokens":1}'
 
@@ -363,8 +408,7 @@ local DRY_BODY = '{"model":"lupin-dry-run","prompt":"lupin checks a new generati
 --- pre_request, so nothing is recorded or counted against an endpoint.
 --- Returns nil, or the first plugin error and the plugin that raised it.
 function M.dry_run(gen)
-  local r = ctx.new_request(gen, nil, "dry-run", { path = "/v1/completions", body = DRY_BODY,
-    headers = {} })
+  local r = ctx.new_request(gen, nil, "dry-run", "/v1/completions", DRY_BODY, nil, {})
   r.request.dry_run = true
   r.candidates = pool.list
   r.errors = {}
@@ -390,9 +434,9 @@ function M.response_header(r, status, headers)
     call(r, rec, "response_header", nil, r.response)
   end
   if r.response_headers then
-    local api, creq = capi.api, r.creq
+    local creq = r.creq
     for name, value in pairs(r.response_headers) do
-      api.client_add_header(creq, name, value)
+      add_client_header(creq, name, value)
     end
   end
 end
@@ -413,9 +457,9 @@ function M.response_complete(r)
   end
 end
 
-local COMPACT_EVERY = 65536
-local until_compact = COMPACT_EVERY
-
+-- Request state needs nothing at the end (lupin.leaks): the core calls this
+-- only when the generation has finish hooks, and otherwise sets r.outcome
+-- itself.
 function M.finish(r, outcome)
   r.outcome = outcome
   local ctxs = r.ctxs
@@ -423,13 +467,6 @@ function M.finish(r, outcome)
     if ctxs[rec] then
       call(r, rec, "finish", nil, outcome)
     end
-  end
-  leaks.ended(r)
-  until_compact = until_compact - 1
-  if until_compact == 0 then -- keep the weak registries sized to the traffic
-    until_compact = COMPACT_EVERY
-    ctx.compact()
-    leaks.compact()
   end
 end
 

@@ -1,47 +1,88 @@
 -- Request state that outlives its request.  Every request table, and each of
--- its subtables and ctx objects once the request ends, sits in a weak
--- registry; whatever is still there after a full GC is held by someone, and
--- a search from each plugin's globals and instance names the holder.
-local weak = require "lupin.weak"
+-- its subtables and ctx objects, sits in a weak registry (the request's
+-- manifest); what is still there after a full GC once its request ended is
+-- held by someone, and a search from each plugin's globals and instance
+-- names the holder.
+local new_table = require "table.new"
 
 local M = {}
 
-local tables = weak.keys() -- request table -> true
-local ended = weak.keys() -- state of ended requests -> request id
-local owner = weak.keys() -- private tables and ctxs -> instance name
+-- One manifest per request, made at its begin: a weak-valued array of
+--   [1] the request table, [2] its id, [3] the last slot used, [4] whether
+--   it counts as a request (the dry run's does not),
+-- then, from [5], each state object the request made (ctx, private table,
+-- cycle table, shared table) followed by the name of the instance that owns
+-- it, or false.  Objects are appended as they are made, so ending a request
+-- costs nothing here: its state is ended once its request table is
+-- collected or has an outcome.  Array stores into a table of the right size
+-- are much cheaper than inserting every object into large weak-keyed
+-- registries at each request's end.
+local WEAK_VALUES = { __mode = "v" }
+local graves = {} -- manifests, oldest first; swept as they grow
+local n_graves, sweep_at = 0, 1024
 
---- Resizes the registries to what they hold now.
+-- Keeps the manifests whose request or state is still alive.
+local function sweep()
+  local n = 0
+  for i = 1, n_graves do
+    local m = graves[i]
+    local keep = m[1] ~= nil
+    if not keep then
+      for j = 5, m[3], 2 do
+        if m[j] ~= nil then
+          keep = true
+          break
+        end
+      end
+    end
+    graves[i] = nil
+    if keep then
+      n = n + 1
+      graves[n] = m
+    end
+  end
+  n_graves = n
+  -- sweep again when the list has doubled: amortized O(1) per request
+  sweep_at = n * 2 > 1024 and n * 2 or 1024
+end
+
+--- Resizes the list of manifests to what is still alive.
 function M.compact()
-  tables, ended, owner = weak.rebuilt(tables), weak.rebuilt(ended), weak.rebuilt(owner)
+  sweep()
+  local g = new_table(n_graves, 0)
+  for i = 1, n_graves do
+    g[i] = graves[i]
+  end
+  graves = g
 end
 
-function M.track(r)
-  tables[r] = true
+--- Starts the manifest of a request table (a counted request unless dry),
+--- sized for a ctx and a private table per plugin instance; returns it.
+function M.track(r, id, dry, instances)
+  local m = setmetatable(new_table(8 + 4 * instances, 0), WEAK_VALUES)
+  m[1], m[2], m[3], m[4] = r, id, 4, not dry
+  n_graves = n_graves + 1
+  graves[n_graves] = m
+  if n_graves >= sweep_at then
+    sweep()
+  end
+  return m
 end
 
-function M.ended(r)
-  local id = r.id
-  ended[r] = id
-  for rec, c in pairs(r.ctxs) do
-    ended[c] = id
-    owner[c] = rec.name
-  end
-  for name, t in pairs(r.plugins) do
-    ended[t] = id
-    owner[t] = name
-  end
-  for _, t in pairs(r.profiles) do
-    ended[t] = id
-  end
-  if r.shared then
-    ended[r.shared] = id
-  end
+--- Records a state object of request r, owned by the instance named owner
+--- (or false: shared by several).
+function M.own(r, obj, owner)
+  local m = r.manifest
+  local n = m[3]
+  m[n + 1], m[n + 2], m[3] = obj, owner, n + 2
 end
 
 --- Calls fn(r) for each request table not yet ended.
 function M.each_live(fn)
-  for r in pairs(tables) do
-    if not ended[r] then
+  for i = 1, n_graves do
+    local m = graves[i]
+    local r = m[1]
+    if r and m[4] and not r.outcome then
       fn(r)
     end
   end
@@ -50,8 +91,11 @@ end
 --- Request tables not yet reclaimed (live ones and garbage not yet swept).
 function M.count()
   local n = 0
-  for _ in pairs(tables) do
-    n = n + 1
+  for i = 1, n_graves do
+    local m = graves[i]
+    if m[1] and m[4] then
+      n = n + 1
+    end
   end
   return n
 end
@@ -104,19 +148,36 @@ end
 function M.check(generations)
   collectgarbage()
   collectgarbage()
-  local targets, ids, n = {}, {}, 0
-  for obj, id in pairs(ended) do
-    targets[obj] = id
-    if not ids[id] then
-      ids[id] = true
-      n = n + 1
+  -- the state of ended requests still alive: a request has ended once its
+  -- table is collected or has an outcome
+  local targets, owner, ids, n = {}, {}, {}, 0
+  for i = 1, n_graves do
+    local m = graves[i]
+    local r, id = m[1], m[2]
+    if r == nil or r.outcome then
+      local found = false
+      if r ~= nil then
+        targets[r], found = id, true
+      end
+      for j = 5, m[3], 2 do
+        local obj = m[j]
+        if obj ~= nil then
+          targets[obj], found = id, true
+          if m[j + 1] then
+            owner[obj] = m[j + 1]
+          end
+        end
+      end
+      if found and not ids[id] then
+        ids[id] = true
+        n = n + 1
+      end
     end
   end
   if n == 0 then
     return 0, ""
   end
-  local skip = { [tables] = true, [ended] = true, [owner] = true, [targets] = true,
-    [ids] = true }
+  local skip = { [graves] = true, [owner] = true, [targets] = true, [ids] = true }
   local lines, blamed = {}, {}
   -- who: fn(obj) naming the holder; a plugin file's globals are shared by its
   -- instances, so there the owner of the leaked table names the instance

@@ -61,7 +61,7 @@ function M.init(ud, opts)
     -- generation does not keep the texts
     local sources = gen.sources
     gen.sources = nil
-    return gen, sources
+    return gen, sources, engine.flags(gen)
   end
 
   function hooks.release(gen)

@@ -1,0 +1,80 @@
+-- A generation whose plugins have no response or finish hooks: the core
+-- makes no call into Lua for those points, and nothing plugins can see
+-- changes -- response headers set earlier still reach the client, state
+-- held past the end is still found.
+local S = require "support"
+
+local QUIET = [[
+return {
+  type = "spec-quiet",
+  schema = { stash = { type = "boolean", default = false } },
+  pre_request = function(self, ctx)
+    ctx.plugin.seen = true
+    ctx:set_response_header("X-Quiet", ctx.request.id)
+    if self.params.stash and not ctx.request.dry_run then
+      quiet_stash = quiet_stash or {} -- luacheck: ignore (the leak under test)
+      quiet_stash[#quiet_stash + 1] = ctx.plugin -- luacheck: ignore
+    end
+  end,
+}
+]]
+
+describe("points no plugin implements", function()
+  local rt, dir
+  before_each(function()
+    dir = S.tmpdir()
+    S.write(dir .. "/spec-quiet.lua", QUIET)
+  end)
+  after_each(function()
+    rt:free()
+    os.execute("rm -rf " .. dir)
+  end)
+
+  local function loaded(stash)
+    rt = S.loaded({
+      plugins = { { type = "spec-quiet", name = "quiet", parameters = { stash = stash } } },
+    }, { plugin_dirs = { dir, S.FIXTURES } })
+    S.endpoints(rt, 2)
+  end
+
+  it("still publishes response headers set before the response", function()
+    loaded(false)
+    local req = rt:begin({ id = "q-1" })
+    assert.equal(200, req:schedule().status)
+    local headers = req:response_header(200, { ["content-type"] = "text/plain" })
+    assert.equal("q-1", headers["x-quiet"])
+    assert.is_true(req:response_chunk("data"))
+    assert.is_true(req:response_complete())
+    req:finish("ok")
+    assert.equal(0, (rt:check_leaks()))
+    assert.equal(0, rt:stats().live_request_tables)
+  end)
+
+  it("still finds state held past the end of its request", function()
+    loaded(true)
+    for i = 1, 2 do
+      S.lifecycle(rt, nil, "ok")
+      local req = rt:begin({ id = "quiet-" .. i })
+      req:schedule()
+      req:finish("cancelled")
+    end
+    local n, report = rt:check_leaks()
+    assert.equal(4, n)
+    assert.matches('plugin "quiet" (spec-quiet) holds state of ended request quiet-2 at '
+      .. "globals.quiet_stash[4]", report, 1, true)
+    assert.equal(0, rt:stats().live_request_tables)
+  end)
+
+  it("tells live requests from ended ones", function()
+    loaded(false)
+    local live = rt:begin({ id = "live" })
+    live:schedule()
+    S.lifecycle(rt)
+    local ids = S.eval(rt, [[
+      local out = {}
+      require("lupin.leaks").each_live(function(r) out[#out + 1] = r.id end)
+      return out]])
+    assert.same({ "live" }, ids)
+    live:finish("ok")
+  end)
+end)
