@@ -2,7 +2,10 @@
 -- broken at random so equal endpoints share the load.
 local picker = require "lupin.picker"
 
+local new_table = require "table.new"
+
 local random = math.random
+local SELECT_MAX = 8 -- up to this many picks, selection beats a sort
 
 local function best(endpoints, scores)
   local top, pick, ties = -math.huge, nil, 0
@@ -20,20 +23,43 @@ local function best(endpoints, scores)
   return { endpoints[pick] }
 end
 
+-- True when endpoint a ranks before b: higher score, then the lower key.
+local function before(scores, key, a, b)
+  local sa, sb = scores[a], scores[b]
+  return sa > sb or (sa == sb and key[a] < key[b])
+end
+
+-- The k best in order, ties broken by a random key per endpoint.  Few picks
+-- are selected pass by pass (no comparator closure per call, no calls back
+-- from table.sort); many sort.
 local function ranked(endpoints, scores, k)
-  local order, key = {}, {}
-  for i = 1, #endpoints do
-    order[i] = i
+  local n, key = #endpoints, new_table(#endpoints, 0)
+  for i = 1, n do
     key[i] = random()
   end
-  table.sort(order, function(a, b)
-    if scores[a] ~= scores[b] then
-      return scores[a] > scores[b]
+  k = math.min(k, n)
+  local order = new_table(n, 0)
+  if k <= SELECT_MAX then
+    local taken = new_table(n, 0)
+    for j = 1, k do
+      local pick
+      for i = 1, n do
+        if not taken[i] and (not pick or before(scores, key, i, pick)) then
+          pick = i
+        end
+      end
+      taken[pick], order[j] = true, pick
     end
-    return key[a] < key[b]
-  end)
-  local out = {}
-  for i = 1, math.min(k, #order) do
+  else
+    for i = 1, n do
+      order[i] = i
+    end
+    table.sort(order, function(a, b)
+      return before(scores, key, a, b)
+    end)
+  end
+  local out = new_table(k, 0)
+  for i = 1, k do
     out[i] = endpoints[order[i]]
   end
   return out

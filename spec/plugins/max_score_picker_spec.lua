@@ -21,6 +21,33 @@ describe(T, function()
     assert.same({ "ep2", "ep4", "ep3", "ep1" }, out.picked)
   end)
 
+  it("ranks alike by selection (up to 8 picks) and by sorting (more)", function()
+    local rt = K.pool(12, nil, { seed = 7 })
+    local scores = { 0.1, 0.9, 0.5, 0.9, 0.3, 0.7, 0.5, 0.9, 0.2, 0.7, 0.4, 0.6 }
+    local score_of = {}
+    for i, v in ipairs(scores) do
+      score_of["ep" .. i] = v
+    end
+    for _, k in ipairs({ 3, 8, 9, 12 }) do
+      local out = K.call(rt, { type = T, params = { maxNumOfEndpoints = k }, point = "pick",
+        scores = scores })
+      assert.equal(k, #out.picked)
+      local seen = {}
+      for i, name in ipairs(out.picked) do
+        assert.is_nil(seen[name], name .. " picked twice")
+        seen[name] = true
+        if i > 1 then
+          assert.is_true(score_of[out.picked[i - 1]] >= score_of[name],
+            ("k=%d: %s before %s"):format(k, out.picked[i - 1], name))
+        end
+      end
+      -- the three tied at 0.9 lead, in some order
+      local first = { out.picked[1], out.picked[2], out.picked[3] }
+      table.sort(first)
+      assert.same({ "ep2", "ep4", "ep8" }, first)
+    end
+  end)
+
   it("treats maxNumOfEndpoints ≤ 0 as 1", function()
     local rt = K.pool(3, nil, { seed = 1 })
     for _, k in ipairs({ 0, -1 }) do
