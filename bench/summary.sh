@@ -40,6 +40,8 @@ awk -F'|' '/^\| (plain|stream) \| (full|half)/ { gsub(/^ +| +$/, "", $2); gsub(/
 
 v=$(grep -m1 -E 'first vs last third after' "$log")
 row "gateway soak" "RSS and Lua heap after warm-up" "$v"
+v=$(grep -m1 -E '^after a full collection' "$log" | sed 's/^after a full collection (POST \/admin\/leaks): //')
+row "gateway soak" "after the load, a full collection" "$v"
 
 # bench-routing: "  config  hit rate  TTFT p50  TTFT p90 ..." per rate; the last rate's rows
 awk '/^at [0-9.]+ req\/s offered:/ { rate = $2 } /^  [a-z-]+ +[0-9.]+% +[0-9.]+ms/ {

@@ -10,9 +10,11 @@
 # shorter run) are warm-up; the rest is split in thirds, and memory is flat if
 # the last third's peak is within 5% + 2 MiB of the first third's peak, for
 # RSS and for the Lua heap each (peaks: the Lua heap is a GC sawtooth). After
-# the load stops, live requests must be back to 0 (live request tables are
-# reported: the registry is weak, so they go when the GC next runs).
-# Exits 1 if not flat, if requests stay live, or if any answer was not a 2xx.
+# the load stops, live requests must be back to 0, and POST /admin/leaks (a
+# full collection, then request state that outlived its request) must find
+# no leak and no request table left.
+# Exits 1 if not flat, if requests stay live, if anything leaked, or if any
+# answer was not a 2xx.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SOAK_SECONDS=${SOAK_SECONDS:-600}; SAMPLE_SECONDS=${SAMPLE_SECONDS:-10}; CONNS=${CONNS:-64}
@@ -66,6 +68,10 @@ read -r _ _ _ live tables answered <<<"$after"
 bad=$(cat "$WORK"/wrk*.out | awk '/^RESULT/ {b += $7 + $8} END {print b + 0}')
 echo
 echo "after the load: live requests $live, live request tables $tables; answered $answered; non-2xx or socket errors $bad"
+leaks=$(curl -s -X POST "http://127.0.0.1:$ADMIN_PORT/admin/leaks")
+leaked=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["leaked"])' <<<"$leaks" 2>/dev/null || echo "?")
+left=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["live_request_tables"])' <<<"$leaks" 2>/dev/null || echo "?")
+echo "after a full collection (POST /admin/leaks): leaked request states $leaked, request tables left $left"
 verdict=$(printf '%s\n' "${samples[@]}" | awk -v w="$WARMUP_SECONDS" '
   BEGIN { n = 0 } # an unset n would index the first sample as "", not 0
   $1 >= w { t[n] = $1; r[n] = $2; l[n] = $3; n++ }
@@ -81,4 +87,4 @@ verdict=$(printf '%s\n' "${samples[@]}" | awk -v w="$WARMUP_SECONDS" '
   }')
 echo "$verdict"
 echo "(flat: last third peak <= first third peak x 1.05 + 2 MiB, RSS and Lua heap each)"
-[[ "$verdict" == *FLAT* ]] && [ "$live" = 0 ] && [ "$bad" = 0 ]
+[[ "$verdict" == *FLAT* ]] && [ "$live" = 0 ] && [ "$bad" = 0 ] && [ "$leaked" = 0 ] && [ "$left" = 0 ]
