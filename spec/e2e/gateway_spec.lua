@@ -890,3 +890,45 @@ describe("lupin serve, the leak check", function()
     assert.matches("observer", r.report, 1, true)
   end)
 end)
+
+-- A client slower than the endpoint: what the socket does not take at once is
+-- queued behind, in order, and past 1 MiB queued the upstream is paused until
+-- the client catches up.  Every byte must arrive, in order.
+describe("lupin serve, a slow client", function()
+  local sim, gw
+
+  setup(function()
+    sim = P.sim("--model m --instant --seed 7 --max-model-len 100000")
+    gw = P.gateway(config(eps(sim)))
+  end)
+
+  teardown(function()
+    P.stop(gw)
+    P.stop(sim)
+  end)
+
+  local function slow_read(body)
+    local port = gw.base:match(":(%d+)$")
+    local out, rc = P.run(("python3 %s/gateway/slow_client.py %s /v1/completions '%s' 1"):format(
+      support.FIXTURES:gsub("/plugins$", ""), port, json.encode(body)))
+    assert.equal(0, rc, out)
+    return json.decode(out)
+  end
+
+  it("gets a long stream whole and in order, the upstream paused meanwhile", function()
+    local r = slow_read(with(COMPLETION, { stream = true, max_tokens = 20000 }))
+    assert.equal(200, r.status)
+    assert.truthy(r.bytes > 2 * 1024 * 1024, "the stream should exceed the backlog limit")
+    assert.equal(20000, r.data_lines)
+    assert.equal(0, r.bad_json)
+    assert.is_true(r.done)
+    assert.equal(0, P.metric(gw, "lupin_live_requests"))
+  end)
+
+  it("gets a long answer whole behind its head", function()
+    local r = slow_read(with(COMPLETION, { max_tokens = 20000 }))
+    assert.equal(200, r.status)
+    assert.equal(0, r.bad_json)
+    assert.equal(20000, r.completion_tokens)
+  end)
+end)
