@@ -6,9 +6,45 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
+
+/* The pool by name.  A gateway sets every endpoint's metrics by name each
+ * scrape round: a scan of the names made a round over n endpoints cost n²
+ * compares.  Open addressing, at most half full, rebuilt whenever the pool
+ * changes (rarely); without memory for it, lookups scan. */
+static size_t name_home(const lupin_runtime *rt, const char *name) {
+  return (size_t)XXH64(name, strlen(name), 0) & rt->endpoint_names_mask;
+}
+
+static void names_rebuild(lupin_runtime *rt) {
+  size_t cap = 16;
+  while (cap < rt->n_endpoints * 2)
+    cap *= 2;
+  free(rt->endpoint_names);
+  rt->endpoint_names = calloc(cap, sizeof *rt->endpoint_names);
+  if (!rt->endpoint_names) return;
+  rt->endpoint_names_mask = cap - 1;
+  for (size_t i = 0; i < rt->n_endpoints; i++) {
+    size_t k = name_home(rt, rt->endpoints[i]->name);
+    while (rt->endpoint_names[k])
+      k = (k + 1) & rt->endpoint_names_mask;
+    rt->endpoint_names[k] = (uint32_t)i + 1;
+  }
+}
 
 static lupin_endpoint *find(lupin_runtime *rt, const char *name, size_t *index) {
-  for (size_t i = 0; i < rt->n_endpoints; i++) {
+  if (!rt->endpoint_names) {
+    for (size_t i = 0; i < rt->n_endpoints; i++) {
+      if (strcmp(rt->endpoints[i]->name, name) == 0) {
+        if (index) *index = i;
+        return rt->endpoints[i];
+      }
+    }
+    return NULL;
+  }
+  for (size_t k = name_home(rt, name); rt->endpoint_names[k];
+       k = (k + 1) & rt->endpoint_names_mask) {
+    size_t i = rt->endpoint_names[k] - 1;
     if (strcmp(rt->endpoints[i]->name, name) == 0) {
       if (index) *index = i;
       return rt->endpoints[i];
@@ -44,6 +80,7 @@ static int call_labels(lupin_runtime *rt, const lupin_endpoint *ep, const lupin_
 static int detach(lupin_runtime *rt, size_t i) {
   lupin_endpoint *ep = rt->endpoints[i];
   rt->endpoints[i] = rt->endpoints[--rt->n_endpoints];
+  names_rebuild(rt);
   lupin__prefix_purge_all(rt, ep->id); /* what it cached is no longer reachable */
   lupin__push_hook(rt, LUPIN_HOOK_ENDPOINT_REMOVE);
   lua_pushnumber(rt->L, ep->id);
@@ -69,6 +106,7 @@ static int attach(lupin_runtime *rt, lupin_endpoint *ep, const lupin_endpoint_de
   /* From here the Lua object owns ep: its finalizer frees it. */
   if (lupin__call(rt, 2, 0, err, errlen)) return -1;
   rt->endpoints[rt->n_endpoints++] = ep;
+  names_rebuild(rt);
   return 0;
 }
 

@@ -177,6 +177,8 @@ struct lupin_runtime {
   /* endpoints */
   lupin_endpoint **endpoints;
   size_t n_endpoints, cap_endpoints;
+  uint32_t *endpoint_names; /* by name: index + 1, 0 empty (endpoint.c); NULL: scan */
+  size_t endpoint_names_mask;
   uint32_t endpoint_seq;
   lupin_prefix_index *prefix_indexes; /* live indexes, purged on endpoint removal */
   /* requests */

@@ -271,6 +271,7 @@ void lupin_runtime_free(lupin_runtime *rt) {
   lupin__generation_free_all(rt);
   close_state(rt); /* runs the endpoints' finalizers */
   free(rt->endpoints);
+  free(rt->endpoint_names);
   free(rt->config_path);
   free(rt);
 }

@@ -39,6 +39,28 @@ describe("endpoint pool", function()
       active = "sql,chat", has_sql = true, waiting = "x", waits_x = true }, eps[1])
   end)
 
+  it("finds each of many endpoints by name through removals and moves", function()
+    for i = 1, 300 do
+      assert(rt:upsert({ name = "n" .. i, address = "10.2.0." .. (i % 250), port = 1000 + i }))
+    end
+    for i = 1, 300, 3 do
+      assert.is_true(rt:remove("n" .. i))
+    end
+    for i = 2, 300, 3 do -- moved: detached and attached again under the same name
+      assert(rt:upsert({ name = "n" .. i, address = "10.3.0.1", port = 2000 + i }))
+    end
+    for i = 1, 300 do
+      local gone = i % 3 == 1
+      assert.equal(not gone, rt:set_metrics("n" .. i, { waiting_queue_size = i }), "n" .. i)
+    end
+    assert.is_false(rt:set_metrics("n301", { waiting_queue_size = 1 }))
+    local eps = view()
+    assert.equal(200, #eps)
+    for _, ep in ipairs(eps) do
+      assert.equal(tonumber(ep.name:sub(2)), ep.q, ep.name) -- each got its own metrics
+    end
+  end)
+
   it("names an endpoint address:port when no name is given", function()
     assert(rt:upsert({ address = "10.1.0.9", port = 9000 }))
     assert.equal("10.1.0.9:9000", view()[1].name)
