@@ -1,6 +1,9 @@
 /* The cost of one full request lifecycle through the embedding API (begin,
  * schedule, response header, three chunks, complete, end) and the Lua heap
  * held per in-flight request.  A benchmark, not a test: it prints figures.
+ * Beside the lifecycle's p99 it prints the machine's own: the p99 of a plain C
+ * loop as long as the lifecycle's median, timed the same way (on a shared VM
+ * the host's interruptions alone can make it several times the median).
  *
  *   LUPIN_HOME=. ./build/bench-lifecycle [config] [endpoints] [lifecycles] [prompt bytes] */
 #include <lupin.h>
@@ -19,6 +22,38 @@ static double now_ns(void) {
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+/* Work the compiler cannot drop: volatile stores in a loop. */
+static void spin(long iterations) {
+  volatile long sink = 0;
+  for (long k = 0; k < iterations; k++)
+    sink += k;
+}
+
+/* Median and p99 of n runs of a plain loop calibrated to last target_ns. */
+static void machine_floor(double target_ns, int n, double *median, double *p99) {
+  long it = 1000;
+  for (int round = 0; round < 6; round++) { /* calibrate on the fastest of 20 runs */
+    double best = 1e18;
+    for (int k = 0; k < 20; k++) {
+      double s = now_ns();
+      spin(it);
+      double d = now_ns() - s;
+      if (d < best) best = d;
+    }
+    it = best > 0 ? (long)(it * target_ns / best) + 1 : it * 2;
+  }
+  double *t = malloc(sizeof *t * n);
+  for (int i = 0; i < n; i++) {
+    double s = now_ns();
+    spin(it);
+    t[i] = now_ns() - s;
+  }
+  qsort(t, n, sizeof *t, cmp);
+  *median = t[n / 2];
+  *p99 = t[n * 99 / 100];
+  free(t);
 }
 
 static char *body;
@@ -121,6 +156,11 @@ int main(int argc, char **argv) {
          prompt);
   printf("lifecycle  median %.2f us  p99 %.2f us  mean %.2f us  (%.0f lifecycles/s on one core)\n",
          t[n / 2] / 1e3, t[n * 99 / 100] / 1e3, total / n / 1e3, n / (total / 1e9));
+  double floor_median, floor_p99;
+  machine_floor(t[n / 2], n < 100000 ? n : 100000, &floor_median, &floor_p99);
+  printf("machine    median %.2f us  p99 %.2f us  (a plain C loop as long as the median, "
+         "timed alike)\n",
+         floor_median / 1e3, floor_p99 / 1e3);
   printf("lua heap per in-flight request (scheduled, %d in flight): %.0f bytes\n", IN_FLIGHT,
          (double)(during - before) / IN_FLIGHT);
   printf("lua heap after they ended: %+lld bytes from before\n", (long long)(after - before));
