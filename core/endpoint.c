@@ -10,10 +10,18 @@
 
 /* The pool by name.  A gateway sets every endpoint's metrics by name each
  * scrape round: a scan of the names made a round over n endpoints cost n²
- * compares.  Open addressing, at most half full, rebuilt whenever the pool
- * changes (rarely); without memory for it, lookups scan. */
+ * compares.  Open addressing, at most half full: an added endpoint is placed,
+ * a removal (which moves the last endpoint into the hole) rebuilds; without
+ * memory for it, lookups scan. */
 static size_t name_home(const lupin_runtime *rt, const char *name) {
   return (size_t)XXH64(name, strlen(name), 0) & rt->endpoint_names_mask;
+}
+
+static void name_place(lupin_runtime *rt, size_t i) {
+  size_t k = name_home(rt, rt->endpoints[i]->name);
+  while (rt->endpoint_names[k])
+    k = (k + 1) & rt->endpoint_names_mask;
+  rt->endpoint_names[k] = (uint32_t)i + 1;
 }
 
 static void names_rebuild(lupin_runtime *rt) {
@@ -24,12 +32,16 @@ static void names_rebuild(lupin_runtime *rt) {
   rt->endpoint_names = calloc(cap, sizeof *rt->endpoint_names);
   if (!rt->endpoint_names) return;
   rt->endpoint_names_mask = cap - 1;
-  for (size_t i = 0; i < rt->n_endpoints; i++) {
-    size_t k = name_home(rt, rt->endpoints[i]->name);
-    while (rt->endpoint_names[k])
-      k = (k + 1) & rt->endpoint_names_mask;
-    rt->endpoint_names[k] = (uint32_t)i + 1;
-  }
+  for (size_t i = 0; i < rt->n_endpoints; i++)
+    name_place(rt, i);
+}
+
+/* The endpoint just appended at the end of the pool. */
+static void names_add(lupin_runtime *rt) {
+  if (!rt->endpoint_names || rt->n_endpoints * 2 > rt->endpoint_names_mask + 1)
+    names_rebuild(rt);
+  else
+    name_place(rt, rt->n_endpoints - 1);
 }
 
 static lupin_endpoint *find(lupin_runtime *rt, const char *name, size_t *index) {
@@ -106,7 +118,7 @@ static int attach(lupin_runtime *rt, lupin_endpoint *ep, const lupin_endpoint_de
   /* From here the Lua object owns ep: its finalizer frees it. */
   if (lupin__call(rt, 2, 0, err, errlen)) return -1;
   rt->endpoints[rt->n_endpoints++] = ep;
-  names_rebuild(rt);
+  names_add(rt);
   return 0;
 }
 
