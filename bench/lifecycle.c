@@ -4,9 +4,13 @@
  * Beside the lifecycle's p99 it prints the machine's own: the p99 of a plain C
  * loop as long as the lifecycle's median, timed the same way (on a shared VM
  * the host's interruptions alone can make it several times the median).
+ * LUPIN_BENCH_GC=between holds the Lua GC off during each timed lifecycle and
+ * steps it between them (untimed): what the p99 owes to the collector.
  *
  *   LUPIN_HOME=. ./build/bench-lifecycle [config] [endpoints] [lifecycles] [prompt bytes] */
 #include <lupin.h>
+
+#include "internal.h" /* lupin__eval, for LUPIN_BENCH_GC */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,13 +134,21 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n / 10; i++)
     lifecycle(rt); /* warm up the JIT */
   double *t = malloc(sizeof *t * n);
-  double t0 = now_ns();
+  const char *gc = getenv("LUPIN_BENCH_GC");
+  int gc_between = gc && !strcmp(gc, "between");
   for (int i = 0; i < n; i++) {
+    if (gc_between) free(lupin__eval(rt, "collectgarbage('stop')", err, sizeof err));
     double s = now_ns();
     lifecycle(rt);
     t[i] = now_ns() - s;
+    if (gc_between)
+      free(lupin__eval(rt, "collectgarbage('restart') collectgarbage('step', 8)", err, sizeof err));
   }
-  double total = now_ns() - t0;
+  /* the timed lifecycles only: with LUPIN_BENCH_GC=between, the collection
+   * between them is left out (it is then not a throughput figure) */
+  double total = 0;
+  for (int i = 0; i < n; i++)
+    total += t[i];
   qsort(t, n, sizeof *t, cmp);
 
   enum { IN_FLIGHT = 10000 };
@@ -152,8 +164,8 @@ int main(int argc, char **argv) {
     lupin_request_end(reqs[i], LUPIN_OK);
   uint64_t after = lua_memory_after_gc(rt);
 
-  printf("config %s, %d endpoints, %d lifecycles, %zu-byte prompt\n", config, n_endpoints, n,
-         prompt);
+  printf("config %s, %d endpoints, %d lifecycles, %zu-byte prompt%s\n", config, n_endpoints, n,
+         prompt, gc_between ? ", GC held off during each (LUPIN_BENCH_GC=between)" : "");
   printf("lifecycle  median %.2f us  p99 %.2f us  mean %.2f us  (%.0f lifecycles/s on one core)\n",
          t[n / 2] / 1e3, t[n * 99 / 100] / 1e3, total / n / 1e3, n / (total / 1e9));
   double floor_median, floor_p99;

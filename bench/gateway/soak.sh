@@ -68,9 +68,9 @@ read -r _ _ _ live tables answered <<<"$after"
 bad=$(cat "$WORK"/wrk*.out | awk '/^RESULT/ {b += $7 + $8} END {print b + 0}')
 echo
 echo "after the load: live requests $live, live request tables $tables; answered $answered; non-2xx or socket errors $bad"
-leaks=$(curl -s -X POST "http://127.0.0.1:$ADMIN_PORT/admin/leaks")
-leaked=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["leaked"])' <<<"$leaks" 2>/dev/null || echo "?")
-left=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["live_request_tables"])' <<<"$leaks" 2>/dev/null || echo "?")
+read -r leaked left < <(curl -s -X POST "http://127.0.0.1:$ADMIN_PORT/admin/leaks" | python3 -c \
+  'import json,sys; r = json.load(sys.stdin); print(r["leaked"], r["live_request_tables"])' \
+  2>/dev/null || echo "? ?")
 echo "after a full collection (POST /admin/leaks): leaked request states $leaked, request tables left $left"
 verdict=$(printf '%s\n' "${samples[@]}" | awk -v w="$WARMUP_SECONDS" '
   BEGIN { n = 0 } # an unset n would index the first sample as "", not 0
