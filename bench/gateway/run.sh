@@ -14,12 +14,13 @@
 #
 # Environment: DURATION (s per run, 10), WARMUP (s, 2), CONNS (64), HALF (0.5),
 # PROXY_CPU (0), LOAD_CPU (1), B (build dir), PERF=1 (perf record -g lupin
-# during an extra full-load non-streaming run; report in $PERF_OUT).
+# during an extra full-load non-streaming run; report in $PERF_OUT), STRACE=1
+# (strace -c lupin during an extra such run: system calls per request).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DURATION=${DURATION:-10}; WARMUP=${WARMUP:-2}; CONNS=${CONNS:-64}; HALF=${HALF:-0.5}
 PROXY_CPU=${PROXY_CPU:-0}; LOAD_CPU=${LOAD_CPU:-1}
-PERF=${PERF:-0}; PERF_OUT=${PERF_OUT:-/tmp/lupin-gateway-perf.txt}
+PERF=${PERF:-0}; PERF_OUT=${PERF_OUT:-/tmp/lupin-gateway-perf.txt}; STRACE=${STRACE:-0}
 source bench/gateway/lib.sh
 HZ=$(getconf CLK_TCK)
 
@@ -103,6 +104,13 @@ echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 echo
 awk -v s="$ssum" -v c="$scount" 'BEGIN { if (c > 0) printf "lupin scheduling (lupin_scheduling_seconds): %.1f µs mean over %d requests\n", s / c * 1e6, c }'
+# its histogram: the share of schedule calls by duration
+curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '
+  /^lupin_scheduling_seconds_bucket\{le="5e-05"\}/ { a = $2 }
+  /^lupin_scheduling_seconds_bucket\{le="0.00025"\}/ { b = $2 }
+  /^lupin_scheduling_seconds_count/ { n = $2 }
+  END { if (n > 0) printf "  of them under 50 µs %.1f%%, 50-250 µs %.1f%%, over 250 µs %.2f%%\n",
+    100 * a / n, 100 * (b - a) / n, 100 * (n - b) / n }'
 echo "plain = non-streaming; stream = \"stream\": true (16 SSE tokens + [DONE]); CPU = the proxy's user+system time / wall time"
 echo "(100% = one core); req/CPU-s = requests per second of the proxy's CPU time; added = p99 minus the floor's p99; non-2xx or socket errors over all runs: $bad_total"
 
@@ -116,5 +124,17 @@ if [ "$PERF" = 1 ]; then
   perf report -i "$WORK/perf.data" --no-children --sort dso,symbol --stdio -g none 2>/dev/null >"$WORK/sym.txt" || true
   { grep -v '^#' "$WORK/dso.txt" | grep -v '^$' | sed -n 1,12p
     echo; grep -v '^#' "$WORK/sym.txt" | grep -v '^$' | sed -n 1,40p; } >"$PERF_OUT"
+fi
+if [ "$STRACE" = 1 ]; then
+  strace -c -f -p "$LUPIN_PID" -o "$WORK/strace.txt" 2>/dev/null &
+  strace_pid=$!
+  sleep 0.5
+  run lupin plain 0 "$DURATION"
+  kill -INT "$strace_pid" 2>/dev/null || true
+  wait "$strace_pid" || true
+  awk -v n="$(awk -v r="$R_RPS" -v d="$DURATION" 'BEGIN { print r * d }')" '
+    $NF == "total" { printf "strace: %.1f system calls per proxied request (%d over ~%d requests)\n", $4 / n, $4, n }
+    $NF ~ /^(read|write|writev|readv|epoll_ctl|epoll_wait)$/ { printf "  %-10s %.2f per request\n", $NF, $4 / n }' \
+    "$WORK/strace.txt"
 fi
 [ "$bad_total" = 0 ] || { echo "bench-gateway: $bad_total non-2xx answers or socket errors" >&2; exit 1; }
