@@ -53,7 +53,7 @@ void lupin_alloc_release_spares(lupin_alloc *a) {
 }
 
 /* The allocator underneath, big sizes rounded and big blocks recycled. */
-static void *base(lupin_alloc *a, void *ptr, size_t osize, size_t nsize) {
+static void *underneath(lupin_alloc *a, void *ptr, size_t osize, size_t nsize) {
   size_t o = ptr ? rounded(osize) : 0, n = rounded(nsize);
   if (!ptr && n >= BIG) {
     void *p = take_spare(a, n);
@@ -75,7 +75,7 @@ void *lupin_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize) {
     a->refused++;
     return NULL;
   }
-  void *p = base(a, ptr, osize, nsize);
+  void *p = underneath(a, ptr, osize, nsize);
   if (!p && nsize) return NULL;
   a->used = a->used - old + nsize;
   if (a->used > a->peak) a->peak = a->used;
