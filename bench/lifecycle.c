@@ -151,6 +151,16 @@ int main(int argc, char **argv) {
     total += t[i];
   qsort(t, n, sizeof *t, cmp);
 
+  /* garbage: what lifecycles allocate, counted with the collector stopped */
+  enum { GARBAGE_RUNS = 10000 };
+  free(lupin__eval(rt, "collectgarbage('collect') collectgarbage('stop')", err, sizeof err));
+  lupin_stats g0, g1;
+  lupin_runtime_stats(rt, &g0);
+  for (int i = 0; i < GARBAGE_RUNS; i++)
+    lifecycle(rt);
+  lupin_runtime_stats(rt, &g1);
+  free(lupin__eval(rt, "collectgarbage('restart')", err, sizeof err));
+
   enum { IN_FLIGHT = 10000 };
   static lupin_request *reqs[IN_FLIGHT];
   uint64_t before = lua_memory_after_gc(rt);
@@ -173,6 +183,8 @@ int main(int argc, char **argv) {
   printf("machine    median %.2f us  p99 %.2f us  (a plain C loop as long as the median, "
          "timed alike)\n",
          floor_median / 1e3, floor_p99 / 1e3);
+  printf("lua garbage per lifecycle: %.0f bytes (GC stopped over %d lifecycles)\n",
+         (double)(g1.lua_memory - g0.lua_memory) / GARBAGE_RUNS, GARBAGE_RUNS);
   printf("lua heap per in-flight request (scheduled, %d in flight): %.0f bytes\n", IN_FLIGHT,
          (double)(during - before) / IN_FLIGHT);
   printf("lua heap after they ended: %+lld bytes from before\n", (long long)(after - before));
