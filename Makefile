@@ -20,11 +20,9 @@ CORE_SRC  = core/alloc.c core/blockhash.c core/endpoint.c core/generation.c core
             core/request.c core/runtime.c
 CORE_HDR  = core/lupin.h core/internal.h
 # the gateway host `lupin serve` (DESIGN.md §9)
-GW_SRC    = core/admin.c core/buf.c core/gateway.c core/gwlua.c core/main.c core/prometheus.c \
-            core/watch.c core/write.c \
-            core/proxy.c core/scrape.c core/server.c core/upstream.c
-GW_HDR    = core/gateway.h $(CORE_HDR)
-GW_OBJ    = $(GW_SRC:core/%.c=$(B)/gw/%.o)
+GW_SRC    = $(wildcard gateway/*.c)
+GW_HDR    = gateway/gateway.h $(CORE_HDR)
+GW_OBJ    = $(GW_SRC:gateway/%.c=$(B)/gw/%.o)
 
 B ?= build
 CORE_OBJ  = $(CORE_SRC:core/%.c=$(B)/core/%.o)
@@ -47,9 +45,9 @@ $(B)/core/%.o: core/%.c $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(XCFLAGS) -c $< -o $@
 
-$(B)/gw/%.o: core/%.c $(GW_HDR)
+$(B)/gw/%.o: gateway/%.c $(GW_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(XCFLAGS) -c $< -o $@
+	$(CC) $(XCFLAGS) -Icore -c $< -o $@
 
 $(B)/lupin: $(GW_OBJ) $(B)/liblupin.a
 	$(CC) $(XCFLAGS) -o $@ $(GW_OBJ) $(B)/liblupin.a $(LDLIBS) -lhttp_parser
@@ -60,8 +58,8 @@ $(B)/liblupin.a: $(CORE_OBJ)
 $(B)/liblupin.so: $(CORE_OBJ)
 	$(CC) $(XCFLAGS) -shared -o $@ $^ $(LDLIBS)
 
-$(B)/lupin_native.so: core/luamod.c $(CORE_OBJ) $(CORE_HDR)
-	$(CC) $(XCFLAGS) -shared -o $@ core/luamod.c $(CORE_OBJ) $(LDLIBS)
+$(B)/lupin_native.so: lua/lupin_native.c $(CORE_OBJ) $(CORE_HDR)
+	$(CC) $(XCFLAGS) -Icore -shared -o $@ lua/lupin_native.c $(CORE_OBJ) $(LDLIBS)
 
 $(B)/embed: examples/embed/embed.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)

@@ -157,7 +157,7 @@ enum lupin_hook {
   LUPIN_HOOK_PLUGIN_STATS,
   LUPIN_HOOK_CHECK_LEAKS,
   LUPIN_HOOK_EVAL,
-  LUPIN_HOOK_GATEWAY, /* the gateway host's JSON work (core/gwlua.c) */
+  LUPIN_HOOK_GATEWAY, /* the gateway host's JSON work (gateway/gwlua.c) */
   LUPIN_HOOK_COUNT
 };
 

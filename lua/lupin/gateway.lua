@@ -1,4 +1,4 @@
--- What the gateway host (lupin serve, core/gwlua.c) asks of the Lua side:
+-- What the gateway host (lupin serve, gateway/gwlua.c) asks of the Lua side:
 -- the JSON work, since the C side has no JSON library of its own (DESIGN.md §3:
 -- the C side uses lua-cjson through the runtime's Lua state).
 local cjson = require "cjson.safe"

@@ -96,7 +96,7 @@ function M.init(ud, opts)
     return leaks.check(live)
   end
 
-  --- The gateway host's requests (core/gwlua.c): op names a function of
+  --- The gateway host's requests (gateway/gwlua.c): op names a function of
   --- lupin.gateway; settings and endpoints read the current generation.
   function hooks.gateway(op, a, b)
     if op == "settings" or op == "endpoints" or op == "plugin_dirs" then
