@@ -130,8 +130,14 @@ static void endpoints(lupin_gateway *gw, gw_conn *c) {
     gw_buf_json(&b, ep->name);
     gw_buf_printf(&b, ",\"address\":");
     gw_buf_json(&b, ep->address);
+    gw_buf_printf(&b, ",\"addresses\":[");
+    for (int i = 0; i < ep->n_addrs; i++) { /* in the order connects try them */
+      char name[80];
+      gw_addr_name(&ep->addrs[(ep->addr_first + i) % ep->n_addrs], name, sizeof name);
+      gw_buf_printf(&b, "%s\"%s\"", i ? "," : "", name);
+    }
     gw_buf_printf(&b,
-                  ",\"port\":%d,\"fresh\":%s,\"scrape_age_seconds\":%g,\"scrapes\":%llu,"
+                  "],\"port\":%d,\"fresh\":%s,\"scrape_age_seconds\":%g,\"scrapes\":%llu,"
                   "\"scrape_errors\":%llu,\"idle_connections\":%zu,\"metrics\":{"
                   "\"waiting_queue_size\":%g,\"running_requests\":%g,\"kv_cache_usage\":%g,"
                   "\"max_lora\":%g,\"cache_block_size\":%g,\"num_blocks\":%g,"

@@ -4,7 +4,6 @@
  * in order so the loop ends by itself. */
 #include "gateway.h"
 
-#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,24 +25,6 @@ void gw_log(lupin_gateway *gw, int level, const char *fmt, ...) {
 }
 
 static void runtime_log(void *ud, int level, const char *msg) { gw_log(ud, level, "%s", msg); }
-
-/* An IP address, or a name resolved once, now (blocking: only at start-up
- * and on an endpoints re-read; later DNS changes are not followed). */
-int gw_resolve(const char *host, int port, struct sockaddr_storage *out) {
-  memset(out, 0, sizeof *out);
-  if (!uv_ip4_addr(host, port, (struct sockaddr_in *)out) ||
-      !uv_ip6_addr(host, port, (struct sockaddr_in6 *)out))
-    return 0;
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
-  if (getaddrinfo(host, NULL, &hints, &res)) return -1;
-  memcpy(out, res->ai_addr, res->ai_addrlen);
-  if (out->ss_family == AF_INET)
-    ((struct sockaddr_in *)out)->sin_port = htons((uint16_t)port);
-  else
-    ((struct sockaddr_in6 *)out)->sin6_port = htons((uint16_t)port);
-  freeaddrinfo(res);
-  return 0;
-}
 
 /* --- endpoints ----------------------------------------------------------- */
 
@@ -90,10 +71,7 @@ static gw_endpoint *endpoint_new(lupin_gateway *gw, const lupin_endpoint_desc *d
   ep->port = d->port;
   snprintf(ep->hostport, sizeof ep->hostport, strchr(d->address, ':') ? "[%s]:%d" : "%s:%d",
            d->address, d->port);
-  if (gw_resolve(d->address, d->port, &ep->addr)) {
-    ep->addr.ss_family = 0; /* connects fail with a message naming why */
-    gw_log(gw, LUPIN_LOG_WARN, "endpoint %s: cannot resolve %s", d->name, d->address);
-  }
+  gw_endpoint_resolve(ep); /* none: connects fail with a message naming why */
   ep->next = gw->endpoints;
   gw->endpoints = ep;
   gw->n_endpoints++;

@@ -65,7 +65,7 @@ typedef struct gw_settings {
   uint64_t max_body_bytes, max_header_bytes;
   uint64_t header_timeout_ms, connect_timeout_ms, first_byte_timeout_ms, idle_timeout_ms;
   uint64_t refresh_interval_ms, scrape_timeout_ms, metrics_staleness_ms;
-  uint64_t pool_size, drain_timeout_ms;
+  uint64_t pool_size, drain_timeout_ms, resolve_interval_ms;
 } gw_settings;
 
 /* --- the Lua side's JSON work (gwlua.c) ---------------------------------- */
@@ -86,12 +86,18 @@ char *gw_lua_models(lupin_runtime *rt, const gw_buf *bodies, size_t n);
 
 /* --- endpoints: the gateway's view, its upstream pool, its scrape ---------- */
 
+#define GW_MAX_ADDRS 8
+
 struct gw_endpoint {
   lupin_gateway *gw;
   char *name, *address;
   int port;
   char hostport[80];
-  struct sockaddr_storage addr;
+  /* every address of the name, getaddrinfo's order (resolve.c) */
+  struct sockaddr_storage addrs[GW_MAX_ADDRS];
+  int n_addrs, addr_first; /* addr_first: connected last, tried first */
+  int resolving;
+  double resolved_at;
   int refs;       /* the registry's one, plus one per upstream exchange */
   int removed;    /* gone from the registry; freed at its last ref */
   int seen;       /* marks of an endpoints file re-read */
@@ -235,6 +241,8 @@ typedef struct gw_options {
   const char *endpoints_file;
   int log_level;
   int no_watch; /* --no-watch: no reload on config or plugin file changes */
+  const char *resolve[16]; /* --resolve NAME=ADDR[,ADDR...] */
+  int n_resolve;
 } gw_options;
 
 /* Reloads and their outcome, for /metrics. */
@@ -280,8 +288,25 @@ struct lupin_gateway {
 };
 
 int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen);
-/* host (an IP or a name) and port to a socket address; -1 when unknown. */
+/* --- addresses (resolve.c) ------------------------------------------------ */
+
+/* host (an IP or a name) and port to its first socket address; -1 when unknown. */
 int gw_resolve(const char *host, int port, struct sockaddr_storage *out);
+/* Every address of host (each once, at most max; --resolve pins first);
+ * returns how many, 0 when unknown.  Blocking: start-up and re-reads only. */
+int gw_resolve_all(const gw_options *o, const char *host, int port, struct sockaddr_storage *out,
+                   int max);
+void gw_endpoint_resolve(gw_endpoint *ep);
+/* Looks the endpoint's name up again off the loop when its addresses are
+ * older than resolveIntervalMs, or (failed) when every address failed. */
+void gw_endpoint_refresh_addrs(gw_endpoint *ep, int failed);
+int gw_resolve_pinned(const gw_endpoint *ep);
+/* The address for a connect's attempt-th try (the last good one first);
+ * NULL when none is left.  _worked remembers the one that connected. */
+const struct sockaddr *gw_endpoint_addr(gw_endpoint *ep, int attempt);
+void gw_endpoint_addr_worked(gw_endpoint *ep, int attempt);
+/* "ip:port" or "[ip6]:port". */
+int gw_addr_name(const struct sockaddr_storage *ss, char *out, size_t len);
 int gw_run(lupin_gateway *gw);
 void gw_log(lupin_gateway *gw, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

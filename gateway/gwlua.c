@@ -32,6 +32,7 @@ int gw_lua_settings(lupin_runtime *rt, gw_settings *out, char *err, size_t errle
       .metrics_staleness_ms = num_field(L, t, "metricsStalenessMs"),
       .pool_size = num_field(L, t, "poolSize"),
       .drain_timeout_ms = num_field(L, t, "drainTimeoutMs"),
+      .resolve_interval_ms = num_field(L, t, "resolveIntervalMs"),
   };
   lua_settop(L, t - 1);
   return 0;

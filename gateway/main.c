@@ -12,7 +12,7 @@ static const char usage[] =
     "usage:\n"
     "  lupin serve --config FILE [--listen 127.0.0.1:8080] [--admin 127.0.0.1:9090]\n"
     "              [--admin-token TOKEN] [--endpoints FILE] [--log-level error|warn|info|debug]\n"
-    "              [--no-watch]\n"
+    "              [--no-watch] [--resolve NAME=ADDR[,ADDR...]]...\n"
     "  lupin check --config FILE [--endpoints FILE]\n"
     "  lupin version\n"
     "\n"
@@ -22,6 +22,8 @@ static const char usage[] =
     "same list, watched and re-read on change; it replaces the config's endpoints.\n"
     "The config file and the plugin directories are watched too: a change reloads\n"
     "(debounced; --no-watch turns it off).  SIGHUP and POST /admin/reload reload.\n"
+    "An endpoint's host name stands for all its addresses, tried in order;\n"
+    "--resolve pins a name's addresses instead of asking DNS (as curl's does).\n"
     "Port 0 picks a free port; the first line on stdout says which.\n";
 
 static int level_of(const char *s) {
@@ -63,7 +65,9 @@ static int parse_args(int argc, char **argv, gw_options *o) {
       o->no_watch = 1;
       continue;
     }
-    if (!strcmp(a, "--log-level") && v && level_of(v) >= 0) {
+    if (!strcmp(a, "--resolve") && v && strchr(v, '=') && o->n_resolve < 16) {
+      o->resolve[o->n_resolve++] = v;
+    } else if (!strcmp(a, "--log-level") && v && level_of(v) >= 0) {
       o->log_level = level_of(v);
     } else if (!dst || !v) {
       fprintf(stderr, "lupin: bad argument %s\n\n%s", a, usage);

@@ -550,14 +550,7 @@ int gw_server_address(gw_server *s, char *out, size_t len) {
   struct sockaddr_storage ss;
   int n = sizeof ss;
   if (uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&ss, &n)) return -1;
-  char ip[64];
-  if (ss.ss_family == AF_INET6) {
-    uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof ip);
-    snprintf(out, len, "[%s]:%d", ip, ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
-  } else {
-    uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof ip);
-    snprintf(out, len, "%s:%d", ip, ntohs(((struct sockaddr_in *)&ss)->sin_port));
-  }
+  gw_addr_name(&ss, out, len);
   return 0;
 }
 

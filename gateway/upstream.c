@@ -34,6 +34,8 @@ struct gw_upstream {
   gw_upstream_cb cb;
   void *ud;
   int reused, connected, got_bytes, complete, done, keep_alive, paused;
+  int addr_try;            /* which of the endpoint's addresses (resolve.c) */
+  uint64_t connect_start;  /* uv_now() of the first address's try */
   gw_upstream_error deferred; /* reported from the timer: never from start */
   const char *deferred_detail;
   char detail[160];
@@ -239,15 +241,35 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
 }
 
+static void connect_addr(gw_upstream *u);
+
+/* The next of the endpoint's addresses, if one is left and time is. */
+static int connect_next(gw_upstream *u) {
+  uint64_t spent = uv_now(u->ep->gw->loop) - u->connect_start;
+  if (!gw_endpoint_addr(u->ep, u->addr_try + 1) || spent >= u->t.connect_ms) return 0;
+  conn_close(u->conn);
+  u->conn = NULL;
+  u->addr_try++;
+  connect_addr(u);
+  return 1;
+}
+
 static void on_connect(uv_connect_t *r, int status) {
   gw_uconn *c = r->data;
   gw_upstream *u = c->u;
   if (!u || c->closed) return; /* given up on (timeout, cancel) */
   if (status < 0) {
-    snprintf(u->detail, sizeof u->detail, "%s", uv_strerror(status));
+    if (connect_next(u)) return;
+    gw_endpoint_refresh_addrs(u->ep, 1);
+    if (u->addr_try)
+      snprintf(u->detail, sizeof u->detail, "%s (each of its %d addresses)", uv_strerror(status),
+               u->addr_try + 1);
+    else
+      snprintf(u->detail, sizeof u->detail, "%s", uv_strerror(status));
     finish(u, GW_UP_CONNECT, u->detail);
     return;
   }
+  gw_endpoint_addr_worked(u->ep, u->addr_try);
   u->connected = 1;
   uv_tcp_nodelay(&c->tcp, 1);
   uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
@@ -259,8 +281,19 @@ static void connect_new(gw_upstream *u) {
   u->conn = NULL;
   u->reused = u->connected = u->got_bytes = u->complete = 0;
   gw_headers_free(&u->headers);
+  u->addr_try = 0;
+  u->connect_start = uv_now(u->ep->gw->loop);
+  gw_endpoint_refresh_addrs(u->ep, 0);
+  connect_addr(u);
+}
+
+/* Connects to the addr_try-th address, with its share of connectTimeoutMs
+ * left, so one address that never answers does not starve the others. */
+static void connect_addr(gw_upstream *u) {
   gw_endpoint *ep = u->ep;
-  if (!ep->addr.ss_family) {
+  const struct sockaddr *addr = gw_endpoint_addr(ep, u->addr_try);
+  if (!addr) {
+    gw_endpoint_refresh_addrs(ep, 1);
     u->deferred = GW_UP_CONNECT;
     u->deferred_detail = "the endpoint's address could not be resolved";
     uv_timer_start(&u->timer, on_timeout, 0, 0);
@@ -279,8 +312,11 @@ static void connect_new(gw_upstream *u) {
   c->tcp.data = c->connect.data = c;
   c->u = u;
   u->conn = c;
-  uv_timer_start(&u->timer, on_timeout, u->t.connect_ms, 0);
-  int rc = uv_tcp_connect(&c->connect, &c->tcp, (struct sockaddr *)&ep->addr, on_connect);
+  uint64_t spent = uv_now(ep->gw->loop) - u->connect_start;
+  uint64_t left = u->t.connect_ms > spent ? u->t.connect_ms - spent : 1;
+  int untried = ep->n_addrs - u->addr_try;
+  uv_timer_start(&u->timer, on_timeout, untried > 1 ? left / (uint64_t)untried + 1 : left, 0);
+  int rc = uv_tcp_connect(&c->connect, &c->tcp, addr, on_connect);
   if (rc) {
     snprintf(u->detail, sizeof u->detail, "%s", uv_strerror(rc));
     u->deferred = GW_UP_CONNECT;
@@ -294,6 +330,7 @@ static void on_timeout(uv_timer_t *t) {
   if (u->deferred) {
     finish(u, u->deferred, u->deferred_detail);
   } else if (!u->connected) {
+    if (connect_next(u)) return;
     finish(u, GW_UP_CONNECT_TIMEOUT, "no connection within connectTimeoutMs");
   } else if (!u->got_bytes) {
     finish(u, GW_UP_FIRST_BYTE_TIMEOUT, gw_upstream_error_text(GW_UP_FIRST_BYTE_TIMEOUT));

@@ -23,7 +23,7 @@ typedef struct flag {
 
 /* --lora, --slow-endpoints and --instant are handled by hand (lists, a preset). */
 static const flag flags[] = {
-    {"host", F_STRING, OFF(host), "address to listen on"},
+    {"host", F_STRING, OFF(host), "address to listen on (IPv4, IPv6; :: = both families)"},
     {"port", F_INT, OFF(port), "port of endpoint 0; endpoint i listens on port+i"},
     {"endpoints", F_INT, OFF(endpoints), "number of simulated vLLM endpoints"},
     {"model", F_STRING, OFF(model), "served model name"},
@@ -298,7 +298,9 @@ static int sim_start(sim *s) {
     ep->sim = s;
     ep->index = i;
     ep->port = s->cfg.port + i;
-    snprintf(ep->addr, sizeof ep->addr, "%s:%d", s->cfg.host, ep->port);
+    const char *h = s->cfg.host; /* IPv6 in brackets, as a URL has it */
+    snprintf(ep->addr, sizeof ep->addr, strchr(h, ':') && h[0] != '[' ? "[%s]:%d" : "%s:%d", h,
+             ep->port);
     ep->kv = kv_new(s->cfg.num_gpu_blocks);
     ep->rng = s->cfg.seed * 1000003u + (uint64_t)i;
     metrics_init(&ep->m);

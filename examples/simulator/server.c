@@ -436,11 +436,21 @@ static void on_connection(uv_stream_t *server, int status) {
   uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 
+/* An IPv4 or IPv6 address, the latter bare or in brackets.  "::" listens on
+ * both families (Linux dual-stack sockets), as vLLM does with --host ::. */
 int server_listen(endpoint *ep) {
   const sim_config *cfg = &ep->sim->cfg;
+  char host[64];
+  size_t len = strlen(cfg->host);
+  if (len >= sizeof host) return UV_EINVAL;
+  memcpy(host, cfg->host, len + 1);
+  if (host[0] == '[' && len > 2 && host[len - 1] == ']') {
+    memmove(host, host + 1, len - 2);
+    host[len - 2] = 0;
+  }
   struct sockaddr_storage addr;
-  int rc = uv_ip4_addr(cfg->host, ep->port, (struct sockaddr_in *)&addr);
-  if (rc < 0) rc = uv_ip6_addr(cfg->host, ep->port, (struct sockaddr_in6 *)&addr);
+  int rc = uv_ip4_addr(host, ep->port, (struct sockaddr_in *)&addr);
+  if (rc < 0) rc = uv_ip6_addr(host, ep->port, (struct sockaddr_in6 *)&addr);
   if (rc < 0) return rc;
   uv_tcp_init(ep->sim->loop, &ep->listener);
   ep->listener.data = ep;

@@ -27,6 +27,7 @@ M.GATEWAY = {
   metricsStalenessMs = { default = 2000, min = 1 },
   poolSize = { default = 64, min = 0 },
   drainTimeoutMs = { default = 30000, min = 1 },
+  resolveIntervalMs = { default = 30000, min = 1 },
 }
 
 local function sorted_keys(t)

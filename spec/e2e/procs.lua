@@ -104,13 +104,17 @@ math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) %
 
 --- lupin-sim with n endpoints on a random free port range (it has no port 0
 --- for a range: a taken port makes it exit, and another range is tried).
---- Returns the process with ports[i] and hostports[i].
-function M.sim(args, n)
+--- Returns the process with ports[i] and hostports[i].  host: the listen
+--- address (127.0.0.1 unless given; IPv6 bare, "::" for both families).
+function M.sim(args, n, host)
   n = n or 1
+  host = host or "127.0.0.1"
+  local shown = host:find(":", 1, true) and "[" .. host .. "]" or host
   for _ = 1, 10 do
     local base = math.random(20000, 40000)
-    local p = M.start(("%s --port %d --endpoints %d %s"):format(M.SIM, base, n, args or ""))
-    local last = ("endpoint %d listening on 127.0.0.1:%d"):format(n - 1, base + n - 1)
+    local p = M.start(("%s --port %d --endpoints %d --host %s %s"):format(M.SIM, base, n, host,
+      args or ""))
+    local last = ("endpoint %d listening on %s:%d"):format(n - 1, shown, base + n - 1)
     local up = M.poll(function()
       if (read(p.err) or ""):find(last, 1, true) or (read(p.out) or ""):find(last, 1, true) then
         return "up"
@@ -121,7 +125,7 @@ function M.sim(args, n)
       p.ports, p.hostports = {}, {}
       for i = 1, n do
         p.ports[i] = base + i - 1
-        p.hostports[i] = "127.0.0.1:" .. p.ports[i]
+        p.hostports[i] = shown .. ":" .. p.ports[i]
       end
       return p
     end
@@ -135,8 +139,9 @@ function M.gateway(config, args)
   seq = seq + 1
   local path = ("%s/config-%d.json"):format(dir, seq)
   support.write(path, type(config) == "string" and config or cjson.encode(config))
-  local p = M.start(("%s serve --config %s --listen 127.0.0.1:0 --admin 127.0.0.1:0 %s"):format(
-    M.LUPIN, path, args or ""))
+  local listen = (args or ""):find("--listen", 1, true) and "" or "--listen 127.0.0.1:0 "
+  local p = M.start(("%s serve --config %s %s--admin 127.0.0.1:0 %s"):format(
+    M.LUPIN, path, listen, args or ""))
   p.config = path
   M.poll(function()
     local s = read(p.out) or ""
