@@ -118,6 +118,11 @@ test-asan:
 lint:
 	luacheck lua plugins spec examples bench
 
+# The README's two set-up lines, as written, on a fresh minimal Debian root
+# (spec/fresh.sh: debootstrap, chroot; as root; the first run takes minutes).
+test-fresh:
+	bash spec/fresh.sh
+
 # Every benchmark in one go (about 30 minutes; a failing section does not stop
 # the others), its log in $(B)/bench.log, then one summary table of the
 # headline figures (bench/summary.sh).
@@ -209,7 +214,7 @@ clean:
 	rm -rf build build-asan
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | bench-reload | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-fresh | lint | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | bench-reload | install PREFIX=... | clean"
 
-.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan lint bench bench-core bench-prefix \
+.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan test-fresh lint bench bench-core bench-prefix \
         bench-soak bench-gateway bench-soak-gateway bench-routing bench-reload install clean help
