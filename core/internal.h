@@ -139,6 +139,16 @@ typedef struct lupin_capi {
   size_t (*prefix_memory)(const lupin_prefix_index *x);
 } lupin_capi;
 
+/* abi.c: each structure capi.lua declares, as C lays it out: its size (or
+ * the size of the head Lua declares) with field NULL, or a field's offset;
+ * the list ends with type NULL. */
+typedef struct lupin_abi_entry {
+  const char *type, *field, *lua_field;
+  size_t size, offset;
+} lupin_abi_entry;
+
+const lupin_abi_entry *lupin__abi(void);
+
 /* The Lua functions of lua/lupin/runtime.lua the core calls. */
 enum lupin_hook {
   LUPIN_HOOK_LOAD,

@@ -108,6 +108,8 @@ static void push_options(lua_State *L, const lupin_options *o, const char *home)
   lua_setfield(L, -2, "seed");
   lua_pushinteger(L, o->log_level);
   lua_setfield(L, -2, "log_level");
+  lua_pushlightuserdata(L, (void *)lupin__abi());
+  lua_setfield(L, -2, "abi");
 }
 
 /* Loads lua/lupin/runtime.lua and keeps references to its hooks. */

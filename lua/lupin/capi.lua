@@ -1,5 +1,8 @@
 -- The C side as seen from Lua: the structures the core shares through FFI and
--- the function table it hands over at start.  Mirrors core/internal.h.
+-- the function table it hands over at start.  Mirrors core/internal.h, and
+-- check_abi proves it at every start against the layout the C compiler chose
+-- (core/abi.c): a field added, moved or retyped on one side only stops the
+-- runtime with the difference named, instead of reading the wrong bytes.
 local ffi = require "ffi"
 
 ffi.cdef [[
@@ -85,7 +88,49 @@ end
 --- field allocates), ~30 ns in a trace.
 M.clock = M.now
 
-function M.bind(ud)
+ffi.cdef [[
+typedef struct lupin_abi_entry {
+  const char *type, *field, *lua_field;
+  size_t size, offset;
+} lupin_abi_entry;
+]]
+
+--- Compares the C layout (core/abi.c's list) with this file's declarations;
+--- raises an error naming the first difference.  rename maps a C type name
+--- to the FFI type to check it against (specs use it to prove a mismatch is
+--- caught).
+---@param abi lightuserdata the list from lupin__abi()
+---@param rename? table<string, string>
+function M.check_abi(abi, rename)
+  local e = ffi.cast("const lupin_abi_entry *", abi)
+  local i = 0
+  while e[i].type ~= nil do
+    local ctype = ffi.string(e[i].type)
+    local ltype = rename and rename[ctype] or ctype
+    local size, offset = tonumber(e[i].size), tonumber(e[i].offset)
+    if e[i].field == nil then
+      if ffi.sizeof(ltype) ~= size then
+        error(("C/Lua ABI mismatch: sizeof(%s) is %d in C, %d in lua/lupin/capi.lua"):format(
+          ctype, size, ffi.sizeof(ltype)), 0)
+      end
+    else
+      local field = ffi.string(e[i].lua_field ~= nil and e[i].lua_field or e[i].field)
+      local loff = ffi.offsetof(ltype, field)
+      if loff ~= offset then
+        error(("C/Lua ABI mismatch: %s.%s is at offset %d in C, %s in lua/lupin/capi.lua"):format(
+          ctype, field, offset, loff and "at " .. loff or "missing"), 0)
+      end
+    end
+    i = i + 1
+  end
+  return i
+end
+
+function M.bind(ud, abi)
+  if abi then
+    M.check_abi(abi)
+    M.abi = abi
+  end
   M.api = ffi.cast("lupin_capi *", ud)
   M.rt = M.api.rt
   M.alloc = M.api.alloc

@@ -19,7 +19,7 @@ M.current = nil
 M.generations = {}
 
 function M.init(ud, opts)
-  capi.bind(ud)
+  capi.bind(ud, opts.abi)
   log.level = opts.log_level -- messages above it are not even formatted
   math.randomseed(opts.seed)
   engine.init(opts)

@@ -1,0 +1,68 @@
+/* The C side of the C/Lua ABI check: the size of every structure
+ * lua/lupin/capi.lua declares to the FFI and the place of each of its
+ * fields, as this compiler laid them out.  capi.lua compares them with its
+ * own declarations when a runtime starts and refuses to run on a mismatch,
+ * so the two can never drift apart silently. */
+#include "internal.h"
+
+#include <stddef.h>
+
+#define SIZE(T) {#T, NULL, NULL, sizeof(T), 0}
+/* Lua declares only the head of T, the fields before `private` */
+#define HEAD(T, private) {#T, NULL, NULL, offsetof(T, private), 0}
+/* lua names the field in capi.lua where it differs from the C name */
+#define FIELD_AS(T, f, lua) {#T, #f, lua, 0, offsetof(T, f)}
+#define FIELD(T, f) FIELD_AS(T, f, NULL)
+
+static const lupin_abi_entry abi[] = {
+    SIZE(lupin_hash_input),
+    FIELD(lupin_hash_input, prompt),
+    FIELD(lupin_hash_input, prompt_len),
+    FIELD(lupin_hash_input, model),
+    FIELD(lupin_hash_input, model_len),
+    FIELD(lupin_hash_input, salt),
+    FIELD(lupin_hash_input, salt_len),
+    FIELD(lupin_hash_input, block_size),
+    FIELD(lupin_hash_input, max_blocks),
+    HEAD(lupin_alloc, base),
+    FIELD(lupin_alloc, used),
+    FIELD(lupin_alloc, peak),
+    FIELD(lupin_alloc, limit),
+    FIELD(lupin_alloc, enforce),
+    FIELD(lupin_alloc, refused),
+    HEAD(lupin_endpoint, running_lora),
+    FIELD(lupin_endpoint, id),
+    FIELD(lupin_endpoint, port),
+    FIELD(lupin_endpoint, waiting_queue_size),
+    FIELD(lupin_endpoint, running_requests),
+    FIELD(lupin_endpoint, kv_cache_usage),
+    FIELD(lupin_endpoint, max_lora),
+    FIELD(lupin_endpoint, cache_block_size),
+    FIELD(lupin_endpoint, num_blocks),
+    FIELD(lupin_endpoint, scraped_at),
+    FIELD_AS(lupin_endpoint, name, "c_name"),
+    FIELD_AS(lupin_endpoint, address, "c_address"),
+    SIZE(lupin_capi),
+    FIELD(lupin_capi, rt),
+    FIELD(lupin_capi, alloc),
+    FIELD(lupin_capi, now),
+    FIELD(lupin_capi, log),
+    FIELD(lupin_capi, endpoint_free),
+    FIELD(lupin_capi, result_add_pick),
+    FIELD(lupin_capi, result_add_header),
+    FIELD(lupin_capi, client_add_header),
+    FIELD(lupin_capi, block_hashes),
+    FIELD(lupin_capi, prefix_new),
+    FIELD(lupin_capi, prefix_free),
+    FIELD(lupin_capi, prefix_set_capacity),
+    FIELD(lupin_capi, prefix_record),
+    FIELD(lupin_capi, prefix_match),
+    FIELD(lupin_capi, prefix_purge),
+    FIELD(lupin_capi, prefix_count),
+    FIELD(lupin_capi, prefix_holds),
+    FIELD(lupin_capi, prefix_endpoints),
+    FIELD(lupin_capi, prefix_memory),
+    {NULL, NULL, NULL, 0, 0},
+};
+
+const lupin_abi_entry *lupin__abi(void) { return abi; }
