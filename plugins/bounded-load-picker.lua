@@ -12,7 +12,9 @@
 -- what this gateway sent there since that scrape (other gateways' traffic).
 --
 -- An endpoint is eligible while load + 1 ≤ (1 + balanceRelThreshold) × mean
--- + balanceAbsThreshold, the mean counting this request; the least loaded
+-- + balanceAbsThreshold, the mean counting this request, and load + 1 ≤ the
+-- least load + maxLoadSpread (so endpoints that hold no cache yet are not
+-- left idle while the others stay under the mean's bound); the least loaded
 -- always is.  The pick is the
 -- eligible endpoint with the highest score, then the lowest load, then at
 -- random; fallbacks (maxNumOfEndpoints > 1) follow in the same order, the
@@ -63,6 +65,8 @@ return {
       description = "an endpoint may exceed the mean load by this fraction" },
     balanceAbsThreshold = { type = "number", default = 2, min = 0,
       description = "and by this many requests besides" },
+    maxLoadSpread = { type = "number", default = 4, min = 0,
+      description = "and never by more than this many requests over the least loaded" },
     affinityThreshold = { type = "number", default = 0, min = 0,
       description = "scores at or below this count as no affinity (least loaded wins)" },
     metricsMaxAgeMs = { type = "integer", default = 2000, min = 0,
@@ -72,6 +76,7 @@ return {
   new = function(params, env)
     return { k = picker.count(params), rel = params.balanceRelThreshold,
       abs = params.balanceAbsThreshold, threshold = params.affinityThreshold,
+      spread = params.maxLoadSpread,
       max_age = params.metricsMaxAgeMs / 1000, now = env.now,
       inflight = {}, -- endpoint name -> requests in flight through this gateway
       sent = {} } -- endpoint name -> { at = scraped_at seen, count = sent since }
@@ -94,6 +99,7 @@ return {
       s[i] = v > self.threshold and v or 0
     end
     local bound = (1 + self.rel) * total / n + self.abs
+    bound = math.min(bound, min + self.spread)
     local key = {}
     for i = 1, n do
       e[i] = l[i] + 1 <= bound or l[i] == min -- the least loaded is always eligible

@@ -92,8 +92,8 @@ describe(T, function()
     end)
 
   it("balanceAbsThreshold and balanceRelThreshold loosen the bound", function()
-    for _, params in ipairs({ { balanceRelThreshold = 0, balanceAbsThreshold = 100 },
-      { balanceRelThreshold = 100, balanceAbsThreshold = 1 } }) do
+    for _, params in ipairs({ { balanceRelThreshold = 0, balanceAbsThreshold = 100, maxLoadSpread = 100 },
+      { balanceRelThreshold = 100, balanceAbsThreshold = 1, maxLoadSpread = 100 } }) do
       local rt = runtime(4, { 1, 0, 0, 0 }, params)
       local held = {}
       for i = 1, 10 do
@@ -103,6 +103,20 @@ describe(T, function()
       finish_all(held)
       rt:free()
     end
+  end)
+
+  it("maxLoadSpread caps the load over the least loaded endpoint", function()
+    -- a loose mean bound; the spread keeps ep1 within 2 requests of the others
+    local rt = runtime(4, { 1, 0, 0, 0 }, { balanceAbsThreshold = 100, maxLoadSpread = 2 })
+    local held = {}
+    for i = 1, 6 do
+      held[i] = send(rt, all(4))
+    end
+    -- ep1 takes the 1st and 2nd (load + 1 ≤ 0 + 2); then the others fill to 1
+    -- each before ep1 gets its 3rd
+    assert.same({ ep1 = 3, ep2 = 1, ep3 = 1, ep4 = 1 }, inflight(rt))
+    finish_all(held)
+    rt:free()
   end)
 
   it("the least loaded endpoint is always eligible, even with both thresholds 0", function()
@@ -230,9 +244,10 @@ describe(T, function()
     rt:free()
   end)
 
-  it("defaults: rel 0.25, abs 2, affinity 0, metrics 2 s, one endpoint", function()
+  it("defaults: rel 0.25, abs 2, spread 4, affinity 0, metrics 2 s, one endpoint", function()
     local rt = S.runtime()
-    assert.same({ balanceRelThreshold = 0.25, balanceAbsThreshold = 2, affinityThreshold = 0,
+    assert.same({ balanceRelThreshold = 0.25, balanceAbsThreshold = 2, maxLoadSpread = 4,
+      affinityThreshold = 0,
       metricsMaxAgeMs = 2000, maxNumOfEndpoints = 1 }, K.params(rt, T))
     rt:free()
   end)
@@ -248,6 +263,8 @@ describe(T, function()
     assert.matches("plugins%[0%]%.parameters%.affinityThreshold: must be a number ≥ 0", err)
     err = K.load_error({ '{"type": "bounded-load-picker", "parameters": {"metricsMaxAgeMs": 1.5}}' })
     assert.matches("plugins%[0%]%.parameters%.metricsMaxAgeMs: must be an integer", err)
+    err = K.load_error({ '{"type": "bounded-load-picker", "parameters": {"maxLoadSpread": -1}}' })
+    assert.matches("plugins%[0%]%.parameters%.maxLoadSpread: must be a number ≥ 0", err)
     err = K.load_error({ '{"type": "bounded-load-picker", "parameters": {"balance": 1}}' })
     assert.matches("plugins%[0%]%.parameters", err)
   end)
