@@ -13,9 +13,11 @@
 --
 -- An endpoint is eligible while load + 1 ≤ (1 + balanceRelThreshold) × mean
 -- + balanceAbsThreshold, the mean counting this request, and load + 1 ≤ the
--- least load + maxLoadSpread (so endpoints that hold no cache yet are not
--- left idle while the others stay under the mean's bound); the least loaded
--- always is.  The pick is the
+-- least load + min(maxLoadSpread, 1 + mean): endpoints that hold no cache
+-- yet must not stay idle while the others sit under the mean's bound, which
+-- at light load is loose (a chat's shared system prompt otherwise keeps
+-- every new session on the endpoints that cached it first); the least loaded
+-- always is eligible.  The pick is the
 -- eligible endpoint with the highest score, then the lowest load, then at
 -- random; fallbacks (maxNumOfEndpoints > 1) follow in the same order, the
 -- endpoints over the bound last.
@@ -98,8 +100,8 @@ return {
       local v = scores[i]
       s[i] = v > self.threshold and v or 0
     end
-    local bound = (1 + self.rel) * total / n + self.abs
-    bound = math.min(bound, min + self.spread)
+    local mean = total / n
+    local bound = math.min((1 + self.rel) * mean + self.abs, min + math.min(self.spread, 1 + mean))
     local key = {}
     for i = 1, n do
       e[i] = l[i] + 1 <= bound or l[i] == min -- the least loaded is always eligible

@@ -91,33 +91,57 @@ describe(T, function()
       rt:free()
     end)
 
-  it("balanceAbsThreshold and balanceRelThreshold loosen the bound", function()
-    for _, params in ipairs({ { balanceRelThreshold = 0, balanceAbsThreshold = 100, maxLoadSpread = 100 },
-      { balanceRelThreshold = 100, balanceAbsThreshold = 1, maxLoadSpread = 100 } }) do
-      local rt = runtime(4, { 1, 0, 0, 0 }, params)
-      local held = {}
-      for i = 1, 10 do
-        held[i] = send(rt, all(4))
-      end
-      assert.same({ ep1 = 10 }, inflight(rt))
-      finish_all(held)
-      rt:free()
+  -- ep2 holds 4 requests; unforced requests with affinity for ep1 go there
+  -- until one does not: returns how many ep1 took.
+  local function taken(params)
+    local rt = runtime(2, { 1, 0 }, params)
+    local held = {}
+    for i = 1, 4 do
+      held[i] = send(rt, "ep2")
     end
+    local n = 0
+    while true do
+      local req, picks = send(rt, all(2))
+      held[#held + 1] = req
+      if picks[1] ~= "ep1" then
+        break
+      end
+      n = n + 1
+    end
+    finish_all(held)
+    rt:free()
+    return n
+  end
+
+  it("balanceRelThreshold and balanceAbsThreshold set the bound over the mean", function()
+    -- ep1 with k in flight is eligible while k + 1 ≤ (1 + rel) × (k + 5) / 2 + abs
+    -- rel 0, abs 0: k ≤ 3, then once more at k = 4, where both are least loaded
+    assert.equal(5, taken({ balanceRelThreshold = 0, balanceAbsThreshold = 0 }))
+    assert.equal(6, taken({ balanceRelThreshold = 0, balanceAbsThreshold = 1 }))
+    -- rel 1: the mean's bound never binds; maxLoadSpread (4) stops ep1 at 4 over ep2
+    assert.equal(8, taken({ balanceRelThreshold = 1, balanceAbsThreshold = 0 }))
   end)
 
   it("maxLoadSpread caps the load over the least loaded endpoint", function()
-    -- a loose mean bound; the spread keeps ep1 within 2 requests of the others
-    local rt = runtime(4, { 1, 0, 0, 0 }, { balanceAbsThreshold = 100, maxLoadSpread = 2 })
-    local held = {}
-    for i = 1, 6 do
-      held[i] = send(rt, all(4))
-    end
-    -- ep1 takes the 1st and 2nd (load + 1 ≤ 0 + 2); then the others fill to 1
-    -- each before ep1 gets its 3rd
-    assert.same({ ep1 = 3, ep2 = 1, ep3 = 1, ep4 = 1 }, inflight(rt))
-    finish_all(held)
-    rt:free()
+    assert.equal(6, taken({ balanceRelThreshold = 1, maxLoadSpread = 2 }))
   end)
+
+  it("at light load the spread is at most 1 + the mean: no pile-up beside an idle endpoint",
+    function()
+      local rt = runtime(4, { 1, 0, 0, 0 },
+        { balanceRelThreshold = 100, balanceAbsThreshold = 100, maxLoadSpread = 100 })
+      local held = {}
+      for i = 1, 4 do
+        held[i] = send(rt, all(4))
+      end
+      -- 1st: ep1 (1 ≤ 0 + 1.25); 2nd and 3rd: ep1 is over 0 + 1.5 and 0 + 1.75;
+      -- 4th: ep1 again (2 ≤ 0 + 2)
+      local c = inflight(rt)
+      assert.equal(2, c.ep1)
+      assert.equal(2, (c.ep2 or 0) + (c.ep3 or 0) + (c.ep4 or 0))
+      finish_all(held)
+      rt:free()
+    end)
 
   it("the least loaded endpoint is always eligible, even with both thresholds 0", function()
     local rt = runtime(2, { 1, 0 }, { balanceRelThreshold = 0, balanceAbsThreshold = 0 })
@@ -131,22 +155,22 @@ describe(T, function()
   end)
 
   it("counts scores at or below affinityThreshold as no affinity", function()
-    local loose = { balanceAbsThreshold = 100 }
-    local rt = runtime(4, { 0.2, 0, 0, 0 }, loose)
-    local held = {}
-    for i = 1, 4 do
-      held[i] = send(rt, all(4))
+    for _, case in ipairs({ { threshold = 0, ep1 = true }, { threshold = 0.2, ep1 = false } }) do
+      -- ep1 holds 3 requests, the others 2: ep1 is eligible (4 ≤ 1.25 × 2.5 + 2)
+      local rt = runtime(4, { 0.2, 0, 0, 0 }, { affinityThreshold = case.threshold })
+      local held = {}
+      for i = 1, 4 do
+        for _ = 1, i == 1 and 3 or 2 do
+          held[#held + 1] = send(rt, "ep" .. i)
+        end
+      end
+      local req, picks = send(rt, all(4))
+      held[#held + 1] = req
+      -- 0.2 > 0: affinity; at or below the threshold: the least loaded
+      assert.equal(case.ep1, picks[1] == "ep1", picks[1])
+      finish_all(held)
+      rt:free()
     end
-    assert.same({ ep1 = 4 }, inflight(rt)) -- 0.2 > 0: affinity
-    finish_all(held)
-    rt:free()
-    rt = runtime(4, { 0.2, 0, 0, 0 }, { balanceAbsThreshold = 100, affinityThreshold = 0.2 })
-    for i = 1, 4 do
-      held[i] = send(rt, all(4))
-    end
-    assert.same({ ep1 = 1, ep2 = 1, ep3 = 1, ep4 = 1 }, inflight(rt))
-    finish_all(held)
-    rt:free()
   end)
 
   it("adds fresh scraped load and what was sent since that scrape; ignores stale metrics",
