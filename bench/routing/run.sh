@@ -218,6 +218,30 @@ table() {
         print line } }' "$results"
 }
 
+# The whole matrix in one markdown table: each family and load, the TTFT of
+# every config side by side, then the default's other figures.
+summary() {
+  awk -F'\t' 'NR > 1 { k = $1 SUBSEP $2; if (!seen[k]++) keys[++n] = k
+    p50[k, $3] = $6; p90[k, $3] = $7; p99[k, $3] = $8; e2e[k, $3] = $9; rps[k, $3] = $11
+    hit[k, $3] = $4; imb[k, $3] = $12; ideal[k] = $5 }
+    function row(a, k, fmt,   out, i, c) {
+      out = ""
+      for (i = 1; i <= 5; i++) { c = cfg[i]
+        out = out (i > 1 ? " / " : "") ((k, c) in a ? sprintf(fmt, a[k, c]) : "-") }
+      return out }
+    END {
+      split("random round-robin load-only epp default", cfg, " ")
+      print "| family | load | TTFT p50 ms: random / RR / load-only / EPP / default | TTFT p90 ms: same |" \
+        " default p99, e2e p50 (ms) | req/s random / default | hit EPP / default / ideal |" \
+        " imbalance random / EPP / default |"
+      print "|---|---|---|---|---|---|---|---|"
+      for (j = 1; j <= n; j++) { k = keys[j]; split(k, fl, SUBSEP)
+        printf "| %s | %s | %s | %s | %.0f, %.0f | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% | %.2f / %.2f / %.2f |\n",
+          fl[1], fl[2], row(p50, k, "%.0f"), row(p90, k, "%.0f"), p99[k, "default"], e2e[k, "default"],
+          rps[k, "random"], rps[k, "default"], 100 * hit[k, "epp"], 100 * hit[k, "default"],
+          100 * ideal[k], imb[k, "random"], imb[k, "epp"], imb[k, "default"] } }' "$results"
+}
+
 plot() { # one PNG per family: TTFT p50 and p90 and hit rate per config and level
   if ! command -v gnuplot > /dev/null; then
     echo "no gnuplot: no plots (make bench-deps installs gnuplot-nox)"
@@ -251,6 +275,7 @@ GP
 
 results="$OUT/results.tsv"
 if [ -n "${PLOT_ONLY:-}" ]; then
+  summary
   plot
   exit
 fi
@@ -276,4 +301,7 @@ echo
 echo "TTFT: client, sending to the first SSE data line; e2e: to the last byte.  hit: the"
 echo "simulators' prefix_cache_hits/queries (tokens).  imbal: max/mean of lupin_sim_requests_total."
 echo "results: $results"
+echo
+summary
+echo
 plot
