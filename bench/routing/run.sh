@@ -266,6 +266,7 @@ plot for [c in "$cfgs"] series(c) using 0:7:xtic(2) with linespoints title c
 unset logscale y
 set ylabel "prefix-cache hit rate"
 set yrange [0:1]
+set key bottom right
 plot for [c in "$cfgs"] series(c) using 0:4:xtic(2) with linespoints title c, \
   series("default") using 0:5 with lines dashtype 2 lc rgb "black" title "ideal"
 unset multiplot
