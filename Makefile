@@ -138,7 +138,7 @@ bench-all: bench-lifecycle bench-prefix bench-core bench-soak bench-gateway benc
 bench-lifecycle: all
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/minimal.json 16 200000 100
 	for n in 16 64 256; do \
-	  LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/default.json $$n 50000 4096; \
+	  LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/epp-default.json $$n 50000 4096; \
 	done
 
 # The full lifecycle against the default algorithm written in plain C
@@ -149,7 +149,7 @@ $(B)/bench-core: $(BENCH_CORE_SRC) bench/core/bench.h $(B)/liblupin.a $(CORE_HDR
 	$(CC) $(XCFLAGS) -Icore -o $@ $(BENCH_CORE_SRC) $(B)/liblupin.a $(LDLIBS) -ljansson
 
 bench-core: all $(B)/bench-core
-	LUPIN_HOME=$(CURDIR) ./$(B)/bench-core examples/configs/default.json
+	LUPIN_HOME=$(CURDIR) ./$(B)/bench-core examples/configs/epp-default.json
 
 # 10M lifecycles with failures injected at every stage, then 100k in flight.
 $(B)/bench-soak: bench/soak.c $(B)/liblupin.a core/lupin.h
@@ -175,9 +175,10 @@ $(B)/bench-prefix: bench/prefix.c $(B)/liblupin.a $(CORE_HDR)
 bench-prefix: $(B)/bench-prefix
 	./$(B)/bench-prefix
 
-# Routing quality (bench/routing/README.md): a shared-prefix workload against 8
-# simulated endpoints with bounded caches, for each routing config and request
-# rate; prints hit rate, TTFT, throughput and load imbalance; a few minutes.
+# Routing quality (bench/routing/README.md): eight workload families against 8
+# simulated endpoints, each at a light and a saturating load, for the default
+# and the baseline configs; one table per family and a plot each (about 15
+# minutes; FAMILIES=... and QUICK=1 run a subset).
 $(B)/bench-routing-client: bench/routing/client.c
 	$(CC) $(XCFLAGS) -o $@ $< $(shell pkg-config --libs libuv 2>/dev/null) -lhttp_parser -lm
 
@@ -191,7 +192,7 @@ $(B)/bench-reload: bench/reload.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
 bench-reload: all
-	LUPIN_HOME=$(CURDIR) ./$(B)/bench-reload examples/configs/default.json 16 200
+	LUPIN_HOME=$(CURDIR) ./$(B)/bench-reload examples/configs/epp-default.json 16 200
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-reload bench/reload-20.json 16 200
 	B=$(B) bash bench/reload.sh
 

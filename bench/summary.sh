@@ -43,9 +43,10 @@ row "gateway soak" "RSS and Lua heap after warm-up" "$v"
 v=$(grep -m1 -E '^after a full collection' "$log" | sed 's/^after a full collection (POST \/admin\/leaks): //')
 row "gateway soak" "after the load, a full collection" "$v"
 
-# bench-routing: "  config  hit rate  TTFT p50  TTFT p90 ..." per rate; the last rate's rows
-awk '/^at [0-9.]+ req\/s offered:/ { rate = $2 } /^  [a-z-]+ +[0-9.]+% +[0-9.]+ms/ {
-  last[$1] = sprintf("| routing (bench-routing) | %s at %s req/s | hit rate %s, TTFT p50 %s, p90 %s |", $1, rate, $2, $3, $4) }
+# bench-routing: its markdown matrix, "| family | load | p50s | p90s | ..."; each
+# family's TTFT p50 at its saturating (last) load
+awk -F' *[|] *' '/^[|] [a-z]+ [|] (rate|conc):/ { last[$2] = sprintf("| routing (bench-routing) | %s at %s |" \
+  " TTFT p50 ms random / RR / load-only / EPP / default: %s; hit EPP / default / ideal: %s |", $2, $3, $4, $8) }
   END { for (k in last) print last[k] }' "$log" | sort
 
 grep -E '^reload .* endpoints: median' "$log" | awk '{ sub(/^reload +/, ""); printf "| reload (bench-reload) | %s |\n", $0 }' |

@@ -12,7 +12,7 @@
 
 #define SEED 20261202u
 #define MODEL "meta-llama/Llama-3.1-8B-Instruct"
-/* examples/configs/default.json */
+/* examples/configs/epp-default.json (the EPP's weights) */
 #define BLOCK_SIZE 64
 #define MAX_BLOCKS 256
 #define LRU_CAPACITY 31250

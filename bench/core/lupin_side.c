@@ -1,5 +1,5 @@
 /* lupin's side: the same requests through the embedding API (core/lupin.h)
- * with examples/configs/default.json -- begin, schedule, response header,
+ * with examples/configs/epp-default.json -- begin, schedule, response header,
  * three chunks, complete, end -- and where its time goes.
  *
  * The breakdown comes from the runtime's own per-plugin call times

@@ -4,11 +4,11 @@
  *
  *   LUPIN_HOME=. ./build/bench-core [config] [scale] [endpoints:prompt-bytes]
  *
- * config defaults to examples/configs/default.json (native.c implements that
+ * config defaults to examples/configs/epp-default.json (native.c implements that
  * algorithm, so another config only makes sense for the lupin figures);
  * scale multiplies the iteration counts (default 1: about 1.5 minutes on a
  * 2-core machine); the last argument runs that one configuration only (for
- * profiling: perf record -g ./build/bench-core default.json 1 16:4096).
+ * profiling: perf record -g ./build/bench-core epp-default.json 1 16:4096).
  * Prints each configuration as it finishes, then one table; exits 1 if a
  * pick differs between the two sides. */
 #include "bench.h"
@@ -183,7 +183,7 @@ static void header(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *path = argc > 1 ? argv[1] : "examples/configs/default.json";
+  const char *path = argc > 1 ? argv[1] : "examples/configs/epp-default.json";
   double scale = argc > 2 ? atof(argv[2]) : 1;
   if (scale <= 0) scale = 1;
   int only_eps = 0;

@@ -1,4 +1,4 @@
-/* The native reference: examples/configs/default.json's algorithm written
+/* The native reference: examples/configs/epp-default.json's algorithm written
  * directly in C, with no Lua -- what lupin's runtime is measured against.
  *
  * Per request, the work the plugins and the engine do:

@@ -1,14 +1,18 @@
 /* bench-routing-client: the routing benchmark's load generator (bench/routing).
  *
- * A shared-prefix workload in the shape of inference-perf's `shared_prefix`:
- * G groups, each with its own long system prompt, and Q conversations per
- * group, each a different question after the group's system prompt.  With
- * --turns T > 1 each conversation is a chat that grows: turn k sends the
- * system prompt, the earlier questions and (fixed, synthetic) answers, and the
- * new question; a turn is sent only once the conversation's previous turn has
- * completed.  Requests arrive open-loop as a Poisson process at --rate per
- * second; the request sequence and the arrival times are a pure function of
- * --seed and the sizes, so every routing config sees the same load.
+ * One seeded workload of conversations.  G groups share a prefix of
+ * --shared-tokens (a system prompt, a document; 0: no sharing), Q
+ * conversations per group; each conversation adds its own --context-tokens,
+ * then T turns: turn k re-sends everything before it (questions and fixed
+ * synthetic answers) and a new question, and is sent only once turn k-1 has
+ * completed.  With --loras a,b,... group g's requests name adapter g mod n as
+ * their model.  The families of bench/routing/run.sh are settings of these.
+ *
+ * Arrivals: open-loop Poisson at --rate per second; --burst ON,OFF (ms) sends
+ * at that rate during ON and nothing during OFF; --concurrency C is a closed
+ * loop instead (C requests in flight, the next one sent when one completes).
+ * The request sequence and arrival times are a pure function of --seed and the
+ * sizes, so every routing config sees the same load.
  *
  * Each request is a streamed POST /v1/completions on its own connection (so
  * the gateway sees independent clients), carrying `x-bench-group` (read only
@@ -18,8 +22,9 @@
  * Prints one line per request on --out (id group conv turn status ttft_ms
  * latency_ms endpoint) and a summary on stdout as key=value pairs, including
  * `bound_hit`: the best prefix-cache hit rate any routing could reach on this
- * sequence with caches that never evict (each request's longest full-block
- * prefix shared with an earlier request, capped as vLLM caps a lookup).
+ * sequence with caches that never evict (each request's longest run of
+ * leading full blocks seen before in any request of the same model, capped as
+ * vLLM caps a lookup).
  *
  * Built on libuv and http_parser, as the gateway and the simulator are.
  */
@@ -38,22 +43,27 @@ typedef struct {
   const char *host;
   int port;
   double rate;
+  double burst_on_ms, burst_off_ms; /* 0, 0: plain Poisson */
+  int concurrency;                  /* > 0: closed loop */
   int groups, questions, turns;
-  int system_tokens, question_tokens, answer_tokens, max_tokens;
+  int system_tokens, context_tokens, question_tokens, answer_tokens, max_tokens;
   int block_size;
   uint64_t seed;
   const char *model;
+  char **loras;
+  int nloras;
   const char *out;
 } options;
 
 typedef struct req {
   int id, group, conv, turn;
+  const char *model;
   char *prompt;
   size_t prompt_len;
   double arrive_ms;    /* planned arrival, from the start */
   struct req *next_turn; /* the same conversation's next turn */
   int prev_done;       /* previous turn completed (or none) */
-  int arrived;
+  int arrived, sent;
   /* the exchange */
   uv_tcp_t tcp;
   uv_connect_t conn;
@@ -75,10 +85,11 @@ static options opt = {
     .block_size = 16, .seed = 1, .model = "meta-llama/Llama-3.1-8B-Instruct", .out = NULL};
 
 static req *reqs;
-static int nreqs, nfinished;
+static int nreqs, nfinished, nsent, inflight;
 static uv_loop_t *loop;
 static uv_timer_t arrival_timer;
 static int next_arrival; /* index into reqs, in arrival order */
+static int next_closed;  /* closed loop: no request before this index is unsent */
 static uint64_t t0;
 static struct sockaddr_in target;
 
@@ -108,6 +119,40 @@ static void words(char *dst, size_t *len, size_t chars, uint64_t s) {
 }
 
 /* --- the workload ------------------------------------------------------- */
+/* Time on the wall of the `on`-th millisecond of sending time: --burst
+ * leaves OFF ms of silence after every ON ms. */
+static double on_off(double t) {
+  if (opt.burst_on_ms <= 0) return t;
+  double period = floor(t / opt.burst_on_ms);
+  return period * (opt.burst_on_ms + opt.burst_off_ms) + (t - period * opt.burst_on_ms);
+}
+
+static void build_prompt(req *r) {
+  size_t sys_chars = (size_t)opt.system_tokens * 4, ctx_chars = (size_t)opt.context_tokens * 4,
+         q_chars = (size_t)opt.question_tokens * 4, a_chars = (size_t)opt.answer_tokens * 4;
+  size_t cap = sys_chars + ctx_chars + (size_t)r->turn * (q_chars + a_chars + 128) + 256;
+  size_t n = 0;
+  r->prompt = malloc(cap);
+  if (sys_chars > 0) {
+    n += (size_t)sprintf(r->prompt, "system prompt of group %d: ", r->group);
+    words(r->prompt, &n, sys_chars, 1000003ULL * (uint64_t)(r->group + 1) + opt.seed);
+  }
+  if (ctx_chars > 0) {
+    n += (size_t)sprintf(r->prompt + n, "context of conversation %d: ", r->conv);
+    words(r->prompt, &n, ctx_chars, 15485863ULL * (uint64_t)(r->conv + 1) + opt.seed + 5);
+  }
+  for (int k = 1; k <= r->turn; k++) {
+    n += (size_t)sprintf(r->prompt + n, "user %d: ", k);
+    words(r->prompt, &n, q_chars, 7919ULL * (uint64_t)(r->conv * 64 + k + 1) + opt.seed + 17);
+    if (k < r->turn) {
+      n += (size_t)sprintf(r->prompt + n, "assistant: ");
+      words(r->prompt, &n, a_chars, 104729ULL * (uint64_t)(r->conv * 64 + k + 1) + opt.seed + 29);
+    }
+  }
+  n += (size_t)sprintf(r->prompt + n, "assistant:");
+  r->prompt_len = n;
+}
+
 static void build_workload(void) {
   int nconv = opt.groups * opt.questions;
   nreqs = nconv * opt.turns;
@@ -125,9 +170,6 @@ static void build_workload(void) {
   }
   int *turns_seen = calloc((size_t)nconv, sizeof(int));
   req **last = calloc((size_t)nconv, sizeof(req *));
-  size_t sys_chars = (size_t)opt.system_tokens * 4, q_chars = (size_t)opt.question_tokens * 4,
-         a_chars = (size_t)opt.answer_tokens * 4;
-  size_t cap = sys_chars + (size_t)opt.turns * (q_chars + a_chars + 128) + 256;
   double t = 0;
   for (int i = 0; i < nreqs; i++) {
     req *r = &reqs[i];
@@ -136,22 +178,10 @@ static void build_workload(void) {
     r->conv = conv;
     r->group = conv % opt.groups;
     r->turn = ++turns_seen[conv];
-    r->prompt = malloc(cap);
-    size_t n = 0;
-    n += (size_t)sprintf(r->prompt, "system prompt of group %d: ", r->group);
-    words(r->prompt, &n, sys_chars, 1000003ULL * (uint64_t)(r->group + 1) + opt.seed);
-    for (int k = 1; k <= r->turn; k++) {
-      n += (size_t)sprintf(r->prompt + n, "user %d: ", k);
-      words(r->prompt, &n, q_chars, 7919ULL * (uint64_t)(conv * 64 + k + 1) + opt.seed + 17);
-      if (k < r->turn) {
-        n += (size_t)sprintf(r->prompt + n, "assistant: ");
-        words(r->prompt, &n, a_chars, 104729ULL * (uint64_t)(conv * 64 + k + 1) + opt.seed + 29);
-      }
-    }
-    n += (size_t)sprintf(r->prompt + n, "assistant:");
-    r->prompt_len = n;
+    r->model = opt.nloras ? opt.loras[r->group % opt.nloras] : opt.model;
+    build_prompt(r);
     t += -log(1.0 - uniform(&s)) * 1000.0 / opt.rate;
-    r->arrive_ms = t;
+    r->arrive_ms = on_off(t);
     r->prev_done = last[conv] == NULL;
     if (last[conv]) last[conv]->next_turn = r;
     last[conv] = r;
@@ -161,25 +191,48 @@ static void build_workload(void) {
   free(last);
 }
 
+/* --- the bound: a set of chained block hashes ---------------------------- */
+static uint64_t *set;
+static size_t set_cap;
+
+static uint64_t block_hash(uint64_t parent, const char *p, size_t n) {
+  uint64_t h = parent ^ 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 0x100000001b3ULL;
+  return h ? h : 1;
+}
+/* Inserts h; returns 1 when it was there already. */
+static int set_put(uint64_t h) {
+  size_t i = h & (set_cap - 1);
+  while (set[i]) {
+    if (set[i] == h) return 1;
+    i = (i + 1) & (set_cap - 1);
+  }
+  set[i] = h;
+  return 0;
+}
+
 /* The best hit rate any routing could reach with caches that never evict. */
 static void bound(double *hit_tokens, double *query_tokens) {
-  size_t bchars = (size_t)opt.block_size * 4;
+  size_t bchars = (size_t)opt.block_size * 4, total = 0;
+  for (int i = 0; i < nreqs; i++) total += reqs[i].prompt_len / bchars + 1;
+  for (set_cap = 1024; set_cap < 2 * total; set_cap *= 2) {}
+  set = calloc(set_cap, sizeof *set);
   *hit_tokens = *query_tokens = 0;
   for (int i = 0; i < nreqs; i++) {
-    size_t best = 0;
-    for (int j = 0; j < i; j++) {
-      if (reqs[j].group != reqs[i].group) continue;
-      size_t n = reqs[i].prompt_len < reqs[j].prompt_len ? reqs[i].prompt_len : reqs[j].prompt_len;
-      size_t k = 0;
-      while (k < n && reqs[i].prompt[k] == reqs[j].prompt[k]) k++;
-      if (k > best) best = k;
+    req *r = &reqs[i];
+    uint64_t h = block_hash(0, r->model, strlen(r->model));
+    long blocks = 0, full = (long)(r->prompt_len / bchars), run = 1;
+    for (long b = 0; b < full; b++) {
+      h = block_hash(h, r->prompt + (size_t)b * bchars, bchars);
+      if (set_put(h) && run) blocks++;
+      else run = 0;
     }
-    long tokens = (long)((reqs[i].prompt_len + 3) / 4);
-    long blocks = (long)(best / bchars), cap = (tokens - 1) / opt.block_size;
+    long tokens = (long)((r->prompt_len + 3) / 4), cap = (tokens - 1) / opt.block_size;
     if (blocks > cap) blocks = cap;
     *hit_tokens += (double)blocks * opt.block_size;
     *query_tokens += (double)tokens;
   }
+  free(set);
 }
 
 /* --- one exchange ------------------------------------------------------- */
@@ -194,15 +247,25 @@ static void on_close(uv_handle_t *h) {
   if (nfinished == nreqs) uv_stop(loop);
 }
 
+/* Closed loop: keeps --concurrency requests in flight, in sequence order,
+ * skipping turns whose previous turn has not completed yet. */
+static void pump(void) {
+  while (next_closed < nreqs && reqs[next_closed].sent) next_closed++;
+  for (int i = next_closed; i < nreqs && inflight < opt.concurrency; i++)
+    if (!reqs[i].sent && reqs[i].prev_done) send_req(&reqs[i]);
+}
+
 static void finish(req *r) {
   if (r->finished) return;
   r->finished = 1;
+  inflight--;
   if (!r->t_done) r->t_done = uv_hrtime();
   uv_close((uv_handle_t *)&r->tcp, on_close);
   if (r->next_turn) {
     r->next_turn->prev_done = 1;
-    if (r->next_turn->arrived) send_req(r->next_turn);
+    if (!opt.concurrency && r->next_turn->arrived) send_req(r->next_turn);
   }
+  if (opt.concurrency) pump();
 }
 
 static int on_status(http_parser *p, const char *at, size_t len) {
@@ -288,7 +351,7 @@ static void send_req(req *r) {
   char *body = malloc(cap);
   int blen = snprintf(body, cap,
                       "{\"model\":\"%s\",\"stream\":true,\"max_tokens\":%d,\"prompt\":\"%.*s\"}",
-                      opt.model, opt.max_tokens, (int)r->prompt_len, r->prompt);
+                      r->model, opt.max_tokens, (int)r->prompt_len, r->prompt);
   r->wbuf = malloc((size_t)blen + 512);
   r->wlen = (size_t)sprintf(r->wbuf,
                             "POST /v1/completions HTTP/1.1\r\nHost: %s:%d\r\n"
@@ -304,6 +367,9 @@ static void send_req(req *r) {
   r->conn.data = r;
   uv_tcp_init(loop, &r->tcp);
   uv_tcp_nodelay(&r->tcp, 1);
+  r->sent = 1;
+  nsent++;
+  inflight++;
   r->t_sent = uv_hrtime();
   uv_tcp_connect(&r->conn, &r->tcp, (const struct sockaddr *)&target, on_connect);
 }
@@ -333,10 +399,11 @@ static double pct(const double *v, int n, double p) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: bench-routing-client [--target host:port] [--rate req/s] [--groups G]\n"
-          "  [--questions Q] [--turns T] [--system-tokens N] [--question-tokens N]\n"
+          "usage: bench-routing-client [--target host:port] [--rate req/s]\n"
+          "  [--burst ON_MS,OFF_MS] [--concurrency C] [--groups G] [--questions Q]\n"
+          "  [--turns T] [--system-tokens N] [--context-tokens N] [--question-tokens N]\n"
           "  [--answer-tokens N] [--max-tokens N] [--block-size N] [--seed N] [--model M]\n"
-          "  [--out per-request-file] [--dry-run]\n");
+          "  [--loras a,b,...] [--out per-request-file] [--dry-run]\n");
   exit(2);
 }
 
@@ -355,7 +422,17 @@ int main(int argc, char **argv) {
       opt.host = hostbuf;
       opt.port = atoi(c + 1);
     } else if (!strcmp(a, "--rate")) opt.rate = atof(v);
-    else if (!strcmp(a, "--groups")) opt.groups = atoi(v);
+    else if (!strcmp(a, "--burst")) {
+      if (sscanf(v, "%lf,%lf", &opt.burst_on_ms, &opt.burst_off_ms) != 2) usage();
+    } else if (!strcmp(a, "--concurrency")) opt.concurrency = atoi(v);
+    else if (!strcmp(a, "--context-tokens")) opt.context_tokens = atoi(v);
+    else if (!strcmp(a, "--loras")) {
+      char *list = strdup(v);
+      for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+        opt.loras = realloc(opt.loras, sizeof(char *) * (size_t)(opt.nloras + 1));
+        opt.loras[opt.nloras++] = t;
+      }
+    } else if (!strcmp(a, "--groups")) opt.groups = atoi(v);
     else if (!strcmp(a, "--questions")) opt.questions = atoi(v);
     else if (!strcmp(a, "--turns")) opt.turns = atoi(v);
     else if (!strcmp(a, "--system-tokens")) opt.system_tokens = atoi(v);
@@ -369,7 +446,8 @@ int main(int argc, char **argv) {
     else usage();
   }
   if (opt.rate <= 0 || opt.groups < 1 || opt.questions < 1 || opt.turns < 1 || opt.turns > 63 ||
-      opt.block_size < 1)
+      opt.block_size < 1 || opt.concurrency < 0 || opt.burst_on_ms < 0 || opt.burst_off_ms < 0 ||
+      opt.system_tokens < 0 || opt.context_tokens < 0 || opt.question_tokens < 1)
     usage();
   build_workload();
   double bh, bq;
@@ -383,9 +461,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bad target %s:%d\n", opt.host, opt.port);
     return 2;
   }
-  uv_timer_init(loop, &arrival_timer);
   t0 = uv_hrtime();
-  uv_timer_start(&arrival_timer, on_arrival, (uint64_t)reqs[0].arrive_ms, 0);
+  if (opt.concurrency) {
+    pump();
+  } else {
+    uv_timer_init(loop, &arrival_timer);
+    uv_timer_start(&arrival_timer, on_arrival, (uint64_t)reqs[0].arrive_ms, 0);
+  }
   uv_run(loop, UV_RUN_DEFAULT);
   uint64_t t_end = 0;
   FILE *f = opt.out ? fopen(opt.out, "w") : NULL;
@@ -412,8 +494,8 @@ int main(int argc, char **argv) {
   double secs = (double)(t_end - t0) / 1e9;
   printf("requests=%d ok=%d seconds=%.3f throughput_rps=%.2f output_tok_s=%.1f "
          "ttft_p50_ms=%.2f ttft_p90_ms=%.2f ttft_p99_ms=%.2f latency_p50_ms=%.2f "
-         "bound_hit=%.4f\n",
+         "latency_p90_ms=%.2f bound_hit=%.4f\n",
          nreqs, ok, secs, ok / secs, (double)ok * opt.max_tokens / secs, pct(ttft, ok, 0.5),
-         pct(ttft, ok, 0.9), pct(ttft, ok, 0.99), pct(lat, ok, 0.5), bh / bq);
+         pct(ttft, ok, 0.9), pct(ttft, ok, 0.99), pct(lat, ok, 0.5), pct(lat, ok, 0.9), bh / bq);
   return ok == nreqs ? 0 : 1;
 }

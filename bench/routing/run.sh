@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# make bench-routing: routing quality.  For each routing config and request
-# rate: fresh simulators (cold caches), a fresh `lupin serve`, the same seeded
-# shared-prefix workload from build/bench-routing-client, then the simulators'
-# counters.  Prints one table per rate and writes bench/routing/out/results.tsv
-# and a plot of TTFT against request rate (out/ttft.png, with gnuplot);
-# PLOT_ONLY=1 redraws it from the last results.tsv.
+# make bench-routing: the routing evaluation matrix (bench/routing/README.md).
+# For each workload family, load level and routing config: fresh simulators
+# (cold caches), a fresh `lupin serve`, the family's seeded workload from
+# build/bench-routing-client, then the simulators' counters.  Prints one table
+# per family, writes bench/routing/out/results.tsv and one plot per family
+# (out/routing-FAMILY.png, with gnuplot; PLOT_ONLY=1 redraws them).
 #
-#   RATES="20 40 60 80" CONFIGS="random round-robin ..." bench/routing/run.sh
+#   FAMILIES="prefix chat" CONFIGS="random default" QUICK=1 bench/routing/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-build}
@@ -14,49 +14,98 @@ export LUPIN_HOME=$PWD
 OUT=bench/routing/out
 mkdir -p "$OUT"
 
-# The workload (inference-perf's shared_prefix shape, scaled down): 32 groups
-# x 10 questions, a 1000-token system prompt, 100-token questions, 32 output
-# tokens; TURNS > 1 makes each question a chat that grows.
-RATES=${RATES:-20 40 60 80}
-CONFIGS=${CONFIGS:-random round-robin queue prefix default oracle}
+ALL_FAMILIES="prefix chat docqa nosharing bursty hetero lora pd"
+FAMILIES=${FAMILIES:-$ALL_FAMILIES}
+CONFIGS=${CONFIGS:-random round-robin load-only epp default}
 SEED=${SEED:-1}
-GROUPS_=${GROUPS_:-32}
-QUESTIONS=${QUESTIONS:-10}
-TURNS=${TURNS:-1}
-SYSTEM_TOKENS=${SYSTEM_TOKENS:-1000}
-QUESTION_TOKENS=${QUESTION_TOKENS:-100}
-MAX_TOKENS=${MAX_TOKENS:-32}
-# 8 endpoints; 640 blocks of 16 tokens each hold ~10 of the 32 system prompts
-# (63 blocks each) when idle: all 32 cannot be cached everywhere, 4 per
-# endpoint (the oracle's share) fit with room for the running requests.
+# 8 endpoints of 640 blocks x 16 tokens: a family's shared prefixes cannot all
+# be cached everywhere.  Serial prefill at 0.1 ms per uncached token (~10k
+# tokens/s, an 8B model on one GPU), 10 ms per output token.
 ENDPOINTS=8
 BLOCKS=${BLOCKS:-640}
 BLOCK_SIZE=16
-PREFILL_MS_PER_TOKEN=${PREFILL_MS_PER_TOKEN:-0.1} # ~10k prefill tokens/s, an 8B model on one GPU
+PREFILL_MS_PER_TOKEN=${PREFILL_MS_PER_TOKEN:-0.1}
 ITL_MS=${ITL_MS:-10}
-# running requests per endpoint; lower it to make the simulators queue
-# (num_requests_waiting > 0 is what queue-scorer reads)
 MAX_NUM_SEQS=${MAX_NUM_SEQS:-64}
+MAX_TOKENS=${MAX_TOKENS:-32}
 SIM_PORT=${SIM_PORT:-18101}
 GW_PORT=${GW_PORT:-18180}
 ADMIN_PORT=${ADMIN_PORT:-18190}
 MODEL=meta-llama/Llama-3.1-8B-Instruct
+LORAS=lora-0,lora-1,lora-2,lora-3
 
-config_file() {
+# family -> what it runs.  LEVELS: light then saturating, rate:R (open-loop
+# Poisson, req/s) or conc:C (closed loop, C in flight); QUICK=1 keeps the last.
+family() {
+  SIM_EXTRA="" SPLIT="" PD="" ORACLE=""
   case $1 in
-  default) echo examples/configs/default.json ;;
-  *) echo "bench/routing/configs/$1.json" ;;
+  prefix) # inference-perf's shared_prefix shape, scaled down
+    WORKLOAD="--groups 24 --questions 8 --system-tokens 1000 --question-tokens 100"
+    LEVELS="rate:30 rate:70" ORACLE=1
+    DESC="24 groups x 8 questions, 1000-token system prompt per group, 100-token questions" ;;
+  chat) # every session shares one long global system prompt; turns grow
+    WORKLOAD="--groups 1 --questions 64 --turns 5 --system-tokens 2000 --context-tokens 200
+      --question-tokens 50 --answer-tokens 50"
+    LEVELS="conc:8 conc:24"
+    DESC="64 sessions x 5 turns, one 2000-token global system prompt, 200-token session context, closed loop" ;;
+  docqa) # a few long documents, many short questions on each
+    WORKLOAD="--groups 4 --questions 48 --system-tokens 3000 --question-tokens 30"
+    LEVELS="rate:20 rate:50"
+    DESC="4 documents of 3000 tokens x 48 questions of 30 tokens" ;;
+  nosharing) # random prompts: prefix awareness must cost nothing
+    WORKLOAD="--groups 192 --questions 1 --system-tokens 0 --question-tokens 600"
+    LEVELS="rate:30 rate:70"
+    DESC="192 unrelated 600-token prompts" ;;
+  bursty) # on/off arrivals: 500 ms at 3x the mean rate, 1 s of silence
+    WORKLOAD="--groups 24 --questions 8 --system-tokens 1000 --question-tokens 100 --burst 500,1000"
+    LEVELS="rate:60 rate:150"
+    DESC="the prefix workload in bursts: 500 ms at the rate, 1000 ms silent" ;;
+  hetero) # endpoint 0 three times slower, endpoint 7 with a quarter of the KV cache
+    WORKLOAD="--groups 24 --questions 8 --system-tokens 1000 --question-tokens 100"
+    LEVELS="rate:30 rate:60" SIM_EXTRA="--slow-endpoints 0 --slow-factor 3" SPLIT=$((BLOCKS / 4))
+    DESC="the prefix workload; endpoint 0 3x slower, endpoint 7 with $((BLOCKS / 4)) blocks" ;;
+  lora) # 4 adapters, one adapter at a time in an endpoint's batch
+    WORKLOAD="--groups 16 --questions 12 --system-tokens 1000 --question-tokens 100 --loras $LORAS"
+    LEVELS="rate:20 rate:50" SIM_EXTRA="--lora $LORAS --max-loras 1"
+    DESC="16 groups x 12 questions over 4 LoRA adapters (group g: adapter g mod 4), --max-loras 1" ;;
+  pd) # 4 prefill + 4 decode endpoints, pd-profile-handler
+    WORKLOAD="--groups 24 --questions 8 --system-tokens 1000 --question-tokens 100"
+    LEVELS="rate:15 rate:35" PD=1
+    DESC="the prefix workload; endpoints 0-3 prefill, 4-7 decode (imbalance over decode)" ;;
+  *) echo "unknown family $1 (known: $ALL_FAMILIES)" >&2; exit 2 ;;
   esac
+  if [ -n "${QUICK:-}" ]; then LEVELS=${LEVELS##* }; fi
 }
 
-{
-  printf '['
-  for ((i = 0; i < ENDPOINTS; i++)); do
-    [ "$i" -gt 0 ] && printf ','
-    printf '{"name":"sim-%d","address":"127.0.0.1","port":%d}' "$i" $((SIM_PORT + i))
-  done
-  printf ']\n'
-} > "$OUT/endpoints.json"
+config_file() { # family config -> file
+  local f
+  case $2 in
+  default) f=examples/configs/default.json ;;
+  epp) f=examples/configs/epp-default.json ;;
+  *) f=bench/routing/configs/$2.json ;;
+  esac
+  if [ -n "$PD" ]; then
+    luajit bench/routing/pd.lua "$f" 256 > "$OUT/pd-$2.json"
+    f=$OUT/pd-$2.json
+  fi
+  echo "$f"
+}
+
+endpoints_file() {
+  {
+    printf '['
+    for ((i = 0; i < ENDPOINTS; i++)); do
+      [ "$i" -gt 0 ] && printf ','
+      local labels=""
+      if [ -n "$PD" ]; then
+        labels=$([ "$i" -lt $((ENDPOINTS / 2)) ] && echo prefill || echo decode)
+        labels=",\"labels\":{\"llm-d.ai/role\":\"$labels\"}"
+      fi
+      printf '{"name":"sim-%d","address":"127.0.0.1","port":%d%s}' "$i" $((SIM_PORT + i)) "$labels"
+    done
+    printf ']\n'
+  } > "$OUT/endpoints.json"
+}
 
 pids=()
 stop() {
@@ -66,28 +115,50 @@ stop() {
 }
 trap stop EXIT
 
-# Sums of the simulators' counters: hits queries ttft_sum ttft_count, then
-# requests per endpoint.
+# Sums of the simulators' counters: hits queries, then requests per endpoint
+# (the decode endpoints only in the pd family).
 scrape() {
+  local first=0
+  [ -n "$PD" ] && first=$((ENDPOINTS / 2))
   for ((i = 0; i < ENDPOINTS; i++)); do
-    curl -sf "http://127.0.0.1:$((SIM_PORT + i))/metrics"
-  done | awk '
-    $1 ~ /^vllm:prefix_cache_hits_total/ { h += $2 }
-    $1 ~ /^vllm:prefix_cache_queries_total/ { q += $2 }
-    $1 ~ /^vllm:time_to_first_token_seconds_sum/ { ts += $2 }
-    $1 ~ /^vllm:time_to_first_token_seconds_count/ { tc += $2 }
-    $1 ~ /^lupin_sim_requests_total/ { n[++k] = $2 }
-    END { printf "%d %d %.6f %d", h, q, ts, tc; for (i = 1; i <= k; i++) printf " %d", n[i]; print "" }'
+    curl -sf "http://127.0.0.1:$((SIM_PORT + i))/metrics" | sed "s/^/$i /"
+  done | awk -v first="$first" '
+    $2 ~ /^vllm:prefix_cache_hits_total/ { h += $3 }
+    $2 ~ /^vllm:prefix_cache_queries_total/ { q += $3 }
+    $2 ~ /^lupin_sim_requests_total/ && $1 >= first { n[++k] = $3 }
+    END { printf "%d %d", h, q; for (i = 1; i <= k; i++) printf " %d", n[i]; print "" }'
 }
 
-run_one() { # config rate -> one results line
-  local cfg=$1 rate=$2
-  "$B/lupin-sim" --endpoints "$ENDPOINTS" --port "$SIM_PORT" --model "$MODEL" \
-    --num-gpu-blocks "$BLOCKS" --block-size "$BLOCK_SIZE" --prefill-serial \
-    --prefill-ms-per-token "$PREFILL_MS_PER_TOKEN" --itl-ms "$ITL_MS" --max-num-seqs "$MAX_NUM_SEQS" \
-    --seed "$SEED" > "$OUT/sim.log" 2>&1 &
+start_sims() {
+  local n=$ENDPOINTS
+  [ -n "$SPLIT" ] && n=$((ENDPOINTS - 1))
+  local common=(--model "$MODEL" --block-size "$BLOCK_SIZE" --prefill-serial
+    --prefill-ms-per-token "$PREFILL_MS_PER_TOKEN" --itl-ms "$ITL_MS"
+    --max-num-seqs "$MAX_NUM_SEQS" --seed "$SEED")
+  # shellcheck disable=SC2086
+  "$B/lupin-sim" --endpoints "$n" --port "$SIM_PORT" --num-gpu-blocks "$BLOCKS" "${common[@]}" \
+    $SIM_EXTRA > "$OUT/sim.log" 2>&1 &
   pids+=($!)
-  "$B/lupin" serve --config "$(config_file "$cfg")" --endpoints "$OUT/endpoints.json" \
+  if [ -n "$SPLIT" ]; then # the last endpoint, with a small KV cache
+    "$B/lupin-sim" --endpoints 1 --port $((SIM_PORT + n)) --num-gpu-blocks "$SPLIT" "${common[@]}" \
+      > "$OUT/sim2.log" 2>&1 &
+    pids+=($!)
+  fi
+  for _ in $(seq 100); do
+    [ "$(cat "$OUT"/sim*.log 2> /dev/null | grep -c listening)" -ge "$ENDPOINTS" ] && return
+    sleep 0.05
+  done
+  echo "lupin-sim did not start:" >&2
+  cat "$OUT"/sim*.log >&2
+  exit 1
+}
+
+run_one() { # family level config -> one results line
+  local fam=$1 level=$2 cfg=$3 cfgfile
+  cfgfile=$(config_file "$fam" "$cfg")
+  rm -f "$OUT"/sim*.log
+  start_sims
+  "$B/lupin" serve --config "$cfgfile" --endpoints "$OUT/endpoints.json" \
     --listen "127.0.0.1:$GW_PORT" --admin "127.0.0.1:$ADMIN_PORT" --log-level warn \
     > "$OUT/gateway-$cfg.log" 2>&1 &
   pids+=($!)
@@ -97,91 +168,141 @@ run_one() { # config rate -> one results line
     sleep 0.05
   done
   [ -n "$ready" ] || { echo "gateway not ready ($cfg); see $OUT/gateway-$cfg.log" >&2; exit 1; }
-  # our simulators, not something else already on these ports (SIM_PORT moves them)
-  for _ in $(seq 100); do
-    [ "$(grep -c listening "$OUT/sim.log")" -ge "$ENDPOINTS" ] && break
-    kill -0 "${pids[0]}" 2> /dev/null || break
-    sleep 0.05
-  done
-  if ! kill -0 "${pids[0]}" 2> /dev/null; then
-    echo "lupin-sim did not start:" >&2; cat "$OUT/sim.log" >&2; exit 1
-  fi
-  sleep 0.3 # a scrape of every endpoint (the picker sees all 8 from the first request)
-  local summary
-  summary=$("$B/bench-routing-client" --target "127.0.0.1:$GW_PORT" --rate "$rate" \
-    --groups "$GROUPS_" --questions "$QUESTIONS" --turns "$TURNS" \
-    --system-tokens "$SYSTEM_TOKENS" --question-tokens "$QUESTION_TOKENS" \
+  sleep 0.2 # a scrape of every endpoint: the picker sees all 8 from the first request
+  local load summary
+  case $level in
+  rate:*) load="--rate ${level#rate:}" ;;
+  conc:*) load="--concurrency ${level#conc:} --rate 1" ;;
+  esac
+  # shellcheck disable=SC2086
+  summary=$("$B/bench-routing-client" --target "127.0.0.1:$GW_PORT" $load $WORKLOAD \
     --max-tokens "$MAX_TOKENS" --block-size "$BLOCK_SIZE" --seed "$SEED" --model "$MODEL" \
-    --out "$OUT/requests-$cfg-$rate.txt") || echo "warning: $cfg at $rate req/s: some requests failed" >&2
+    --out "$OUT/requests-$fam-${level#*:}-$cfg.txt") ||
+    echo "warning: $fam $level $cfg: some requests failed" >&2
   local counters
   counters=$(scrape)
   stop
-  # config rate hit bound ttft_p50 ttft_p90 sim_ttft_mean rps imbalance ok requests
-  echo "$summary $counters" | awk -v c="$cfg" -v r="$rate" '{
+  echo "$summary $counters" | awk -v f="$fam" -v l="$level" -v c="$cfg" '{
     for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) v[kv[1]] = kv[2]; else num[++m] = $i
-    h = num[1]; q = num[2]; ts = num[3]; tc = num[4]; max = 0; sum = 0
-    for (i = 5; i <= m; i++) { sum += num[i]; if (num[i] > max) max = num[i] }
-    printf "%s\t%s\t%.4f\t%.4f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%d\t%d\n", c, r, q ? h / q : 0,
-      v["bound_hit"], v["ttft_p50_ms"], v["ttft_p90_ms"], tc ? 1000 * ts / tc : 0,
-      v["throughput_rps"], sum ? max / (sum / (m - 4)) : 0, v["ok"], v["requests"] }'
+    h = num[1]; q = num[2]; max = 0; sum = 0
+    for (i = 3; i <= m; i++) { sum += num[i]; if (num[i] > max) max = num[i] }
+    printf "%s\t%s\t%s\t%.4f\t%.4f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.3f\t%d\t%d\n", f, l, c,
+      q ? h / q : 0, v["bound_hit"], v["ttft_p50_ms"], v["ttft_p90_ms"], v["ttft_p99_ms"],
+      v["latency_p50_ms"], v["latency_p90_ms"], v["throughput_rps"],
+      sum ? max / (sum / (m - 2)) : 0, v["ok"], v["requests"] }'
 }
 
-plot() {
+# One family's table: per level the configs' rows, then the ideal hit rate,
+# then default's TTFT against random's and load-only's.
+table() {
+  awk -F'\t' -v fam="$1" '$1 == fam {
+    if (!hdr++) printf "  %-9s %-12s %6s %8s %8s %8s %8s %8s %7s %6s %7s\n", "load", "config",
+      "hit", "TTFT p50", "p90", "p99", "e2e p50", "e2e p90", "req/s", "imbal", "ok"
+    printf "  %-9s %-12s %5.1f%% %8.1f %8.1f %8.1f %8.1f %8.1f %7.1f %6.2f %7s\n", $2, $3, 100 * $4,
+      $6, $7, $8, $9, $10, $11, $12, $13 "/" $14
+    bound = $5; p50[$2, $3] = $6; p90[$2, $3] = $7; hit[$2, $3] = $4
+    if (!seen[$2]++) lv[++n] = $2 }
+    END {
+      if (!hdr) exit
+      printf "  %-9s %-12s %5.1f%%   (ideal: each prompt token seen before on any endpoint)\n", "", "ideal",
+        100 * bound
+      for (i = 1; i <= n; i++) { l = lv[i]
+        if (!((l, "default") in p50)) continue
+        line = sprintf("  default at %s:", l)
+        if ((l, "random") in p50 && p50[l, "random"] > 0)
+          line = line sprintf(" TTFT p50 %.2fx, p90 %.2fx random;", p50[l, "default"] / p50[l, "random"],
+            p90[l, "default"] / p90[l, "random"])
+        if ((l, "load-only") in p50 && p50[l, "load-only"] > 0)
+          line = line sprintf(" p50 %.2fx load-only;", p50[l, "default"] / p50[l, "load-only"])
+        if (bound > 0) line = line sprintf(" hit %.0f%% of ideal", 100 * hit[l, "default"] / bound)
+        print line } }' "$results"
+}
+
+# The whole matrix in one markdown table: each family and load, the TTFT of
+# every config side by side, then the default's other figures.
+summary() {
+  awk -F'\t' 'NR > 1 { k = $1 SUBSEP $2; if (!seen[k]++) keys[++n] = k
+    p50[k, $3] = $6; p90[k, $3] = $7; p99[k, $3] = $8; e2e[k, $3] = $9; rps[k, $3] = $11
+    hit[k, $3] = $4; imb[k, $3] = $12; ideal[k] = $5 }
+    function row(a, k, fmt,   out, i, c) {
+      out = ""
+      for (i = 1; i <= 5; i++) { c = cfg[i]
+        out = out (i > 1 ? " / " : "") ((k, c) in a ? sprintf(fmt, a[k, c]) : "-") }
+      return out }
+    END {
+      split("random round-robin load-only epp default", cfg, " ")
+      print "| family | load | TTFT p50 ms: random / RR / load-only / EPP / default | TTFT p90 ms: same |" \
+        " default p99, e2e p50 (ms) | req/s random / default | hit EPP / default / ideal |" \
+        " imbalance random / EPP / default |"
+      print "|---|---|---|---|---|---|---|---|"
+      for (j = 1; j <= n; j++) { k = keys[j]; split(k, fl, SUBSEP)
+        printf "| %s | %s | %s | %s | %.0f, %.0f | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% | %.2f / %.2f / %.2f |\n",
+          fl[1], fl[2], row(p50, k, "%.0f"), row(p90, k, "%.0f"), p99[k, "default"], e2e[k, "default"],
+          rps[k, "random"], rps[k, "default"], 100 * hit[k, "epp"], 100 * hit[k, "default"],
+          100 * ideal[k], imb[k, "random"], imb[k, "epp"], imb[k, "default"] } }' "$results"
+}
+
+plot() { # one PNG per family: TTFT p50 and p90 and hit rate per config and level
   if ! command -v gnuplot > /dev/null; then
-    echo "no gnuplot: no plot (make deps installs gnuplot-nox)"
+    echo "no gnuplot: no plots (make bench-deps installs gnuplot-nox)"
     return
   fi
-  local cfgs
-  cfgs=$(awk -F'\t' 'NR > 1 && !seen[$1]++ { printf "%s ", $1 }' "$results")
-  gnuplot <<GP && echo "plot: $OUT/ttft.png"
-set terminal pngcairo size 1200,420 font ",10"
-set output "$OUT/ttft.png"
+  local fam cfgs
+  for fam in $(awk -F'\t' 'NR > 1 && !seen[$1]++ { print $1 }' "$results"); do
+    cfgs=$(awk -F'\t' -v f="$fam" '$1 == f && !seen[$3]++ { printf "%s ", $3 }' "$results")
+    gnuplot << GP && echo "plot: $OUT/routing-$fam.png"
+set terminal pngcairo size 1200,380 font ",10"
+set output "$OUT/routing-$fam.png"
 set key top left
-set xlabel "offered load (req/s)"
-series(c) = "< awk -F'\t' '\$1 == \"" . c . "\"' $results"
-set multiplot layout 1,3 title "lupin routing: 8 simulated endpoints, shared-prefix workload (seed $SEED)"
+set xlabel "load"
+set offsets 0.3, 0.3, 0, 0
+series(c) = "< awk -F'\t' '\$1 == \"$fam\" && \$3 == \"" . c . "\"' $results"
+set multiplot layout 1,3 title "lupin routing, family $fam: 8 simulated endpoints (seed $SEED)"
 set logscale y
 set ylabel "TTFT p50 (ms, client)"
-plot for [c in "$cfgs"] series(c) using 2:5 with linespoints title c
+plot for [c in "$cfgs"] series(c) using 0:6:xtic(2) with linespoints title c
 set ylabel "TTFT p90 (ms, client)"
-plot for [c in "$cfgs"] series(c) using 2:6 with linespoints title c
+plot for [c in "$cfgs"] series(c) using 0:7:xtic(2) with linespoints title c
 unset logscale y
 set ylabel "prefix-cache hit rate"
 set yrange [0:1]
-set key right center
-plot for [c in "$cfgs"] series(c) using 2:3 with linespoints title c
+set key bottom right
+plot for [c in "$cfgs"] series(c) using 0:4:xtic(2) with linespoints title c, \
+  series("default") using 0:5 with lines dashtype 2 lc rgb "black" title "ideal"
 unset multiplot
 GP
+  done
 }
 
 results="$OUT/results.tsv"
-# PLOT_ONLY=1: redraw the plot from an earlier results.tsv
 if [ -n "${PLOT_ONLY:-}" ]; then
+  summary
   plot
   exit
 fi
-printf 'config\trate\thit\tbound\tttft_p50_ms\tttft_p90_ms\tsim_ttft_mean_ms\trps\timbalance\tok\trequests\n' > "$results"
-echo "routing quality: $ENDPOINTS simulated endpoints ($BLOCKS blocks of $BLOCK_SIZE tokens each," \
-  "serial prefill ${PREFILL_MS_PER_TOKEN} ms/token, ${ITL_MS} ms/token decode);"
-echo "workload: $GROUPS_ groups x $QUESTIONS questions x $TURNS turn(s), system prompt $SYSTEM_TOKENS tokens," \
-  "question $QUESTION_TOKENS, output $MAX_TOKENS; Poisson arrivals, seed $SEED"
-for rate in $RATES; do
-  for cfg in $CONFIGS; do
-    run_one "$cfg" "$rate" >> "$results"
+printf 'family\tload\tconfig\thit\tideal\tttft_p50_ms\tttft_p90_ms\tttft_p99_ms\tlat_p50_ms\tlat_p90_ms\trps\timbalance\tok\trequests\n' > "$results"
+echo "routing matrix: $ENDPOINTS lupin-sim endpoints ($BLOCKS blocks of $BLOCK_SIZE tokens," \
+  "serial prefill ${PREFILL_MS_PER_TOKEN} ms/token, ${ITL_MS} ms/token decode, $MAX_TOKENS output tokens);" \
+  "seed $SEED; times in ms"
+for fam in $FAMILIES; do
+  family "$fam"
+  endpoints_file
+  cfgs=$CONFIGS
+  [ -n "$ORACLE" ] && [ -z "${NO_ORACLE:-}" ] && cfgs="$cfgs oracle"
+  for level in $LEVELS; do
+    for cfg in $cfgs; do
+      run_one "$fam" "$level" "$cfg" >> "$results"
+    done
   done
   echo
-  echo "at $rate req/s offered:"
-  awk -F'\t' -v r="$rate" 'NR == 1 { next } $2 == r {
-    if (!hdr++) printf "  %-12s %8s %10s %10s %10s %9s %9s %6s\n", "config", "hit rate", "TTFT p50", "TTFT p90",
-      "sim mean", "req/s", "max/mean", "ok"
-    printf "  %-12s %7.1f%% %8.1fms %8.1fms %8.1fms %9.1f %9.2f %6s\n", $1, 100 * $3, $5, $6, $7, $8, $9,
-      $10 "/" $11; bound = $4 }
-    END { printf "  %-12s %7.1f%%   (no eviction, perfect routing; the first request of each group misses)\n",
-      "bound", 100 * bound }' "$results"
+  echo "$fam: $DESC"
+  table "$fam"
 done
 echo
-echo "TTFT: client, from sending the request to the first SSE data line (C client, libuv);"
-echo "sim mean: the simulators' vllm:time_to_first_token_seconds sum/count.  hit rate: the"
-echo "simulators' prefix_cache_hits/queries (tokens).  max/mean: lupin_sim_requests_total."
+echo "TTFT: client, sending to the first SSE data line; e2e: to the last byte.  hit: the"
+echo "simulators' prefix_cache_hits/queries (tokens).  imbal: max/mean of lupin_sim_requests_total."
 echo "results: $results"
+echo
+summary
+echo
 plot

@@ -149,11 +149,26 @@ end
 function Builder:profiles(cfg)
   local profiles = cfg.profiles
   if #profiles == 0 then
-    -- EPP default: one profile with every filter, scorer and picker
-    local refs = {}
+    -- As the EPP: one profile with every filter, scorer and picker.  What it
+    -- lacks is lupin's default routing (examples/configs/default.json, chosen
+    -- on bench/routing's matrix): bounded-load-picker rather than the EPP's
+    -- max-score-picker, and prefix-cache-scorer when no scorer is configured.
+    local refs, scorer, picker = {}, false, false
     for _, rec in ipairs(self.gen.instances) do
       if is_profile_plugin(rec) then
         refs[#refs + 1] = { ref = rec.name, path = rec.path }
+        scorer, picker = scorer or rec.score ~= nil, picker or rec.pick ~= nil
+      end
+    end
+    local missing = { scorer = not scorer and "prefix-cache-scorer",
+      picker = not picker and "bounded-load-picker" }
+    for _, role in ipairs({ "scorer", "picker" }) do
+      if missing[role] then
+        local rec, err = self:default(missing[role])
+        if not rec then
+          return err
+        end
+        refs[#refs + 1] = { ref = rec.name, path = "" }
       end
     end
     profiles = { { name = "default", refs = refs, path = "" } }

@@ -57,6 +57,31 @@ describe("config", function()
         rt:free()
       end)
 
+    it("without profiles, adds lupin's default routing: bounded-load-picker, prefix-cache-scorer",
+      function()
+        -- nothing configured: examples/configs/default.json's two plugins
+        local rt, ok = load([[{}]])
+        assert.is_true(ok)
+        assert.same({ handler = "single-profile-handler", handler_type = "single-profile-handler",
+          profiles = { { name = "default", picker = "bounded-load-picker",
+            scorers = { "prefix-cache-scorer*1" }, filters = {} } } }, gen_shape(rt))
+        S.endpoints(rt, 2)
+        assert.equal(200, S.lifecycle(rt).status)
+        rt:free()
+        -- a scorer configured: no prefix scorer added, the picker still is
+        rt, ok = load([[{"plugins":[{"type":"test-scorer","name":"s"}]}]])
+        assert.is_true(ok)
+        assert.same({ { name = "default", picker = "bounded-load-picker", scorers = { "s*1" },
+          filters = {} } }, gen_shape(rt).profiles)
+        rt:free()
+        -- a picker configured, no scorer: the prefix scorer is added
+        rt, ok = load([[{"plugins":[{"type":"test-picker","name":"p"}]}]])
+        assert.is_true(ok)
+        assert.same({ { name = "default", picker = "p", scorers = { "prefix-cache-scorer*1" },
+          filters = {} } }, gen_shape(rt).profiles)
+        rt:free()
+      end)
+
     it("adds single-profile-handler to one profile, and max-score-picker when there is no picker",
       function()
         local rt, ok = load([[{

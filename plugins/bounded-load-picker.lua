@@ -1,0 +1,151 @@
+-- Picks the best-scoring endpoint among those whose load stays within a bound
+-- of the mean: prefix (or any other) affinity, but only while it keeps the
+-- load balanced, as SGLang's cache-aware router and consistent hashing with
+-- bounded loads do.  Requests without affinity (every score at most
+-- affinityThreshold) go to the least loaded endpoint, so cold requests spread.
+--
+-- Load is what this gateway knows now, not what the last scrape said: the
+-- requests it has in flight to each endpoint (counted in pre_request, released
+-- in finish on every path), so a burst between two scrapes spreads at once.
+-- While an endpoint's metrics are fresh (at most metricsMaxAgeMs old), load is
+-- the larger of that count and the scraped running + waiting requests plus
+-- what this gateway sent there since that scrape (other gateways' traffic).
+--
+-- An endpoint is eligible while load + 1 ≤ (1 + balanceRelThreshold) × mean
+-- + balanceAbsThreshold, the mean counting this request, and load + 1 ≤ the
+-- least load + min(maxLoadSpread, 1 + mean): endpoints that hold no cache
+-- yet must not stay idle while the others sit under the mean's bound, which
+-- at light load is loose (a chat's shared system prompt otherwise keeps
+-- every new session on the endpoints that cached it first); the least loaded
+-- always is eligible.  The pick is the
+-- eligible endpoint with the highest score, then the lowest load, then at
+-- random; fallbacks (maxNumOfEndpoints > 1) follow in the same order, the
+-- endpoints over the bound last.
+local picker = require "lupin.picker"
+
+local random = math.random
+
+local function release(counts, name)
+  local c = (counts[name] or 0) - 1
+  counts[name] = c > 0 and c or nil
+end
+
+local function num(v)
+  return v == v and v or 0 -- NaN: never scraped
+end
+
+-- The load of one endpoint, in requests.
+local function load(self, ep, now)
+  local name = ep.name
+  local inflight = self.inflight[name] or 0
+  local at = ep.scraped_at
+  if at <= 0 or now - at > self.max_age then
+    return inflight
+  end
+  local sent = self.sent[name]
+  local since = (sent and sent.at >= at) and sent.count or 0
+  return math.max(inflight, num(ep.running_requests) + num(ep.waiting_queue_size) + since)
+end
+
+-- Ranks a before b: eligible first, then higher score, lower load, random key.
+local function before(e, s, l, key, a, b)
+  if e[a] ~= e[b] then
+    return e[a]
+  elseif s[a] ~= s[b] then
+    return s[a] > s[b]
+  elseif l[a] ~= l[b] then
+    return l[a] < l[b]
+  end
+  return key[a] < key[b]
+end
+
+return {
+  type = "bounded-load-picker",
+  schema = {
+    maxNumOfEndpoints = picker.schema.maxNumOfEndpoints,
+    balanceRelThreshold = { type = "number", default = 0.25, min = 0,
+      description = "an endpoint may exceed the mean load by this fraction" },
+    balanceAbsThreshold = { type = "number", default = 2, min = 0,
+      description = "and by this many requests besides" },
+    maxLoadSpread = { type = "number", default = 4, min = 0,
+      description = "and never by more than this many requests over the least loaded" },
+    affinityThreshold = { type = "number", default = 0, min = 0,
+      description = "scores at or below this count as no affinity (least loaded wins)" },
+    metricsMaxAgeMs = { type = "integer", default = 2000, min = 0,
+      description = "scraped load older than this is ignored; 0: in-flight counts only" },
+  },
+
+  new = function(params, env)
+    return { k = picker.count(params), rel = params.balanceRelThreshold,
+      abs = params.balanceAbsThreshold, threshold = params.affinityThreshold,
+      spread = params.maxLoadSpread,
+      max_age = params.metricsMaxAgeMs / 1000, now = env.now,
+      inflight = {}, -- endpoint name -> requests in flight through this gateway
+      sent = {} } -- endpoint name -> { at = scraped_at seen, count = sent since }
+  end,
+
+  -- Share the counts with the instance this one replaces: requests pinned to
+  -- the old generation release into the same tables.
+  migrate = function(self, old)
+    self.inflight, self.sent = old.inflight, old.sent
+  end,
+
+  pick = function(self, _, scored)
+    local eps, scores = scored.endpoints, scored.scores
+    local n, now, total, min = #eps, self.now(), 1, math.huge
+    local l, s, e = {}, {}, {}
+    for i = 1, n do
+      l[i] = load(self, eps[i], now)
+      total, min = total + l[i], math.min(min, l[i])
+      local v = scores[i]
+      s[i] = v > self.threshold and v or 0
+    end
+    local mean = total / n
+    local bound = math.min((1 + self.rel) * mean + self.abs, min + math.min(self.spread, 1 + mean))
+    local key = {}
+    for i = 1, n do
+      e[i] = l[i] + 1 <= bound or l[i] == min -- the least loaded is always eligible
+      key[i] = random()
+    end
+    local out, taken = {}, {}
+    for j = 1, math.min(self.k, n) do
+      local best
+      for i = 1, n do
+        if not taken[i] and (not best or before(e, s, l, key, i, best)) then
+          best = i
+        end
+      end
+      taken[best], out[j] = true, eps[best]
+    end
+    return out
+  end,
+
+  pre_request = function(self, ctx, result)
+    local held = {}
+    ctx.plugin.held = held -- first: whatever is counted below is released
+    for _, res in pairs(result.profiles) do
+      local ep = res and res.endpoints[1]
+      if ep then
+        local name = ep.name
+        held[#held + 1] = name
+        self.inflight[name] = (self.inflight[name] or 0) + 1
+        local sent, at = self.sent[name], ep.scraped_at
+        if not sent or sent.at < at then
+          self.sent[name] = { at = at, count = 1 }
+        else
+          sent.count = sent.count + 1
+        end
+      end
+    end
+  end,
+
+  finish = function(self, ctx)
+    local held = ctx.plugin.held
+    if held then
+      ctx.plugin.held = nil
+      for _, name in ipairs(held) do
+        release(self.inflight, name)
+      end
+    end
+  end,
+}
