@@ -1,6 +1,7 @@
 -- The request lifecycle: every extension point, in order, with the error
 -- policy of DESIGN.md §4.  Called by the C core through lupin.runtime.
 local ffi = require "ffi"
+local budget = require "lupin.budget"
 local capi = require "lupin.capi"
 local ctx = require "lupin.ctx"
 local leaks = require "lupin.leaks"
@@ -14,6 +15,7 @@ local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR = 0, 1, 2, 3
 
 local now = capi.clock
 local alloc, limit = nil, 0
+local B -- the call budget's deadline and flag (core/budget.c)
 local id_prefix, id_seq = "", 0
 -- the C functions, looked up once: indexing the capi struct makes a new
 -- function cdata each time when interpreted
@@ -26,18 +28,37 @@ function M.init(opts)
   add_client_header = api.client_add_header
   alloc = capi.alloc
   limit = opts.memory_limit or 0
+  B = budget.bind()
   id_prefix = ("%08x"):format(math.random(0, 0x7fffffff))
 end
 
 local function plugin_error(r, rec, point, err)
   local st = rec.stats[point]
   st.errors = st.errors + 1
+  err = budget.describe(err)
   if r.errors then -- a dry run reports its errors, it does not log them
-    r.errors[#r.errors + 1] = { rec = rec, point = point, message = tostring(err) }
+    r.errors[#r.errors + 1] = { rec = rec, point = point, message = err }
     return
   end
   log.limited(rec.name .. "/" .. point, "error", "request %s: plugin %s (%s) failed in %s: %s",
-    r.id, rec.name, rec.type, point, tostring(err))
+    r.id, rec.name, rec.type, point, err)
+end
+
+-- A call cut by its budget: counted, and past the policy's count the
+-- instance is disabled (every later call fails at once).
+local function cut(r, rec, point)
+  local st = rec.stats[point]
+  st.cuts = st.cuts + 1
+  rec.cuts = rec.cuts + 1
+  local msg = ("plugin %q (%s) exceeded its budget of %g ms in %s"):format(rec.name, rec.type,
+    rec.call_budget * 1000, point)
+  local limit_cuts = rec.disable_after
+  if limit_cuts > 0 and rec.cuts >= limit_cuts and not rec.disabled and not r.errors then
+    rec.disabled = ("plugin %q (%s) is disabled: cut %d times by its budget of %g ms"):format(
+      rec.name, rec.type, rec.cuts, rec.call_budget * 1000)
+    log.warn("%s (budgets.disableAfterCuts); a reload re-enables it", rec.disabled)
+  end
+  return msg
 end
 
 -- Calls one extension point of one plugin: its ctx, the profile it runs in,
@@ -45,6 +66,10 @@ end
 -- Fixed arity, no vararg: LuaJIT does not compile a vararg passed on through
 -- pcall, and no extension point takes more than two arguments after ctx.
 local function call(r, rec, point, profile, x, y)
+  if rec.disabled then
+    plugin_error(r, rec, point, rec.disabled)
+    return false, rec.disabled
+  end
   local c = ctx.of(r, rec)
   if rawget(c, "profile") ~= profile then
     rawset(c, "profile", profile)
@@ -58,9 +83,16 @@ local function call(r, rec, point, profile, x, y)
     end
     alloc.enforce = 1
   end
+  B.deadline = t0 + rec.call_budget
   local ok, a, b, d = pcall(rec[point], rec.obj, c, x, y)
+  B.deadline = 0
+  B.cut = 0
   if limit > 0 then -- a store into a cdata costs when interpreted
     alloc.enforce = 0
+  end
+  if budget.tripped then -- over budget, even if the plugin caught the cut
+    budget.tripped = false
+    ok, a = false, cut(r, rec, point)
   end
   st.calls = st.calls + 1
   st.ns = st.ns + (now() - t0) * 1e9
@@ -419,8 +451,9 @@ function M.dry_run(gen)
   M.finish(r, "dry_run")
   for _, rec in ipairs(gen.instances) do
     for _, st in pairs(rec.stats) do
-      st.calls, st.errors, st.ns = 0, 0, 0
+      st.calls, st.errors, st.ns, st.cuts = 0, 0, 0, 0
     end
+    rec.cuts = 0
   end
   local e = r.errors[1]
   if e then
