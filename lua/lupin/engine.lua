@@ -159,8 +159,9 @@ local function valid_scores(scores, n)
     return ("score must return a list of numbers, got %s"):format(type(scores))
   end
   for i = 1, n do
-    if type(scores[i]) ~= "number" then
-      return ("score %d of %d is %s, not a number"):format(i, n, type(scores[i]))
+    local v = rawget(scores, i) -- what plugins return is read raw: no metamethod runs
+    if type(v) ~= "number" then
+      return ("score %d of %d is %s, not a number"):format(i, n, type(v))
     end
   end
 end
@@ -170,8 +171,9 @@ local function valid_picks(picks)
     return ("pick must return a list of endpoints, got %s"):format(type(picks))
   end
   for i = 1, #picks do
-    if not pool.is_endpoint(picks[i]) then
-      return ("pick returned %s at position %d, not an endpoint"):format(type(picks[i]), i)
+    local ep = rawget(picks, i)
+    if not pool.is_endpoint(ep) then
+      return ("pick returned %s at position %d, not an endpoint"):format(type(ep), i)
     end
   end
 end
@@ -208,7 +210,7 @@ local function run_profile(r, prof, eps)
         plugin_error(r, rec, "score", bad)
       else
         for i = 1, n do
-          local v = scores[i]
+          local v = rawget(scores, i)
           if v ~= v or v < 0 then
             v = 0
           elseif v > 1 then
@@ -228,7 +230,14 @@ local function run_profile(r, prof, eps)
   if not ok or bad then
     return nil, { status = 500, plugin = picker.name, outcome = PLUGIN_ERROR, fatal = true,
       message = ("picker %q failed in profile %q: %s"):format(picker.name, name,
-        tostring(bad or picks)) }
+        budget.describe(bad or picks)) }
+  end
+  if getmetatable(picks) ~= nil then -- the core reads the picks: no metamethod of theirs
+    local raw = {}
+    for i = 1, #picks do
+      raw[i] = rawget(picks, i)
+    end
+    picks = raw
   end
   if #picks == 0 then
     return nil, { status = 503, plugin = picker.name, outcome = NO_ENDPOINT,
@@ -247,7 +256,7 @@ local function profile_list(gen, v)
   local list = {}
   if #v > 0 then
     for i, p in ipairs(v) do
-      list[i] = type(p) == "table" and p.name or p
+      list[i] = type(p) == "table" and rawget(p, "name") or p
     end
   else
     for k in pairs(v) do
@@ -257,7 +266,7 @@ local function profile_list(gen, v)
   end
   for _, p in ipairs(list) do
     if not gen.profile_by_name[p] then
-      return nil, ("pick_profiles asked for unknown profile %q"):format(tostring(p))
+      return nil, ("pick_profiles asked for unknown profile %q"):format(budget.describe(p))
     end
   end
   return list
@@ -274,8 +283,8 @@ end
 
 local function handler_failed(r, point, err)
   local name = r.gen.handler.name
-  return fail(r, 500, ("profile handler %q failed in %s: %s"):format(name, point, tostring(err)),
-    name, PLUGIN_ERROR)
+  return fail(r, 500, ("profile handler %q failed in %s: %s"):format(name, point,
+    budget.describe(err)), name, PLUGIN_ERROR)
 end
 
 local function run_profiles(r)
@@ -320,10 +329,10 @@ local function primary_of(r, results, ran)
     if not ok then
       return nil, res
     end
-    local primary = type(res) == "table" and res.primary or res
+    local primary = type(res) == "table" and rawget(res, "primary") or res
     if type(primary) ~= "string" or not ran[primary] then
       local err = ("process_results must name a profile that ran as primary, got %s"):format(
-        tostring(primary))
+        budget.describe(primary))
       plugin_error(r, handler, "process_results", err)
       return nil, err
     end
@@ -360,7 +369,7 @@ local function decide(r)
   for _, rec in ipairs(gen.points.admit) do
     local ok, verdict, status, reason = call(r, rec, "admit", nil, eps)
     if ok and verdict == false then
-      return fail(r, tonumber(status) or 429, reason and tostring(reason)
+      return fail(r, tonumber(status) or 429, reason and budget.describe(reason)
         or ("rejected by %s"):format(rec.name), rec.name, REJECTED)
     end
   end
