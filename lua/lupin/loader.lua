@@ -83,7 +83,7 @@ local DENIED = { "ffi", "io", "debug", "package", "jit", "load", "loadstring", "
 
 -- Bytecode and the means to run it stay out of the runtime's whole state:
 -- strings share one metatable, so ("").dump would reach it from a plugin.
-string.dump = nil
+string.dump = nil -- luacheck: ignore 122
 
 local function copy(t)
   local c = {}
@@ -142,7 +142,7 @@ function M.environment()
   for _, k in ipairs(LIBS) do
     env[k] = copy(_G[k])
   end
-  env.rawlen = rawlen or function(v) return #v end -- LuaJIT's is 5.2-only
+  env.rawlen = rawget(_G, "rawlen") or function(v) return #v end -- 5.2-only in LuaJIT
   env.require = sandbox_require
   env.getmetatable = sandbox_getmetatable
   env.os = setmetatable({ clock = os.clock, time = os.time },
