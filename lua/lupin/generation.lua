@@ -77,12 +77,22 @@ function Builder:instantiate(name, type_, raw_params, path, p)
   if not m then
     return nil, err
   end
-  local params, perr, field = schema.validate(m.mod.schema, raw_params)
+  local budgets = self:budgets_of(p)
+  local seconds = budgets.lifecycle_ms / 1000
+  -- the schema is the plugin's table, metamethods and all: under its budget
+  local vok, v, vcut = budget.pcall(seconds, function()
+    return { schema.validate(m.mod.schema, raw_params) }
+  end)
+  if not vok then
+    return nil, self.E:at(path, "plugin %q (%s): checking its parameters %s", name, type_,
+      vcut and ("exceeded its budget of %g ms"):format(budgets.lifecycle_ms)
+      or "failed: " .. budget.describe(v))
+  end
+  local params, perr, field = v[1], v[2], v[3]
   if not params then
     return nil, self.E:at(path .. ".parameters" .. (field and "." .. field or ""), "%s", perr)
   end
   local obj = { params = params }
-  local budgets = self:budgets_of(p)
   if m.mod.new then
     local ok, res, cut = budget.pcall(budgets.lifecycle_ms / 1000, m.mod.new, params,
       plugin_env(name, type_))
@@ -101,7 +111,12 @@ function Builder:instantiate(name, type_, raw_params, path, p)
   if getmetatable(obj) == nil then
     setmetatable(obj, { __index = m.mod })
   end
-  local rec = record(name, type_, obj, m, params, path, budgets)
+  local rok, rec, rcut = budget.pcall(seconds, record, name, type_, obj, m, params, path, budgets)
+  if not rok then -- the instance's own metamethods answered for its points
+    return nil, self.E:at(path, "plugin %q (%s) failed to start: %s", name, type_,
+      rcut and ("reading its extension points exceeded its budget of %g ms"):format(
+        budgets.lifecycle_ms) or budget.describe(rec))
+  end
   local gen = self.gen
   gen.instances[#gen.instances + 1] = rec
   gen.by_name[name] = rec

@@ -152,6 +152,27 @@ function M.environment()
   return setmetatable(env, denier("", DENIED))
 end
 
+-- Checks what a plugin file returned.  Its tables may carry metamethods
+-- (plugin code): this runs under the load's budget.
+local function inspect(path, want_type, mod)
+  if type(mod) ~= "table" then
+    return ("%s: a plugin file must return a table, got %s"):format(path, type(mod))
+  end
+  if mod.type ~= want_type then
+    return ("%s: the plugin declares type %q but its file name says %q"):format(
+      path, tostring(mod.type), want_type)
+  end
+  if mod.schema ~= nil then
+    local sok, serr = schema.check(mod.schema)
+    if not sok then
+      return ("%s: %s"):format(path, serr)
+    end
+  end
+  if mod.new ~= nil and type(mod.new) ~= "function" then
+    return ("%s: new must be a function"):format(path)
+  end
+end
+
 --- Loads one plugin file.  Returns the module and its environment, or nil and
 --- an error with the file and line.  Third result: the file's text.
 ---@param path string
@@ -178,21 +199,10 @@ function M.load(path, want_type, load_ms)
   elseif not ok then
     return nil, budget.describe(mod)
   end
-  if type(mod) ~= "table" then
-    return nil, ("%s: a plugin file must return a table, got %s"):format(path, type(mod))
-  end
-  if mod.type ~= want_type then
-    return nil, ("%s: the plugin declares type %q but its file name says %q"):format(
-      path, tostring(mod.type), want_type)
-  end
-  if mod.schema ~= nil then
-    local sok, serr = schema.check(mod.schema)
-    if not sok then
-      return nil, ("%s: %s"):format(path, serr)
-    end
-  end
-  if mod.new ~= nil and type(mod.new) ~= "function" then
-    return nil, ("%s: new must be a function"):format(path)
+  local iok, ierr, icut = budget.pcall(seconds, inspect, path, want_type, mod)
+  if icut or not iok or ierr then
+    return nil, icut and ("%s: checking the plugin's table exceeded its budget of %g ms"):format(
+      path, seconds * 1000) or budget.describe(ierr)
   end
   return mod, env, text
 end

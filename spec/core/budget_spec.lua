@@ -250,3 +250,23 @@ describe("the cut policy", function()
     rt:free()
   end)
 end)
+
+describe("budgets over what a plugin returns", function()
+  local SPIN = "setmetatable({}, { __index = function() while true do end end })"
+  for what, case in pairs({
+    module = { "return " .. SPIN, "checking the plugin's table exceeded its budget of 50 ms" },
+    instance = { ('return { type = "spin-instance", new = function() return %s end }'):format(SPIN),
+      "reading its extension points exceeded its budget of 50 ms" },
+  }) do
+    it("cut a looping __index on the " .. what .. " table", function()
+      local d = S.tmpdir()
+      S.write(("%s/spin-%s.lua"):format(d, what), case[1])
+      local rt = S.runtime({ plugin_dirs = { S.FIXTURES, d } })
+      local ok, err = rt:load_string(S.json.encode({ plugins = { { type = "spin-" .. what } },
+        budgets = { lifecycleMs = 50 } }))
+      assert.is_nil(ok)
+      assert.matches(case[2], err, 1, true)
+      rt:free()
+    end)
+  end
+end)
