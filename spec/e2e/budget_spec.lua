@@ -65,6 +65,7 @@ describe("a plugin that never returns", function()
 
   it("is cut: the request is answered, admin answers, SIGTERM stops the gateway", function()
     local gw = P.gateway(config(sim, dir, "spin-scorer"), "--no-watch")
+    finally(function() P.stop(gw) end)
     for _ = 1, 3 do
       local status, _, body = request(gw)
       assert.equal(200, status, body) -- the spinning scorer contributes 0
@@ -81,6 +82,7 @@ describe("a plugin that never returns", function()
 
   it("in init on reload: the reload is refused, the old generation serves", function()
     local gw = P.gateway(config(sim, dir), "--no-watch")
+    finally(function() P.stop(gw) end)
     support.write(gw.config, json.encode(config(sim, dir, "spin-init")))
     local status, _, body = P.post(gw.admin, "/admin/reload", "", "--max-time 20")
     assert.equal(400, status)
