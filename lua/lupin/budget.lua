@@ -5,7 +5,9 @@
 -- a trace), so each plugin file is rewritten at load: every loop body, every
 -- `goto` and every function entry polls the flag through an FFI call, which
 -- neither the interpreter nor the JIT can skip.  Lines are kept, so errors
--- still name the plugin's own lines.
+-- still name the plugin's own lines.  lupin's own plugins (home/plugins) poll
+-- at function entries only: their loops run over the candidates on the hot
+-- path, and a poll per round cost them 15-20% at 256 endpoints.
 local capi = require "lupin.capi"
 
 local M = {}
@@ -89,16 +91,18 @@ end
 --- returns the plugin's main function), or nil and an error.
 ---@param src string
 ---@return string? text, string? err
-function M.instrument(src)
+---@param loops boolean? false: function entries only (the built-in plugins,
+--- whose loops are bounded by their input and hot: see docs/plugins.md)
+function M.instrument(src, loops)
   local at, bad = {}, nil
   local want_paren, in_params = false, false
   tokens(src, function(kind, text, s, e)
     if kind == "name" then
       if text:sub(1, 7) == "__lupin" and not bad then
         bad = ("the name %s is reserved for lupin"):format(text)
-      elseif text == "do" or text == "repeat" then
+      elseif (text == "do" or text == "repeat") and loops ~= false then
         at[#at + 1] = e
-      elseif text == "goto" then
+      elseif text == "goto" and loops ~= false then
         at[#at + 1] = s - 1
       elseif text == "function" then
         want_paren = true
@@ -151,14 +155,15 @@ end
 --- function or nil and an error with the file and line.
 ---@param text string
 ---@param chunkname string
-function M.compile(text, chunkname)
+---@param builtin boolean? a file of lupin's own plugins/ directory
+function M.compile(text, chunkname, builtin)
   -- the text as written first: syntax errors name the plugin's own tokens
   local f, err = loadstring(text, chunkname)
   if not f then
     return nil, err
   end
   local src
-  src, err = M.instrument(text)
+  src, err = M.instrument(text, not builtin)
   if not src then
     return nil, ("%s: %s"):format(chunkname:sub(2), err)
   end

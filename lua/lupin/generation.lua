@@ -54,7 +54,8 @@ function Builder:module(type_, path)
     return nil, self.E:at(path ~= "" and path .. ".type" or "", "unknown plugin type %q; known types: %s",
       type_, table.concat(self.types, ", "))
   end
-  local mod, env, text = loader.load(file, type_, self.budgets.lifecycle_ms)
+  local builtin = file:sub(1, #self.builtin_dir + 1) == self.builtin_dir .. "/"
+  local mod, env, text = loader.load(file, type_, self.budgets.lifecycle_ms, builtin)
   if not mod then
     return nil, self.E:at(path, "cannot load plugin type %q: %s", type_, env)
   end
@@ -315,6 +316,7 @@ function M.build(cfg, opts, number, previous)
   end
   local files, types = loader.catalog(dirs)
   local b = setmetatable({ E = cfg.errors, files = files, types = types, modules = {},
+    builtin_dir = dirs[1],
     budgets = cfg.budgets or { call_ms = budget.DEFAULT_CALL_MS,
       lifecycle_ms = budget.DEFAULT_LIFECYCLE_MS, disable_after = 0 },
     gen = { number = number, source = cfg.source, loaded_at = capi.now(), instances = {},

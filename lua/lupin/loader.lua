@@ -178,7 +178,8 @@ end
 ---@param path string
 ---@param want_type string the type the file name promises
 ---@param load_ms number? the budget for running the file (budgets.lifecycleMs)
-function M.load(path, want_type, load_ms)
+---@param builtin boolean? the file is one of lupin's own plugins
+function M.load(path, want_type, load_ms, builtin)
   -- read, then compile: the text is kept for the generation's source digest
   local f, ferr = io.open(path, "rb")
   if not f then
@@ -186,7 +187,7 @@ function M.load(path, want_type, load_ms)
   end
   local text = f:read("*a")
   f:close()
-  local chunk, err = budget.compile(text, "@" .. path)
+  local chunk, err = budget.compile(text, "@" .. path, builtin)
   if not chunk then
     return nil, err
   end
