@@ -38,7 +38,7 @@ M.GATEWAY = {
 M.BUDGETS = {
   callMs = { default = 5, min = 0.01, max = 3600000 },
   lifecycleMs = { default = 1000, min = 0.01, max = 3600000 },
-  disableAfterCuts = { default = 100, min = 0, max = 1e9, integer = true },
+  disableAfterCuts = { default = 0, min = 0, max = 1e9, integer = true },
 }
 
 local function sorted_keys(t)
