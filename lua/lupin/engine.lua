@@ -86,11 +86,12 @@ local function call(r, rec, point, profile, x, y)
   B.deadline = t0 + rec.call_budget
   local ok, a, b, d = pcall(rec[point], rec.obj, c, x, y)
   B.deadline = 0
-  B.cut = 0
   if limit > 0 then -- a store into a cdata costs when interpreted
     alloc.enforce = 0
   end
   if budget.tripped then -- over budget, even if the plugin caught the cut
+    -- (a flag left from a call that ended is cleared by the next poll)
+    B.cut = 0
     budget.tripped = false
     ok, a = false, cut(r, rec, point)
   end
