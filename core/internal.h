@@ -5,6 +5,7 @@
 #include "lupin.h"
 
 #include <lua.h>
+#include <pthread.h>
 #include <stdarg.h>
 
 #define LUPIN_ALLOC_SPARES 16
@@ -30,6 +31,23 @@ typedef struct lupin_alloc {
 void *lupin_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize);
 /* Gives the spare blocks back to the allocator underneath (before lua_close). */
 void lupin_alloc_release_spares(lupin_alloc *a);
+
+/* Call budgets (budget.c).  `cut` and `deadline` are mirrored in
+ * lua/lupin/capi.lua: the Lua side writes the running plugin call's deadline
+ * (lupin_now() seconds, 0: none), the watchdog thread sets `cut` past it. */
+typedef struct lupin_budget {
+  volatile int32_t cut;
+  int32_t stop;
+  volatile double deadline;
+  /* private */
+  pthread_t thread;
+  clockid_t cpu_clock; /* the runtime thread's CPU time */
+  int running;
+} lupin_budget;
+
+int lupin_budget_poll(const volatile int32_t *cut);
+int lupin__budget_start(lupin_budget *b, char *err, size_t errlen);
+void lupin__budget_stop(lupin_budget *b);
 
 /* An endpoint.  The part up to `name` is mirrored in lua/lupin/capi.lua and
  * read by plugins through FFI; its memory is released by the Lua GC finalizer
@@ -137,6 +155,9 @@ typedef struct lupin_capi {
   int (*prefix_holds)(const lupin_prefix_index *x, uint32_t id, uint64_t hash);
   size_t (*prefix_endpoints)(const lupin_prefix_index *x);
   size_t (*prefix_memory)(const lupin_prefix_index *x);
+  /* call budgets (budget.c) */
+  lupin_budget *budget;
+  int (*budget_poll)(const volatile int32_t *cut);
 } lupin_capi;
 
 /* abi.c: each structure capi.lua declares, as C lays it out: its size (or
@@ -174,6 +195,7 @@ enum lupin_hook {
 struct lupin_runtime {
   lua_State *L;
   lupin_alloc alloc;
+  lupin_budget budget;
   lupin_capi capi;
   int hooks[LUPIN_HOOK_COUNT];
   int traceback; /* registry ref of the message handler of every call into Lua */

@@ -101,8 +101,10 @@ typedef struct lupin_plugin_stat {
   const char *type;
   const char *point; /* "score", "pre_request", ... */
   uint64_t calls;
-  uint64_t errors;
+  uint64_t errors; /* cuts included */
   uint64_t nanoseconds;
+  uint64_t cuts; /* calls cut by the call budget (docs/plugins.md) */
+  int disabled;  /* the instance is disabled (budgets.disableAfterCuts) */
 } lupin_plugin_stat;
 
 typedef void (*lupin_plugin_stat_fn)(void *ud, const lupin_plugin_stat *stat);

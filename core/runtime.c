@@ -182,7 +182,9 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
                           lupin_prefix_count,
                           lupin_prefix_holds,
                           lupin_prefix_endpoints,
-                          lupin_prefix_memory};
+                          lupin_prefix_memory,
+                          &rt->budget,
+                          lupin_budget_poll};
   rt->L = luaL_newstate();
   if (!rt->L) {
     lupin__errf(err, errlen, "cannot create a Lua state");
@@ -199,7 +201,8 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
   rt->traceback = luaL_ref(rt->L, LUA_REGISTRYINDEX);
   const char *home = o->home ? o->home : getenv("LUPIN_HOME");
   if (!home || !*home) home = LUPIN_DEFAULT_HOME;
-  if (boot(rt, o, home, err, errlen)) {
+  if (lupin__budget_start(&rt->budget, err, errlen) || boot(rt, o, home, err, errlen)) {
+    lupin__budget_stop(&rt->budget);
     close_state(rt);
     free(rt);
     return NULL;
@@ -272,6 +275,7 @@ void lupin_runtime_free(lupin_runtime *rt) {
   lupin__requests_cancel_all(rt);
   lupin__generation_free_all(rt);
   close_state(rt); /* runs the endpoints' finalizers */
+  lupin__budget_stop(&rt->budget);
   free(rt->endpoints);
   free(rt->endpoint_names);
   free(rt->config_path);
@@ -318,7 +322,8 @@ void lupin_runtime_plugin_stats(lupin_runtime *rt, lupin_plugin_stat_fn fn, void
     lua_getfield(L, t, "point");
     lupin_plugin_stat s = {lua_tostring(L, t + 1),    lua_tostring(L, t + 2),
                            lua_tostring(L, t + 3),    field_u64(L, t, "calls"),
-                           field_u64(L, t, "errors"), field_u64(L, t, "ns")};
+                           field_u64(L, t, "errors"), field_u64(L, t, "ns"),
+                           field_u64(L, t, "cuts"),   field_u64(L, t, "disabled") != 0};
     fn(ud, &s);
     lua_settop(L, t - 1);
   }

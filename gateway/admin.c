@@ -28,6 +28,10 @@ static void plugin_stat(void *ud, const lupin_plugin_stat *s) {
                 s->plugin, s->type, s->point, (unsigned long long)s->errors);
   gw_buf_printf(b, "lupin_plugin_seconds_total{plugin=\"%s\",type=\"%s\",point=\"%s\"} %.9f\n",
                 s->plugin, s->type, s->point, (double)s->nanoseconds / 1e9);
+  gw_buf_printf(b, "lupin_plugin_budget_cuts_total{plugin=\"%s\",type=\"%s\",point=\"%s\"} %llu\n",
+                s->plugin, s->type, s->point, (unsigned long long)s->cuts);
+  gw_buf_printf(b, "lupin_plugin_disabled{plugin=\"%s\",type=\"%s\",point=\"%s\"} %d\n",
+                s->plugin, s->type, s->point, s->disabled);
 }
 
 static void metrics_requests(lupin_gateway *gw, gw_buf *b) {
@@ -96,7 +100,9 @@ static void metrics(lupin_gateway *gw, gw_conn *c) {
   metrics_requests(gw, &b);
   gw_buf_printf(&b, "# TYPE lupin_plugin_calls_total counter\n"
                     "# TYPE lupin_plugin_errors_total counter\n"
-                    "# TYPE lupin_plugin_seconds_total counter\n");
+                    "# TYPE lupin_plugin_seconds_total counter\n"
+                    "# TYPE lupin_plugin_budget_cuts_total counter\n"
+                    "# TYPE lupin_plugin_disabled gauge\n");
   lupin_runtime_plugin_stats(gw->rt, plugin_stat, &b);
   metrics_endpoints(gw, &b);
   metrics_reloads(gw, &b);

@@ -227,6 +227,10 @@ static void push_plugin_stat(void *ud, const lupin_plugin_stat *st) {
   lua_setfield(L, -2, "errors");
   lua_pushnumber(L, (lua_Number)st->nanoseconds);
   lua_setfield(L, -2, "nanoseconds");
+  lua_pushnumber(L, (lua_Number)st->cuts);
+  lua_setfield(L, -2, "cuts");
+  lua_pushboolean(L, st->disabled);
+  lua_setfield(L, -2, "disabled");
   lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
 }
 

@@ -41,6 +41,12 @@ typedef struct lupin_hash_input {
 
 typedef struct lupin_prefix_index lupin_prefix_index;
 
+typedef struct lupin_budget {
+  volatile int32_t cut;
+  int32_t stop;
+  volatile double deadline;
+} lupin_budget;
+
 typedef struct lupin_capi {
   void *rt;
   lupin_alloc *alloc;
@@ -62,6 +68,8 @@ typedef struct lupin_capi {
   int (*prefix_holds)(const lupin_prefix_index *x, uint32_t id, uint64_t hash);
   size_t (*prefix_endpoints)(const lupin_prefix_index *x);
   size_t (*prefix_memory)(const lupin_prefix_index *x);
+  lupin_budget *budget;
+  int (*budget_poll)(const volatile int32_t *cut);
 } lupin_capi;
 
 struct lupin_timespec { long tv_sec; long tv_nsec; };
@@ -134,6 +142,8 @@ function M.bind(ud, abi)
   M.api = ffi.cast("lupin_capi *", ud)
   M.rt = M.api.rt
   M.alloc = M.api.alloc
+  M.budget = M.api.budget
+  M.budget_poll = M.api.budget_poll
   local clock = M.api.now
   M.clock = clock
   M.now = function()

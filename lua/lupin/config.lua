@@ -7,8 +7,9 @@ local jsonpos = require "lupin.jsonpos"
 local M = {}
 
 local TOP = { apiVersion = true, kind = true, plugins = true, schedulingProfiles = true,
-  featureGates = true, pluginDirs = true, endpoints = true, gateway = true }
-local PLUGIN = { type = true, name = true, parameters = true }
+  featureGates = true, pluginDirs = true, endpoints = true, gateway = true, budgets = true }
+local PLUGIN = { type = true, name = true, parameters = true, maxCallMs = true,
+  maxLifecycleMs = true }
 local PROFILE = { name = true, plugins = true }
 local REF = { pluginRef = true, weight = true }
 local ENDPOINT = { name = true, address = true, port = true, labels = true }
@@ -28,6 +29,17 @@ M.GATEWAY = {
   poolSize = { default = 64, min = 0 },
   drainTimeoutMs = { default = 30000, min = 1 },
   resolveIntervalMs = { default = 30000, min = 1 },
+}
+
+--- Plugin call budgets (docs/plugins.md): the config's "budgets" section.
+--- callMs: each call on the request path; lifecycleMs: file load, new, init,
+--- migrate, shutdown; disableAfterCuts: cuts before an instance is disabled
+--- until the next reload (0: never).  Plugins override the first two with
+--- maxCallMs and maxLifecycleMs.
+M.BUDGETS = {
+  callMs = { default = 5, min = 0.01, max = 3600000 },
+  lifecycleMs = { default = 1000, min = 0.01, max = 3600000 },
+  disableAfterCuts = { default = 0, min = 0, max = 1e9, integer = true },
 }
 
 local function sorted_keys(t)
@@ -126,8 +138,17 @@ local function parse_plugins(E, root, cfg)
         return perr
       end
     end
+    local limits = {}
+    for _, k in ipairs({ "maxCallMs", "maxLifecycleMs" }) do
+      local v = p[k]
+      if v ~= nil and (type(v) ~= "number" or v ~= v or v < 0.01 or v > 3600000) then
+        return E:at(path .. "." .. k, "%s must be a number of milliseconds from 0.01 to 3600000,"
+          .. " got %s", k, cjson.encode(v) or tostring(v))
+      end
+      limits[k] = v
+    end
     cfg.plugins[#cfg.plugins + 1] = { name = name, type = p.type, params = p.parameters,
-      path = path }
+      path = path, max_call_ms = limits.maxCallMs, max_lifecycle_ms = limits.maxLifecycleMs }
   end
   cfg.plugin_paths = names
 end
@@ -237,6 +258,33 @@ local function parse_gateway(E, root, cfg)
   end
 end
 
+local function parse_budgets(E, root, cfg)
+  local b = root.budgets
+  local out = {}
+  for k, spec in pairs(M.BUDGETS) do
+    out[k] = spec.default
+  end
+  if b ~= nil then
+    local err = need(E, "budgets", "object", "budgets")
+      or check_fields(E, b, "budgets", M.BUDGETS, "the budgets section")
+    if err then
+      return err
+    end
+    for k, v in pairs(b) do
+      local spec = M.BUDGETS[k]
+      if type(v) ~= "number" or v ~= v or v < spec.min or v > spec.max
+        or (spec.integer and v ~= math.floor(v)) then
+        return E:at("budgets." .. k, "%s must be a%s from %s to %s, got %s", k,
+          spec.integer and "n integer" or " number", spec.min, spec.max,
+          cjson.encode(v) or tostring(v))
+      end
+      out[k] = v
+    end
+  end
+  cfg.budgets = { call_ms = out.callMs, lifecycle_ms = out.lifecycleMs,
+    disable_after = out.disableAfterCuts }
+end
+
 --- Checks a list of endpoints at path ("endpoints" in a config, "" for an
 --- endpoints file).  Returns the list, or nil and an error.
 function M.parse_endpoints(E, list, path)
@@ -328,7 +376,7 @@ function M.parse(text, source)
     err = E:at("kind", 'kind must be "EndpointPickerConfig", got %s', cjson.encode(root.kind))
   end
   err = err or parse_dirs(E, root, cfg) or parse_plugins(E, root, cfg)
-    or parse_profiles(E, root, cfg) or parse_gateway(E, root, cfg)
+    or parse_profiles(E, root, cfg) or parse_gateway(E, root, cfg) or parse_budgets(E, root, cfg)
   if not err and root.endpoints ~= nil then
     cfg.endpoints, err = M.parse_endpoints(E, root.endpoints, "endpoints")
   end

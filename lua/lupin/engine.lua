@@ -1,6 +1,7 @@
 -- The request lifecycle: every extension point, in order, with the error
 -- policy of DESIGN.md §4.  Called by the C core through lupin.runtime.
 local ffi = require "ffi"
+local budget = require "lupin.budget"
 local capi = require "lupin.capi"
 local ctx = require "lupin.ctx"
 local leaks = require "lupin.leaks"
@@ -14,6 +15,7 @@ local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR = 0, 1, 2, 3
 
 local now = capi.clock
 local alloc, limit = nil, 0
+local B -- the call budget's deadline and flag (core/budget.c)
 local id_prefix, id_seq = "", 0
 -- the C functions, looked up once: indexing the capi struct makes a new
 -- function cdata each time when interpreted
@@ -26,18 +28,37 @@ function M.init(opts)
   add_client_header = api.client_add_header
   alloc = capi.alloc
   limit = opts.memory_limit or 0
+  B = budget.bind()
   id_prefix = ("%08x"):format(math.random(0, 0x7fffffff))
 end
 
 local function plugin_error(r, rec, point, err)
   local st = rec.stats[point]
   st.errors = st.errors + 1
+  err = budget.describe(err)
   if r.errors then -- a dry run reports its errors, it does not log them
-    r.errors[#r.errors + 1] = { rec = rec, point = point, message = tostring(err) }
+    r.errors[#r.errors + 1] = { rec = rec, point = point, message = err }
     return
   end
   log.limited(rec.name .. "/" .. point, "error", "request %s: plugin %s (%s) failed in %s: %s",
-    r.id, rec.name, rec.type, point, tostring(err))
+    r.id, rec.name, rec.type, point, err)
+end
+
+-- A call cut by its budget: counted, and past the policy's count the
+-- instance is disabled (every later call fails at once).
+local function cut(r, rec, point)
+  local st = rec.stats[point]
+  st.cuts = st.cuts + 1
+  rec.cuts = rec.cuts + 1
+  local msg = ("plugin %q (%s) exceeded its budget of %g ms in %s"):format(rec.name, rec.type,
+    rec.call_budget * 1000, point)
+  local limit_cuts = rec.disable_after
+  if limit_cuts > 0 and rec.cuts >= limit_cuts and not rec.disabled and not r.errors then
+    rec.disabled = ("plugin %q (%s) is disabled: cut %d times by its budget of %g ms"):format(
+      rec.name, rec.type, rec.cuts, rec.call_budget * 1000)
+    log.warn("%s (budgets.disableAfterCuts); a reload re-enables it", rec.disabled)
+  end
+  return msg
 end
 
 -- Calls one extension point of one plugin: its ctx, the profile it runs in,
@@ -45,6 +66,10 @@ end
 -- Fixed arity, no vararg: LuaJIT does not compile a vararg passed on through
 -- pcall, and no extension point takes more than two arguments after ctx.
 local function call(r, rec, point, profile, x, y)
+  if rec.disabled then
+    plugin_error(r, rec, point, rec.disabled)
+    return false, rec.disabled
+  end
   local c = ctx.of(r, rec)
   if rawget(c, "profile") ~= profile then
     rawset(c, "profile", profile)
@@ -58,9 +83,17 @@ local function call(r, rec, point, profile, x, y)
     end
     alloc.enforce = 1
   end
+  B.deadline = t0 + rec.call_budget
   local ok, a, b, d = pcall(rec[point], rec.obj, c, x, y)
+  B.deadline = 0
   if limit > 0 then -- a store into a cdata costs when interpreted
     alloc.enforce = 0
+  end
+  if budget.tripped then -- over budget, even if the plugin caught the cut
+    -- (a flag left from a call that ended is cleared by the next poll)
+    B.cut = 0
+    budget.tripped = false
+    ok, a = false, cut(r, rec, point)
   end
   st.calls = st.calls + 1
   st.ns = st.ns + (now() - t0) * 1e9
@@ -127,8 +160,9 @@ local function valid_scores(scores, n)
     return ("score must return a list of numbers, got %s"):format(type(scores))
   end
   for i = 1, n do
-    if type(scores[i]) ~= "number" then
-      return ("score %d of %d is %s, not a number"):format(i, n, type(scores[i]))
+    local v = rawget(scores, i) -- what plugins return is read raw: no metamethod runs
+    if type(v) ~= "number" then
+      return ("score %d of %d is %s, not a number"):format(i, n, type(v))
     end
   end
 end
@@ -138,8 +172,9 @@ local function valid_picks(picks)
     return ("pick must return a list of endpoints, got %s"):format(type(picks))
   end
   for i = 1, #picks do
-    if not pool.is_endpoint(picks[i]) then
-      return ("pick returned %s at position %d, not an endpoint"):format(type(picks[i]), i)
+    local ep = rawget(picks, i)
+    if not pool.is_endpoint(ep) then
+      return ("pick returned %s at position %d, not an endpoint"):format(type(ep), i)
     end
   end
 end
@@ -176,7 +211,7 @@ local function run_profile(r, prof, eps)
         plugin_error(r, rec, "score", bad)
       else
         for i = 1, n do
-          local v = scores[i]
+          local v = rawget(scores, i)
           if v ~= v or v < 0 then
             v = 0
           elseif v > 1 then
@@ -196,7 +231,14 @@ local function run_profile(r, prof, eps)
   if not ok or bad then
     return nil, { status = 500, plugin = picker.name, outcome = PLUGIN_ERROR, fatal = true,
       message = ("picker %q failed in profile %q: %s"):format(picker.name, name,
-        tostring(bad or picks)) }
+        budget.describe(bad or picks)) }
+  end
+  if getmetatable(picks) ~= nil then -- the core reads the picks: no metamethod of theirs
+    local raw = {}
+    for i = 1, #picks do
+      raw[i] = rawget(picks, i)
+    end
+    picks = raw
   end
   if #picks == 0 then
     return nil, { status = 503, plugin = picker.name, outcome = NO_ENDPOINT,
@@ -215,7 +257,7 @@ local function profile_list(gen, v)
   local list = {}
   if #v > 0 then
     for i, p in ipairs(v) do
-      list[i] = type(p) == "table" and p.name or p
+      list[i] = type(p) == "table" and rawget(p, "name") or p
     end
   else
     for k in pairs(v) do
@@ -225,7 +267,7 @@ local function profile_list(gen, v)
   end
   for _, p in ipairs(list) do
     if not gen.profile_by_name[p] then
-      return nil, ("pick_profiles asked for unknown profile %q"):format(tostring(p))
+      return nil, ("pick_profiles asked for unknown profile %q"):format(budget.describe(p))
     end
   end
   return list
@@ -242,8 +284,8 @@ end
 
 local function handler_failed(r, point, err)
   local name = r.gen.handler.name
-  return fail(r, 500, ("profile handler %q failed in %s: %s"):format(name, point, tostring(err)),
-    name, PLUGIN_ERROR)
+  return fail(r, 500, ("profile handler %q failed in %s: %s"):format(name, point,
+    budget.describe(err)), name, PLUGIN_ERROR)
 end
 
 local function run_profiles(r)
@@ -288,10 +330,10 @@ local function primary_of(r, results, ran)
     if not ok then
       return nil, res
     end
-    local primary = type(res) == "table" and res.primary or res
+    local primary = type(res) == "table" and rawget(res, "primary") or res
     if type(primary) ~= "string" or not ran[primary] then
       local err = ("process_results must name a profile that ran as primary, got %s"):format(
-        tostring(primary))
+        budget.describe(primary))
       plugin_error(r, handler, "process_results", err)
       return nil, err
     end
@@ -328,7 +370,7 @@ local function decide(r)
   for _, rec in ipairs(gen.points.admit) do
     local ok, verdict, status, reason = call(r, rec, "admit", nil, eps)
     if ok and verdict == false then
-      return fail(r, tonumber(status) or 429, reason and tostring(reason)
+      return fail(r, tonumber(status) or 429, reason and budget.describe(reason)
         or ("rejected by %s"):format(rec.name), rec.name, REJECTED)
     end
   end
@@ -419,8 +461,9 @@ function M.dry_run(gen)
   M.finish(r, "dry_run")
   for _, rec in ipairs(gen.instances) do
     for _, st in pairs(rec.stats) do
-      st.calls, st.errors, st.ns = 0, 0, 0
+      st.calls, st.errors, st.ns, st.cuts = 0, 0, 0, 0
     end
+    rec.cuts = 0
   end
   local e = r.errors[1]
   if e then

@@ -1,5 +1,6 @@
 -- Building a generation from a parsed config: load the plugin files, check
 -- parameters, instantiate, assemble the profiles and apply the EPP's defaults.
+local budget = require "lupin.budget"
 local capi = require "lupin.capi"
 local loader = require "lupin.loader"
 local log = require "lupin.log"
@@ -22,14 +23,16 @@ local function plugin_env(name, type_)
   }
 end
 
-local function record(name, type_, obj, m, params, path)
+local function record(name, type_, obj, m, params, path, budgets)
   local rec = { name = name, type = type_, obj = obj, env = m.env, module = m.mod,
-    params = params, path = path, stats = {}, points = {} }
+    params = params, path = path, stats = {}, points = {}, cuts = 0,
+    call_budget = budgets.call_ms / 1000, lifecycle_budget = budgets.lifecycle_ms / 1000,
+    disable_after = budgets.disable_after }
   for _, point in ipairs(loader.POINTS) do
     local f = obj[point]
     if type(f) == "function" then
       rec[point] = f
-      rec.stats[point] = { calls = 0, errors = 0, ns = 0 }
+      rec.stats[point] = { calls = 0, errors = 0, ns = 0, cuts = 0 }
       if not HOOKS[point] then
         rec.points[#rec.points + 1] = point
       end
@@ -51,7 +54,8 @@ function Builder:module(type_, path)
     return nil, self.E:at(path ~= "" and path .. ".type" or "", "unknown plugin type %q; known types: %s",
       type_, table.concat(self.types, ", "))
   end
-  local mod, env, text = loader.load(file, type_)
+  local builtin = file:sub(1, #self.builtin_dir + 1) == self.builtin_dir .. "/"
+  local mod, env, text = loader.load(file, type_, self.budgets.lifecycle_ms, builtin)
   if not mod then
     return nil, self.E:at(path, "cannot load plugin type %q: %s", type_, env)
   end
@@ -60,20 +64,45 @@ function Builder:module(type_, path)
   return m
 end
 
-function Builder:instantiate(name, type_, raw_params, path)
+-- An instance's budgets: the config's "budgets", then its own maxCallMs and
+-- maxLifecycleMs.
+function Builder:budgets_of(p)
+  local b = self.budgets
+  return { call_ms = p and p.max_call_ms or b.call_ms,
+    lifecycle_ms = p and p.max_lifecycle_ms or b.lifecycle_ms,
+    disable_after = b.disable_after }
+end
+
+function Builder:instantiate(name, type_, raw_params, path, p)
   local m, err = self:module(type_, path)
   if not m then
     return nil, err
   end
-  local params, perr, field = schema.validate(m.mod.schema, raw_params)
+  local budgets = self:budgets_of(p)
+  local seconds = budgets.lifecycle_ms / 1000
+  -- the schema is the plugin's table, metamethods and all: under its budget
+  local vok, v, vcut = budget.pcall(seconds, function()
+    return { schema.validate(m.mod.schema, raw_params) }
+  end)
+  if not vok then
+    return nil, self.E:at(path, "plugin %q (%s): checking its parameters %s", name, type_,
+      vcut and ("exceeded its budget of %g ms"):format(budgets.lifecycle_ms)
+      or "failed: " .. budget.describe(v))
+  end
+  local params, perr, field = v[1], v[2], v[3]
   if not params then
     return nil, self.E:at(path .. ".parameters" .. (field and "." .. field or ""), "%s", perr)
   end
   local obj = { params = params }
   if m.mod.new then
-    local ok, res = pcall(m.mod.new, params, plugin_env(name, type_))
-    if not ok then
-      return nil, self.E:at(path, "plugin %q (%s) failed to start: %s", name, type_, tostring(res))
+    local ok, res, cut = budget.pcall(budgets.lifecycle_ms / 1000, m.mod.new, params,
+      plugin_env(name, type_))
+    if cut then
+      return nil, self.E:at(path, "plugin %q (%s) failed to start: new exceeded its budget of"
+        .. " %g ms", name, type_, budgets.lifecycle_ms)
+    elseif not ok then
+      return nil, self.E:at(path, "plugin %q (%s) failed to start: %s", name, type_,
+        budget.describe(res))
     elseif type(res) ~= "table" then
       return nil, self.E:at(path, "plugin %q (%s): new must return a table, got %s", name, type_,
         type(res))
@@ -83,7 +112,12 @@ function Builder:instantiate(name, type_, raw_params, path)
   if getmetatable(obj) == nil then
     setmetatable(obj, { __index = m.mod })
   end
-  local rec = record(name, type_, obj, m, params, path)
+  local rok, rec, rcut = budget.pcall(seconds, record, name, type_, obj, m, params, path, budgets)
+  if not rok then -- the instance's own metamethods answered for its points
+    return nil, self.E:at(path, "plugin %q (%s) failed to start: %s", name, type_,
+      rcut and ("reading its extension points exceeded its budget of %g ms"):format(
+        budgets.lifecycle_ms) or budget.describe(rec))
+  end
   local gen = self.gen
   gen.instances[#gen.instances + 1] = rec
   gen.by_name[name] = rec
@@ -236,12 +270,15 @@ function Builder:index_points()
   end
 end
 
-local function call_hook(rec, hook, ...)
+local function call_hook(rec, hook, arg)
   if not rec[hook] then
     return true
   end
-  local ok, err = pcall(rec[hook], rec.obj, ...)
-  return ok, err
+  local ok, err, cut = budget.pcall(rec.lifecycle_budget, rec[hook], rec.obj, arg)
+  if cut then
+    return false, ("%s exceeded its budget of %g ms"):format(hook, rec.lifecycle_budget * 1000)
+  end
+  return ok, not ok and budget.describe(err) or nil
 end
 
 --- Runs init, then migrate(old) where an instance of the same name and type
@@ -257,8 +294,7 @@ function Builder:start(previous)
       for j = i - 1, 1, -1 do
         call_hook(self.gen.instances[j], "shutdown")
       end
-      return self.E:at(rec.path, "plugin %q (%s) failed to start: %s", rec.name, rec.type,
-        tostring(err))
+      return self.E:at(rec.path, "plugin %q (%s) failed to start: %s", rec.name, rec.type, err)
     end
   end
 end
@@ -295,12 +331,15 @@ function M.build(cfg, opts, number, previous)
   end
   local files, types = loader.catalog(dirs)
   local b = setmetatable({ E = cfg.errors, files = files, types = types, modules = {},
+    builtin_dir = dirs[1],
+    budgets = cfg.budgets or { call_ms = budget.DEFAULT_CALL_MS,
+      lifecycle_ms = budget.DEFAULT_LIFECYCLE_MS, disable_after = 0 },
     gen = { number = number, source = cfg.source, loaded_at = capi.now(), instances = {},
       by_name = {}, profiles = {}, profile_by_name = {}, profile_views = {}, points = {},
       observers = {} } }, Builder)
 
   for _, p in ipairs(cfg.plugins) do
-    local rec, err = b:instantiate(p.name, p.type, p.params, p.path)
+    local rec, err = b:instantiate(p.name, p.type, p.params, p.path, p)
     if not rec then
       return nil, err
     end
@@ -324,7 +363,7 @@ function M.release(gen)
   for _, rec in ipairs(gen.instances) do
     local ok, err = call_hook(rec, "shutdown")
     if not ok then
-      log.error("plugin %s (%s): shutdown failed: %s", rec.name, rec.type, tostring(err))
+      log.error("plugin %s (%s): shutdown failed: %s", rec.name, rec.type, err)
     end
   end
 end

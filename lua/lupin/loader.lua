@@ -1,6 +1,7 @@
 -- Finding and loading plugin files.  Each load runs the file afresh in its own
 -- environment, so a plugin's globals are its own and a reload gets new code.
 local ffi = require "ffi"
+local budget = require "lupin.budget"
 local schema = require "lupin.schema"
 
 local M = {}
@@ -66,12 +67,23 @@ function M.catalog(dirs)
   return files, types
 end
 
+-- The sandbox (docs/plugins.md, "What a plugin can reach"): an allow-list.
 local SAFE = {
   "assert", "error", "ipairs", "next", "pairs", "pcall", "select", "tonumber", "tostring",
-  "type", "unpack", "xpcall", "setmetatable", "getmetatable", "rawget", "rawset",
-  "rawequal", "require",
+  "type", "unpack", "xpcall", "setmetatable", "rawget", "rawset", "rawequal",
 }
 local LIBS = { "string", "table", "math", "bit", "coroutine" }
+--- What a plugin may require: the SDK and the libraries the built-ins use.
+M.REQUIRE = { ["lupin.schema"] = true, ["lupin.log"] = true, ["lupin.prefix"] = true,
+  ["lupin.picker"] = true, cjson = true, ["cjson.safe"] = true, ["table.new"] = true,
+  ["table.clear"] = true }
+-- Names a plugin reaches for in vain, answered with why instead of nil.
+local DENIED = { "ffi", "io", "debug", "package", "jit", "load", "loadstring", "loadfile",
+  "dofile", "setfenv", "getfenv", "collectgarbage", "module", "newproxy", "print", "gcinfo" }
+
+-- Bytecode and the means to run it stay out of the runtime's whole state:
+-- strings share one metatable, so ("").dump would reach it from a plugin.
+string.dump = nil -- luacheck: ignore 122
 
 local function copy(t)
   local c = {}
@@ -81,7 +93,46 @@ local function copy(t)
   return c
 end
 
---- A fresh global environment for one plugin file: the safe base functions and
+local function denier(what, names)
+  local set = {}
+  for _, k in ipairs(names) do
+    set[k] = true
+  end
+  return {
+    __index = function(_, k)
+      if set[k] then
+        error(("%s%s is not available to plugins (sandbox; see docs/plugins.md)"):format(
+          what, tostring(k)), 2)
+      end
+    end,
+    __metatable = false,
+  }
+end
+
+local function sandbox_require(name)
+  if not M.REQUIRE[name] then
+    local allowed = {}
+    for k in pairs(M.REQUIRE) do
+      allowed[#allowed + 1] = k
+    end
+    table.sort(allowed)
+    error(("require %q is not allowed in a plugin (sandbox); allowed: %s"):format(
+      tostring(name), table.concat(allowed, ", ")), 2)
+  end
+  local mod = require(name)
+  -- a copy: a plugin cannot change what another plugin or the runtime sees
+  return type(mod) == "table" and copy(mod) or mod
+end
+
+-- Only tables' metatables: strings' and cdata's belong to the runtime.
+local function sandbox_getmetatable(v)
+  if type(v) ~= "table" then
+    return nil
+  end
+  return getmetatable(v)
+end
+
+--- A fresh global environment for one plugin file: the allow-list and
 --- private copies of the standard library tables.
 function M.environment()
   local env = {}
@@ -91,16 +142,44 @@ function M.environment()
   for _, k in ipairs(LIBS) do
     env[k] = copy(_G[k])
   end
-  env.os = { clock = os.clock, time = os.time, date = os.date, getenv = os.getenv }
+  env.rawlen = rawget(_G, "rawlen") or function(v) return #v end -- 5.2-only in LuaJIT
+  env.require = sandbox_require
+  env.getmetatable = sandbox_getmetatable
+  env.os = setmetatable({ clock = os.clock, time = os.time },
+    denier("os.", { "execute", "exit", "getenv", "remove", "rename", "tmpname", "date",
+      "setlocale", "difftime" }))
   env._G = env
-  return env
+  return setmetatable(env, denier("", DENIED))
+end
+
+-- Checks what a plugin file returned.  Its tables may carry metamethods
+-- (plugin code): this runs under the load's budget.
+local function inspect(path, want_type, mod)
+  if type(mod) ~= "table" then
+    return ("%s: a plugin file must return a table, got %s"):format(path, type(mod))
+  end
+  if mod.type ~= want_type then
+    return ("%s: the plugin declares type %q but its file name says %q"):format(
+      path, tostring(mod.type), want_type)
+  end
+  if mod.schema ~= nil then
+    local sok, serr = schema.check(mod.schema)
+    if not sok then
+      return ("%s: %s"):format(path, serr)
+    end
+  end
+  if mod.new ~= nil and type(mod.new) ~= "function" then
+    return ("%s: new must be a function"):format(path)
+  end
 end
 
 --- Loads one plugin file.  Returns the module and its environment, or nil and
 --- an error with the file and line.  Third result: the file's text.
 ---@param path string
 ---@param want_type string the type the file name promises
-function M.load(path, want_type)
+---@param load_ms number? the budget for running the file (budgets.lifecycleMs)
+---@param builtin boolean? the file is one of lupin's own plugins
+function M.load(path, want_type, load_ms, builtin)
   -- read, then compile: the text is kept for the generation's source digest
   local f, ferr = io.open(path, "rb")
   if not f then
@@ -108,31 +187,23 @@ function M.load(path, want_type)
   end
   local text = f:read("*a")
   f:close()
-  local chunk, err = loadstring(text, "@" .. path)
+  local chunk, err = budget.compile(text, "@" .. path, builtin)
   if not chunk then
     return nil, err
   end
   local env = M.environment()
   setfenv(chunk, env)
-  local ok, mod = pcall(chunk)
-  if not ok then
-    return nil, tostring(mod)
+  local seconds = (load_ms or budget.DEFAULT_LIFECYCLE_MS) / 1000
+  local ok, mod, cut = budget.pcall(seconds, chunk)
+  if cut then
+    return nil, ("%s: loading the file exceeded its budget of %g ms"):format(path, seconds * 1000)
+  elseif not ok then
+    return nil, budget.describe(mod)
   end
-  if type(mod) ~= "table" then
-    return nil, ("%s: a plugin file must return a table, got %s"):format(path, type(mod))
-  end
-  if mod.type ~= want_type then
-    return nil, ("%s: the plugin declares type %q but its file name says %q"):format(
-      path, tostring(mod.type), want_type)
-  end
-  if mod.schema ~= nil then
-    local sok, serr = schema.check(mod.schema)
-    if not sok then
-      return nil, ("%s: %s"):format(path, serr)
-    end
-  end
-  if mod.new ~= nil and type(mod.new) ~= "function" then
-    return nil, ("%s: new must be a function"):format(path)
+  local iok, ierr, icut = budget.pcall(seconds, inspect, path, want_type, mod)
+  if icut or not iok or ierr then
+    return nil, icut and ("%s: checking the plugin's table exceeded its budget of %g ms"):format(
+      path, seconds * 1000) or budget.describe(ierr)
   end
   return mod, env, text
 end

@@ -83,9 +83,10 @@ function M.init(ud, opts)
     for _, rec in ipairs(M.current and M.current.instances or {}) do
       for _, point in ipairs(loader.POINTS) do
         local st = rec.stats[point]
-        if st and st.calls > 0 then
+        if st and st.calls + st.errors > 0 then
           out[#out + 1] = { plugin = rec.name, type = rec.type, point = point,
-            calls = st.calls, errors = st.errors, ns = st.ns }
+            calls = st.calls, errors = st.errors, ns = st.ns, cuts = st.cuts,
+            disabled = rec.disabled and 1 or 0 }
         end
       end
     end

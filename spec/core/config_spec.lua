@@ -135,7 +135,8 @@ describe("config", function()
     it("refuses unknown top-level fields, listing the known ones", function()
       fails('{\n "plugins": [],\n "schedulingProfile": []\n}',
         'cfg.json:3: schedulingProfile: unknown field "schedulingProfile" in the config',
-        "known fields: apiVersion, endpoints, featureGates, gateway, kind, pluginDirs, plugins, schedulingProfiles")
+        "known fields: apiVersion, budgets, endpoints, featureGates, gateway, kind, pluginDirs, "
+          .. "plugins, schedulingProfiles")
     end)
 
     it("refuses another kind", function()
@@ -150,7 +151,7 @@ describe("config", function()
     it("refuses unknown fields in a plugin", function()
       fails('{"plugins": [\n {"type": "test-scorer", "params": {}}]}',
         'cfg.json:2: plugins[0].params: unknown field "params" in a plugin',
-        "known fields: name, parameters, type")
+        "known fields: maxCallMs, maxLifecycleMs, name, parameters, type")
     end)
 
     it("needs a type", function()
