@@ -12,7 +12,7 @@ static const char usage[] =
     "usage:\n"
     "  lupin serve --config FILE [--listen 127.0.0.1:8080] [--admin 127.0.0.1:9090]\n"
     "              [--admin-token TOKEN] [--endpoints FILE] [--log-level error|warn|info|debug]\n"
-    "              [--no-watch]\n"
+    "              [--no-watch] [--max-lua-memory BYTES[k|m|g]] [--admin-insecure]\n"
     "  lupin check --config FILE [--endpoints FILE]\n"
     "  lupin version\n"
     "\n"
@@ -22,7 +22,10 @@ static const char usage[] =
     "same list, watched and re-read on change; it replaces the config's endpoints.\n"
     "The config file and the plugin directories are watched too: a change reloads\n"
     "(debounced; --no-watch turns it off).  SIGHUP and POST /admin/reload reload.\n"
-    "Port 0 picks a free port; the first line on stdout says which.\n";
+    "Port 0 picks a free port; the first line on stdout says which.\n"
+    "--max-lua-memory caps the Lua state (0: no cap; overrides gateway.maxLuaMemoryBytes).\n"
+    "An admin address off loopback needs --admin-token, or --admin-insecure to serve it\n"
+    "open anyway.\n";
 
 static int level_of(const char *s) {
   static const char *const names[] = {"error", "warn", "info", "debug"};
@@ -58,9 +61,14 @@ static int parse_args(int argc, char **argv, gw_options *o) {
                        : !strcmp(a, "--admin")       ? &o->admin
                        : !strcmp(a, "--admin-token") ? &o->admin_token
                        : !strcmp(a, "--endpoints")   ? &o->endpoints_file
+                       : !strcmp(a, "--max-lua-memory") ? &o->max_lua_memory
                                                      : NULL;
     if (!strcmp(a, "--no-watch")) {
       o->no_watch = 1;
+      continue;
+    }
+    if (!strcmp(a, "--admin-insecure")) {
+      o->admin_insecure = 1;
       continue;
     }
     if (!strcmp(a, "--log-level") && v && level_of(v) >= 0) {
