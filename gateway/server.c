@@ -430,8 +430,13 @@ static int on_headers_complete(http_parser *p) {
   uv_timer_start(&c->timer, on_timer, c->srv->gw->set.header_timeout_ms, 0);
   if (p->content_length != ULLONG_MAX && p->content_length > c->srv->gw->set.max_body_bytes)
     return refuse(c, 413, too_large);
-  const char *full = over_cap(c, p->content_length != ULLONG_MAX ? p->content_length : 0);
+  int sized = p->content_length != ULLONG_MAX;
+  const char *full = over_cap(c, sized ? p->content_length : 0);
   if (full) return refuse(c, 503, full);
+  if (sized && capped(c)) { /* held from now: a body that fits is never cut short */
+    c->body_bytes = p->content_length;
+    c->srv->gw->body_bytes += p->content_length;
+  }
   const char *expect = gw_headers_get(&c->req.headers, "expect");
   if (expect && !strcasecmp(expect, "100-continue")) {
     uv_buf_t b = uv_buf_init("HTTP/1.1 100 Continue\r\n\r\n", 25);
@@ -444,15 +449,15 @@ static int on_body(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
   if (c->req.body.len + len > c->srv->gw->set.max_body_bytes) return refuse(c, 413, too_large);
   lupin_gateway *gw = c->srv->gw;
-  if (capped(c) && gw->body_bytes + len > gw->set.max_buffered_body_bytes) {
-    const char *full = over_cap(c, len);
-    return refuse(c, 503, full);
-  }
-  uv_timer_again(&c->timer);
+  size_t more = c->req.body.len + len > c->body_bytes ? c->req.body.len + len - c->body_bytes : 0;
+  if (capped(c) && more && gw->body_bytes + more > gw->set.max_buffered_body_bytes)
+    return refuse(c, 503, over_cap(c, more)); /* a chunked body grew past the cap */
+  /* headerTimeoutMs runs between body pieces: a big body may take longer */
+  uv_timer_start(&c->timer, on_timer, gw->set.header_timeout_ms, 0);
   if (gw_buf_append(&c->req.body, at, len)) return -1;
   if (capped(c)) {
-    c->body_bytes += len;
-    gw->body_bytes += len;
+    c->body_bytes += more;
+    gw->body_bytes += more;
   }
   return 0;
 }

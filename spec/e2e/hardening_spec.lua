@@ -328,6 +328,28 @@ describe("lupin serve, hardened", function()
       end
     end)
 
+    it("a big body sent slowly is read while each piece comes within headerTimeoutMs", function()
+      local up = upstream()
+      local gw = gateway(config({ ep("a", up.port) }, { headerTimeoutMs = 1500 }))
+      local port = gw.base:match(":(%d+)$")
+      -- four pieces 0.6 s apart: 2.4 s in all, more than headerTimeoutMs
+      local script = [[
+import socket, sys, time
+body = b'{"model":"m","prompt":"' + b"x" * 4000 + b'"}'
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+          b"content-length: %d\r\n\r\n" % len(body))
+for i in range(4):
+    time.sleep(0.6)
+    s.sendall(body[i * len(body) // 4:(i + 1) * len(body) // 4])
+print(s.makefile("rb").readline().decode().strip())
+]]
+      local file = support.write(P.dir .. "/slow_upload.py", script)
+      local out, rc = P.run(("python3 %s %s"):format(file, port))
+      assert.equal(0, rc, out)
+      assert.equal("HTTP/1.1 200 OK\n", out)
+    end)
+
     local HOG = { { type = "e2e-memory-hog", name = "hog", parameters = { bytes = 40000000 } },
       { type = "max-score-picker" } }
     local HOG_PROFILE = { { pluginRef = "hog", weight = 1 }, { pluginRef = "max-score-picker" } }
