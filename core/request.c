@@ -157,10 +157,9 @@ int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep) {
  * framing headers each side writes for itself.  A header refused here never
  * reaches the wire. */
 static int header_ok(const char *name, const char *value) {
-  static const char *const framing[] = {"connection", "keep-alive",      "proxy-connection",
-                                        "te",         "transfer-encoding", "upgrade",
-                                        "trailer",    "content-length",  "host",
-                                        "expect"};
+  static const char *const framing[] = {
+      "connection", "keep-alive", "proxy-connection", "te",   "transfer-encoding",
+      "upgrade",    "trailer",    "content-length",   "host", "expect"};
   if (!*name) return 0;
   for (const char *p = name; *p; p++)
     if (!isalnum((unsigned char)*p) && !strchr("!#$%&'*+-.^_`|~", *p)) return 0;

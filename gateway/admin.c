@@ -114,20 +114,19 @@ static void metrics_reloads(lupin_gateway *gw, gw_buf *b) {
 }
 
 static void metrics_bounds(lupin_gateway *gw, const lupin_stats *st, gw_buf *b) {
-  gw_buf_printf(b,
-                "# TYPE lupin_requests_in_flight gauge\nlupin_requests_in_flight %zu\n"
-                "# TYPE lupin_buffered_body_bytes gauge\nlupin_buffered_body_bytes %llu\n"
-                "# TYPE lupin_capacity_refusals_total counter\n"
-                "lupin_capacity_refusals_total{cap=\"maxRequestsInFlight\"} %llu\n"
-                "lupin_capacity_refusals_total{cap=\"maxBufferedBodyBytes\"} %llu\n"
-                "# TYPE lupin_lua_memory_limit_bytes gauge\nlupin_lua_memory_limit_bytes %llu\n"
-                "# TYPE lupin_lua_memory_limit_hits_total counter\n"
-                "lupin_lua_memory_limit_hits_total %llu\n",
-                gw->in_flight, (unsigned long long)gw->body_bytes,
-                (unsigned long long)gw->refused_in_flight,
-                (unsigned long long)gw->refused_body_bytes,
-                (unsigned long long)gw->set.max_lua_memory_bytes,
-                (unsigned long long)st->memory_limit_hits);
+  gw_buf_printf(
+      b,
+      "# TYPE lupin_requests_in_flight gauge\nlupin_requests_in_flight %zu\n"
+      "# TYPE lupin_buffered_body_bytes gauge\nlupin_buffered_body_bytes %llu\n"
+      "# TYPE lupin_capacity_refusals_total counter\n"
+      "lupin_capacity_refusals_total{cap=\"maxRequestsInFlight\"} %llu\n"
+      "lupin_capacity_refusals_total{cap=\"maxBufferedBodyBytes\"} %llu\n"
+      "# TYPE lupin_lua_memory_limit_bytes gauge\nlupin_lua_memory_limit_bytes %llu\n"
+      "# TYPE lupin_lua_memory_limit_hits_total counter\n"
+      "lupin_lua_memory_limit_hits_total %llu\n",
+      gw->in_flight, (unsigned long long)gw->body_bytes, (unsigned long long)gw->refused_in_flight,
+      (unsigned long long)gw->refused_body_bytes, (unsigned long long)gw->set.max_lua_memory_bytes,
+      (unsigned long long)st->memory_limit_hits);
 }
 
 static void metrics(lupin_gateway *gw, gw_conn *c) {
@@ -173,14 +172,14 @@ static void endpoints(lupin_gateway *gw, gw_conn *c) {
     gw_buf_printf(&b, ",\"port\":%d,\"fresh\":%s,\"scrape_age_seconds\":", ep->port,
                   ep->scraped_at && now - ep->scraped_at <= stale ? "true" : "false");
     gw_buf_number(&b, ep->scraped_at ? now - ep->scraped_at : -1);
-    gw_buf_printf(&b, ",\"scrapes\":%llu,\"scrape_errors\":%llu,\"idle_connections\":%zu,"
+    gw_buf_printf(&b,
+                  ",\"scrapes\":%llu,\"scrape_errors\":%llu,\"idle_connections\":%zu,"
                   "\"metrics\":{",
                   (unsigned long long)ep->scrapes, (unsigned long long)ep->scrape_errors,
                   ep->n_idle);
     /* numbers a host or a scrape set: JSON has no NaN or Infinity, null then */
-    static const char *const keys[] = {"waiting_queue_size", "running_requests",
-                                       "kv_cache_usage",     "max_lora",
-                                       "cache_block_size",   "num_blocks"};
+    static const char *const keys[] = {"waiting_queue_size", "running_requests", "kv_cache_usage",
+                                       "max_lora",           "cache_block_size", "num_blocks"};
     double v[] = {m->waiting_queue_size, m->running_requests, m->kv_cache_usage,
                   m->max_lora,           m->cache_block_size, m->num_blocks};
     for (int k = 0; k < 6; k++) {

@@ -113,7 +113,7 @@ int gw_buf_label(gw_buf *b, const char *s) {
   size_t left = strlen((const char *)p);
   while (left) {
     size_t n = *p >= 0x80 ? utf8_seq(p, left) : 1;
-    int rc = *p == '\\'  ? gw_buf_append(b, "\\\\", 2)
+    int rc = *p == '\\'   ? gw_buf_append(b, "\\\\", 2)
              : *p == '"'  ? gw_buf_append(b, "\\\"", 2)
              : *p == '\n' ? gw_buf_append(b, "\\n", 2)
              : n          ? gw_buf_append(b, (const char *)p, n)

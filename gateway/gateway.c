@@ -286,10 +286,11 @@ static uv_signal_t *watch_signal(lupin_gateway *gw, int signum) {
 static int parse_bytes(const char *s, uint64_t *out) {
   char *end;
   double v = strtod(s, &end);
-  double unit = !strcasecmp(end, "k") ? 1024.0
+  double unit = !strcasecmp(end, "k")   ? 1024.0
                 : !strcasecmp(end, "m") ? 1024.0 * 1024
                 : !strcasecmp(end, "g") ? 1024.0 * 1024 * 1024
-                : !*end ? 1.0 : 0;
+                : !*end                 ? 1.0
+                                        : 0;
   if (end == s || !unit || !(v >= 0) || v * unit > 1e18) return -1;
   *out = (uint64_t)(v * unit);
   return 0;
@@ -329,8 +330,10 @@ static int check_admin_address(lupin_gateway *gw, char *err, size_t errlen) {
   if (gw_parse_hostport(gw->opts.admin, &ss, err, errlen)) return -1;
   if (loopback(&ss) || (gw->opts.admin_token && *gw->opts.admin_token)) return 0;
   if (gw->opts.admin_insecure) {
-    gw_log(gw, LUPIN_LOG_WARN, "admin listener on %s with no token (--admin-insecure): anyone "
-           "who reaches it can reload plugins and read every request in flight", gw->opts.admin);
+    gw_log(gw, LUPIN_LOG_WARN,
+           "admin listener on %s with no token (--admin-insecure): anyone "
+           "who reaches it can reload plugins and read every request in flight",
+           gw->opts.admin);
     return 0;
   }
   lupin__errf(err, errlen,

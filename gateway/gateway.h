@@ -246,7 +246,7 @@ typedef struct gw_options {
   const char *admin_token;
   const char *endpoints_file;
   int log_level;
-  int no_watch; /* --no-watch: no reload on config or plugin file changes */
+  int no_watch;               /* --no-watch: no reload on config or plugin file changes */
   const char *max_lua_memory; /* --max-lua-memory: overrides maxLuaMemoryBytes */
   int admin_insecure;         /* --admin-insecure: a non-loopback admin without a token */
 } gw_options;

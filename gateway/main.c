@@ -56,13 +56,13 @@ static int parse_args(int argc, char **argv, gw_options *o) {
       .listen = "127.0.0.1:8080", .admin = "127.0.0.1:9090", .log_level = LUPIN_LOG_INFO};
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    const char **dst = !strcmp(a, "--config")        ? &o->config
-                       : !strcmp(a, "--listen")      ? &o->listen
-                       : !strcmp(a, "--admin")       ? &o->admin
-                       : !strcmp(a, "--admin-token") ? &o->admin_token
-                       : !strcmp(a, "--endpoints")   ? &o->endpoints_file
+    const char **dst = !strcmp(a, "--config")           ? &o->config
+                       : !strcmp(a, "--listen")         ? &o->listen
+                       : !strcmp(a, "--admin")          ? &o->admin
+                       : !strcmp(a, "--admin-token")    ? &o->admin_token
+                       : !strcmp(a, "--endpoints")      ? &o->endpoints_file
                        : !strcmp(a, "--max-lua-memory") ? &o->max_lua_memory
-                                                     : NULL;
+                                                        : NULL;
     if (!strcmp(a, "--no-watch")) {
       o->no_watch = 1;
       continue;

@@ -92,8 +92,6 @@ const char *gw_status_text(int status) {
   }
 }
 
-/* --- closing ------------------------------------------------------------- */
-
 /* --- memory bounds -------------------------------------------------------- */
 
 /* The caps apply to the public listener only: the admin API stays reachable
@@ -137,6 +135,8 @@ static const char *over_cap(gw_conn *c, size_t more) {
   }
   return NULL;
 }
+
+/* --- closing ------------------------------------------------------------- */
 
 static void reset_request(gw_conn *c) {
   uncount_body(c);
@@ -312,7 +312,8 @@ static void response_done(gw_conn *c) {
     feed(c, p.data, p.len);
     gw_buf_free(&p);
   }
-  if (c->paused && !c->closing && !c->closed && c->pending.len <= c->srv->gw->set.max_header_bytes) {
+  if (c->paused && !c->closing && !c->closed &&
+      c->pending.len <= c->srv->gw->set.max_header_bytes) {
     c->paused = 0;
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
   }
