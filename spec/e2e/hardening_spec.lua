@@ -314,15 +314,16 @@ describe("lupin serve, hardened", function()
       local gw = gateway(config({ ep("a", up.port) },
         { maxHeaderBytes = 1024, maxBodyBytes = 2048 }))
       local host, port = gw.base:match("http://(.-):(%d+)")
-      -- 40 requests of ~1 KB: 40 times what the old flood check allowed before closing
-      local out, rc = P.run(("python3 %s/spec/fixtures/gateway/pipeline.py %s %s 40 1000 "
+      -- 100 requests of ~2 KB, 200 KB: more than one read, far more than the read-ahead
+      -- allowed (maxHeaderBytes) and than the old flood check (maxBodyBytes + maxHeaderBytes)
+      local out, rc = P.run(("python3 %s/spec/fixtures/gateway/pipeline.py %s %s 100 1900 "
         .. "sleep:1000"):format(support.ROOT, host, port))
       assert.equal(0, rc, out)
       local statuses = {}
       for line in out:gmatch("[^\n]+") do
         statuses[#statuses + 1] = line
       end
-      assert.equal(40, #statuses, out)
+      assert.equal(100, #statuses, out)
       for _, s in ipairs(statuses) do
         assert.equal("200", s)
       end
