@@ -12,7 +12,7 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
             lua-busted lua-check libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
-            python3
+            python3 libutf8proc-dev
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx gnuplot-nox
 
@@ -50,7 +50,7 @@ $(B)/gw/%.o: gateway/%.c $(GW_HDR)
 	$(CC) $(XCFLAGS) -Icore -c $< -o $@
 
 $(B)/lupin: $(GW_OBJ) $(B)/liblupin.a
-	$(CC) $(XCFLAGS) -o $@ $(GW_OBJ) $(B)/liblupin.a $(LDLIBS) -lhttp_parser
+	$(CC) $(XCFLAGS) -o $@ $(GW_OBJ) $(B)/liblupin.a $(LDLIBS) -lhttp_parser -lutf8proc
 
 $(B)/liblupin.a: $(CORE_OBJ)
 	$(AR) rcs $@ $^

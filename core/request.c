@@ -6,6 +6,7 @@
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct {
   lupin_header *v;
@@ -150,7 +151,27 @@ int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep) {
   return 0;
 }
 
+/* The last guard on headers plugins set (ctx:set_header checks the same and
+ * names the plugin; a plugin writing the header table directly gets here):
+ * a token name, no control character but tab in the value, none of the
+ * framing headers each side writes for itself.  A header refused here never
+ * reaches the wire. */
+static int header_ok(const char *name, const char *value) {
+  static const char *const framing[] = {
+      "connection", "keep-alive", "proxy-connection", "te",   "transfer-encoding",
+      "upgrade",    "trailer",    "content-length",   "host", "expect"};
+  if (!*name) return 0;
+  for (const char *p = name; *p; p++)
+    if (!isalnum((unsigned char)*p) && !strchr("!#$%&'*+-.^_`|~", *p)) return 0;
+  for (const unsigned char *p = (const unsigned char *)value; *p; p++)
+    if ((*p < 32 && *p != '\t') || *p == 127) return 0;
+  for (size_t i = 0; i < sizeof framing / sizeof *framing; i++)
+    if (!strcasecmp(name, framing[i])) return 0;
+  return 1;
+}
+
 static int add_header(header_list *l, const char *name, const char *value) {
+  if (!header_ok(name, value)) return -1;
   lupin_header *h = grow(l->v, &l->cap, l->n, sizeof *h);
   if (!h) return -1;
   l->v = h;

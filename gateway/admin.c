@@ -9,6 +9,8 @@
  *                          generation and the time it took, or the error */
 #include "gateway.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -20,18 +22,35 @@ static void reply(gw_conn *c, int status, const char *type, const gw_buf *b) {
 
 /* --- /metrics ------------------------------------------------------------ */
 
+/* Names from the config (endpoints, plugins) go into label values escaped:
+ * a quote or a newline in one must not start a series of its own. */
 static void plugin_stat(void *ud, const lupin_plugin_stat *s) {
-  gw_buf *b = ud;
-  gw_buf_printf(b, "lupin_plugin_calls_total{plugin=\"%s\",type=\"%s\",point=\"%s\"} %llu\n",
-                s->plugin, s->type, s->point, (unsigned long long)s->calls);
-  gw_buf_printf(b, "lupin_plugin_errors_total{plugin=\"%s\",type=\"%s\",point=\"%s\"} %llu\n",
-                s->plugin, s->type, s->point, (unsigned long long)s->errors);
-  gw_buf_printf(b, "lupin_plugin_seconds_total{plugin=\"%s\",type=\"%s\",point=\"%s\"} %.9f\n",
-                s->plugin, s->type, s->point, (double)s->nanoseconds / 1e9);
-  gw_buf_printf(b, "lupin_plugin_budget_cuts_total{plugin=\"%s\",type=\"%s\",point=\"%s\"} %llu\n",
-                s->plugin, s->type, s->point, (unsigned long long)s->cuts);
-  gw_buf_printf(b, "lupin_plugin_disabled{plugin=\"%s\",type=\"%s\",point=\"%s\"} %d\n",
-                s->plugin, s->type, s->point, s->disabled);
+  gw_buf *b = ud, l = {0};
+  gw_buf_printf(&l, "plugin=");
+  gw_buf_label(&l, s->plugin);
+  gw_buf_printf(&l, ",type=");
+  gw_buf_label(&l, s->type);
+  gw_buf_printf(&l, ",point=");
+  gw_buf_label(&l, s->point);
+  const char *labels = l.data ? l.data : "";
+  gw_buf_printf(b, "lupin_plugin_calls_total{%s} %llu\n", labels, (unsigned long long)s->calls);
+  gw_buf_printf(b, "lupin_plugin_errors_total{%s} %llu\n", labels, (unsigned long long)s->errors);
+  gw_buf_printf(b, "lupin_plugin_seconds_total{%s} %.9f\n", labels, (double)s->nanoseconds / 1e9);
+  gw_buf_printf(b, "lupin_plugin_budget_cuts_total{%s} %llu\n", labels, (unsigned long long)s->cuts);
+  gw_buf_printf(b, "lupin_plugin_disabled{%s} %d\n", labels, s->disabled);
+  gw_buf_free(&l);
+}
+
+/* name{endpoint="..."} value, the value in Prometheus' spelling. */
+static void endpoint_sample(gw_buf *b, const char *name, const gw_endpoint *ep, double v) {
+  gw_buf_printf(b, "%s{endpoint=", name);
+  gw_buf_label(b, ep->name);
+  if (isnan(v))
+    gw_buf_printf(b, "} NaN\n");
+  else if (isinf(v))
+    gw_buf_printf(b, "} %sInf\n", v > 0 ? "+" : "-");
+  else
+    gw_buf_printf(b, "} %.17g\n", v);
 }
 
 static void metrics_requests(lupin_gateway *gw, gw_buf *b) {
@@ -62,22 +81,23 @@ static void metrics_endpoints(lupin_gateway *gw, gw_buf *b) {
   static const char *const names[] = {"waiting_queue_size", "running_requests", "kv_cache_usage",
                                       "max_lora"};
   double now = lupin_now();
+  char name[64];
   for (int k = 0; k < 4; k++) {
     gw_buf_printf(b, "# TYPE lupin_endpoint_%s gauge\n", names[k]);
+    snprintf(name, sizeof name, "lupin_endpoint_%s", names[k]);
     for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next) {
       const lupin_metrics *m = &ep->metrics;
       double v[] = {m->waiting_queue_size, m->running_requests, m->kv_cache_usage, m->max_lora};
-      gw_buf_printf(b, "lupin_endpoint_%s{endpoint=\"%s\"} %g\n", names[k], ep->name, v[k]);
+      endpoint_sample(b, name, ep, v[k]);
     }
   }
   gw_buf_printf(b, "# TYPE lupin_endpoint_scrape_age_seconds gauge\n");
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    gw_buf_printf(b, "lupin_endpoint_scrape_age_seconds{endpoint=\"%s\"} %g\n", ep->name,
-                  ep->scraped_at ? now - ep->scraped_at : -1);
+    endpoint_sample(b, "lupin_endpoint_scrape_age_seconds", ep,
+                    ep->scraped_at ? now - ep->scraped_at : -1);
   gw_buf_printf(b, "# TYPE lupin_endpoint_scrape_errors_total counter\n");
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    gw_buf_printf(b, "lupin_endpoint_scrape_errors_total{endpoint=\"%s\"} %llu\n", ep->name,
-                  (unsigned long long)ep->scrape_errors);
+    endpoint_sample(b, "lupin_endpoint_scrape_errors_total", ep, (double)ep->scrape_errors);
 }
 
 static void metrics_reloads(lupin_gateway *gw, gw_buf *b) {
@@ -93,6 +113,22 @@ static void metrics_reloads(lupin_gateway *gw, gw_buf *b) {
                 "lupin_reload_last_duration_seconds %.9f\n",
                 (unsigned long long)r->ok, (unsigned long long)r->error, r->seconds_sum,
                 (unsigned long long)(r->ok + r->error), r->last_seconds);
+}
+
+static void metrics_bounds(lupin_gateway *gw, const lupin_stats *st, gw_buf *b) {
+  gw_buf_printf(
+      b,
+      "# TYPE lupin_requests_in_flight gauge\nlupin_requests_in_flight %zu\n"
+      "# TYPE lupin_buffered_body_bytes gauge\nlupin_buffered_body_bytes %llu\n"
+      "# TYPE lupin_capacity_refusals_total counter\n"
+      "lupin_capacity_refusals_total{cap=\"maxRequestsInFlight\"} %llu\n"
+      "lupin_capacity_refusals_total{cap=\"maxBufferedBodyBytes\"} %llu\n"
+      "# TYPE lupin_lua_memory_limit_bytes gauge\nlupin_lua_memory_limit_bytes %llu\n"
+      "# TYPE lupin_lua_memory_limit_hits_total counter\n"
+      "lupin_lua_memory_limit_hits_total %llu\n",
+      gw->in_flight, (unsigned long long)gw->body_bytes, (unsigned long long)gw->refused_in_flight,
+      (unsigned long long)gw->refused_body_bytes, (unsigned long long)gw->set.max_lua_memory_bytes,
+      (unsigned long long)st->memory_limit_hits);
 }
 
 static void metrics(lupin_gateway *gw, gw_conn *c) {
@@ -120,6 +156,7 @@ static void metrics(lupin_gateway *gw, gw_conn *c) {
                 (unsigned long long)st.lua_memory, (unsigned long long)st.lua_memory_peak,
                 (unsigned long long)st.generation, (unsigned long long)st.generations_alive,
                 gw->n_endpoints);
+  metrics_bounds(gw, &st, &b);
   reply(c, 200, "text/plain; version=0.0.4", &b);
   gw_buf_free(&b);
 }
@@ -142,17 +179,26 @@ static void endpoints(lupin_gateway *gw, gw_conn *c) {
       gw_addr_name(&ep->addrs[(ep->addr_first + i) % ep->n_addrs], name, sizeof name);
       gw_buf_printf(&b, "%s\"%s\"", i ? "," : "", name);
     }
+    gw_buf_printf(&b, "]");
+    gw_buf_printf(&b, ",\"port\":%d,\"fresh\":%s,\"scrape_age_seconds\":", ep->port,
+                  ep->scraped_at && now - ep->scraped_at <= stale ? "true" : "false");
+    gw_buf_number(&b, ep->scraped_at ? now - ep->scraped_at : -1);
     gw_buf_printf(&b,
-                  "],\"port\":%d,\"fresh\":%s,\"scrape_age_seconds\":%g,\"scrapes\":%llu,"
-                  "\"scrape_errors\":%llu,\"idle_connections\":%zu,\"metrics\":{"
-                  "\"waiting_queue_size\":%g,\"running_requests\":%g,\"kv_cache_usage\":%g,"
-                  "\"max_lora\":%g,\"cache_block_size\":%g,\"num_blocks\":%g,"
-                  "\"running_lora_adapters\":",
-                  ep->port, ep->scraped_at && now - ep->scraped_at <= stale ? "true" : "false",
-                  ep->scraped_at ? now - ep->scraped_at : -1, (unsigned long long)ep->scrapes,
-                  (unsigned long long)ep->scrape_errors, ep->n_idle, m->waiting_queue_size,
-                  m->running_requests, m->kv_cache_usage, m->max_lora, m->cache_block_size,
-                  m->num_blocks);
+                  ",\"scrapes\":%llu,\"scrape_errors\":%llu,\"idle_connections\":%zu,"
+                  "\"metrics\":{",
+                  (unsigned long long)ep->scrapes, (unsigned long long)ep->scrape_errors,
+                  ep->n_idle);
+    /* numbers a host or a scrape set: JSON has no NaN or Infinity, null then */
+    static const char *const keys[] = {"waiting_queue_size", "running_requests", "kv_cache_usage",
+                                       "max_lora",           "cache_block_size", "num_blocks"};
+    double v[] = {m->waiting_queue_size, m->running_requests, m->kv_cache_usage,
+                  m->max_lora,           m->cache_block_size, m->num_blocks};
+    for (int k = 0; k < 6; k++) {
+      gw_buf_printf(&b, "\"%s\":", keys[k]);
+      gw_buf_number(&b, v[k]);
+      gw_buf_printf(&b, ",");
+    }
+    gw_buf_printf(&b, "\"running_lora_adapters\":");
     gw_buf_json(&b, ep->running_lora);
     gw_buf_printf(&b, ",\"waiting_lora_adapters\":");
     gw_buf_json(&b, ep->waiting_lora);
@@ -257,11 +303,22 @@ static void text(gw_conn *c, int status, const char *msg) {
   gw_buf_free(&b);
 }
 
+/* Compares in a time that depends on the length of what the client sent,
+ * never on how much of the token it got right (strcmp stops at the first
+ * difference, which lets a client find the token byte by byte). */
+static int same_secret(const char *given, const char *token) {
+  size_t n = strlen(given), t = strlen(token);
+  volatile unsigned char diff = n != t;
+  for (size_t i = 0; i < n; i++)
+    diff |= (unsigned char)given[i] ^ (unsigned char)token[i % t];
+  return diff == 0;
+}
+
 static int authorized(lupin_gateway *gw, gw_http_request *req) {
   const char *token = gw->opts.admin_token;
   if (!token || !*token) return 1;
   const char *auth = gw_headers_get(&req->headers, "authorization");
-  return auth && !strncasecmp(auth, "Bearer ", 7) && !strcmp(auth + 7, token);
+  return auth && !strncasecmp(auth, "Bearer ", 7) && same_secret(auth + 7, token);
 }
 
 void gw_admin_handle(void *ud, gw_conn *c, gw_http_request *req) {

@@ -1,11 +1,13 @@
 /* Growable byte buffers and header lists: the gateway's two containers. */
 #include "gateway.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <utf8proc.h>
 
 static int reserve(gw_buf *b, size_t more) {
   if (b->len + more + 1 <= b->cap) return 0;
@@ -50,21 +52,81 @@ int gw_buf_printf(gw_buf *b, const char *fmt, ...) {
   return 0;
 }
 
+/* The length of the valid UTF-8 sequence at p (utf8proc decides: no
+ * overlong forms, no surrogates, nothing past U+10FFFF), 0 when invalid. */
+static size_t utf8_seq(const unsigned char *p, size_t left) {
+  utf8proc_int32_t cp;
+  utf8proc_ssize_t n = utf8proc_iterate(p, (utf8proc_ssize_t)(left < 4 ? left : 4), &cp);
+  return n > 0 ? (size_t)n : 0;
+}
+
+long long gw_utf8_invalid_at(const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s;
+  for (size_t i = 0; i < len;) {
+    if (p[i] < 0x80) { /* ASCII is most of a body: no call for it */
+      i++;
+      continue;
+    }
+    size_t n = utf8_seq(p + i, len - i);
+    if (!n) return (long long)i;
+    i += n;
+  }
+  return -1;
+}
+
+/* Control characters escaped; bytes that are not UTF-8 become U+FFFD, so the
+ * text stays valid JSON whatever a client sent (a request id, a path). */
 int gw_buf_json(gw_buf *b, const char *s) {
   if (gw_buf_append(b, "\"", 1)) return -1;
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-    int rc;
+  const unsigned char *p = (const unsigned char *)(s ? s : "");
+  size_t left = strlen((const char *)p);
+  while (left) {
+    size_t run = 0;
+    while (run < left && p[run] >= 0x20 && p[run] < 0x80 && p[run] != '"' && p[run] != '\\')
+      run++;
+    int rc = gw_buf_append(b, (const char *)p, run);
+    p += run;
+    left -= run;
+    if (rc) return -1;
+    if (!left) break;
+    size_t n = *p >= 0x80 ? utf8_seq(p, left) : 1;
     if (*p == '"' || *p == '\\')
       rc = gw_buf_printf(b, "\\%c", *p);
     else if (*p == '\n')
       rc = gw_buf_append(b, "\\n", 2);
     else if (*p < 0x20)
       rc = gw_buf_printf(b, "\\u%04x", *p);
+    else if (n)
+      rc = gw_buf_append(b, (const char *)p, n);
     else
-      rc = gw_buf_append(b, (const char *)p, 1);
+      rc = gw_buf_append(b, "\\ufffd", 6);
+    p += n ? n : 1;
+    left -= n ? n : 1;
     if (rc) return -1;
   }
   return gw_buf_append(b, "\"", 1);
+}
+
+int gw_buf_label(gw_buf *b, const char *s) {
+  if (gw_buf_append(b, "\"", 1)) return -1;
+  const unsigned char *p = (const unsigned char *)(s ? s : "");
+  size_t left = strlen((const char *)p);
+  while (left) {
+    size_t n = *p >= 0x80 ? utf8_seq(p, left) : 1;
+    int rc = *p == '\\'   ? gw_buf_append(b, "\\\\", 2)
+             : *p == '"'  ? gw_buf_append(b, "\\\"", 2)
+             : *p == '\n' ? gw_buf_append(b, "\\n", 2)
+             : n          ? gw_buf_append(b, (const char *)p, n)
+                          : gw_buf_append(b, "\xef\xbf\xbd", 3); /* U+FFFD */
+    p += n ? n : 1;
+    left -= n ? n : 1;
+    if (rc) return -1;
+  }
+  return gw_buf_append(b, "\"", 1);
+}
+
+int gw_buf_number(gw_buf *b, double v) {
+  return isfinite(v) ? gw_buf_printf(b, "%.17g", v) : gw_buf_append(b, "null", 4);
 }
 
 void gw_buf_free(gw_buf *b) {

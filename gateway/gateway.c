@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 const double gw_sched_bounds[GW_SCHED_BUCKETS] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
                                                   0.005,   0.01,   0.025,   0.05,   0.1,   0.5};
@@ -259,12 +260,66 @@ static uv_signal_t *watch_signal(lupin_gateway *gw, int signum) {
 
 /* --- open and run -------------------------------------------------------- */
 
+/* "512m", "2g", "1048576": bytes; -1 when it is not a size. */
+static int parse_bytes(const char *s, uint64_t *out) {
+  char *end;
+  double v = strtod(s, &end);
+  double unit = !strcasecmp(end, "k")   ? 1024.0
+                : !strcasecmp(end, "m") ? 1024.0 * 1024
+                : !strcasecmp(end, "g") ? 1024.0 * 1024 * 1024
+                : !*end                 ? 1.0
+                                        : 0;
+  if (end == s || !unit || !(v >= 0) || v * unit > 1e18) return -1;
+  *out = (uint64_t)(v * unit);
+  return 0;
+}
+
+/* The Lua memory limit: --max-lua-memory, else the config's. */
+static int apply_memory_limit(lupin_gateway *gw, char *err, size_t errlen) {
+  const char *cli = gw->opts.max_lua_memory;
+  if (cli && parse_bytes(cli, &gw->set.max_lua_memory_bytes)) {
+    lupin__errf(err, errlen, "--max-lua-memory %s: give bytes, or a size like 512m or 2g", cli);
+    return -1;
+  }
+  return gw_lua_memory_limit(gw->rt, gw->set.max_lua_memory_bytes, err, errlen);
+}
+
 static int open_runtime(lupin_gateway *gw, char *err, size_t errlen) {
   lupin_options o = {.log = runtime_log, .log_ud = gw, .log_level = gw->opts.log_level};
   gw->rt = lupin_runtime_new(&o, err, errlen);
   if (!gw->rt) return -1;
   if (lupin_runtime_load(gw->rt, gw->opts.config, err, errlen)) return -1;
-  return gw_lua_settings(gw->rt, &gw->set, err, errlen);
+  if (gw_lua_settings(gw->rt, &gw->set, err, errlen)) return -1;
+  return apply_memory_limit(gw, err, errlen);
+}
+
+/* 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104. */
+static int loopback(const struct sockaddr_storage *ss) {
+  if (ss->ss_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+  const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+/* The admin API reloads plugins and shows every request: off loopback it
+ * needs a token, or the operator's explicit --admin-insecure. */
+static int check_admin_address(lupin_gateway *gw, char *err, size_t errlen) {
+  struct sockaddr_storage ss;
+  if (gw_parse_hostport(gw->opts.admin, &ss, err, errlen)) return -1;
+  if (loopback(&ss) || (gw->opts.admin_token && *gw->opts.admin_token)) return 0;
+  if (gw->opts.admin_insecure) {
+    gw_log(gw, LUPIN_LOG_WARN,
+           "admin listener on %s with no token (--admin-insecure): anyone "
+           "who reaches it can reload plugins and read every request in flight",
+           gw->opts.admin);
+    return 0;
+  }
+  lupin__errf(err, errlen,
+              "refusing to serve the admin API on %s, which is not a loopback address, without "
+              "--admin-token TOKEN: give a token, bind it to 127.0.0.1, or pass "
+              "--admin-insecure to serve it open anyway",
+              gw->opts.admin);
+  return -1;
 }
 
 int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
@@ -275,7 +330,7 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
     lupin__errf(err, errlen, "cannot create the event loop");
     return -1;
   }
-  if (open_runtime(gw, err, errlen)) return -1;
+  if (check_admin_address(gw, err, errlen) || open_runtime(gw, err, errlen)) return -1;
   if (endpoints_load(gw, err, errlen)) return -1;
   if (gw->opts.endpoints_file && watch_file(gw, err, errlen)) return -1;
   if (!gw->opts.no_watch) gw_watch_sync(gw);

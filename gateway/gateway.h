@@ -30,8 +30,16 @@ typedef struct gw_buf {
 
 int gw_buf_append(gw_buf *b, const char *data, size_t len);
 int gw_buf_printf(gw_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Appends s as a JSON string, quotes included. */
+/* Appends s as a JSON string, quotes included; always valid JSON (bytes
+ * that are not UTF-8 become U+FFFD). */
 int gw_buf_json(gw_buf *b, const char *s);
+/* Appends s as a Prometheus label value, quotes included: backslash, quote
+ * and newline escaped, bytes that are not UTF-8 as U+FFFD. */
+int gw_buf_label(gw_buf *b, const char *s);
+/* Appends a JSON number; null when v is NaN or infinite (JSON has neither). */
+int gw_buf_number(gw_buf *b, double v);
+/* The offset of the first byte of s that is not valid UTF-8, -1 if none. */
+long long gw_utf8_invalid_at(const char *s, size_t len);
 void gw_buf_free(gw_buf *b);
 
 /* Owned name/value copies; names as received. */
@@ -66,11 +74,15 @@ typedef struct gw_settings {
   uint64_t header_timeout_ms, connect_timeout_ms, first_byte_timeout_ms, idle_timeout_ms;
   uint64_t refresh_interval_ms, scrape_timeout_ms, metrics_staleness_ms;
   uint64_t pool_size, drain_timeout_ms, resolve_interval_ms;
+  uint64_t max_lua_memory_bytes, max_requests_in_flight, max_buffered_body_bytes;
 } gw_settings;
 
 /* --- the Lua side's JSON work (gwlua.c) ---------------------------------- */
 
 int gw_lua_settings(lupin_runtime *rt, gw_settings *out, char *err, size_t errlen);
+/* Sets the Lua memory limit (0: none): an allocation over it fails the
+ * plugin call that makes it. */
+int gw_lua_memory_limit(lupin_runtime *rt, uint64_t bytes, char *err, size_t errlen);
 /* The endpoints of the config (file NULL) or of an endpoints file; fn is
  * called for each.  Returns -1 with err on a bad file. */
 typedef void (*gw_endpoint_fn)(void *ud, const lupin_endpoint_desc *d);
@@ -240,8 +252,10 @@ typedef struct gw_options {
   const char *admin_token;
   const char *endpoints_file;
   int log_level;
-  int no_watch; /* --no-watch: no reload on config or plugin file changes */
-  const char *resolve[16]; /* --resolve NAME=ADDR[,ADDR...] */
+  int no_watch;               /* --no-watch: no reload on config or plugin file changes */
+  const char *max_lua_memory; /* --max-lua-memory: overrides maxLuaMemoryBytes */
+  int admin_insecure;         /* --admin-insecure: a non-loopback admin without a token */
+  const char *resolve[16];    /* --resolve NAME=ADDR[,ADDR...] */
   int n_resolve;
 } gw_options;
 
@@ -285,6 +299,11 @@ struct lupin_gateway {
   size_t n_upstreams; /* live upstream exchanges (scrapes included) */
   gw_stats stats;
   int exit_code;
+  /* memory bounds (server.c): requests handed to the proxy and not yet
+   * answered, request body bytes held, requests refused by each cap */
+  size_t in_flight;
+  uint64_t body_bytes;
+  uint64_t refused_in_flight, refused_body_bytes;
 };
 
 int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen);
@@ -322,6 +341,8 @@ int gw_reload(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint
 void gw_watch_sync(lupin_gateway *gw);
 void gw_watch_stop(lupin_gateway *gw);
 int gw_server_address(gw_server *s, char *out, size_t len);
+/* host:port (or [v6]:port) to an address; -1 with err when it is not one. */
+int gw_parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, size_t errlen);
 /* Endpoints with metrics fresher than metricsStalenessMs. */
 size_t gw_fresh_endpoints(lupin_gateway *gw);
 

@@ -33,9 +33,19 @@ int gw_lua_settings(lupin_runtime *rt, gw_settings *out, char *err, size_t errle
       .pool_size = num_field(L, t, "poolSize"),
       .drain_timeout_ms = num_field(L, t, "drainTimeoutMs"),
       .resolve_interval_ms = num_field(L, t, "resolveIntervalMs"),
+      .max_lua_memory_bytes = num_field(L, t, "maxLuaMemoryBytes"),
+      .max_requests_in_flight = num_field(L, t, "maxRequestsInFlight"),
+      .max_buffered_body_bytes = num_field(L, t, "maxBufferedBodyBytes"),
   };
   lua_settop(L, t - 1);
   return 0;
+}
+
+int gw_lua_memory_limit(lupin_runtime *rt, uint64_t bytes, char *err, size_t errlen) {
+  lupin__push_hook(rt, LUPIN_HOOK_GATEWAY);
+  lua_pushstring(rt->L, "memory_limit");
+  lua_pushnumber(rt->L, (lua_Number)bytes);
+  return lupin__call(rt, 2, 0, err, errlen);
 }
 
 static void each_endpoint(lua_State *L, int list, gw_endpoint_fn fn, void *ud) {
@@ -81,6 +91,17 @@ int gw_lua_endpoints(lupin_runtime *rt, const char *file, gw_endpoint_fn fn, voi
 
 int gw_lua_validate(lupin_runtime *rt, const char *path, const char *body, size_t len, char **model,
                     int *stream, char *msg, size_t msglen, char *param, size_t paramlen) {
+  /* RFC 8259 §8.1: JSON text is UTF-8.  lua-cjson passes any byte through
+   * strings, so the check is here, before the text reaches Lua. */
+  long long bad = gw_utf8_invalid_at(body, len);
+  if (bad >= 0) {
+    lupin__errf(msg, msglen,
+                "the request body is not valid UTF-8 at byte %lld (0x%02x): JSON text must be "
+                "UTF-8 (RFC 8259)",
+                bad + 1, (unsigned char)body[bad]);
+    lupin__errf(param, paramlen, "%s", "");
+    return -1;
+  }
   lua_State *L = rt->L;
   int base = lua_gettop(L);
   lupin__push_hook(rt, LUPIN_HOOK_GATEWAY);

@@ -12,7 +12,8 @@ static const char usage[] =
     "usage:\n"
     "  lupin serve --config FILE [--listen 127.0.0.1:8080] [--admin 127.0.0.1:9090]\n"
     "              [--admin-token TOKEN] [--endpoints FILE] [--log-level error|warn|info|debug]\n"
-    "              [--no-watch] [--resolve NAME=ADDR[,ADDR...]]...\n"
+    "              [--no-watch] [--max-lua-memory BYTES[k|m|g]] [--admin-insecure]\n"
+    "              [--resolve NAME=ADDR[,ADDR...]]...\n"
     "  lupin check --config FILE [--endpoints FILE]\n"
     "  lupin version\n"
     "\n"
@@ -24,7 +25,11 @@ static const char usage[] =
     "(debounced; --no-watch turns it off).  SIGHUP and POST /admin/reload reload.\n"
     "An endpoint's host name stands for all its addresses, tried in order;\n"
     "--resolve pins a name's addresses instead of asking DNS (as curl's does).\n"
-    "Port 0 picks a free port; the first line on stdout says which.\n";
+
+    "Port 0 picks a free port; the first line on stdout says which.\n"
+    "--max-lua-memory caps the Lua state (0: no cap; overrides gateway.maxLuaMemoryBytes).\n"
+    "An admin address off loopback needs --admin-token, or --admin-insecure to serve it\n"
+    "open anyway.\n";
 
 static int level_of(const char *s) {
   static const char *const names[] = {"error", "warn", "info", "debug"};
@@ -55,14 +60,19 @@ static int parse_args(int argc, char **argv, gw_options *o) {
       .listen = "127.0.0.1:8080", .admin = "127.0.0.1:9090", .log_level = LUPIN_LOG_INFO};
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    const char **dst = !strcmp(a, "--config")        ? &o->config
-                       : !strcmp(a, "--listen")      ? &o->listen
-                       : !strcmp(a, "--admin")       ? &o->admin
-                       : !strcmp(a, "--admin-token") ? &o->admin_token
-                       : !strcmp(a, "--endpoints")   ? &o->endpoints_file
-                                                     : NULL;
+    const char **dst = !strcmp(a, "--config")           ? &o->config
+                       : !strcmp(a, "--listen")         ? &o->listen
+                       : !strcmp(a, "--admin")          ? &o->admin
+                       : !strcmp(a, "--admin-token")    ? &o->admin_token
+                       : !strcmp(a, "--endpoints")      ? &o->endpoints_file
+                       : !strcmp(a, "--max-lua-memory") ? &o->max_lua_memory
+                                                        : NULL;
     if (!strcmp(a, "--no-watch")) {
       o->no_watch = 1;
+      continue;
+    }
+    if (!strcmp(a, "--admin-insecure")) {
+      o->admin_insecure = 1;
       continue;
     }
     if (!strcmp(a, "--resolve") && v && strchr(v, '=') && o->n_resolve < 16) {

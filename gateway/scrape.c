@@ -4,6 +4,7 @@
  * so plugins and /readyz see the endpoint go stale. */
 #include "gateway.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@ typedef struct {
   char **running, **waiting;
   double lora_ts; /* the lora_requests_info series with the latest value wins */
   int known;
+  int bad; /* series of a known metric refused: not finite, out of range */
 } reading;
 
 static const char *label(const lupin_header *l, size_t n, const char *name) {
@@ -25,38 +27,59 @@ static void set_string(char **dst, const char *v) {
   *dst = strdup(v ? v : "");
 }
 
+/* A value plugins may read: finite, within [lo, hi].  A series outside is
+ * a scrape error for that series and the old value stays (NaN would make
+ * every comparison a scorer makes false; JSON has no NaN). */
+static int in_range(reading *r, double v, double lo, double hi) {
+  if (isfinite(v) && v >= lo && v <= hi) return 1;
+  r->bad++;
+  return 0;
+}
+
 static void on_sample(void *ud, const char *name, const lupin_header *l, size_t n, double v) {
   reading *r = ud;
   if (strncmp(name, "vllm:", 5)) return;
   name += 5;
   if (!strcmp(name, "num_requests_waiting")) {
+    if (!in_range(r, v, 0, HUGE_VAL)) return;
     r->m->waiting_queue_size = v;
   } else if (!strcmp(name, "num_requests_running")) {
+    if (!in_range(r, v, 0, HUGE_VAL)) return;
     r->m->running_requests = v;
   } else if (!strcmp(name, "kv_cache_usage_perc") || !strcmp(name, "gpu_cache_usage_perc")) {
+    if (!in_range(r, v, 0, 1)) return;
     r->m->kv_cache_usage = v;
   } else if (!strcmp(name, "lora_requests_info")) {
+    if (!in_range(r, v, -HUGE_VAL, HUGE_VAL)) return;
     if (r->lora_ts && v < r->lora_ts) return;
     r->lora_ts = v;
     const char *max = label(l, n, "max_lora");
-    r->m->max_lora = max ? atof(max) : 0;
+    double m = max ? atof(max) : 0;
+    r->m->max_lora = in_range(r, m, 0, HUGE_VAL) ? m : 0;
     set_string(r->running, label(l, n, "running_lora_adapters"));
     set_string(r->waiting, label(l, n, "waiting_lora_adapters"));
   } else if (!strcmp(name, "cache_config_info")) {
     const char *bs = label(l, n, "block_size"), *nb = label(l, n, "num_gpu_blocks");
-    if (bs) r->m->cache_block_size = atof(bs);
-    if (nb) r->m->num_blocks = atof(nb);
+    if (bs && in_range(r, atof(bs), 0, HUGE_VAL)) r->m->cache_block_size = atof(bs);
+    if (nb && in_range(r, atof(nb), 0, HUGE_VAL)) r->m->num_blocks = atof(nb);
   } else {
     return;
   }
   r->known = 1;
 }
 
+static int read_metrics(const char *text, size_t len, lupin_metrics *m, char **running,
+                        char **waiting, int *bad) {
+  reading r = {m, running, waiting, 0, 0, 0};
+  gw_prometheus_parse(text, len, on_sample, &r);
+  *bad = r.bad;
+  return r.known ? 0 : -1;
+}
+
 int gw_metrics_from_text(const char *text, size_t len, lupin_metrics *m, char **running,
                          char **waiting) {
-  reading r = {m, running, waiting, 0, 0};
-  gw_prometheus_parse(text, len, on_sample, &r);
-  return r.known ? 0 : -1;
+  int bad;
+  return read_metrics(text, len, m, running, waiting, &bad);
 }
 
 /* --- the scrape loop ----------------------------------------------------- */
@@ -76,7 +99,16 @@ static void on_body(void *ud, const char *data, size_t len) {
 static void apply(gw_endpoint *ep) {
   lupin_metrics m = ep->metrics;
   char *running = NULL, *waiting = NULL;
-  if (gw_metrics_from_text(ep->scrape_body.data, ep->scrape_body.len, &m, &running, &waiting)) {
+  int bad = 0;
+  int rc = read_metrics(ep->scrape_body.data, ep->scrape_body.len, &m, &running, &waiting, &bad);
+  if (bad) {
+    ep->scrape_errors += (uint64_t)bad;
+    gw_log(ep->gw, LUPIN_LOG_DEBUG,
+           "scrape %s: %d series not finite or out of range (queue < 0, KV usage outside 0-1): "
+           "their old values stay",
+           ep->name, bad);
+  }
+  if (rc) {
     ep->scrape_errors++;
     gw_log(ep->gw, LUPIN_LOG_DEBUG, "scrape %s: no vLLM metric in the answer", ep->name);
   } else {

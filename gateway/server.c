@@ -49,6 +49,11 @@ struct gw_conn {
   void *owner;
   gw_abort_fn drain_fn;
   void *drain_owner;
+  /* memory bounds: this connection's share of the gateway's totals */
+  int in_flight;      /* its request counts in gw->in_flight */
+  size_t body_bytes;  /* its request body bytes counted in gw->body_bytes */
+  int paused;         /* reading stopped: enough pipelined bytes are waiting */
+  char fail_buf[256]; /* a refusal's message naming a setting */
   gw_conn *prev, *next;
 };
 
@@ -87,9 +92,54 @@ const char *gw_status_text(int status) {
   }
 }
 
+/* --- memory bounds -------------------------------------------------------- */
+
+/* The caps apply to the public listener only: the admin API stays reachable
+ * when the gateway is full. */
+static int capped(const gw_conn *c) { return c->srv == c->srv->gw->server; }
+
+static void count_in_flight(gw_conn *c, int on) {
+  if (c->in_flight == on) return;
+  c->in_flight = on;
+  if (on)
+    c->srv->gw->in_flight++;
+  else
+    c->srv->gw->in_flight--;
+}
+
+static void uncount_body(gw_conn *c) {
+  c->srv->gw->body_bytes -= c->body_bytes;
+  c->body_bytes = 0;
+}
+
+/* A request over a cap: 503, naming the cap and its setting. */
+static const char *over_cap(gw_conn *c, size_t more) {
+  lupin_gateway *gw = c->srv->gw;
+  if (!capped(c)) return NULL;
+  if (gw->in_flight >= gw->set.max_requests_in_flight) {
+    gw->refused_in_flight++;
+    snprintf(c->fail_buf, sizeof c->fail_buf,
+             "the gateway is at its cap of %zu requests in flight (gateway.maxRequestsInFlight "
+             "= %llu): retry later",
+             gw->in_flight, (unsigned long long)gw->set.max_requests_in_flight);
+    return c->fail_buf;
+  }
+  if (more && gw->body_bytes + more > gw->set.max_buffered_body_bytes) {
+    gw->refused_body_bytes++;
+    snprintf(c->fail_buf, sizeof c->fail_buf,
+             "the gateway holds %llu bytes of request bodies and this one would pass its cap "
+             "(gateway.maxBufferedBodyBytes = %llu): retry later",
+             (unsigned long long)gw->body_bytes,
+             (unsigned long long)gw->set.max_buffered_body_bytes);
+    return c->fail_buf;
+  }
+  return NULL;
+}
+
 /* --- closing ------------------------------------------------------------- */
 
 static void reset_request(gw_conn *c) {
+  uncount_body(c);
   gw_headers_free(&c->req.headers);
   gw_buf_free(&c->req.body);
   c->url.len = 0;
@@ -109,6 +159,7 @@ static void on_close(uv_handle_t *h) {
     s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   s->n_conns--;
+  count_in_flight(c, 0);
   reset_request(c);
   gw_buf_free(&c->url);
   gw_buf_free(&c->pending);
@@ -239,9 +290,12 @@ void gw_conn_write(gw_conn *c, const char *data, size_t len) {
 }
 
 static void feed(gw_conn *c, const char *data, size_t len);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 static void response_done(gw_conn *c) {
   c->busy = 0;
+  count_in_flight(c, 0);
   c->drain_fn = NULL;
   c->abort_fn = NULL;
   c->owner = NULL;
@@ -257,6 +311,11 @@ static void response_done(gw_conn *c) {
     c->pending = (gw_buf){0};
     feed(c, p.data, p.len);
     gw_buf_free(&p);
+  }
+  if (c->paused && !c->closing && !c->closed &&
+      c->pending.len <= c->srv->gw->set.max_header_bytes) {
+    c->paused = 0;
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
   }
 }
 
@@ -274,6 +333,7 @@ void gw_conn_abort(gw_conn *c) {
   c->drain_fn = NULL;
   c->keep_alive = 0;
   c->busy = 0;
+  count_in_flight(c, 0);
   c->abort_fn = NULL;
   close_after_writes(c);
 }
@@ -371,6 +431,13 @@ static int on_headers_complete(http_parser *p) {
   uv_timer_start(&c->timer, on_timer, c->srv->gw->set.header_timeout_ms, 0);
   if (p->content_length != ULLONG_MAX && p->content_length > c->srv->gw->set.max_body_bytes)
     return refuse(c, 413, too_large);
+  int sized = p->content_length != ULLONG_MAX;
+  const char *full = over_cap(c, sized ? p->content_length : 0);
+  if (full) return refuse(c, 503, full);
+  if (sized && capped(c)) { /* held from now: a body that fits is never cut short */
+    c->body_bytes = p->content_length;
+    c->srv->gw->body_bytes += p->content_length;
+  }
   const char *expect = gw_headers_get(&c->req.headers, "expect");
   if (expect && !strcasecmp(expect, "100-continue")) {
     uv_buf_t b = uv_buf_init("HTTP/1.1 100 Continue\r\n\r\n", 25);
@@ -382,8 +449,18 @@ static int on_headers_complete(http_parser *p) {
 static int on_body(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
   if (c->req.body.len + len > c->srv->gw->set.max_body_bytes) return refuse(c, 413, too_large);
-  uv_timer_again(&c->timer);
-  return gw_buf_append(&c->req.body, at, len);
+  lupin_gateway *gw = c->srv->gw;
+  size_t more = c->req.body.len + len > c->body_bytes ? c->req.body.len + len - c->body_bytes : 0;
+  if (capped(c) && more && gw->body_bytes + more > gw->set.max_buffered_body_bytes)
+    return refuse(c, 503, over_cap(c, more)); /* a chunked body grew past the cap */
+  /* headerTimeoutMs runs between body pieces: a big body may take longer */
+  uv_timer_start(&c->timer, on_timer, gw->set.header_timeout_ms, 0);
+  if (gw_buf_append(&c->req.body, at, len)) return -1;
+  if (capped(c)) {
+    c->body_bytes += more;
+    gw->body_bytes += more;
+  }
+  return 0;
 }
 
 static int on_message_complete(http_parser *p) {
@@ -421,7 +498,8 @@ static void refuse_connection(gw_conn *c, enum http_errno e) {
   }
   c->keep_alive = 0;
   c->busy = 1;
-  gw_conn_error(c, status, text, NULL, NULL, 0);
+  lupin_header retry = {"retry-after", "1"};
+  gw_conn_error(c, status, text, NULL, &retry, status == 503);
 }
 
 static void feed(gw_conn *c, const char *data, size_t len) {
@@ -431,6 +509,13 @@ static void feed(gw_conn *c, const char *data, size_t len) {
     if (n < len) gw_buf_append(&c->pending, data + n, len - n);
     c->ready = 0;
     c->busy = 1;
+    const char *full = over_cap(c, 0); /* others may have begun since its headers */
+    if (full) {
+      lupin_header retry = {"retry-after", "1"};
+      gw_conn_error(c, 503, full, NULL, &retry, 1);
+      return;
+    }
+    if (capped(c)) count_in_flight(c, 1);
     c->srv->handler(c->srv->ud, c, &c->req);
     return;
   }
@@ -445,6 +530,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 
 /* The client went away (or its connection failed). */
 static void conn_gone(gw_conn *c) {
+  count_in_flight(c, 0);
   if (c->busy && c->abort_fn) {
     gw_abort_fn fn = c->abort_fn;
     c->abort_fn = NULL;
@@ -460,10 +546,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     conn_gone(c);
   } else if (nread > 0 && !c->closing) {
     if (c->busy || c->ready) {
-      gw_buf_append(&c->pending, buf->base, (size_t)nread);
-      const gw_settings *set = &c->srv->gw->set;
-      if (c->pending.len > set->max_body_bytes + set->max_header_bytes) /* a flood */
+      /* pipelined bytes wait while a response is in progress; past
+       * maxHeaderBytes of them, stop reading (TCP holds the rest back) */
+      if (gw_buf_append(&c->pending, buf->base, (size_t)nread)) {
         conn_gone(c);
+      } else if (c->pending.len > c->srv->gw->set.max_header_bytes && !c->paused) {
+        c->paused = 1;
+        uv_read_stop(s);
+      }
     } else {
       feed(c, buf->base, (size_t)nread);
     }
@@ -498,7 +588,7 @@ static void on_connection(uv_stream_t *ls, int status) {
 
 /* --- the listener -------------------------------------------------------- */
 
-static int parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, size_t errlen) {
+int gw_parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, size_t errlen) {
   char host[256];
   const char *colon = strrchr(hp, ':');
   if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host) {
@@ -527,7 +617,7 @@ static int parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err
 gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, gw_handler h, void *ud,
                             char *err, size_t errlen) {
   struct sockaddr_storage ss;
-  if (parse_hostport(hostport, &ss, err, errlen)) return NULL;
+  if (gw_parse_hostport(hostport, &ss, err, errlen)) return NULL;
   gw_server *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   *s = (gw_server){.gw = gw, .handler = h, .ud = ud};

@@ -29,6 +29,11 @@ M.GATEWAY = {
   poolSize = { default = 64, min = 0 },
   drainTimeoutMs = { default = 30000, min = 1 },
   resolveIntervalMs = { default = 30000, min = 1 },
+  -- memory bounds: the Lua state (0: none), requests handed to the proxy
+  -- and not yet answered, request body bytes held across all connections
+  maxLuaMemoryBytes = { default = 1024 * 1024 * 1024, min = 0 },
+  maxRequestsInFlight = { default = 1024, min = 1 },
+  maxBufferedBodyBytes = { default = 256 * 1024 * 1024, min = 1 },
 }
 
 --- Plugin call budgets (docs/plugins.md): the config's "budgets" section.
@@ -88,6 +93,50 @@ local function need(E, path, want, what)
     return E:at(path, "%s must be %s %s, got %s", what, (want == "array" or want == "object") and "an" or "a",
       want, k or "nothing")
   end
+end
+
+-- The first number of a decoded JSON value that is not finite (NaN,
+-- Infinity, or a literal out of range such as 1e309), with its path.
+local function non_finite(v, path)
+  if type(v) == "number" then
+    if v ~= v or v - v ~= 0 then
+      return path, v
+    end
+  elseif type(v) == "table" then
+    for k, x in pairs(v) do
+      local p, bad = non_finite(x, type(k) == "number" and ("%s[%d]"):format(path, k - 1)
+        or join(path, k))
+      if p then
+        return p, bad
+      end
+    end
+  end
+end
+
+-- RFC 8259 JSON, finite numbers only: lua-cjson's default decoder takes NaN,
+-- Infinity and hex numbers, and reads 1e309 as infinity.  The permissive
+-- decode finds where a non-finite number sits (a path, hence a line); the
+-- strict one refuses the rest (hex).  Returns the root and the error index.
+local strict = cjson.new()
+strict.decode_invalid_numbers(false)
+
+local function decode(text, source)
+  local root, jerr = cjson.decode(text)
+  if root ~= nil then
+    local E = M.errors(source, jsonpos.index(text))
+    local path, v = non_finite(root, "")
+    if path then
+      return nil, E:at(path, "numbers must be finite, got %s", v ~= v and "NaN"
+        or v > 0 and "Infinity (or a number too large for a double)" or "-Infinity")
+    end
+    root, jerr = strict.decode(text)
+    if root ~= nil then
+      return root, E
+    end
+  end
+  local offset = tonumber(tostring(jerr):match("character (%d+)")) or 1
+  return nil, ("%s:%d: invalid JSON: %s"):format(source, jsonpos.line_of_offset(text, offset),
+    tostring(jerr))
 end
 
 local function read(path)
@@ -339,13 +388,11 @@ function M.endpoints_file(path)
   if not text then
     return nil, err
   end
-  local root, jerr = cjson.decode(text)
+  local root, E = decode(text, path)
   if root == nil then
-    local offset = tonumber(tostring(jerr):match("character (%d+)")) or 1
-    return nil, ("%s:%d: invalid JSON: %s"):format(path, jsonpos.line_of_offset(text, offset),
-      tostring(jerr))
+    return nil, E
   end
-  return M.parse_endpoints(M.errors(path, jsonpos.index(text)), root, "")
+  return M.parse_endpoints(E, root, "")
 end
 
 --- Parses and checks a config.  text nil: read the file named by source.
@@ -358,13 +405,10 @@ function M.parse(text, source)
       return nil, err
     end
   end
-  local root, jerr = cjson.decode(text)
+  local root, E = decode(text, source)
   if root == nil then
-    local offset = tonumber(tostring(jerr):match("character (%d+)")) or 1
-    return nil, ("%s:%d: invalid JSON: %s"):format(source, jsonpos.line_of_offset(text, offset),
-      tostring(jerr))
+    return nil, E
   end
-  local E = M.errors(source, jsonpos.index(text))
   if E.index.kinds[""] ~= "object" then
     return nil, E:at("", "the config must be a JSON object with \"plugins\" and"
       .. " \"schedulingProfiles\"")

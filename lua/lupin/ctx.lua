@@ -101,19 +101,72 @@ function METHODS.log(c, level, fmt, ...)
     ...)
 end
 
---- Sets a header on the upstream request (from pre_request and before).
----@param name string
----@param value string
+-- Headers a plugin may not set: the hop-by-hop and framing ones each side of
+-- the proxy writes for itself (a second content-length or transfer-encoding
+-- would let one request be read as two), and the ones the gateway sets.
+local RESERVED = { connection = true, ["keep-alive"] = true, ["proxy-connection"] = true,
+  te = true, ["transfer-encoding"] = true, upgrade = true, trailer = true,
+  ["content-length"] = true, host = true, expect = true, ["x-request-id"] = true,
+  ["x-gateway-destination-endpoint"] = true }
+M.RESERVED_HEADERS = RESERVED
+
+-- A string for a log line: quoted, control characters as \ddd, at most 60
+-- bytes of it (%q would keep a newline).
+local function shown(s)
+  local cut = #s > 60 and s:sub(1, 60) .. "..." or s
+  return '"' .. cut:gsub('[%c"\\]', function(ch)
+    return ("\\%d"):format(ch:byte())
+  end) .. '"'
+end
+
+--- Checks a header a plugin sets (RFC 9110 §5): the name a token, the value
+--- free of control characters but tab (CR or LF would end the header and
+--- start another, or a second request).  Returns the lower-case name and the
+--- value, or nil and why not.
+---@return string? name, string value_or_error
+function M.check_header(name, value)
+  if type(name) ~= "string" or name == "" or name:find("[^%w!#$%%&'*+%-.^_`|~]") then
+    return nil, ("invalid header name %s: a name is letters, digits and !#$%%&'*+-.^_`|~"):format(
+      type(name) == "string" and shown(name) or tostring(name))
+  end
+  local lower = name:lower()
+  if RESERVED[lower] then
+    return nil, ("header %s is the gateway's to set (hop-by-hop, framing or its own)"):format(
+      lower)
+  end
+  if type(value) == "number" then
+    value = tostring(value)
+  elseif type(value) ~= "string" then
+    return nil, ("header %s: the value must be a string, got %s"):format(lower, type(value))
+  end
+  if value:find("[%z\1-\8\10-\31\127]") then
+    return nil, ("header %s: the value %s holds a control character (CR, LF, NUL...)"):format(
+      lower, shown(value))
+  end
+  return lower, value
+end
+
+local function set(h, name, value)
+  local n, v = M.check_header(name, value)
+  if not n then
+    error(v, 3) -- a plugin error for the call that set it, at the plugin's line
+  end
+  h[n] = v
+end
+
+--- Sets a header on the upstream request (from pre_request and before).  A
+--- bad name or value (see check_header) is an error of the calling plugin.
+---@param name string a token, not a hop-by-hop or framing header
+---@param value string|number no control characters but tab
 function METHODS.set_header(c, name, value)
-  c.upstream_headers[tostring(name):lower()] = tostring(value)
+  set(c.upstream_headers, name, value)
 end
 
 --- Sets a header on the response to the client (e.g. a session cookie).
----@param name string
----@param value string
+---@param name string a token, not a hop-by-hop or framing header
+---@param value string|number no control characters but tab
 function METHODS.set_response_header(c, name, value)
-  local h = c.response_headers
-  h[tostring(name):lower()] = tostring(value)
+  set(c.response_headers, name, value)
 end
 
 --- The request as plugins read it; body and prompt are decoded on first use.

@@ -32,6 +32,12 @@ function M.init(opts)
   id_prefix = ("%08x"):format(math.random(0, 0x7fffffff))
 end
 
+--- Sets the memory limit after start (a host reading it from the config).
+function M.set_memory_limit(bytes)
+  limit = bytes
+  alloc.limit = bytes
+end
+
 local function plugin_error(r, rec, point, err)
   local st = rec.stats[point]
   st.errors = st.errors + 1

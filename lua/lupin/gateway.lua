@@ -6,6 +6,12 @@ local config = require "lupin.config"
 
 local byte = string.byte
 
+-- Request bodies are read as RFC 8259 says: no NaN, Infinity or hex numbers
+-- (lua-cjson takes them by default).  UTF-8 is checked before, in C
+-- (gateway/gwlua.c).
+local strict = cjson.new()
+strict.decode_invalid_numbers(false)
+
 local M = {}
 
 local function bad(message, param)
@@ -78,9 +84,9 @@ end
 --- Checks an OpenAI request body.  Returns the model and the stream flag, or
 --- nil, a message a person can act on, and the offending parameter.
 function M.validate(path, text)
-  local body, err = cjson.decode(text)
+  local body, err = strict.decode(text)
   if body == nil then
-    return bad(("the request body is not valid JSON: %s"):format(tostring(err)))
+    return bad(("the request body is not valid JSON (RFC 8259): %s"):format(tostring(err)))
   end
   if type(body) ~= "table" or is_array_text(text) then
     return bad("the request body must be a JSON object")
@@ -100,6 +106,9 @@ function M.validate(path, text)
     local v = body[k]
     if v ~= nil and v ~= cjson.null and type(v) ~= "number" then
       return bad(('"%s" must be a number, got %s'):format(k, cjson.encode(v)), k)
+    end
+    if type(v) == "number" and v - v ~= 0 then -- 1e400 is valid JSON, read as infinity
+      return bad(('"%s" must be a finite number, got %s'):format(k, tostring(v)), k)
     end
   end
   local ok, msg, param
@@ -134,6 +143,11 @@ function M.models(bodies)
     return '{"object":"list","data":[]}'
   end
   return cjson.encode({ object = "list", data = data })
+end
+
+--- Sets the Lua memory limit (maxLuaMemoryBytes, --max-lua-memory).
+function M.memory_limit(bytes)
+  require("lupin.engine").set_memory_limit(bytes) -- not at the top: engine needs this module
 end
 
 --- The gateway's settings and static endpoints from a generation.
