@@ -1,7 +1,7 @@
 /* The admin listener (loopback by default, optional bearer token):
  *   GET  /metrics          Prometheus text
  *   GET  /healthz          the process answers
- *   GET  /readyz           200 when an endpoint has fresh metrics
+ *   GET  /readyz           200 when an endpoint is healthy with fresh metrics
  *   GET  /admin/endpoints  the pool with its metrics, JSON
  *   GET  /admin/requests   requests in flight with age and generation, JSON
  *   GET  /admin/generations  live generations: number, load time, digest, pinned
@@ -76,6 +76,39 @@ static void metrics_endpoints(lupin_gateway *gw, gw_buf *b) {
                   (unsigned long long)ep->scrape_errors);
 }
 
+/* Health and retries, per endpoint (health.c, proxy.c). */
+static void metrics_health(lupin_gateway *gw, gw_buf *b) {
+  gw_buf_printf(b, "# TYPE lupin_endpoint_healthy gauge\n");
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    gw_buf_printf(b, "lupin_endpoint_healthy{endpoint=\"%s\"} %d\n", ep->name,
+                  ep->health.state == GW_HEALTHY);
+  gw_buf_printf(b, "# TYPE lupin_endpoint_ejections_total counter\n");
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    gw_buf_printf(b, "lupin_endpoint_ejections_total{endpoint=\"%s\"} %llu\n", ep->name,
+                  (unsigned long long)ep->health.ejections);
+  gw_buf_printf(b, "# TYPE lupin_endpoint_restorations_total counter\n");
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    gw_buf_printf(b, "lupin_endpoint_restorations_total{endpoint=\"%s\"} %llu\n", ep->name,
+                  (unsigned long long)ep->health.restorations);
+  static const char *const families[] = {"lupin_upstream_failures_total",
+                                         "lupin_upstream_retries_total"};
+  for (int f = 0; f < 2; f++) {
+    gw_buf_printf(b, "# TYPE %s counter\n", families[f]);
+    for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+      for (int e = 0; e < GW_UP_ERRORS; e++) {
+        uint64_t v = f ? ep->health.retries[e] : ep->health.failures[e];
+        if (v)
+          gw_buf_printf(b, "%s{endpoint=\"%s\",reason=\"%s\"} %llu\n", families[f], ep->name,
+                        gw_failure_name(e), (unsigned long long)v);
+      }
+  }
+  gw_buf_printf(b,
+                "# TYPE lupin_upstream_retries_denied_total counter\n"
+                "lupin_upstream_retries_denied_total %llu\n"
+                "# TYPE lupin_endpoints_healthy gauge\nlupin_endpoints_healthy %zu\n",
+                (unsigned long long)gw->retries_denied, gw_healthy_endpoints(gw));
+}
+
 static void metrics_reloads(lupin_gateway *gw, gw_buf *b) {
   const gw_reload_stats *r = &gw->reloads;
   gw_buf_printf(b,
@@ -99,6 +132,7 @@ static void metrics(lupin_gateway *gw, gw_conn *c) {
                     "# TYPE lupin_plugin_seconds_total counter\n");
   lupin_runtime_plugin_stats(gw->rt, plugin_stat, &b);
   metrics_endpoints(gw, &b);
+  metrics_health(gw, &b);
   metrics_reloads(gw, &b);
   lupin_stats st;
   lupin_runtime_stats(gw->rt, &st);
@@ -138,12 +172,23 @@ static void endpoints(lupin_gateway *gw, gw_conn *c) {
                   "\"running_lora_adapters\":",
                   ep->port, ep->scraped_at && now - ep->scraped_at <= stale ? "true" : "false",
                   ep->scraped_at ? now - ep->scraped_at : -1, (unsigned long long)ep->scrapes,
-                  (unsigned long long)ep->scrape_errors, ep->n_idle, m->waiting_queue_size,
+                  (unsigned long long)ep->scrape_errors, ep->pools[GW_POOL_GEN].n_idle,
+                  m->waiting_queue_size,
                   m->running_requests, m->kv_cache_usage, m->max_lora, m->cache_block_size,
                   m->num_blocks);
     gw_buf_json(&b, ep->running_lora);
     gw_buf_printf(&b, ",\"waiting_lora_adapters\":");
     gw_buf_json(&b, ep->waiting_lora);
+    const gw_health *h = &ep->health;
+    gw_buf_printf(&b,
+                  "},\"health\":{\"state\":\"%s\",\"consecutive_errors\":%llu,"
+                  "\"consecutive_scrape_failures\":%llu,\"ejections\":%llu,"
+                  "\"restorations\":%llu,\"ejected_for_seconds\":%.3f,\"last_error\":",
+                  gw_health_state_name(h->state), (unsigned long long)h->errors,
+                  (unsigned long long)h->scrape_failures, (unsigned long long)h->ejections,
+                  (unsigned long long)h->restorations,
+                  h->state == GW_EJECTED && h->ejected_until > now ? h->ejected_until - now : 0);
+    gw_buf_json(&b, h->last_error);
     gw_buf_printf(&b, "}}");
   }
   gw_buf_printf(&b, "]}\n");
@@ -276,7 +321,8 @@ void gw_admin_handle(void *ud, gw_conn *c, gw_http_request *req) {
     text(c, 200, "ok");
   } else if (!strcmp(path, "/readyz")) {
     size_t n = gw_fresh_endpoints(gw);
-    text(c, n ? 200 : 503, n ? "ready" : "not ready: no endpoint has fresh metrics");
+    text(c, n ? 200 : 503,
+         n ? "ready" : "not ready: no healthy endpoint with fresh metrics (see /admin/endpoints)");
   } else if (!strcmp(path, "/admin/endpoints")) {
     endpoints(gw, c);
   } else if (!strcmp(path, "/admin/requests")) {

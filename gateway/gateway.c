@@ -36,7 +36,16 @@ int gw_resolve(const char *host, int port, struct sockaddr_storage *out) {
     return 0;
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
   if (getaddrinfo(host, NULL, &hints, &res)) return -1;
-  memcpy(out, res->ai_addr, res->ai_addrlen);
+  /* an IPv4 address when there is one: "localhost" lists ::1 first on many
+   * systems, where model servers often listen on 127.0.0.1 only (only one
+   * address is kept, so a wrong first choice would fail every connect) */
+  const struct addrinfo *a = res;
+  for (const struct addrinfo *r = res; r; r = r->ai_next)
+    if (r->ai_family == AF_INET) {
+      a = r;
+      break;
+    }
+  memcpy(out, a->ai_addr, a->ai_addrlen);
   if (out->ss_family == AF_INET)
     ((struct sockaddr_in *)out)->sin_port = htons((uint16_t)port);
   else
@@ -94,6 +103,7 @@ static gw_endpoint *endpoint_new(lupin_gateway *gw, const lupin_endpoint_desc *d
     ep->addr.ss_family = 0; /* connects fail with a message naming why */
     gw_log(gw, LUPIN_LOG_WARN, "endpoint %s: cannot resolve %s", d->name, d->address);
   }
+  gw_health_init(ep);
   ep->next = gw->endpoints;
   gw->endpoints = ep;
   gw->n_endpoints++;
@@ -138,7 +148,8 @@ size_t gw_fresh_endpoints(lupin_gateway *gw) {
   double now = lupin_now(), limit = (double)gw->set.metrics_staleness_ms / 1000;
   size_t n = 0;
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    if (ep->scraped_at > 0 && now - ep->scraped_at <= limit) n++;
+    if (ep->scraped_at > 0 && now - ep->scraped_at <= limit && ep->health.state == GW_HEALTHY)
+      n++;
   return n;
 }
 
@@ -221,6 +232,7 @@ static void shutdown_all(lupin_gateway *gw) {
   if (gw->admin) gw_server_close(gw->admin);
   while (gw->endpoints)
     endpoint_remove(gw, gw->endpoints);
+  gw_health_stop(gw);
   close_handle(gw->sigterm);
   close_handle(gw->sigint);
   close_handle(gw->sighup);
@@ -305,6 +317,7 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   if (!gw->server) return -1;
   gw->admin = gw_server_listen(gw, o->admin, gw_admin_handle, gw, err, errlen);
   if (!gw->admin) return -1;
+  gw_health_start(gw);
   gw->sigterm = watch_signal(gw, SIGTERM);
   gw->sigint = watch_signal(gw, SIGINT);
   gw->sighup = watch_signal(gw, SIGHUP);
