@@ -183,11 +183,13 @@ static void endpoints(lupin_gateway *gw, gw_conn *c) {
     gw_buf_printf(&b,
                   "},\"health\":{\"state\":\"%s\",\"consecutive_errors\":%llu,"
                   "\"consecutive_scrape_failures\":%llu,\"ejections\":%llu,"
-                  "\"restorations\":%llu,\"ejected_for_seconds\":%.3f,\"last_error\":",
+                  "\"restorations\":%llu,\"ejected_for_seconds\":%.3f,"
+                  "\"last_ejection_unix\":%.3f,\"last_error\":",
                   gw_health_state_name(h->state), (unsigned long long)h->errors,
                   (unsigned long long)h->scrape_failures, (unsigned long long)h->ejections,
                   (unsigned long long)h->restorations,
-                  h->state == GW_EJECTED && h->ejected_until > now ? h->ejected_until - now : 0);
+                  h->state == GW_EJECTED && h->ejected_until > now ? h->ejected_until - now : 0,
+                  h->ejected_unix);
     gw_buf_json(&b, h->last_error);
     gw_buf_printf(&b, "}}");
   }

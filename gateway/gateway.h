@@ -121,6 +121,7 @@ typedef struct gw_health {
   uint64_t ejections, restorations; /* in total */
   uint64_t backoff;         /* ejections in a row: the next lasts base << backoff */
   double ejected_until;     /* lupin_now() */
+  double ejected_unix;      /* wall clock of the last ejection, 0: never */
   double healthy_since;     /* lupin_now() of the last restoration */
   double added_at;          /* staleness counts from here until a first scrape */
   double last_warned;       /* rate limit of the first-failure line */

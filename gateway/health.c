@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TICK_MS 100
 #define WARN_EVERY 10.0 /* seconds between first-failure lines of one endpoint */
@@ -100,6 +101,9 @@ static void eject(gw_endpoint *ep, const char *why) {
   h->backoff++;
   h->ejections++;
   h->ejected_until = now + t;
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  h->ejected_unix = (double)wall.tv_sec + wall.tv_nsec / 1e9;
   h->errors = 0;
   gw_log(gw, LUPIN_LOG_WARN, "endpoint %s (%s) ejected for %.1f s: %s; %zu of %zu ejected",
          ep->name, ep->hostport, t, why, ejected + 1, gw->n_endpoints);

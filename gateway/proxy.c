@@ -96,10 +96,15 @@ static void fail(gw_exchange *x, int status, const char *message, lupin_outcome 
 }
 
 /* The client went away: stop the upstream request too. */
+static void attempt_log(gw_exchange *x, const char *reason);
+
 static void on_client_abort(void *owner) {
   gw_exchange *x = owner;
   x->conn = NULL;
-  if (x->up) gw_upstream_cancel(x->up);
+  if (x->up) {
+    gw_upstream_cancel(x->up);
+    attempt_log(x, "cancelled");
+  }
   x->up = NULL;
   end(x, LUPIN_CANCELLED, 499);
 }
@@ -161,18 +166,22 @@ static void on_body(void *ud, const char *data, size_t len) {
 
 static void try_picks(gw_exchange *x, int any);
 
+/* The access log's entry of an attempt: its status, or reason when none. */
+static void attempt_log(gw_exchange *x, const char *reason) {
+  if (x->gw->opts.log_level < LUPIN_LOG_INFO) return;
+  double ms = (lupin_now() - x->attempt_started) * 1000;
+  gw_buf *b = &x->attempt_log;
+  gw_buf_printf(b, "%s{\"endpoint\":", b->len ? "," : "");
+  gw_buf_json(b, x->ep->hostport);
+  if (reason)
+    gw_buf_printf(b, ",\"reason\":\"%s\",\"ms\":%.3f}", reason, ms);
+  else
+    gw_buf_printf(b, ",\"status\":%d,\"ms\":%.3f}", x->status, ms);
+}
+
 /* One finished attempt: the access log's entry, the endpoint's health. */
 static void attempt_over(gw_exchange *x, gw_upstream_error e, const char *detail) {
-  double ms = (lupin_now() - x->attempt_started) * 1000;
-  if (x->gw->opts.log_level >= LUPIN_LOG_INFO) {
-    gw_buf *b = &x->attempt_log;
-    gw_buf_printf(b, "%s{\"endpoint\":", b->len ? "," : "");
-    gw_buf_json(b, x->ep->hostport);
-    if (e == GW_UP_OK)
-      gw_buf_printf(b, ",\"status\":%d,\"ms\":%.3f}", x->status, ms);
-    else
-      gw_buf_printf(b, ",\"reason\":\"%s\",\"ms\":%.3f}", gw_failure_name(e), ms);
-  }
+  attempt_log(x, e == GW_UP_OK ? NULL : gw_failure_name(e));
   gw_health_request(x->ep, e, x->status, x->reused, detail);
 }
 
