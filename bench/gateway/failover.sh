@@ -2,8 +2,11 @@
 # bench/gateway/failover.sh: what failing endpoints cost clients of lupin serve.
 #
 # 1. kill: four lupin-sim processes (one endpoint each, --itl-ms 2, so
-#    requests are in flight) behind lupin serve (examples/configs/default.json,
-#    default gateway settings), wrk -c16 for DURATION s (10); at KILL_AT s (3)
+#    requests are in flight) behind lupin serve (KILL_CONFIG: by default a
+#    random-picker config, so every request has a 1 in 4 chance of the killed
+#    endpoint until it is ejected; the default config's scorers would decide
+#    from its frozen metrics; default gateway settings), wrk -c16 for
+#    DURATION s (10); at KILL_AT s (3)
 #    endpoint 2's process is killed (SIGKILL).  The access log gives each
 #    request's time, status and attempts; /admin/endpoints gives the moment
 #    the gateway ejected the endpoint.  Prints the requests failed (any status
@@ -25,10 +28,11 @@ DURATION=${DURATION:-10}; KILL_AT=${KILL_AT:-3}; DROP_RATE=${DROP_RATE:-0.05}
 LUPIN=${LUPIN:-build/lupin}
 source bench/gateway/lib.sh
 
-# start_gw ENDPOINTS_JSON: lupin serve at info level (the access log)
+# start_gw ENDPOINTS_JSON [CONFIG]: lupin serve at info level (the access log)
 start_gw() {
   LUPIN_PORT=$(free_ports 1); ADMIN_PORT=$(free_ports 1)
-  LUPIN_HOME=${LUPIN_HOME:-$PWD} "$LUPIN" serve --config examples/configs/default.json --endpoints "$1" \
+  LUPIN_HOME=${LUPIN_HOME:-$PWD} "$LUPIN" serve --config "${2:-examples/configs/default.json}" \
+    --endpoints "$1" \
     --listen "127.0.0.1:$LUPIN_PORT" --admin "127.0.0.1:$ADMIN_PORT" --no-watch \
     >"$WORK/access.log" 2>"$WORK/lupin.err" &
   LUPIN_PID=$!; PIDS+=("$LUPIN_PID")
@@ -55,7 +59,11 @@ for i in 0 1 2 3; do
   sep=","
 done
 printf ']\n' >>"$WORK/kill.json"
-start_gw "$WORK/kill.json"
+if [ -z "${KILL_CONFIG:-}" ]; then
+  KILL_CONFIG=$WORK/random.json
+  echo '{"plugins": [{"type": "random-picker"}]}' >"$KILL_CONFIG"
+fi
+start_gw "$WORK/kill.json" "$KILL_CONFIG"
 echo "kill: wrk -t1 -c16 -d${DURATION}s through $LUPIN, e1's lupin-sim killed at ${KILL_AT}s" >&2
 LUPIN_BENCH_MODEL=$MODEL wrk -t1 -c16 -d"${DURATION}s" --timeout 10s -s bench/gateway/failover.lua \
   "http://127.0.0.1:$LUPIN_PORT" >"$WORK/wrk-kill.out" 2>&1 &
