@@ -165,6 +165,7 @@ static void on_body(void *ud, const char *data, size_t len) {
 }
 
 static void try_picks(gw_exchange *x, int any);
+static const lupin_pick *target(gw_exchange *x, size_t i);
 
 /* The access log's entry of an attempt: its status, or reason when none. */
 static void attempt_log(gw_exchange *x, const char *reason) {
@@ -268,7 +269,9 @@ static void on_done(void *ud, gw_upstream_error e, const char *detail) {
     return;
   }
   x->pick++;
-  try_picks(x, e == GW_UP_CLOSED); /* a replay may go back to the last endpoint */
+  int back = e == GW_UP_CLOSED && !target(x, x->pick); /* a replay with nowhere else to go */
+  if (back) x->pick--;
+  try_picks(x, back);
 }
 
 static const gw_upstream_cb proxy_cb = {on_headers, on_body, on_done};
@@ -338,13 +341,12 @@ static int start_attempt(gw_exchange *x, gw_endpoint *ep) {
 }
 
 /* From target x->pick on, the first endpoint still there and healthy (any:
- * the current one even when it is not, for a replay with nowhere else to
- * go).  A replay past the last target goes back to the last one. */
+ * target x->pick even when it is not: the scheduled pick, or the endpoint a
+ * request is resent to). */
 static void try_picks(gw_exchange *x, int any) {
   lupin_gateway *gw = x->gw;
   if (x->ep) gw_endpoint_unref(x->ep);
   x->ep = NULL;
-  if (any && x->pick && !target(x, x->pick)) x->pick--;
   for (const lupin_pick *p; (p = target(x, x->pick)); x->pick++, any = 0) {
     gw_endpoint *ep = gw_endpoint_find(gw, p->name);
     if (!ep || (!any && ep->health.state != GW_HEALTHY)) continue; /* removed or ejected */

@@ -46,7 +46,6 @@ struct gw_upstream {
   void *ud;
   int reused, connected, got_bytes, complete, done, keep_alive, paused;
   int idempotent; /* a GET: may be sent again on a fresh connection */
-  int sent;       /* every byte of the request was written */
   int interim;    /* the message being parsed is a 1xx (skipped) */
   int refused;    /* the response was refused (detail says why) */
   gw_upstream_error deferred; /* reported from the timer: never from start */
@@ -233,11 +232,7 @@ static void send_failed(gw_upstream *u, int status, int written) {
 static void on_written(uv_stream_t *s, int status, void *data) {
   (void)data;
   gw_uconn *c = s->data;
-  if (c->closed || !c->u) return;
-  if (status < 0)
-    send_failed(c->u, status, 1);
-  else if (!uv_stream_get_write_queue_size(s))
-    c->u->sent = 1;
+  if (status < 0 && !c->closed && c->u) send_failed(c->u, status, 1);
 }
 
 static void send_request(gw_upstream *u) {
@@ -247,10 +242,7 @@ static void send_request(gw_upstream *u) {
   uv_timer_start(&u->timer, on_timeout, u->t.first_byte_ms, 0);
   uv_buf_t b = uv_buf_init(u->request.data, (unsigned)u->request.len);
   int rc = gw_write((uv_stream_t *)&c->tcp, &b, 1, on_written, NULL);
-  if (rc)
-    send_failed(u, rc, 0);
-  else if (!uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp))
-    u->sent = 1;
+  if (rc) send_failed(u, rc, 0);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -325,7 +317,7 @@ static void connect_new(gw_upstream *u) {
   u->conn = NULL;
   u->reused = u->connected = u->got_bytes = u->complete = 0;
   gw_headers_free(&u->headers);
-  u->sent = u->interim = u->refused = 0;
+  u->interim = u->refused = 0;
   gw_endpoint *ep = u->ep;
   if (!ep->addr.ss_family) {
     fail_soon(u, GW_UP_CONNECT, "the endpoint's address could not be resolved");

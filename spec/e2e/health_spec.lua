@@ -215,6 +215,34 @@ describe("lupin serve: failover and endpoint health", function()
     assert.equal(1, P.metric(gw, 'lupin_upstream_retries_total{endpoint="dead",reason="connect_failed"}'))
   end)
 
+  it("does not retry past the retry budget, and says so", function()
+    local sim = start(P.sim(SIM))
+    local gw = start(P.gateway(config({ ep("dead", 1), ep("live", sim.ports[1]) },
+      merge(QUIET, { retryBudgetPercent = 0, retryBudgetMin = 0 }), {
+      { type = "test-scorer", parameters = { byIndex = { 1, 0 }, record = false } },
+      { type = "max-score-picker" } })))
+    local status, _, body = post(gw, "hello", "b-1")
+    assert.equal(502, status)
+    assert.truthy(json.decode(body).error.message:find("retry budget", 1, true))
+    assert.equal(1, P.metric(gw, "lupin_upstream_retries_denied_total"))
+    assert.equal(1, #access(gw, "b-1").attempts)
+  end)
+
+  it("ejects an endpoint after consecutive 5xx answers", function()
+    local up = start(P.upstream("--name A"))
+    local gw = start(P.gateway(config({ ep("a", up.port) },
+      { consecutiveErrors = 2, staleEjectionMs = 0 })))
+    assert.equal(500, (post(gw, "fail500", "x-1")))
+    assert.equal(500, (post(gw, "fail500", "x-2")))
+    local e = endpoints(gw).a.health
+    assert.equal("ejected", e.state)
+    assert.truthy(e.last_error:find("answered 500", 1, true))
+    assert.equal(2, P.metric(gw, 'lupin_upstream_failures_total{endpoint="a",reason="status_5xx"}'))
+    local status, _, body = post(gw, "hello", "x-3")
+    assert.equal(503, status)
+    assert.truthy(json.decode(body).error.message:find("no healthy endpoint", 1, true))
+  end)
+
   it("ejects a killed endpoint of four: no request fails, it gets none", function()
     local sims, list = {}, {}
     for i = 1, 4 do
