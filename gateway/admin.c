@@ -173,9 +173,8 @@ static void endpoints(lupin_gateway *gw, gw_conn *c) {
                   ep->port, ep->scraped_at && now - ep->scraped_at <= stale ? "true" : "false",
                   ep->scraped_at ? now - ep->scraped_at : -1, (unsigned long long)ep->scrapes,
                   (unsigned long long)ep->scrape_errors, ep->pools[GW_POOL_GEN].n_idle,
-                  m->waiting_queue_size,
-                  m->running_requests, m->kv_cache_usage, m->max_lora, m->cache_block_size,
-                  m->num_blocks);
+                  m->waiting_queue_size, m->running_requests, m->kv_cache_usage, m->max_lora,
+                  m->cache_block_size, m->num_blocks);
     gw_buf_json(&b, ep->running_lora);
     gw_buf_printf(&b, ",\"waiting_lora_adapters\":");
     gw_buf_json(&b, ep->waiting_lora);

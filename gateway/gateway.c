@@ -148,8 +148,7 @@ size_t gw_fresh_endpoints(lupin_gateway *gw) {
   double now = lupin_now(), limit = (double)gw->set.metrics_staleness_ms / 1000;
   size_t n = 0;
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    if (ep->scraped_at > 0 && now - ep->scraped_at <= limit && ep->health.state == GW_HEALTHY)
-      n++;
+    if (ep->scraped_at > 0 && now - ep->scraped_at <= limit && ep->health.state == GW_HEALTHY) n++;
   return n;
 }
 

@@ -115,17 +115,17 @@ typedef enum gw_health_state { GW_HEALTHY, GW_EJECTED, GW_STALE } gw_health_stat
 
 typedef struct gw_health {
   gw_health_state state;
-  int in_runtime;           /* the state the runtime was last told: 1 healthy */
-  uint64_t errors;          /* consecutive failed requests */
-  uint64_t scrape_failures; /* consecutive failed scrapes */
+  int in_runtime;                   /* the state the runtime was last told: 1 healthy */
+  uint64_t errors;                  /* consecutive failed requests */
+  uint64_t scrape_failures;         /* consecutive failed scrapes */
   uint64_t ejections, restorations; /* in total */
-  uint64_t backoff;         /* ejections in a row: the next lasts base << backoff */
-  double ejected_until;     /* lupin_now() */
-  double ejected_unix;      /* wall clock of the last ejection, 0: never */
-  double healthy_since;     /* lupin_now() of the last restoration */
-  double added_at;          /* staleness counts from here until a first scrape */
-  double last_warned;       /* rate limit of the first-failure line */
-  uint64_t suppressed;      /* first-failure lines not written meanwhile */
+  uint64_t backoff;                 /* ejections in a row: the next lasts base << backoff */
+  double ejected_until;             /* lupin_now() */
+  double ejected_unix;              /* wall clock of the last ejection, 0: never */
+  double healthy_since;             /* lupin_now() of the last restoration */
+  double added_at;                  /* staleness counts from here until a first scrape */
+  double last_warned;               /* rate limit of the first-failure line */
+  uint64_t suppressed;              /* first-failure lines not written meanwhile */
   char last_error[160];
   /* by gw_upstream_error: attempts that failed here, and of those the ones
    * sent again (here or elsewhere); failures[GW_UP_OK]: 5xx answers */
@@ -203,7 +203,6 @@ void gw_conn_abort(gw_conn *c);
 const char *gw_status_text(int status);
 
 /* --- upstream client (upstream.c) ---------------------------------------- */
-
 
 typedef struct gw_upstream_cb {
   void (*on_headers)(void *ud, int status, const gw_headers *h, int64_t content_length);
@@ -337,11 +336,11 @@ struct lupin_gateway {
   size_t n_exchanges;
   size_t n_upstreams; /* live upstream exchanges (scrapes included) */
   size_t n_retrying;  /* exchanges on a second or later attempt (the retry budget) */
-  uint64_t retries_denied; /* retries the budget refused */
-  uv_timer_t *health_timer;  /* health.c */
+  uint64_t retries_denied;  /* retries the budget refused */
+  uv_timer_t *health_timer; /* health.c */
   unsigned health_ticks;
-  int no_healthy;            /* "no healthy endpoint" was logged */
-  uint64_t ended_at_gc;      /* requests ended at the last idle collection */
+  int no_healthy;       /* "no healthy endpoint" was logged */
+  uint64_t ended_at_gc; /* requests ended at the last idle collection */
   gw_stats stats;
   int exit_code;
 };

@@ -19,13 +19,13 @@
 #include <string.h>
 #include <time.h>
 
-#define TICK_MS 100
+#define TICK_MS    100
 #define WARN_EVERY 10.0 /* seconds between first-failure lines of one endpoint */
 
 const char *gw_failure_name(gw_upstream_error e) {
   static const char *const names[GW_UP_ERRORS] = {
-      "status_5xx",         "connect_failed", "connect_timeout",         "first_byte_timeout",
-      "idle_timeout",       "stale_connection", "closed_without_response", "broken_response"};
+      "status_5xx",   "connect_failed",   "connect_timeout",         "first_byte_timeout",
+      "idle_timeout", "stale_connection", "closed_without_response", "broken_response"};
   return (unsigned)e < GW_UP_ERRORS ? names[e] : "?";
 }
 

@@ -243,8 +243,8 @@ static void on_done(void *ud, gw_upstream_error e, const char *detail) {
     end(x, outcome, x->status);
     return;
   }
-  gw_buf_printf(&x->connect_errors, "%s%s (%s)", x->connect_errors.len ? ", " : "",
-                x->ep->hostport, detail);
+  gw_buf_printf(&x->connect_errors, "%s%s (%s)", x->connect_errors.len ? ", " : "", x->ep->hostport,
+                detail);
   const char *why = NULL;
   int plan = retry_plan(x, e, &why);
   if (plan >= 0 && !budget_allows(x)) {

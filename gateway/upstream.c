@@ -45,9 +45,9 @@ struct gw_upstream {
   gw_upstream_cb cb;
   void *ud;
   int reused, connected, got_bytes, complete, done, keep_alive, paused;
-  int idempotent; /* a GET: may be sent again on a fresh connection */
-  int interim;    /* the message being parsed is a 1xx (skipped) */
-  int refused;    /* the response was refused (detail says why) */
+  int idempotent;             /* a GET: may be sent again on a fresh connection */
+  int interim;                /* the message being parsed is a 1xx (skipped) */
+  int refused;                /* the response was refused (detail says why) */
   gw_upstream_error deferred; /* reported from the timer: never from start */
   const char *deferred_detail;
   char detail[160];
@@ -261,8 +261,7 @@ static void on_eof(gw_upstream *u, ssize_t nread) {
     connect_new(u); /* the server had closed the idle connection */
   } else if (!u->got_bytes) {
     snprintf(u->detail, sizeof u->detail,
-             "the endpoint closed the connection without answering (%s)",
-             uv_strerror((int)nread));
+             "the endpoint closed the connection without answering (%s)", uv_strerror((int)nread));
     finish(u, GW_UP_CLOSED, u->detail);
   } else {
     snprintf(u->detail, sizeof u->detail,
