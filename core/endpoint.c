@@ -196,3 +196,12 @@ int lupin_endpoint_set_metrics(lupin_runtime *rt, const char *name, const lupin_
   ep->scraped_at = m->scraped_at > 0 ? m->scraped_at : lupin_now();
   return set_adapters(rt, ep, m);
 }
+
+int lupin_endpoint_set_healthy(lupin_runtime *rt, const char *name, int healthy) {
+  lupin_endpoint *ep = find(rt, name, NULL);
+  if (!ep) return -1;
+  lupin__push_hook(rt, LUPIN_HOOK_ENDPOINT_HEALTH);
+  lua_pushnumber(rt->L, ep->id);
+  lua_pushboolean(rt->L, healthy);
+  return lupin__call(rt, 2, 0, NULL, 0);
+}

@@ -189,6 +189,8 @@ enum lupin_hook {
   LUPIN_HOOK_CHECK_LEAKS,
   LUPIN_HOOK_EVAL,
   LUPIN_HOOK_GATEWAY, /* the gateway host's JSON work (gateway/gwlua.c) */
+  LUPIN_HOOK_ENDPOINT_HEALTH,
+  LUPIN_HOOK_FALLBACKS,
   LUPIN_HOOK_COUNT
 };
 

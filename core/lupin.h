@@ -136,6 +136,10 @@ void lupin_runtime_generations(lupin_runtime *rt, lupin_generation_fn fn, void *
  * request: returns the number of ended requests whose table is still alive and
  * writes a report naming the plugin and the place holding it. */
 int lupin_runtime_check_leaks(lupin_runtime *rt, char *report, size_t len);
+/* A full garbage collection, for a host's idle moments: the state of ended
+ * requests is reclaimed and live_request_tables counts live ones again.
+ * Blocks for the collection (about a millisecond per MB of Lua heap). */
+void lupin_runtime_collect(lupin_runtime *rt);
 
 /* --- endpoints ---------------------------------------------------------- */
 
@@ -167,6 +171,11 @@ int lupin_endpoint_upsert(lupin_runtime *rt, const lupin_endpoint_desc *desc, ch
 /* Removes an endpoint; requests that already hold it keep a valid view. */
 int lupin_endpoint_remove(lupin_runtime *rt, const char *name);
 int lupin_endpoint_set_metrics(lupin_runtime *rt, const char *name, const lupin_metrics *m);
+/* Takes an endpoint out of the candidates plugins see (healthy 0: ejected,
+ * e.g. after consecutive failures) or puts it back (1).  Its metrics, labels
+ * and prefix-cache entries are kept.  New endpoints are healthy.  Returns -1
+ * for an unknown name. */
+int lupin_endpoint_set_healthy(lupin_runtime *rt, const char *name, int healthy);
 
 /* Monotonic clock in seconds, the one metrics timestamps use. */
 double lupin_now(void);
@@ -229,6 +238,12 @@ int lupin_request_response_header(lupin_request *req, int status, const lupin_he
 size_t lupin_request_client_headers(const lupin_request *req, const lupin_header **out);
 int lupin_request_response_chunk(lupin_request *req, const char *data, size_t len);
 int lupin_request_response_complete(lupin_request *req);
+/* Where to send a scheduled request when its picks fail: the other
+ * candidates of the primary profile (those its filters kept), best profile
+ * score first, healthy ones only, none of the picks.  Computed on the first
+ * call (no cost for requests that never ask); *out stays valid until
+ * lupin_request_end.  pre_request is not run again for a fallback. */
+size_t lupin_request_fallbacks(lupin_request *req, const lupin_pick **out);
 /* Ends the request: finish hooks run exactly once, the state is dropped and
  * req is freed.  When scheduling failed, its outcome wins over this one. */
 void lupin_request_end(lupin_request *req, lupin_outcome outcome);

@@ -25,6 +25,9 @@ struct lupin_request {
   char *plugin;
   lupin_pick *picks;
   size_t n_picks, cap_picks;
+  lupin_pick *fallbacks; /* lupin_request_fallbacks: owned copies */
+  size_t n_fallbacks;
+  int fallbacks_done;
   header_list upstream; /* set by plugins for the upstream request */
   header_list client;   /* set by plugins for the client's response */
   lupin_request *prev, *next;
@@ -284,6 +287,48 @@ int lupin_request_response_complete(lupin_request *req) {
   return call_request(req, 0);
 }
 
+/* The Lua side answers a flat list: name, address, port, name, ... */
+size_t lupin_request_fallbacks(lupin_request *req, const lupin_pick **out) {
+  *out = req->fallbacks;
+  if (req->fallbacks_done) return req->n_fallbacks;
+  req->fallbacks_done = 1;
+  lua_State *L = req->rt->L;
+  char err[512];
+  push_call(req, LUPIN_HOOK_FALLBACKS);
+  if (lupin__call(req->rt, 1, 1, err, sizeof err)) {
+    lupin__log(req->rt, LUPIN_LOG_ERROR, "request %s: fallbacks: %s", req->id, err);
+    return 0;
+  }
+  size_t n = lua_objlen(L, -1) / 3;
+  req->fallbacks = n ? calloc(n, sizeof *req->fallbacks) : NULL;
+  for (size_t i = 0; req->fallbacks && i < n; i++) {
+    lua_rawgeti(L, -1, (int)(3 * i + 1));
+    lua_rawgeti(L, -2, (int)(3 * i + 2));
+    lua_rawgeti(L, -3, (int)(3 * i + 3));
+    lupin_pick *p = &req->fallbacks[req->n_fallbacks];
+    *p = (lupin_pick){strdup(lua_tostring(L, -3)), strdup(lua_tostring(L, -2)),
+                      (int)lua_tonumber(L, -1)};
+    lua_pop(L, 3);
+    if (!p->name || !p->address) {
+      free((char *)p->name);
+      free((char *)p->address);
+      break;
+    }
+    req->n_fallbacks++;
+  }
+  lua_pop(L, 1);
+  *out = req->fallbacks;
+  return req->n_fallbacks;
+}
+
+static void free_fallbacks(lupin_request *req) {
+  for (size_t i = 0; i < req->n_fallbacks; i++) {
+    free((char *)req->fallbacks[i].name);
+    free((char *)req->fallbacks[i].address);
+  }
+  free(req->fallbacks);
+}
+
 void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   lupin_runtime *rt = req->rt;
   const char *name = lupin_outcome_name(req->failed ? req->failed_outcome : outcome);
@@ -316,6 +361,7 @@ void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   clear_result(req);
   clear_headers(&req->client);
   free(req->picks);
+  free_fallbacks(req);
   free(req->upstream.v);
   free(req->client.v);
   free(req->id);

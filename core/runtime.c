@@ -31,6 +31,8 @@ static const char *const hook_names[LUPIN_HOOK_COUNT] = {
     "check_leaks",
     "eval",
     "gateway",
+    "endpoint_health",
+    "fallbacks",
 };
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
@@ -348,3 +350,5 @@ char *lupin__eval(lupin_runtime *rt, const char *code, char *err, size_t errlen)
   lua_pop(rt->L, 1);
   return out;
 }
+
+void lupin_runtime_collect(lupin_runtime *rt) { lua_gc(rt->L, LUA_GCCOLLECT, 0); }

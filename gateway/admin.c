@@ -1,7 +1,7 @@
 /* The admin listener (loopback by default, optional bearer token):
  *   GET  /metrics          Prometheus text
  *   GET  /healthz          the process answers
- *   GET  /readyz           200 when an endpoint has fresh metrics
+ *   GET  /readyz           200 when an endpoint is healthy with fresh metrics
  *   GET  /admin/endpoints  the pool with its metrics, JSON
  *   GET  /admin/requests   requests in flight with age and generation, JSON
  *   GET  /admin/generations  live generations: number, load time, digest, pinned
@@ -100,6 +100,37 @@ static void metrics_endpoints(lupin_gateway *gw, gw_buf *b) {
     endpoint_sample(b, "lupin_endpoint_scrape_errors_total", ep, (double)ep->scrape_errors);
 }
 
+/* Health and retries, per endpoint (health.c, proxy.c). */
+static void metrics_health(lupin_gateway *gw, gw_buf *b) {
+  gw_buf_printf(b, "# TYPE lupin_endpoint_healthy gauge\n");
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    endpoint_sample(b, "lupin_endpoint_healthy", ep, ep->health.state == GW_HEALTHY);
+  gw_buf_printf(b, "# TYPE lupin_endpoint_ejections_total counter\n");
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    endpoint_sample(b, "lupin_endpoint_ejections_total", ep, (double)ep->health.ejections);
+  gw_buf_printf(b, "# TYPE lupin_endpoint_restorations_total counter\n");
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    endpoint_sample(b, "lupin_endpoint_restorations_total", ep, (double)ep->health.restorations);
+  static const char *const families[] = {"lupin_upstream_failures_total",
+                                         "lupin_upstream_retries_total"};
+  for (int f = 0; f < 2; f++) {
+    gw_buf_printf(b, "# TYPE %s counter\n", families[f]);
+    for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+      for (int e = 0; e < GW_UP_ERRORS; e++) {
+        uint64_t v = f ? ep->health.retries[e] : ep->health.failures[e];
+        if (!v) continue;
+        gw_buf_printf(b, "%s{endpoint=", families[f]);
+        gw_buf_label(b, ep->name);
+        gw_buf_printf(b, ",reason=\"%s\"} %llu\n", gw_failure_name(e), (unsigned long long)v);
+      }
+  }
+  gw_buf_printf(b,
+                "# TYPE lupin_upstream_retries_denied_total counter\n"
+                "lupin_upstream_retries_denied_total %llu\n"
+                "# TYPE lupin_endpoints_healthy gauge\nlupin_endpoints_healthy %zu\n",
+                (unsigned long long)gw->retries_denied, gw_healthy_endpoints(gw));
+}
+
 static void metrics_reloads(lupin_gateway *gw, gw_buf *b) {
   const gw_reload_stats *r = &gw->reloads;
   gw_buf_printf(b,
@@ -141,6 +172,7 @@ static void metrics(lupin_gateway *gw, gw_conn *c) {
                     "# TYPE lupin_plugin_disabled gauge\n");
   lupin_runtime_plugin_stats(gw->rt, plugin_stat, &b);
   metrics_endpoints(gw, &b);
+  metrics_health(gw, &b);
   metrics_reloads(gw, &b);
   lupin_stats st;
   lupin_runtime_stats(gw->rt, &st);
@@ -187,7 +219,7 @@ static void endpoints(lupin_gateway *gw, gw_conn *c) {
                   ",\"scrapes\":%llu,\"scrape_errors\":%llu,\"idle_connections\":%zu,"
                   "\"metrics\":{",
                   (unsigned long long)ep->scrapes, (unsigned long long)ep->scrape_errors,
-                  ep->n_idle);
+                  ep->pools[GW_POOL_GEN].n_idle);
     /* numbers a host or a scrape set: JSON has no NaN or Infinity, null then */
     static const char *const keys[] = {"waiting_queue_size", "running_requests", "kv_cache_usage",
                                        "max_lora",           "cache_block_size", "num_blocks"};
@@ -202,6 +234,18 @@ static void endpoints(lupin_gateway *gw, gw_conn *c) {
     gw_buf_json(&b, ep->running_lora);
     gw_buf_printf(&b, ",\"waiting_lora_adapters\":");
     gw_buf_json(&b, ep->waiting_lora);
+    const gw_health *h = &ep->health;
+    gw_buf_printf(&b,
+                  "},\"health\":{\"state\":\"%s\",\"consecutive_errors\":%llu,"
+                  "\"consecutive_scrape_failures\":%llu,\"ejections\":%llu,"
+                  "\"restorations\":%llu,\"ejected_for_seconds\":%.3f,"
+                  "\"last_ejection_unix\":%.3f,\"last_error\":",
+                  gw_health_state_name(h->state), (unsigned long long)h->errors,
+                  (unsigned long long)h->scrape_failures, (unsigned long long)h->ejections,
+                  (unsigned long long)h->restorations,
+                  h->state == GW_EJECTED && h->ejected_until > now ? h->ejected_until - now : 0,
+                  h->ejected_unix);
+    gw_buf_json(&b, h->last_error);
     gw_buf_printf(&b, "}}");
   }
   gw_buf_printf(&b, "]}\n");
@@ -345,7 +389,8 @@ void gw_admin_handle(void *ud, gw_conn *c, gw_http_request *req) {
     text(c, 200, "ok");
   } else if (!strcmp(path, "/readyz")) {
     size_t n = gw_fresh_endpoints(gw);
-    text(c, n ? 200 : 503, n ? "ready" : "not ready: no endpoint has fresh metrics");
+    text(c, n ? 200 : 503,
+         n ? "ready" : "not ready: no healthy endpoint with fresh metrics (see /admin/endpoints)");
   } else if (!strcmp(path, "/admin/endpoints")) {
     endpoints(gw, c);
   } else if (!strcmp(path, "/admin/requests")) {

@@ -73,6 +73,7 @@ static gw_endpoint *endpoint_new(lupin_gateway *gw, const lupin_endpoint_desc *d
   snprintf(ep->hostport, sizeof ep->hostport, strchr(d->address, ':') ? "[%s]:%d" : "%s:%d",
            d->address, d->port);
   gw_endpoint_resolve(ep); /* none: connects fail with a message naming why */
+  gw_health_init(ep);
   ep->next = gw->endpoints;
   gw->endpoints = ep;
   gw->n_endpoints++;
@@ -117,7 +118,7 @@ size_t gw_fresh_endpoints(lupin_gateway *gw) {
   double now = lupin_now(), limit = (double)gw->set.metrics_staleness_ms / 1000;
   size_t n = 0;
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    if (ep->scraped_at > 0 && now - ep->scraped_at <= limit) n++;
+    if (ep->scraped_at > 0 && now - ep->scraped_at <= limit && ep->health.state == GW_HEALTHY) n++;
   return n;
 }
 
@@ -200,6 +201,7 @@ static void shutdown_all(lupin_gateway *gw) {
   if (gw->admin) gw_server_close(gw->admin);
   while (gw->endpoints)
     endpoint_remove(gw, gw->endpoints);
+  gw_health_stop(gw);
   close_handle(gw->sigterm);
   close_handle(gw->sigint);
   close_handle(gw->sighup);
@@ -338,6 +340,7 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   if (!gw->server) return -1;
   gw->admin = gw_server_listen(gw, o->admin, gw_admin_handle, gw, err, errlen);
   if (!gw->admin) return -1;
+  gw_health_start(gw);
   gw->sigterm = watch_signal(gw, SIGTERM);
   gw->sigint = watch_signal(gw, SIGINT);
   gw->sighup = watch_signal(gw, SIGHUP);

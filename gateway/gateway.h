@@ -75,6 +75,10 @@ typedef struct gw_settings {
   uint64_t refresh_interval_ms, scrape_timeout_ms, metrics_staleness_ms;
   uint64_t pool_size, drain_timeout_ms, resolve_interval_ms;
   uint64_t max_lua_memory_bytes, max_requests_in_flight, max_buffered_body_bytes;
+  /* retries and endpoint health (health.c, proxy.c) */
+  uint64_t pool_idle_ms, retry_non_idempotent, retry_budget_percent, retry_budget_min;
+  uint64_t consecutive_errors, base_ejection_time_ms, max_ejection_time_ms;
+  uint64_t max_ejection_percent, stale_ejection_ms;
 } gw_settings;
 
 /* --- the Lua side's JSON work (gwlua.c) ---------------------------------- */
@@ -100,6 +104,48 @@ char *gw_lua_models(lupin_runtime *rt, const gw_buf *bodies, size_t n);
 
 #define GW_MAX_ADDRS 8
 
+/* Idle keep-alive connections, newest first.  Generation requests and the
+ * gateway's own GETs (scrapes, /v1/models) never share one (upstream.c). */
+enum { GW_POOL_GEN, GW_POOL_AUX, GW_POOLS };
+typedef struct gw_pool {
+  gw_uconn *idle;
+  size_t n_idle;
+} gw_pool;
+
+typedef enum gw_upstream_error {
+  GW_UP_OK,
+  GW_UP_CONNECT,         /* could not connect: the next pick may be tried */
+  GW_UP_CONNECT_TIMEOUT, /* same, by the connect timeout */
+  GW_UP_FIRST_BYTE_TIMEOUT,
+  GW_UP_IDLE_TIMEOUT,
+  GW_UP_NOT_SENT, /* closed before any byte of the request was written: safe to resend */
+  GW_UP_CLOSED,   /* closed after the request was written, before any response byte */
+  GW_UP_BROKEN,   /* the connection failed or the response was malformed */
+  GW_UP_ERRORS
+} gw_upstream_error;
+
+/* An endpoint's health, as Envoy's outlier detection (health.c). */
+typedef enum gw_health_state { GW_HEALTHY, GW_EJECTED, GW_STALE } gw_health_state;
+
+typedef struct gw_health {
+  gw_health_state state;
+  int in_runtime;                   /* the state the runtime was last told: 1 healthy */
+  uint64_t errors;                  /* consecutive failed requests */
+  uint64_t scrape_failures;         /* consecutive failed scrapes */
+  uint64_t ejections, restorations; /* in total */
+  uint64_t backoff;                 /* ejections in a row: the next lasts base << backoff */
+  double ejected_until;             /* lupin_now() */
+  double ejected_unix;              /* wall clock of the last ejection, 0: never */
+  double healthy_since;             /* lupin_now() of the last restoration */
+  double added_at;                  /* staleness counts from here until a first scrape */
+  double last_warned;               /* rate limit of the first-failure line */
+  uint64_t suppressed;              /* first-failure lines not written meanwhile */
+  char last_error[160];
+  /* by gw_upstream_error: attempts that failed here, and of those the ones
+   * sent again (here or elsewhere); failures[GW_UP_OK]: 5xx answers */
+  uint64_t failures[GW_UP_ERRORS], retries[GW_UP_ERRORS];
+} gw_health;
+
 struct gw_endpoint {
   lupin_gateway *gw;
   char *name, *address;
@@ -113,8 +159,8 @@ struct gw_endpoint {
   int refs;       /* the registry's one, plus one per upstream exchange */
   int removed;    /* gone from the registry; freed at its last ref */
   int seen;       /* marks of an endpoints file re-read */
-  gw_uconn *idle; /* the keep-alive pool */
-  size_t n_idle;
+  gw_pool pools[GW_POOLS]; /* keep-alive connections */
+  gw_health health;
   /* scraping (scrape.c) */
   uv_timer_t *timer;
   gw_upstream *scrape;
@@ -176,15 +222,6 @@ const char *gw_status_text(int status);
 
 /* --- upstream client (upstream.c) ---------------------------------------- */
 
-typedef enum gw_upstream_error {
-  GW_UP_OK,
-  GW_UP_CONNECT,         /* could not connect: the next pick may be tried */
-  GW_UP_CONNECT_TIMEOUT, /* same, by the connect timeout */
-  GW_UP_FIRST_BYTE_TIMEOUT,
-  GW_UP_IDLE_TIMEOUT,
-  GW_UP_BROKEN /* the connection failed or the response was malformed */
-} gw_upstream_error;
-
 typedef struct gw_upstream_cb {
   void (*on_headers)(void *ud, int status, const gw_headers *h, int64_t content_length);
   void (*on_body)(void *ud, const char *data, size_t len);
@@ -197,10 +234,14 @@ typedef struct gw_timeouts {
 } gw_timeouts;
 
 /* Sends one request to ep over a pooled or new connection.  head holds the
- * headers to send (host and content-length are added). */
+ * headers to send (host and content-length are added).  A GET uses the
+ * pool of the gateway's own requests and may be resent on a fresh connection
+ * when a reused one fails before answering; anything else is sent once. */
 gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *path,
                                const lupin_header *head, size_t n, const char *body, size_t len,
                                gw_timeouts t, const gw_upstream_cb *cb, void *ud);
+/* Whether the exchange went over a pooled connection. */
+int gw_upstream_reused(const gw_upstream *u);
 /* Stops or resumes reading the response (a slow client's backpressure);
  * the idle timeout does not run while paused. */
 void gw_upstream_pause(gw_upstream *u, int pause);
@@ -225,6 +266,25 @@ void gw_scrape_stop(gw_endpoint *ep);
  * *running / *waiting.  Returns 0 when the text held a known metric. */
 int gw_metrics_from_text(const char *text, size_t len, lupin_metrics *m, char **running,
                          char **waiting);
+
+/* --- endpoint health (health.c) ------------------------------------------- */
+
+/* The name of an attempt's failure for logs and metrics ("connect_failed";
+ * GW_UP_OK: "status_5xx"). */
+const char *gw_failure_name(gw_upstream_error e);
+
+void gw_health_init(gw_endpoint *ep);
+/* A proxied request's outcome at ep: e, or for a response its status (5xx
+ * counts as a failure).  reused: over a pooled connection. */
+void gw_health_request(gw_endpoint *ep, gw_upstream_error e, int status, int reused,
+                       const char *detail);
+void gw_health_scrape(gw_endpoint *ep, int ok, const char *detail);
+/* Re-evaluates every endpoint (ejection time, staleness); started by gw_open. */
+void gw_health_start(lupin_gateway *gw);
+void gw_health_stop(lupin_gateway *gw);
+/* Endpoints requests may go to: neither ejected nor stale. */
+size_t gw_healthy_endpoints(lupin_gateway *gw);
+const char *gw_health_state_name(gw_health_state s);
 
 /* --- the public API (proxy.c) and the admin listener (admin.c) ------------ */
 
@@ -297,6 +357,12 @@ struct lupin_gateway {
   gw_exchange *exchanges; /* live proxied requests, newest first */
   size_t n_exchanges;
   size_t n_upstreams; /* live upstream exchanges (scrapes included) */
+  size_t n_retrying;  /* exchanges on a second or later attempt (the retry budget) */
+  uint64_t retries_denied;  /* retries the budget refused */
+  uv_timer_t *health_timer; /* health.c */
+  unsigned health_ticks;
+  int no_healthy;       /* "no healthy endpoint" was logged */
+  uint64_t ended_at_gc; /* requests ended at the last idle collection */
   gw_stats stats;
   int exit_code;
   /* memory bounds (server.c): requests handed to the proxy and not yet
@@ -343,7 +409,7 @@ void gw_watch_stop(lupin_gateway *gw);
 int gw_server_address(gw_server *s, char *out, size_t len);
 /* host:port (or [v6]:port) to an address; -1 with err when it is not one. */
 int gw_parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, size_t errlen);
-/* Endpoints with metrics fresher than metricsStalenessMs. */
+/* Healthy endpoints with metrics fresher than metricsStalenessMs. */
 size_t gw_fresh_endpoints(lupin_gateway *gw);
 
 /* The linked list of live exchanges, for /admin/requests. */
@@ -364,6 +430,15 @@ struct gw_exchange {
   int started_response; /* headers sent to the client */
   int failed_connects, timed_out_connects;
   gw_buf connect_errors;
+  /* attempts: picks first, then the runtime's ranked fallbacks */
+  const lupin_pick *fallbacks;
+  size_t n_fallbacks;
+  int fallbacks_asked;
+  int attempts, replays, resends;
+  int retrying; /* counted in gw->n_retrying */
+  int reused;   /* the current attempt's connection came from the pool */
+  double attempt_started;
+  gw_buf attempt_log; /* the access log's "attempts" entries */
   const char *path;
   gw_exchange *prev, *next;
 };

@@ -36,6 +36,15 @@ int gw_lua_settings(lupin_runtime *rt, gw_settings *out, char *err, size_t errle
       .max_lua_memory_bytes = num_field(L, t, "maxLuaMemoryBytes"),
       .max_requests_in_flight = num_field(L, t, "maxRequestsInFlight"),
       .max_buffered_body_bytes = num_field(L, t, "maxBufferedBodyBytes"),
+      .pool_idle_ms = num_field(L, t, "poolIdleMs"),
+      .retry_non_idempotent = num_field(L, t, "retryNonIdempotent"),
+      .retry_budget_percent = num_field(L, t, "retryBudgetPercent"),
+      .retry_budget_min = num_field(L, t, "retryBudgetMin"),
+      .consecutive_errors = num_field(L, t, "consecutiveErrors"),
+      .base_ejection_time_ms = num_field(L, t, "baseEjectionTimeMs"),
+      .max_ejection_time_ms = num_field(L, t, "maxEjectionTimeMs"),
+      .max_ejection_percent = num_field(L, t, "maxEjectionPercent"),
+      .stale_ejection_ms = num_field(L, t, "staleEjectionMs"),
   };
   lua_settop(L, t - 1);
   return 0;

@@ -2,9 +2,19 @@
  *
  *   POST /v1/completions, POST /v1/chat/completions
  *     check the body (lua-cjson) -> lupin_request_begin -> schedule ->
- *     forward the body unchanged to the primary pick (the next picks when a
- *     connect fails) -> relay the response as it arrives, each piece to the
- *     runtime -> lupin_request_end, on every path, with its outcome
+ *     forward the body unchanged to the primary pick -> relay the response as
+ *     it arrives, each piece to the runtime -> lupin_request_end, on every
+ *     path, with its outcome
+ *
+ *     An attempt that fails before any byte reached the client is sent again
+ *     only when that is provably harmless -- the request never left (connect
+ *     failed, or a pooled connection was found closed before the write) --
+ *     or the config allows it (retryNonIdempotent: the endpoint closed the
+ *     connection after the request was written, without answering, and may
+ *     have generated).  The next attempt goes to the next pick, then to the
+ *     runtime's ranked fallbacks (lupin_request_fallbacks), under a retry
+ *     budget.  Each attempt is reported to the endpoint's health (health.c),
+ *     counted, logged at info when retried, and listed in the access log.
  *   GET /v1/models
  *     every endpoint's list, merged
  *
@@ -44,8 +54,11 @@ static void log_access(lupin_gateway *gw, const gw_exchange *x, const char *path
   gw_buf_json(&b, x && x->model ? x->model : "");
   gw_buf_printf(&b, ",\"endpoint\":");
   gw_buf_json(&b, x && x->ep ? x->ep->hostport : "");
-  gw_buf_printf(&b, ",\"status\":%d,\"scheduling_us\":%.1f,\"total_ms\":%.3f,\"outcome\":\"%s\"}\n",
+  gw_buf_printf(&b, ",\"status\":%d,\"scheduling_us\":%.1f,\"total_ms\":%.3f,\"outcome\":\"%s\"",
                 status, x ? x->sched_us : 0, x ? (lupin_now() - x->started) * 1000 : 0, outcome);
+  if (x && x->attempt_log.len)
+    gw_buf_printf(&b, ",\"attempts\":[%.*s]", (int)x->attempt_log.len, x->attempt_log.data);
+  gw_buf_printf(&b, "}\n");
   if (b.data) fputs(b.data, stdout);
   fflush(stdout);
   gw_buf_free(&b);
@@ -67,7 +80,9 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   if (x->next) x->next->prev = x->prev;
   gw->n_exchanges--;
   if (x->ep) gw_endpoint_unref(x->ep);
+  if (x->retrying) gw->n_retrying--;
   gw_buf_free(&x->connect_errors);
+  gw_buf_free(&x->attempt_log);
   free(x->model);
   free(x);
   gw_check_drained(gw);
@@ -81,10 +96,15 @@ static void fail(gw_exchange *x, int status, const char *message, lupin_outcome 
 }
 
 /* The client went away: stop the upstream request too. */
+static void attempt_log(gw_exchange *x, const char *reason);
+
 static void on_client_abort(void *owner) {
   gw_exchange *x = owner;
   x->conn = NULL;
-  if (x->up) gw_upstream_cancel(x->up);
+  if (x->up) {
+    gw_upstream_cancel(x->up);
+    attempt_log(x, "cancelled");
+  }
   x->up = NULL;
   end(x, LUPIN_CANCELLED, 499);
 }
@@ -144,11 +164,68 @@ static void on_body(void *ud, const char *data, size_t len) {
   }
 }
 
-static void try_picks(gw_exchange *x);
+static void try_picks(gw_exchange *x, int any);
+static const lupin_pick *target(gw_exchange *x, size_t i);
+
+/* The access log's entry of an attempt: its status, or reason when none. */
+static void attempt_log(gw_exchange *x, const char *reason) {
+  if (x->gw->opts.log_level < LUPIN_LOG_INFO) return;
+  double ms = (lupin_now() - x->attempt_started) * 1000;
+  gw_buf *b = &x->attempt_log;
+  gw_buf_printf(b, "%s{\"endpoint\":", b->len ? "," : "");
+  gw_buf_json(b, x->ep->hostport);
+  if (reason)
+    gw_buf_printf(b, ",\"reason\":\"%s\",\"ms\":%.3f}", reason, ms);
+  else
+    gw_buf_printf(b, ",\"status\":%d,\"ms\":%.3f}", x->status, ms);
+}
+
+/* One finished attempt: the access log's entry, the endpoint's health. */
+static void attempt_over(gw_exchange *x, gw_upstream_error e, const char *detail) {
+  attempt_log(x, e == GW_UP_OK ? NULL : gw_failure_name(e));
+  gw_health_request(x->ep, e, x->status, x->reused, detail);
+}
+
+/* Envoy's retry budget: retries in flight at most retryBudgetPercent of the
+ * requests in flight, or retryBudgetMin, whichever is more. */
+static int budget_allows(gw_exchange *x) {
+  lupin_gateway *gw = x->gw;
+  if (x->retrying) return 1; /* already counted */
+  uint64_t cap = gw->n_exchanges * gw->set.retry_budget_percent / 100;
+  if (cap < gw->set.retry_budget_min) cap = gw->set.retry_budget_min;
+  if (gw->n_retrying >= cap) return 0;
+  x->retrying = 1;
+  gw->n_retrying++;
+  return 1;
+}
+
+/* Whether a failed attempt may be sent again, and where: 1 the next target,
+ * 0 the same endpoint, -1 not at all (*why says why not). */
+static int retry_plan(gw_exchange *x, gw_upstream_error e, const char **why) {
+  switch (e) {
+  case GW_UP_CONNECT:
+  case GW_UP_CONNECT_TIMEOUT:
+    return 1;
+  case GW_UP_NOT_SENT: /* a fresh connection to the same endpoint, twice at most */
+    return ++x->resends <= 2 ? 0 : 1;
+  case GW_UP_CLOSED:
+    if (x->replays < (int)x->gw->set.retry_non_idempotent) {
+      x->replays++;
+      return 1;
+    }
+    *why = "not sent again: the endpoint may have processed it (gateway.retryNonIdempotent "
+           "allows replays)";
+    return -1;
+  default:
+    *why = NULL;
+    return -1;
+  }
+}
 
 static void on_done(void *ud, gw_upstream_error e, const char *detail) {
   gw_exchange *x = ud;
   x->up = NULL;
+  attempt_over(x, e, detail);
   if (e == GW_UP_OK) {
     lupin_request_response_complete(x->req);
     gw_conn_end(x->conn);
@@ -166,18 +243,35 @@ static void on_done(void *ud, gw_upstream_error e, const char *detail) {
     end(x, outcome, x->status);
     return;
   }
-  if (e == GW_UP_CONNECT || e == GW_UP_CONNECT_TIMEOUT) {
-    gw_buf_printf(&x->connect_errors, "%s%s (%s)", x->connect_errors.len ? ", " : "",
-                  x->ep->hostport, detail);
-    x->timed_out_connects += e == GW_UP_CONNECT_TIMEOUT;
-    x->failed_connects++;
-    x->pick++;
-    try_picks(x);
+  gw_buf_printf(&x->connect_errors, "%s%s (%s)", x->connect_errors.len ? ", " : "", x->ep->hostport,
+                detail);
+  const char *why = NULL;
+  int plan = retry_plan(x, e, &why);
+  if (plan >= 0 && !budget_allows(x)) {
+    x->gw->retries_denied++;
+    plan = -1;
+    why = "not sent again: the retry budget is spent (gateway.retryBudgetPercent)";
+  }
+  if (plan < 0) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "endpoint %s (%s) failed: %s%s%s", x->ep->name, x->ep->hostport,
+             detail, why ? "; " : "", why ? why : "");
+    fail(x, timeout ? 504 : 502, msg, outcome);
     return;
   }
-  char msg[512];
-  snprintf(msg, sizeof msg, "endpoint %s (%s) failed: %s", x->ep->name, x->ep->hostport, detail);
-  fail(x, timeout ? 504 : 502, msg, outcome);
+  x->ep->health.retries[e]++;
+  gw_log(x->gw, LUPIN_LOG_INFO, "request %s: attempt %d to %s failed (%s: %s), sending it again",
+         lupin_request_id(x->req), x->attempts, x->ep->hostport, gw_failure_name(e), detail);
+  x->timed_out_connects += e == GW_UP_CONNECT_TIMEOUT;
+  x->failed_connects++;
+  if (plan == 0) {
+    try_picks(x, 1);
+    return;
+  }
+  x->pick++;
+  int back = e == GW_UP_CLOSED && !target(x, x->pick); /* a replay with nowhere else to go */
+  if (back) x->pick--;
+  try_picks(x, back);
 }
 
 static const gw_upstream_cb proxy_cb = {on_headers, on_body, on_done};
@@ -205,32 +299,58 @@ static size_t upstream_headers(gw_exchange *x, lupin_header *out) {
 static void all_picks_failed(gw_exchange *x) {
   char msg[1024];
   snprintf(msg, sizeof msg,
-           "could not connect to any endpoint the scheduler picked: %s; check that the model "
-           "servers are up",
+           "could not send the request to any endpoint the scheduler picked or ranked next: "
+           "%s; check that the model servers are up",
            x->connect_errors.len ? x->connect_errors.data : "none reachable");
   int timeout = x->failed_connects && x->timed_out_connects == x->failed_connects;
   fail(x, timeout ? 504 : 502, msg, timeout ? LUPIN_TIMEOUT : LUPIN_UPSTREAM_ERROR);
 }
 
-static void try_picks(gw_exchange *x) {
+/* Target i: the picks, then the runtime's ranked fallbacks, asked for when
+ * first needed. */
+static const lupin_pick *target(gw_exchange *x, size_t i) {
+  if (i < x->result.n_picks) return &x->result.picks[i];
+  if (!x->fallbacks_asked) {
+    x->fallbacks_asked = 1;
+    x->n_fallbacks = lupin_request_fallbacks(x->req, &x->fallbacks);
+  }
+  i -= x->result.n_picks;
+  return i < x->n_fallbacks ? &x->fallbacks[i] : NULL;
+}
+
+static int start_attempt(gw_exchange *x, gw_endpoint *ep) {
+  lupin_gateway *gw = x->gw;
+  gw_endpoint_ref(ep);
+  x->ep = ep;
+  x->status = 0;
+  lupin_header h[x->http->headers.n + x->result.n_headers + 2];
+  size_t n = upstream_headers(x, h);
+  gw_timeouts t = {gw->set.connect_timeout_ms, gw->set.first_byte_timeout_ms,
+                   gw->set.idle_timeout_ms};
+  x->attempts++;
+  x->attempt_started = lupin_now();
+  x->up = gw_upstream_start(ep, "POST", x->http->url, h, n, x->http->body.data, x->http->body.len,
+                            t, &proxy_cb, x);
+  if (x->up) {
+    x->reused = gw_upstream_reused(x->up);
+    return 0;
+  }
+  gw_endpoint_unref(ep);
+  x->ep = NULL;
+  return -1;
+}
+
+/* From target x->pick on, the first endpoint still there and healthy (any:
+ * target x->pick even when it is not: the scheduled pick, or the endpoint a
+ * request is resent to). */
+static void try_picks(gw_exchange *x, int any) {
   lupin_gateway *gw = x->gw;
   if (x->ep) gw_endpoint_unref(x->ep);
   x->ep = NULL;
-  for (; x->pick < x->result.n_picks; x->pick++) {
-    const lupin_pick *p = &x->result.picks[x->pick];
+  for (const lupin_pick *p; (p = target(x, x->pick)); x->pick++, any = 0) {
     gw_endpoint *ep = gw_endpoint_find(gw, p->name);
-    if (!ep) continue; /* removed since scheduling */
-    gw_endpoint_ref(ep);
-    x->ep = ep;
-    lupin_header h[x->http->headers.n + x->result.n_headers + 2];
-    size_t n = upstream_headers(x, h);
-    gw_timeouts t = {gw->set.connect_timeout_ms, gw->set.first_byte_timeout_ms,
-                     gw->set.idle_timeout_ms};
-    x->up = gw_upstream_start(ep, "POST", x->http->url, h, n, x->http->body.data, x->http->body.len,
-                              t, &proxy_cb, x);
-    if (x->up) return;
-    gw_endpoint_unref(ep);
-    x->ep = NULL;
+    if (!ep || (!any && ep->health.state != GW_HEALTHY)) continue; /* removed or ejected */
+    if (!start_attempt(x, ep)) return;
   }
   all_picks_failed(x);
 }
@@ -278,13 +398,17 @@ static void schedule(lupin_gateway *gw, gw_exchange *x) {
   x->sched_us = dt * 1e6;
   observe_scheduling(gw, dt);
   if (status == 200) {
-    try_picks(x);
+    try_picks(x, 1);
     return;
   }
   lupin_outcome o = status == 503  ? LUPIN_NO_ENDPOINT
                     : status < 500 ? LUPIN_REJECTED
                                    : LUPIN_PLUGIN_ERROR;
-  fail(x, status, x->result.message ? x->result.message : "scheduling failed", o);
+  const char *msg = x->result.message ? x->result.message : "scheduling failed";
+  if (status == 503 && gw->n_endpoints && !gw_healthy_endpoints(gw))
+    msg = "no healthy endpoint: every endpoint is ejected after failures or has stale metrics "
+          "(see /admin/endpoints); retry later";
+  fail(x, status, msg, o);
 }
 
 static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, const char *path) {

@@ -111,6 +111,7 @@ static void apply(gw_endpoint *ep) {
   if (rc) {
     ep->scrape_errors++;
     gw_log(ep->gw, LUPIN_LOG_DEBUG, "scrape %s: no vLLM metric in the answer", ep->name);
+    gw_health_scrape(ep, 0, "no vLLM metric in the answer");
   } else {
     if (running) {
       free(ep->running_lora);
@@ -127,6 +128,7 @@ static void apply(gw_endpoint *ep) {
     ep->scraped_at = m.scraped_at;
     ep->scrapes++;
     if (!ep->removed) lupin_endpoint_set_metrics(ep->gw->rt, ep->name, &m);
+    gw_health_scrape(ep, 1, NULL);
   }
 }
 
@@ -139,6 +141,7 @@ static void on_done(void *ud, gw_upstream_error e, const char *detail) {
     ep->scrape_errors++;
     gw_log(ep->gw, LUPIN_LOG_DEBUG, "scrape %s: %s", ep->name,
            e ? detail : "the endpoint did not answer 200");
+    if (!ep->removed) gw_health_scrape(ep, 0, e ? detail : "the endpoint did not answer 200");
   }
   gw_buf_free(&ep->scrape_body);
   gw_endpoint_unref(ep);

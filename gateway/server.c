@@ -262,10 +262,12 @@ void gw_conn_start(gw_conn *c, int status, const lupin_header *h, size_t n,
   gw_buf_printf(head, "HTTP/1.1 %d %s\r\n", status, gw_status_text(status));
   for (size_t i = 0; i < n; i++)
     if (!gw_hop_by_hop(h[i].name)) gw_buf_printf(head, "%s: %s\r\n", h[i].name, h[i].value);
-  c->chunked = content_length < 0;
+  /* 204 and 304 carry no body and no framing (RFC 9110 §8.6, §15.3.5) */
+  int bodiless = status == 204 || status == 304;
+  c->chunked = content_length < 0 && !bodiless;
   if (c->chunked)
     gw_buf_printf(head, "transfer-encoding: chunked\r\n");
-  else
+  else if (!bodiless)
     gw_buf_printf(head, "content-length: %lld\r\n", (long long)content_length);
   if (gw_buf_printf(head, "connection: %s\r\n\r\n", keep ? "keep-alive" : "close")) {
     head->len = 0;

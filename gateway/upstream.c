@@ -2,9 +2,18 @@
  * keep-alive connection (or a new one), with connect, first-byte and idle
  * timeouts, the response parsed by http_parser and handed over as it comes.
  *
- * Each endpoint keeps at most gateway.poolSize idle connections.  An idle
- * connection the server closed is noticed when read: a reused connection
- * that fails before any response byte is retried once on a fresh one. */
+ * Each endpoint keeps two pools of at most gateway.poolSize idle
+ * connections: one for generation requests (POST), one for the gateway's own
+ * GETs (scrapes, /v1/models), so a scrape never leaves behind a connection a
+ * generation request then finds closed.  A connection idle longer than
+ * poolIdleMs is closed rather than reused: servers close idle keep-alive
+ * connections after a few seconds (uvicorn, which vLLM runs on: 5 s).
+ *
+ * Nothing is sent twice here unless that is provably harmless: a GET on a
+ * reused connection that fails before any response byte is retried once on a
+ * fresh one; a POST is reported (GW_UP_NOT_SENT when no byte of it was
+ * written, GW_UP_CLOSED when it was written and no answer came) and the
+ * caller decides. */
 #include "gateway.h"
 
 #include <limits.h>
@@ -20,7 +29,9 @@ struct gw_uconn {
   gw_upstream *u; /* the exchange using it; NULL while idle */
   int closed;
   int in_pool;
-  gw_uconn *next; /* in the idle list */
+  int pool;            /* GW_POOL_* */
+  uint64_t idle_since; /* uv_now() when it went back to the pool */
+  gw_uconn *next;      /* in the idle list */
 };
 
 struct gw_upstream {
@@ -36,6 +47,9 @@ struct gw_upstream {
   int reused, connected, got_bytes, complete, done, keep_alive, paused;
   int addr_try;            /* which of the endpoint's addresses (resolve.c) */
   uint64_t connect_start;  /* uv_now() of the first address's try */
+  int idempotent;             /* a GET: may be sent again on a fresh connection */
+  int interim;                /* the message being parsed is a 1xx (skipped) */
+  int refused;                /* the response was refused (detail says why) */
   gw_upstream_error deferred; /* reported from the timer: never from start */
   const char *deferred_detail;
   char detail[160];
@@ -53,8 +67,14 @@ const char *gw_upstream_error_text(gw_upstream_error e) {
     return "no response within firstByteTimeoutMs";
   case GW_UP_IDLE_TIMEOUT:
     return "response stalled longer than idleTimeoutMs";
+  case GW_UP_NOT_SENT:
+    return "connection closed before the request was written";
+  case GW_UP_CLOSED:
+    return "connection closed before any response";
   case GW_UP_BROKEN:
     return "connection failed";
+  case GW_UP_ERRORS:
+    break;
   }
   return "?";
 }
@@ -71,13 +91,14 @@ static void on_conn_closed(uv_handle_t *h) {
 
 static void pool_remove(gw_uconn *c) {
   if (!c->in_pool) return;
-  for (gw_uconn **p = &c->ep->idle; *p; p = &(*p)->next)
+  gw_pool *pool = &c->ep->pools[c->pool];
+  for (gw_uconn **p = &pool->idle; *p; p = &(*p)->next)
     if (*p == c) {
       *p = c->next;
       break;
     }
   c->in_pool = 0;
-  c->ep->n_idle--;
+  pool->n_idle--;
 }
 
 static void conn_close(gw_uconn *c) {
@@ -90,19 +111,38 @@ static void conn_close(gw_uconn *c) {
 
 static void pool_put(gw_uconn *c) {
   gw_endpoint *ep = c->ep;
-  if (ep->removed || ep->n_idle >= ep->gw->set.pool_size || ep->gw->draining) {
+  gw_pool *pool = &ep->pools[c->pool];
+  if (ep->removed || pool->n_idle >= ep->gw->set.pool_size || ep->gw->draining) {
     conn_close(c);
     return;
   }
-  c->next = ep->idle;
-  ep->idle = c;
-  ep->n_idle++;
+  c->next = pool->idle;
+  pool->idle = c;
+  pool->n_idle++;
   c->in_pool = 1;
+  c->idle_since = uv_now(ep->gw->loop);
+}
+
+/* The most recently used idle connection, unless it has been idle longer
+ * than poolIdleMs: the pool is newest first, so the rest are older still and
+ * all go. */
+static gw_uconn *pool_take(gw_endpoint *ep, int which) {
+  gw_pool *pool = &ep->pools[which];
+  gw_uconn *c = pool->idle;
+  if (!c) return NULL;
+  if (uv_now(ep->gw->loop) - c->idle_since > ep->gw->set.pool_idle_ms) {
+    while (pool->idle)
+      conn_close(pool->idle);
+    return NULL;
+  }
+  pool_remove(c);
+  return c;
 }
 
 void gw_pool_clear(gw_endpoint *ep) {
-  while (ep->idle)
-    conn_close(ep->idle);
+  for (int i = 0; i < GW_POOLS; i++)
+    while (ep->pools[i].idle)
+      conn_close(ep->pools[i].idle);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
@@ -169,21 +209,32 @@ void gw_upstream_cancel(gw_upstream *u) {
 static void on_timeout(uv_timer_t *t);
 static void connect_new(gw_upstream *u);
 
-/* A send that failed: a pooled connection the server had closed meanwhile
- * is retried once on a fresh one. */
-static void send_failed(gw_upstream *u, int status) {
-  if (u->reused && !u->got_bytes) {
+/* Reports e from the timer, never from inside gw_upstream_start. */
+static void fail_soon(gw_upstream *u, gw_upstream_error e, const char *detail) {
+  u->deferred = e;
+  u->deferred_detail = detail;
+  uv_timer_start(&u->timer, on_timeout, 0, 0);
+}
+
+/* A send that failed.  written: some bytes may have left (a queued write
+ * failed); else the socket refused the first byte.  A GET on a reused
+ * connection is sent again on a fresh one; a POST is the caller's call. */
+static void send_failed(gw_upstream *u, int status, int written) {
+  if (u->idempotent && u->reused && !u->got_bytes) {
     connect_new(u);
     return;
   }
   snprintf(u->detail, sizeof u->detail, "sending the request: %s", uv_strerror(status));
-  finish(u, GW_UP_BROKEN, u->detail);
+  if (written)
+    finish(u, GW_UP_CLOSED, u->detail);
+  else
+    fail_soon(u, GW_UP_NOT_SENT, u->detail);
 }
 
 static void on_written(uv_stream_t *s, int status, void *data) {
   (void)data;
   gw_uconn *c = s->data;
-  if (status < 0 && !c->closed && c->u) send_failed(c->u, status);
+  if (status < 0 && !c->closed && c->u) send_failed(c->u, status, 1);
 }
 
 static void send_request(gw_upstream *u) {
@@ -193,7 +244,7 @@ static void send_request(gw_upstream *u) {
   uv_timer_start(&u->timer, on_timeout, u->t.first_byte_ms, 0);
   uv_buf_t b = uv_buf_init(u->request.data, (unsigned)u->request.len);
   int rc = gw_write((uv_stream_t *)&c->tcp, &b, 1, on_written, NULL);
-  if (rc) send_failed(u, rc);
+  if (rc) send_failed(u, rc, 0);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -208,8 +259,12 @@ static void on_eof(gw_upstream *u, ssize_t nread) {
   if (u->complete) {
     u->keep_alive = 0;
     finish(u, GW_UP_OK, NULL);
-  } else if (u->reused && !u->got_bytes) {
+  } else if (u->idempotent && u->reused && !u->got_bytes) {
     connect_new(u); /* the server had closed the idle connection */
+  } else if (!u->got_bytes) {
+    snprintf(u->detail, sizeof u->detail,
+             "the endpoint closed the connection without answering (%s)", uv_strerror((int)nread));
+    finish(u, GW_UP_CLOSED, u->detail);
   } else {
     snprintf(u->detail, sizeof u->detail,
              "the endpoint closed the connection before the "
@@ -234,6 +289,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (!u->done && u->complete) {
       if (n < (size_t)nread - 1) u->keep_alive = 0; /* bytes past the response */
       finish(u, GW_UP_OK, NULL);
+    } else if (!u->done && u->refused) {
+      finish(u, GW_UP_BROKEN, u->detail);
     } else if (!u->done && e != HPE_OK) {
       snprintf(u->detail, sizeof u->detail, "malformed response: %s", http_errno_description(e));
       finish(u, GW_UP_BROKEN, u->detail);
@@ -281,6 +338,7 @@ static void connect_new(gw_upstream *u) {
   u->conn = NULL;
   u->reused = u->connected = u->got_bytes = u->complete = 0;
   gw_headers_free(&u->headers);
+  u->interim = u->refused = 0;
   u->addr_try = 0;
   u->connect_start = uv_now(u->ep->gw->loop);
   gw_endpoint_refresh_addrs(u->ep, 0);
@@ -294,19 +352,16 @@ static void connect_addr(gw_upstream *u) {
   const struct sockaddr *addr = gw_endpoint_addr(ep, u->addr_try);
   if (!addr) {
     gw_endpoint_refresh_addrs(ep, 1);
-    u->deferred = GW_UP_CONNECT;
-    u->deferred_detail = "the endpoint's address could not be resolved";
-    uv_timer_start(&u->timer, on_timeout, 0, 0);
+    fail_soon(u, GW_UP_CONNECT, "the endpoint's address could not be resolved");
     return;
   }
   gw_uconn *c = calloc(1, sizeof *c);
   if (!c) {
-    u->deferred = GW_UP_CONNECT;
-    u->deferred_detail = "out of memory";
-    uv_timer_start(&u->timer, on_timeout, 0, 0);
+    fail_soon(u, GW_UP_CONNECT, "out of memory");
     return;
   }
   c->ep = ep;
+  c->pool = u->idempotent ? GW_POOL_AUX : GW_POOL_GEN;
   gw_endpoint_ref(ep);
   uv_tcp_init(ep->gw->loop, &c->tcp);
   c->tcp.data = c->connect.data = c;
@@ -319,9 +374,7 @@ static void connect_addr(gw_upstream *u) {
   int rc = uv_tcp_connect(&c->connect, &c->tcp, addr, on_connect);
   if (rc) {
     snprintf(u->detail, sizeof u->detail, "%s", uv_strerror(rc));
-    u->deferred = GW_UP_CONNECT;
-    u->deferred_detail = u->detail;
-    uv_timer_start(&u->timer, on_timeout, 0, 0);
+    fail_soon(u, GW_UP_CONNECT, u->detail);
   }
 }
 
@@ -361,6 +414,7 @@ gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *
   u->t = t;
   u->cb = *cb;
   u->ud = ud;
+  u->idempotent = !strcmp(method, "GET");
   if (serialize(u, method, path, head, n, body, len)) {
     gw_buf_free(&u->request);
     free(u);
@@ -370,9 +424,8 @@ gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *
   ep->gw->n_upstreams++;
   uv_timer_init(ep->gw->loop, &u->timer);
   u->timer.data = u;
-  gw_uconn *c = ep->idle;
+  gw_uconn *c = pool_take(ep, u->idempotent ? GW_POOL_AUX : GW_POOL_GEN);
   if (c) {
-    pool_remove(c);
     c->u = u;
     u->conn = c;
     u->reused = u->connected = 1;
@@ -399,12 +452,36 @@ static int on_header_value(http_parser *p, const char *at, size_t len) {
   return gw_headers_extend(&u->headers, 1, at, len);
 }
 
+/* A 1xx other than 101 is an interim answer (100 Continue, 103 Early
+ * Hints): skipped, the final response follows on the same connection.  101
+ * would hand the connection over to another protocol, which the gateway does
+ * not relay; a status outside 100..599 is no HTTP status.  204 and 304 have
+ * no body whatever their headers say (RFC 9112 §6.3): returning 1 tells
+ * http_parser to read none. */
 static int on_headers_complete(http_parser *p) {
   gw_upstream *u = ((gw_uconn *)p->data)->u;
-  int64_t cl =
-      p->content_length == ULLONG_MAX || (p->flags & F_CHUNKED) ? -1 : (int64_t)p->content_length;
-  if (u->cb.on_headers) u->cb.on_headers(u->ud, p->status_code, &u->headers, cl);
-  return u->done ? -1 : 0;
+  int status = p->status_code;
+  if (status < 100 || status > 599 || status == 101) {
+    u->refused = 1;
+    snprintf(u->detail, sizeof u->detail, "%s %d",
+             status == 101 ? "the endpoint switched protocols, which is not relayed: status"
+                           : "the endpoint answered an invalid HTTP status",
+             status);
+    return -1;
+  }
+  if (status < 200) {
+    u->interim = 1;
+    gw_headers_free(&u->headers);
+    u->last_was_value = 0;
+    return 1;
+  }
+  int bodiless = status == 204 || status == 304;
+  int64_t cl = bodiless ? 0
+               : p->content_length == ULLONG_MAX || (p->flags & F_CHUNKED)
+                   ? -1
+                   : (int64_t)p->content_length;
+  if (u->cb.on_headers) u->cb.on_headers(u->ud, status, &u->headers, cl);
+  return u->done ? -1 : bodiless;
 }
 
 static int on_body(http_parser *p, const char *at, size_t len) {
@@ -415,6 +492,10 @@ static int on_body(http_parser *p, const char *at, size_t len) {
 
 static int on_message_complete(http_parser *p) {
   gw_upstream *u = ((gw_uconn *)p->data)->u;
+  if (u->interim) { /* the final response is next */
+    u->interim = 0;
+    return 0;
+  }
   u->complete = 1;
   u->keep_alive = http_should_keep_alive(p);
   http_parser_pause(p, 1); /* nothing after the response belongs to us */
@@ -428,3 +509,5 @@ static const http_parser_settings response_settings = {
     .on_body = on_body,
     .on_message_complete = on_message_complete,
 };
+
+int gw_upstream_reused(const gw_upstream *u) { return u->reused; }

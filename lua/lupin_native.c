@@ -192,6 +192,18 @@ static int l_set_metrics(lua_State *L) {
   return 1;
 }
 
+static int l_set_healthy(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  int ok = lupin_endpoint_set_healthy(b->rt, luaL_checkstring(L, 2), lua_toboolean(L, 3)) == 0;
+  lua_pushboolean(L, ok);
+  return 1;
+}
+
+static int l_collect(lua_State *L) {
+  lupin_runtime_collect(check_rt(L)->rt);
+  return 0;
+}
+
 #define SET_NUM(field) (lua_pushnumber(L, (lua_Number)s.field), lua_setfield(L, -2, #field))
 
 static int l_stats(lua_State *L) {
@@ -418,6 +430,17 @@ static int l_response_complete(lua_State *L) {
   return 1;
 }
 
+static int l_fallbacks(lua_State *L) {
+  const lupin_pick *p;
+  size_t n = lupin_request_fallbacks(check_req(L)->req, &p);
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    lua_pushstring(L, p[i].name);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  return 1;
+}
+
 static int l_end(lua_State *L) {
   request_box *rb = check_req(L);
   int o = luaL_checkoption(L, 2, "ok", outcomes);
@@ -442,6 +465,8 @@ static const luaL_Reg rt_methods[] = {
     {"upsert", l_upsert},
     {"remove", l_remove},
     {"set_metrics", l_set_metrics},
+    {"set_healthy", l_set_healthy},
+    {"collect", l_collect},
     {"stats", l_stats},
     {"plugin_stats", l_plugin_stats},
     {"generations", l_generations},
@@ -456,6 +481,7 @@ static const luaL_Reg rt_methods[] = {
 static const luaL_Reg req_methods[] = {
     {"id", l_req_id},
     {"schedule", l_schedule},
+    {"fallbacks", l_fallbacks},
     {"response_header", l_response_header},
     {"response_chunk", l_response_chunk},
     {"response_complete", l_response_complete},

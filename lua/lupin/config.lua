@@ -34,6 +34,16 @@ M.GATEWAY = {
   maxLuaMemoryBytes = { default = 1024 * 1024 * 1024, min = 0 },
   maxRequestsInFlight = { default = 1024, min = 1 },
   maxBufferedBodyBytes = { default = 256 * 1024 * 1024, min = 1 },
+  -- retries and endpoint health (README: "Retries and endpoint health")
+  poolIdleMs = { default = 2000, min = 1 },
+  retryNonIdempotent = { default = 0, min = 0, max = 10 },
+  retryBudgetPercent = { default = 20, min = 0, max = 100 },
+  retryBudgetMin = { default = 3, min = 0 },
+  consecutiveErrors = { default = 5, min = 0 },
+  baseEjectionTimeMs = { default = 10000, min = 1 },
+  maxEjectionTimeMs = { default = 300000, min = 1 },
+  maxEjectionPercent = { default = 50, min = 0, max = 100 },
+  staleEjectionMs = { default = 3000, min = 0 },
 }
 
 --- Plugin call budgets (docs/plugins.md): the config's "budgets" section.
@@ -301,6 +311,10 @@ local function parse_gateway(E, root, cfg)
     local spec = M.GATEWAY[k]
     if type(v) ~= "number" or v ~= math.floor(v) or v < spec.min then
       return E:at("gateway." .. k, "%s must be an integer ≥ %d, got %s", k, spec.min,
+        cjson.encode(v) or tostring(v))
+    end
+    if spec.max and v > spec.max then
+      return E:at("gateway." .. k, "%s must be an integer ≤ %d, got %s", k, spec.max,
         cjson.encode(v) or tostring(v))
     end
     out[k] = v

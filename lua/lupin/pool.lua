@@ -9,8 +9,10 @@ local M = {}
 local info = {} -- id -> { name, address, port, hostport, labels, ... }
 local by_id = {} -- id -> endpoint object, for endpoints in the pool
 local order = {} -- ids in insertion order
+local ejected = {} -- id -> true: out of the candidates (the host's health checks)
 
----@type lupin.Endpoint[] the current pool; replaced, never mutated, on change
+---@type lupin.Endpoint[] the current pool, healthy endpoints only; replaced,
+---never mutated, on change
 M.list = {}
 
 ffi.metatype("lupin_endpoint", {
@@ -32,7 +34,10 @@ end
 local function publish()
   local list = {}
   for i = 1, #order do
-    list[i] = by_id[order[i]]
+    local id = order[i]
+    if not ejected[id] then
+      list[#list + 1] = by_id[id]
+    end
   end
   M.list = list
 end
@@ -65,6 +70,7 @@ end
 
 function M.remove(id)
   by_id[id] = nil
+  ejected[id] = nil
   for i = 1, #order do
     if order[i] == id then
       table.remove(order, i)
@@ -82,6 +88,18 @@ function M.set_adapters(id, running, waiting)
   local i = info[id]
   i.active_adapters = adapter_set(running)
   i.waiting_adapters = adapter_set(waiting)
+end
+
+--- The host's verdict on an endpoint (lupin_endpoint_set_healthy): an
+--- unhealthy one stays in the pool but is no candidate.
+function M.set_health(id, healthy)
+  ejected[id] = not healthy or nil
+  publish()
+end
+
+--- True when ep is in the pool and healthy: a candidate now.
+function M.is_candidate(ep)
+  return by_id[ep.id] == ep and not ejected[ep.id]
 end
 
 local EP = ffi.typeof("lupin_endpoint *")

@@ -4,6 +4,7 @@ local capi = require "lupin.capi"
 local cjson = require "cjson"
 local config = require "lupin.config"
 local engine = require "lupin.engine"
+local fallback = require "lupin.fallback"
 local gateway = require "lupin.gateway"
 local generation = require "lupin.generation"
 local leaks = require "lupin.leaks"
@@ -36,6 +37,8 @@ function M.init(ud, opts)
     endpoint_remove = pool.remove,
     endpoint_labels = pool.set_labels,
     endpoint_adapters = pool.set_adapters,
+    endpoint_health = pool.set_health,
+    fallbacks = fallback.ranked,
   }
 
   function hooks.load(text, source, number)

@@ -1,0 +1,252 @@
+/* Endpoint health, as Envoy's outlier detection: consecutive failures of
+ * proxied requests (connect failures, resets, timeouts, 5xx answers) or of
+ * scrapes eject an endpoint from the candidates plugins see, for
+ * baseEjectionTimeMs doubled with each ejection in a row (at most
+ * maxEjectionTimeMs), never more than maxEjectionPercent of the endpoints at
+ * once (at least one).  An ejected endpoint comes back once its time has
+ * passed and its last scrape succeeded.  Metrics older than
+ * staleEjectionMs also take an endpoint out (without the cap: with no
+ * metrics the scorers are blind), until a scrape succeeds again.
+ *
+ * The runtime is told with lupin_endpoint_set_healthy; state changes, the
+ * first failure of a run, "no healthy endpoint" and recovery are logged at
+ * warn.  The same timer runs a garbage collection when the gateway has been
+ * idle, so lupin_live_request_tables counts live requests' tables only. */
+#include "gateway.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TICK_MS    100
+#define WARN_EVERY 10.0 /* seconds between first-failure lines of one endpoint */
+
+const char *gw_failure_name(gw_upstream_error e) {
+  static const char *const names[GW_UP_ERRORS] = {
+      "status_5xx",   "connect_failed",   "connect_timeout",         "first_byte_timeout",
+      "idle_timeout", "stale_connection", "closed_without_response", "broken_response"};
+  return (unsigned)e < GW_UP_ERRORS ? names[e] : "?";
+}
+
+const char *gw_health_state_name(gw_health_state s) {
+  return s == GW_HEALTHY ? "healthy" : s == GW_EJECTED ? "ejected" : "stale";
+}
+
+void gw_health_init(gw_endpoint *ep) {
+  ep->health = (gw_health){.state = GW_HEALTHY, .in_runtime = 1, .added_at = lupin_now()};
+}
+
+static size_t count_state(lupin_gateway *gw, gw_health_state s) {
+  size_t n = 0;
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    n += ep->health.state == s;
+  return n;
+}
+
+size_t gw_healthy_endpoints(lupin_gateway *gw) { return count_state(gw, GW_HEALTHY); }
+
+/* Logs "no healthy endpoint" and the recovery once each. */
+static void check_outage(lupin_gateway *gw) {
+  if (!gw->n_endpoints || gw->draining) return;
+  size_t n = gw_healthy_endpoints(gw);
+  if (!n && !gw->no_healthy) {
+    gw->no_healthy = 1;
+    gw_log(gw, LUPIN_LOG_WARN,
+           "no healthy endpoint: all %zu are ejected or have stale metrics; requests are "
+           "answered 503 and /readyz says 503 until one recovers",
+           gw->n_endpoints);
+  } else if (n && gw->no_healthy) {
+    gw->no_healthy = 0;
+    gw_log(gw, LUPIN_LOG_WARN, "recovered: %zu of %zu endpoints healthy", n, gw->n_endpoints);
+  }
+}
+
+/* Tells the runtime when the verdict changed. */
+static void sync_runtime(gw_endpoint *ep) {
+  int healthy = ep->health.state == GW_HEALTHY;
+  if (healthy == ep->health.in_runtime || ep->removed) return;
+  ep->health.in_runtime = healthy;
+  lupin_endpoint_set_healthy(ep->gw->rt, ep->name, healthy);
+}
+
+static void set_state(gw_endpoint *ep, gw_health_state s) {
+  ep->health.state = s;
+  sync_runtime(ep);
+  check_outage(ep->gw);
+}
+
+static void eject(gw_endpoint *ep, const char *why) {
+  lupin_gateway *gw = ep->gw;
+  gw_health *h = &ep->health;
+  size_t ejected = count_state(gw, GW_EJECTED);
+  size_t max = gw->n_endpoints * gw->set.max_ejection_percent / 100;
+  if (max < 1) max = 1;
+  double now = lupin_now();
+  if (ejected >= max) {
+    if (now - h->last_warned >= WARN_EVERY) {
+      h->last_warned = now;
+      gw_log(gw, LUPIN_LOG_WARN,
+             "endpoint %s (%s): %s, but not ejected: %zu of %zu endpoints are ejected "
+             "already (maxEjectionPercent %llu)",
+             ep->name, ep->hostport, why, ejected, gw->n_endpoints,
+             (unsigned long long)gw->set.max_ejection_percent);
+    }
+    return;
+  }
+  double base = (double)gw->set.base_ejection_time_ms / 1000;
+  double max_t = (double)gw->set.max_ejection_time_ms / 1000;
+  double t = base * (double)(1ull << (h->backoff < 20 ? h->backoff : 20));
+  if (t > max_t) t = max_t;
+  h->backoff++;
+  h->ejections++;
+  h->ejected_until = now + t;
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  h->ejected_unix = (double)wall.tv_sec + wall.tv_nsec / 1e9;
+  h->errors = 0;
+  gw_log(gw, LUPIN_LOG_WARN, "endpoint %s (%s) ejected for %.1f s: %s; %zu of %zu ejected",
+         ep->name, ep->hostport, t, why, ejected + 1, gw->n_endpoints);
+  set_state(ep, GW_EJECTED);
+}
+
+static int stale(const gw_endpoint *ep, double now) {
+  uint64_t ms = ep->gw->set.stale_ejection_ms;
+  double since = ep->scraped_at > ep->health.added_at ? ep->scraped_at : ep->health.added_at;
+  return ms && now - since > (double)ms / 1000;
+}
+
+/* Time-driven changes: an ejection over, metrics gone stale or fresh, the
+ * back-off forgiven one step per base ejection time healthy. */
+static void evaluate(gw_endpoint *ep, double now) {
+  gw_health *h = &ep->health;
+  lupin_gateway *gw = ep->gw;
+  if (h->state == GW_EJECTED) {
+    if (now < h->ejected_until || h->scrape_failures) return;
+    h->restorations++;
+    h->healthy_since = now;
+    gw_log(gw, LUPIN_LOG_WARN, "endpoint %s (%s) restored: ejection over and scrapes succeed",
+           ep->name, ep->hostport);
+    set_state(ep, GW_HEALTHY);
+  }
+  int is_stale = stale(ep, now);
+  if (h->state == GW_HEALTHY && is_stale) {
+    gw_log(gw, LUPIN_LOG_WARN,
+           "endpoint %s (%s): no metrics for %.1f s (staleEjectionMs %llu), no longer a "
+           "candidate: %s",
+           ep->name, ep->hostport, now - (ep->scraped_at ? ep->scraped_at : h->added_at),
+           (unsigned long long)gw->set.stale_ejection_ms,
+           h->last_error[0] ? h->last_error : "scrapes fail");
+    set_state(ep, GW_STALE);
+  } else if (h->state == GW_STALE && !is_stale) {
+    h->restorations++;
+    h->healthy_since = now;
+    gw_log(gw, LUPIN_LOG_WARN, "endpoint %s (%s) restored: metrics fresh again", ep->name,
+           ep->hostport);
+    set_state(ep, GW_HEALTHY);
+  }
+  double base = (double)gw->set.base_ejection_time_ms / 1000;
+  if (h->state == GW_HEALTHY && h->backoff && now - h->healthy_since >= base) {
+    h->backoff--;
+    h->healthy_since = now;
+  }
+}
+
+/* The first failure after a success is logged (rate-limited per endpoint). */
+static void failed(gw_endpoint *ep, uint64_t run, const char *what, const char *detail) {
+  gw_health *h = &ep->health;
+  snprintf(h->last_error, sizeof h->last_error, "%s: %s", what, detail ? detail : "failed");
+  if (run != 1 || h->state != GW_HEALTHY) return;
+  double now = lupin_now();
+  if (now - h->last_warned < WARN_EVERY) {
+    h->suppressed++;
+    return;
+  }
+  h->last_warned = now;
+  char more[64] = "";
+  if (h->suppressed)
+    snprintf(more, sizeof more, " (%llu more since the last such line)",
+             (unsigned long long)h->suppressed);
+  h->suppressed = 0;
+  gw_log(ep->gw, LUPIN_LOG_WARN, "endpoint %s (%s) failing: %s%s", ep->name, ep->hostport,
+         h->last_error, more);
+}
+
+void gw_health_request(gw_endpoint *ep, gw_upstream_error e, int status, int reused,
+                       const char *detail) {
+  gw_health *h = &ep->health;
+  int bad = e != GW_UP_OK || status >= 500;
+  /* a pooled connection found closed before the write says nothing of the
+   * endpoint: servers close idle connections */
+  if (e == GW_UP_NOT_SENT && reused) bad = 0;
+  if (e != GW_UP_OK || status >= 500) h->failures[e]++;
+  if (!bad) {
+    if (e == GW_UP_OK) h->errors = 0;
+    return;
+  }
+  char st[32];
+  if (e == GW_UP_OK) snprintf(st, sizeof st, "answered %d", status);
+  failed(ep, ++h->errors, "request", e == GW_UP_OK ? st : detail);
+  uint64_t limit = ep->gw->set.consecutive_errors;
+  if (limit && h->errors >= limit && h->state == GW_HEALTHY) {
+    char why[256];
+    snprintf(why, sizeof why, "%llu requests in a row failed (last: %s)",
+             (unsigned long long)h->errors, h->last_error);
+    eject(ep, why);
+  }
+}
+
+void gw_health_scrape(gw_endpoint *ep, int ok, const char *detail) {
+  gw_health *h = &ep->health;
+  if (ok) {
+    h->scrape_failures = 0;
+    evaluate(ep, lupin_now());
+    return;
+  }
+  failed(ep, ++h->scrape_failures, "scrape", detail);
+  uint64_t limit = ep->gw->set.consecutive_errors;
+  if (limit && h->scrape_failures >= limit && h->state == GW_HEALTHY) {
+    char why[256];
+    snprintf(why, sizeof why, "%llu scrapes in a row failed (last: %s)",
+             (unsigned long long)h->scrape_failures, h->last_error);
+    eject(ep, why);
+  }
+}
+
+/* --- the timer ------------------------------------------------------------ */
+
+/* Idle: nothing in flight and requests ended since the last collection. */
+static void collect_when_idle(lupin_gateway *gw) {
+  uint64_t ended = 0;
+  for (int i = 0; i < 8; i++)
+    ended += gw->stats.by_outcome[i];
+  if (gw->n_exchanges || ended == gw->ended_at_gc) return;
+  gw->ended_at_gc = ended;
+  lupin_runtime_collect(gw->rt);
+}
+
+static void tick(uv_timer_t *t) {
+  lupin_gateway *gw = t->data;
+  double now = lupin_now();
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    evaluate(ep, now);
+  check_outage(gw);
+  if (++gw->health_ticks % (1000 / TICK_MS) == 0) collect_when_idle(gw);
+}
+
+void gw_health_start(lupin_gateway *gw) {
+  gw->health_timer = malloc(sizeof *gw->health_timer);
+  if (!gw->health_timer) return;
+  uv_timer_init(gw->loop, gw->health_timer);
+  gw->health_timer->data = gw;
+  uv_timer_start(gw->health_timer, tick, TICK_MS, TICK_MS);
+  uv_unref((uv_handle_t *)gw->health_timer);
+}
+
+static void close_free(uv_handle_t *h) { free(h); }
+
+void gw_health_stop(lupin_gateway *gw) {
+  if (!gw->health_timer) return;
+  uv_close((uv_handle_t *)gw->health_timer, close_free);
+  gw->health_timer = NULL;
+}
