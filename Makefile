@@ -11,7 +11,7 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
-            lua-busted lua-check libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
+            lua-busted lua-check lua-yaml libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
             python3
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx gnuplot-nox
