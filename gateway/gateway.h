@@ -146,6 +146,9 @@ size_t gw_server_connections(const gw_server *s);
 void gw_server_free(gw_server *s);
 
 void gw_conn_on_abort(gw_conn *c, gw_abort_fn fn, void *owner);
+/* The current request's id: the client's x-request-id, or one made for it
+ * (answers that never reach the runtime: bad requests, unknown routes). */
+const char *gw_conn_request_id(gw_conn *c);
 /* Bytes written to the client and not yet sent. */
 size_t gw_conn_backlog(const gw_conn *c);
 /* Calls fn(owner) once, when the backlog has been sent (slow clients). */

@@ -209,7 +209,19 @@ local function parse_dirs(E, root, cfg)
     if type(d) ~= "string" then
       return E:at(("pluginDirs[%d]"):format(i - 1), "each plugin directory must be a string")
     end
-    cfg.plugin_dirs[i] = d:sub(1, 1) == "/" and d or cfg.dir .. "/" .. d
+    local dir = d:sub(1, 1) == "/" and d or cfg.dir .. "/" .. d
+    local f, ferr = io.open(dir, "rb")
+    local is_dir = f and select(3, f:read(0)) == 21 -- EISDIR
+    if f then
+      f:close()
+    end
+    if not is_dir then
+      return E:at(("pluginDirs[%d]"):format(i - 1), "plugin directory %q %s%s", d,
+        dir ~= d and ("(%s) "):format(dir) or "",
+        f and "is not a directory" or tostring(ferr):find("No such file", 1, true)
+          and "does not exist" or "cannot be read: " .. tostring(ferr))
+    end
+    cfg.plugin_dirs[i] = dir
   end
 end
 

@@ -6,6 +6,7 @@ local ctx = require "lupin.ctx"
 local leaks = require "lupin.leaks"
 local log = require "lupin.log"
 local pool = require "lupin.pool"
+local traceback = require "lupin.traceback"
 
 local M = {}
 
@@ -29,15 +30,28 @@ function M.init(opts)
   id_prefix = ("%08x"):format(math.random(0, 0x7fffffff))
 end
 
-local function plugin_error(r, rec, point, err)
+--- trace: the plugin's frames where the error was raised, if it was
+local function plugin_error(r, rec, point, err, trace)
   local st = rec.stats[point]
   st.errors = st.errors + 1
+  local msg = trace and ("%s (traceback: %s)"):format(tostring(err), trace) or tostring(err)
   if r.errors then -- a dry run reports its errors, it does not log them
-    r.errors[#r.errors + 1] = { rec = rec, point = point, message = tostring(err) }
+    r.errors[#r.errors + 1] = { rec = rec, point = point, message = msg }
     return
   end
   log.limited(rec.name .. "/" .. point, "error", "request %s: plugin %s (%s) failed in %s: %s",
-    r.id, rec.name, rec.type, point, tostring(err))
+    r.id, rec.name, rec.type, point, msg)
+end
+
+-- xpcall's handler: keeps the plugin's frames, returns the error unchanged
+local last_trace
+local function on_error(err)
+  if limit > 0 then -- the trace must not fail on the plugin's memory limit
+    alloc.enforce = 0
+  end
+  local ok, trace = pcall(traceback.capture, 4) -- 4: past capture, pcall and this
+  last_trace = ok and trace or nil
+  return err
 end
 
 -- Calls one extension point of one plugin: its ctx, the profile it runs in,
@@ -58,14 +72,15 @@ local function call(r, rec, point, profile, x, y)
     end
     alloc.enforce = 1
   end
-  local ok, a, b, d = pcall(rec[point], rec.obj, c, x, y)
+  local ok, a, b, d = xpcall(rec[point], on_error, rec.obj, c, x, y)
   if limit > 0 then -- a store into a cdata costs when interpreted
     alloc.enforce = 0
   end
   st.calls = st.calls + 1
   st.ns = st.ns + (now() - t0) * 1e9
   if not ok then
-    plugin_error(r, rec, point, a)
+    plugin_error(r, rec, point, a, last_trace)
+    last_trace = nil
   end
   return ok, a, b, d
 end

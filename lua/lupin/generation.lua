@@ -48,8 +48,9 @@ function Builder:module(type_, path)
   end
   local file = self.files[type_]
   if not file then
-    return nil, self.E:at(path ~= "" and path .. ".type" or "", "unknown plugin type %q; known types: %s",
-      type_, table.concat(self.types, ", "))
+    return nil, self.E:at(path ~= "" and path .. ".type" or "", "unknown plugin type %q; known types: %s"
+      .. " (plugin directories: %s)", type_, table.concat(self.types, ", "),
+      table.concat(self.dirs, ", "))
   end
   local mod, env, text = loader.load(file, type_)
   if not mod then
@@ -279,7 +280,7 @@ function M.build(cfg, opts, number, previous)
     dirs[#dirs + 1] = d
   end
   local files, types = loader.catalog(dirs)
-  local b = setmetatable({ E = cfg.errors, files = files, types = types, modules = {},
+  local b = setmetatable({ E = cfg.errors, files = files, types = types, modules = {}, dirs = dirs,
     gen = { number = number, source = cfg.source, loaded_at = capi.now(), instances = {},
       by_name = {}, profiles = {}, profile_by_name = {}, profile_views = {}, points = {},
       observers = {} } }, Builder)
