@@ -250,8 +250,8 @@ function Builder:start(previous)
 end
 
 --- What the generation was built from, for its digest (core/runtime.c hashes
---- these strings in order): the config text, then each plugin file loaded,
---- by type, as its path and text.
+--- these strings in order): the config (canonical JSON, lupin.config), then
+--- each plugin file loaded, by type, as its path and text.
 function Builder:sources(cfg)
   local out, types = { cfg.text or "" }, {}
   for t in pairs(self.modules) do
