@@ -15,7 +15,7 @@ static const char usage[] =
     "  serve    run the gateway (lupin serve --help)\n"
     "  check    load a config as a reload would, without serving (lupin check --help)\n"
     "  version  print the version\n"
-    "  help     print this text\n"
+    "  help     print this text (help serve, help check: theirs)\n"
     "\n"
     "exit status: 0 ok, 1 config, plugin or endpoints rejected, 2 usage error,\n"
     "3 serve could not start (address in use, ...), 4 requests cut at drainTimeoutMs.\n"
@@ -243,7 +243,9 @@ int main(int argc, char **argv) {
     return GW_EXIT_USAGE;
   }
   if (is_help(argv[1]) || !strcmp(argv[1], "help")) {
-    fputs(usage, stdout);
+    const char *topic = argc > 2 ? argv[2] : "";
+    fputs(!strcmp(topic, "serve") ? serve_usage : !strcmp(topic, "check") ? check_usage : usage,
+          stdout);
     return GW_EXIT_OK;
   }
   if (is_version(argv[1]) || !strcmp(argv[1], "version")) {

@@ -60,6 +60,8 @@ describe("lupin's help and version", function()
         assert.truthy(out:find("usage: lupin " .. cmd, 1, true), out)
       end
     end
+    local text = P.run(LUPIN .. " help check")
+    assert.truthy(text:find("usage: lupin check", 1, true))
     -- help wins over everything else on the line, even bad arguments
     local out, rc = P.run(LUPIN .. " check --bogus --help 2>/dev/null")
     assert.equal(0, rc)

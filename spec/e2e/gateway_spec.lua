@@ -841,8 +841,8 @@ describe("lupin serve with the default config", function()
     ok_request(gw)
     support.write(gw.config, good)
     P.signal(gw, "HUP")
-    P.poll(function()
-      return P.metric(gw, "lupin_generation") == generation + 1
+    P.poll(function() -- the file watcher may reload too, before or after
+      return P.metric(gw, "lupin_generation") >= generation + 1
     end, "the SIGHUP reload")
     ok_request(gw)
   end)
