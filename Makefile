@@ -11,7 +11,7 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
-            lua-busted lua-check libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
+            lua-busted lua-check lua-yaml libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
             python3 libutf8proc-dev
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx gnuplot-nox
@@ -25,6 +25,8 @@ GW_HDR    = gateway/gateway.h $(CORE_HDR)
 GW_OBJ    = $(GW_SRC:gateway/%.c=$(B)/gw/%.o)
 
 B ?= build
+# one version, core/lupin.h's: lupin --version, lupin-sim --version, lupin.pc
+VERSION  := $(shell sed -n 's/^\#define LUPIN_VERSION "\(.*\)"/\1/p' core/lupin.h)
 CORE_OBJ  = $(CORE_SRC:core/%.c=$(B)/core/%.o)
 
 # The model-server simulator: a standalone C program (examples/simulator/README.md).
@@ -66,7 +68,8 @@ $(B)/embed: examples/embed/embed.c $(B)/liblupin.a core/lupin.h
 
 $(B)/sim/%.o: examples/simulator/%.c examples/simulator/sim.h
 	@mkdir -p $(dir $@)
-	$(CC) $(XCFLAGS) $(shell pkg-config --cflags jansson 2>/dev/null) -c $< -o $@
+	$(CC) $(XCFLAGS) -DSIM_VERSION=\"$(VERSION)\" $(shell pkg-config --cflags jansson 2>/dev/null) \
+	  -c $< -o $@
 
 $(B)/lupin-sim: $(SIM_OBJ)
 	$(CC) $(XCFLAGS) -o $@ $^ $(SIM_LIBS)
@@ -200,15 +203,16 @@ bench-reload: all
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 	  $(DESTDIR)$(PREFIX)/share/lupin/lua/lupin $(DESTDIR)$(PREFIX)/share/lupin/plugins \
-	  $(DESTDIR)$(PREFIX)/lib/lua/5.1 $(DESTDIR)$(PREFIX)/bin
-	install -m 755 $(B)/lupin $(DESTDIR)$(PREFIX)/bin/
+	  $(DESTDIR)$(PREFIX)/lib/lua/5.1 $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 755 $(B)/lupin $(B)/lupin-sim $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 docs/lupin.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 core/lupin.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(B)/liblupin.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/liblupin.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/lupin_native.so $(DESTDIR)$(PREFIX)/lib/lua/5.1/
 	install -m 644 lua/lupin/*.lua $(DESTDIR)$(PREFIX)/share/lupin/lua/lupin/
 	install -m 644 plugins/*.lua $(DESTDIR)$(PREFIX)/share/lupin/plugins/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|0.1.0|g' lupin.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' lupin.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/lupin.pc
 
 clean:

@@ -119,9 +119,10 @@ typedef struct lupin_generation_info {
   double loaded_unix;  /* the same, wall clock (seconds since the epoch) */
   double load_seconds; /* building it: read, validate, instantiate, dry cycle */
   const char *source;  /* the config's file name or source string */
-  const char *digest;  /* xxh64 of the config text and of each plugin file
-                          loaded (path and text, by type), 16 hex digits:
-                          equal digests, same sources */
+  const char *digest;  /* xxh64 of the config (its canonical JSON form: a
+                          YAML and a JSON form digest alike) and of each
+                          plugin file loaded (path and text, by type), 16
+                          hex digits: equal digests, same sources */
   uint64_t pinned;     /* requests begun on it and not ended */
   int current;         /* new requests begin on it */
 } lupin_generation_info;

@@ -9,11 +9,33 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 const double gw_sched_bounds[GW_SCHED_BUCKETS] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
                                                   0.005,   0.01,   0.025,   0.05,   0.1,   0.5};
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+static double wall_time(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* One diagnostic line on stderr: text, or a JSON object for log shippers. */
+void gw_log_line(int json, int level, const char *msg) {
+  if (!json) {
+    fprintf(stderr, "lupin [%s] %s\n", level_names[level & 3], msg);
+    return;
+  }
+  gw_buf b = {0};
+  gw_buf_printf(&b, "{\"ts\":%.3f,\"level\":\"%s\",\"msg\":", wall_time(),
+                level_names[level & 3]);
+  gw_buf_json(&b, msg);
+  gw_buf_append(&b, "}\n", 2);
+  if (b.data) fwrite(b.data, 1, b.len, stderr);
+  gw_buf_free(&b);
+}
 
 void gw_log(lupin_gateway *gw, int level, const char *fmt, ...) {
   if (level > gw->opts.log_level) return;
@@ -22,7 +44,7 @@ void gw_log(lupin_gateway *gw, int level, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "lupin [%s] %s\n", level_names[level & 3], msg);
+  gw_log_line(gw->opts.log_json, level, msg);
 }
 
 static void runtime_log(void *ud, int level, const char *msg) { gw_log(ud, level, "%s", msg); }
@@ -225,7 +247,7 @@ static void on_drain_timeout(uv_timer_t *t) {
   lupin_gateway *gw = t->data;
   gw_log(gw, LUPIN_LOG_WARN, "drainTimeoutMs passed with %zu requests in flight: exiting",
          gw->n_exchanges);
-  gw->exit_code = 1;
+  gw->exit_code = GW_EXIT_DRAIN;
   gw_proxy_cancel_all(gw);
 }
 
@@ -330,16 +352,19 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   gw->loop = malloc(sizeof *gw->loop);
   if (!gw->loop || uv_loop_init(gw->loop)) {
     lupin__errf(err, errlen, "cannot create the event loop");
-    return -1;
+    return -2;
   }
+  /* what the config decides fails with -1 (exit 1), the rest with -2 */
   if (check_admin_address(gw, err, errlen) || open_runtime(gw, err, errlen)) return -1;
   if (endpoints_load(gw, err, errlen)) return -1;
+  /* the first load's dry cycle ran with no endpoints: run it as a reload would */
+  if (gw_lua_dry_run(gw->rt, err, errlen)) return -1;
   if (gw->opts.endpoints_file && watch_file(gw, err, errlen)) return -1;
   if (!gw->opts.no_watch) gw_watch_sync(gw);
   gw->server = gw_server_listen(gw, o->listen, gw_proxy_handle, gw, err, errlen);
-  if (!gw->server) return -1;
+  if (!gw->server) return -2;
   gw->admin = gw_server_listen(gw, o->admin, gw_admin_handle, gw, err, errlen);
-  if (!gw->admin) return -1;
+  if (!gw->admin) return -2;
   gw_health_start(gw);
   gw->sigterm = watch_signal(gw, SIGTERM);
   gw->sigint = watch_signal(gw, SIGINT);

@@ -92,6 +92,10 @@ int gw_lua_memory_limit(lupin_runtime *rt, uint64_t bytes, char *err, size_t err
 typedef void (*gw_endpoint_fn)(void *ud, const lupin_endpoint_desc *d);
 int gw_lua_endpoints(lupin_runtime *rt, const char *file, gw_endpoint_fn fn, void *ud, char *err,
                      size_t errlen);
+/* The dry scheduling cycle a reload runs, over the endpoints in the runtime
+ * now (the first load runs before the host has added any).  -1 with the
+ * plugin, file and line in err when a plugin fails in it. */
+int gw_lua_dry_run(lupin_runtime *rt, char *err, size_t errlen);
 /* Checks a request body: 0 with the model (malloc'd) and stream flag, -1
  * with a message and the offending parameter (or ""), -2 when the check
  * itself failed (an internal error, message in msg). */
@@ -200,6 +204,9 @@ size_t gw_server_connections(const gw_server *s);
 void gw_server_free(gw_server *s);
 
 void gw_conn_on_abort(gw_conn *c, gw_abort_fn fn, void *owner);
+/* The current request's id: the client's x-request-id, or one made for it
+ * (answers that never reach the runtime: bad requests, unknown routes). */
+const char *gw_conn_request_id(gw_conn *c);
 /* Bytes written to the client and not yet sent. */
 size_t gw_conn_backlog(const gw_conn *c);
 /* Calls fn(owner) once, when the backlog has been sent (slow clients). */
@@ -312,6 +319,7 @@ typedef struct gw_options {
   const char *admin_token;
   const char *endpoints_file;
   int log_level;
+  int log_json;                /* --log-format json: diagnostics as JSON lines */
   int no_watch;               /* --no-watch: no reload on config or plugin file changes */
   const char *max_lua_memory; /* --max-lua-memory: overrides maxLuaMemoryBytes */
   int admin_insecure;         /* --admin-insecure: a non-loopback admin without a token */
@@ -393,6 +401,16 @@ void gw_endpoint_addr_worked(gw_endpoint *ep, int attempt);
 /* "ip:port" or "[ip6]:port". */
 int gw_addr_name(const struct sockaddr_storage *ss, char *out, size_t len);
 int gw_run(lupin_gateway *gw);
+/* The exit codes of `lupin` (README.md, docs/lupin.1). */
+enum {
+  GW_EXIT_OK = 0,
+  GW_EXIT_CONFIG = 1, /* config, plugins or endpoints rejected */
+  GW_EXIT_USAGE = 2,  /* bad command line */
+  GW_EXIT_START = 3,  /* serve could not start: address in use, no permission */
+  GW_EXIT_DRAIN = 4,  /* requests still in flight were cut at drainTimeoutMs */
+};
+
+void gw_log_line(int json, int level, const char *msg);
 void gw_log(lupin_gateway *gw, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Called when a request or a connection ends: a drain waits for the last. */

@@ -145,3 +145,14 @@ char *gw_lua_models(lupin_runtime *rt, const gw_buf *bodies, size_t n) {
   lua_pop(L, 1);
   return out;
 }
+
+int gw_lua_dry_run(lupin_runtime *rt, char *err, size_t errlen) {
+  lua_State *L = rt->L;
+  lupin__push_hook(rt, LUPIN_HOOK_GATEWAY);
+  lua_pushstring(L, "dry_run");
+  if (lupin__call(rt, 1, 1, err, errlen)) return -1;
+  int rc = lua_isnil(L, -1) ? 0 : -1;
+  if (rc) lupin__errf(err, errlen, "%s", lua_tostring(L, -1));
+  lua_pop(L, 1);
+  return rc;
+}

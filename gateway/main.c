@@ -9,27 +9,52 @@
 #include <unistd.h>
 
 static const char usage[] =
-    "usage:\n"
-    "  lupin serve --config FILE [--listen 127.0.0.1:8080] [--admin 127.0.0.1:9090]\n"
-    "              [--admin-token TOKEN] [--endpoints FILE] [--log-level error|warn|info|debug]\n"
-    "              [--no-watch] [--max-lua-memory BYTES[k|m|g]] [--admin-insecure]\n"
-    "              [--resolve NAME=ADDR[,ADDR...]]...\n"
-    "  lupin check --config FILE [--endpoints FILE]\n"
-    "  lupin version\n"
+    "usage: lupin [-h | --help] [-V | --version] COMMAND [OPTIONS]\n"
     "\n"
-    "The config is an EndpointPickerConfig (JSON) with two lupin extensions: \"endpoints\"\n"
-    "(a list of {name, address, port, labels}) and \"gateway\" (limits, timeouts, the\n"
-    "metrics refresh interval; see README.md).  --endpoints names a file holding the\n"
-    "same list, watched and re-read on change; it replaces the config's endpoints.\n"
-    "The config file and the plugin directories are watched too: a change reloads\n"
+    "commands:\n"
+    "  serve    run the gateway (lupin serve --help)\n"
+    "  check    load a config as a reload would, without serving (lupin check --help)\n"
+    "  version  print the version\n"
+    "  help     print this text (help serve, help check: theirs)\n"
+    "\n"
+    "exit status: 0 ok, 1 config, plugin or endpoints rejected, 2 usage error,\n"
+    "3 serve could not start (address in use, ...), 4 requests cut at drainTimeoutMs.\n"
+    "See lupin(1).\n";
+
+static const char serve_usage[] =
+    "usage: lupin serve --config FILE [--listen 127.0.0.1:8080] [--admin 127.0.0.1:9090]\n"
+    "                   [--admin-token TOKEN] [--endpoints FILE] [--no-watch]\n"
+    "                   [--log-level error|warn|info|debug] [--log-format text|json]\n"
+    "                   [--resolve NAME=ADDR[,ADDR...]]... [--max-lua-memory BYTES[k|m|g]]\n"
+    "                   [--admin-insecure]\n"
+    "\n"
+    "The config is an EndpointPickerConfig (JSON or YAML) with two lupin extensions:\n"
+    "\"endpoints\" (a list of {name, address, port, labels}) and \"gateway\" (limits,\n"
+    "timeouts, the metrics refresh interval; see README.md).  --endpoints names a file\n"
+    "holding the same list, watched and re-read on change; it replaces the config's\n"
+    "endpoints.  The config is checked as `lupin check` does (a dry scheduling cycle\n"
+    "over the endpoints included): serve refuses to start when that fails (exit 1).\n"
+    "The config file and the plugin directories are watched: a change reloads\n"
     "(debounced; --no-watch turns it off).  SIGHUP and POST /admin/reload reload.\n"
     "An endpoint's host name stands for all its addresses, tried in order;\n"
     "--resolve pins a name's addresses instead of asking DNS (as curl's does).\n"
-
-    "Port 0 picks a free port; the first line on stdout says which.\n"
+    "Port 0 picks a free port; the first line on stdout says which.  The access log\n"
+    "goes to stdout (JSON lines), diagnostics to stderr (--log-format).\n"
     "--max-lua-memory caps the Lua state (0: no cap; overrides gateway.maxLuaMemoryBytes).\n"
     "An admin address off loopback needs --admin-token, or --admin-insecure to serve it\n"
     "open anyway.\n";
+
+static const char check_usage[] =
+    "usage: lupin check --config FILE [--endpoints FILE] [--format text|json]\n"
+    "                   [--log-format text|json]\n"
+    "\n"
+    "Does what a reload does, without serving: reads and checks the config (JSON or\n"
+    "YAML), loads and instantiates every plugin, runs init, then one dry scheduling\n"
+    "cycle over the config's endpoints (or those of --endpoints; one placeholder\n"
+    "endpoint when there are none).  Exit 0 when all of it passed, 1 with the error\n"
+    "(file:line: path: message) when not.  --format json prints one JSON object:\n"
+    "{\"ok\", \"config\", \"endpoints\", \"digest\"} or {\"ok\": false, \"error\", \"file\",\n"
+    "\"line\", \"path\", \"message\"}.\n";
 
 static int level_of(const char *s) {
   static const char *const names[] = {"error", "warn", "info", "debug"};
@@ -55,9 +80,20 @@ static void guess_home(void) {
   if (access(probe, R_OK) == 0) setenv("LUPIN_HOME", exe, 0);
 }
 
-static int parse_args(int argc, char **argv, gw_options *o) {
+static int is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help"); }
+
+static int is_version(const char *a) { return !strcmp(a, "-V") || !strcmp(a, "--version"); }
+
+/* 0: parsed; 1: help printed; -1: a usage error (printed). */
+static int parse_args(int argc, char **argv, gw_options *o, const char **format) {
+  const char *cmd = argv[1], *help = !strcmp(cmd, "check") ? check_usage : serve_usage;
   *o = (gw_options){
       .listen = "127.0.0.1:8080", .admin = "127.0.0.1:9090", .log_level = LUPIN_LOG_INFO};
+  for (int i = 2; i < argc; i++)
+    if (is_help(argv[i])) {
+      fputs(help, stdout);
+      return 1;
+    }
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     const char **dst = !strcmp(a, "--config")           ? &o->config
@@ -79,8 +115,13 @@ static int parse_args(int argc, char **argv, gw_options *o) {
       o->resolve[o->n_resolve++] = v;
     } else if (!strcmp(a, "--log-level") && v && level_of(v) >= 0) {
       o->log_level = level_of(v);
+    } else if (!strcmp(a, "--log-format") && v && (!strcmp(v, "text") || !strcmp(v, "json"))) {
+      o->log_json = !strcmp(v, "json");
+    } else if (!strcmp(a, "--format") && !strcmp(cmd, "check") && v &&
+               (!strcmp(v, "text") || !strcmp(v, "json"))) {
+      *format = v;
     } else if (!dst || !v) {
-      fprintf(stderr, "lupin: bad argument %s\n\n%s", a, usage);
+      fprintf(stderr, "lupin %s: bad argument %s\n\n%s", cmd, a, help);
       return -1;
     } else {
       *dst = v;
@@ -88,57 +129,146 @@ static int parse_args(int argc, char **argv, gw_options *o) {
     i++;
   }
   if (!o->config) {
-    fprintf(stderr, "lupin: --config FILE is required\n\n%s", usage);
+    fprintf(stderr, "lupin %s: --config FILE is required\n\n%s", cmd, help);
     return -1;
   }
   return 0;
 }
 
-static void count_endpoint(void *ud, const lupin_endpoint_desc *d) {
-  (void)d;
-  (*(size_t *)ud)++;
+/* --- lupin check ---------------------------------------------------------- */
+
+typedef struct check_run {
+  const gw_options *o;
+  lupin_runtime *rt;
+  size_t n;
+  int failed;
+  char digest[32];
+  char err[2048];
+} check_run;
+
+static void check_log(void *ud, int level, const char *msg) {
+  gw_log_line(((const check_run *)ud)->o->log_json, level, msg);
 }
 
-static int check(const gw_options *o) {
-  char err[2048];
-  lupin_options ro = {.log_level = LUPIN_LOG_WARN};
-  lupin_runtime *rt = lupin_runtime_new(&ro, err, sizeof err);
-  size_t n = 0;
-  int rc = !rt || lupin_runtime_load(rt, o->config, err, sizeof err) ||
-           gw_lua_endpoints(rt, o->endpoints_file, count_endpoint, &n, err, sizeof err);
-  if (rc)
-    fprintf(stderr, "lupin check: %s\n", err);
-  else
-    printf("%s: ok (%zu endpoints)\n", o->config, n);
-  lupin_runtime_free(rt);
-  return rc ? 1 : 0;
+static void check_upsert(void *ud, const lupin_endpoint_desc *d) {
+  check_run *c = ud;
+  c->n++;
+  if (!c->failed && lupin_endpoint_upsert(c->rt, d, c->err, sizeof c->err)) c->failed = 1;
+}
+
+static void check_digest(void *ud, const lupin_generation_info *g) {
+  if (g->current) snprintf(((check_run *)ud)->digest, sizeof ((check_run *)ud)->digest, "%s",
+                           g->digest);
+}
+
+/* The reload path, step by step, over the endpoints the config names. */
+static int check_run_all(check_run *c) {
+  const gw_options *o = c->o;
+  lupin_options ro = {.log = check_log, .log_ud = c, .log_level = LUPIN_LOG_WARN};
+  c->rt = lupin_runtime_new(&ro, c->err, sizeof c->err);
+  if (!c->rt || lupin_runtime_load(c->rt, o->config, c->err, sizeof c->err) ||
+      gw_lua_endpoints(c->rt, o->endpoints_file, check_upsert, c, c->err, sizeof c->err) ||
+      c->failed)
+    return -1;
+  if (!c->n) { /* nothing to schedule over would make the cycle vacuous */
+    lupin_endpoint_desc none = {"check-placeholder", "127.0.0.1", 1, NULL, 0};
+    check_upsert(c, &none);
+    c->n = 0;
+  }
+  if (c->failed || gw_lua_dry_run(c->rt, c->err, sizeof c->err)) return -1;
+  lupin_runtime_generations(c->rt, check_digest, c);
+  return 0;
+}
+
+/* Splits "file:line: path: message" (lua/lupin/config.lua) for --format json. */
+static void check_json_error(gw_buf *b, const char *err) {
+  const char *p = err, *colon;
+  while ((colon = strchr(p, ':')) && !(colon[1] >= '0' && colon[1] <= '9')) p = colon + 1;
+  char *end;
+  long line = colon ? strtol(colon + 1, &end, 10) : 0;
+  if (!colon || strncmp(end, ": ", 2)) {
+    gw_buf_append(b, ",\"message\":", 11);
+    gw_buf_json(b, err);
+    return;
+  }
+  char file[1024], path[512] = "";
+  snprintf(file, sizeof file, "%.*s", (int)(colon - err), err);
+  const char *msg = end + 2;
+  size_t n = strspn(msg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]-");
+  if (n && !strncmp(msg + n, ": ", 2) && n < sizeof path) {
+    snprintf(path, sizeof path, "%.*s", (int)n, msg);
+    msg += n + 2;
+  }
+  gw_buf_printf(b, ",\"file\":");
+  gw_buf_json(b, file);
+  gw_buf_printf(b, ",\"line\":%ld,\"path\":", line);
+  gw_buf_json(b, path);
+  gw_buf_printf(b, ",\"message\":");
+  gw_buf_json(b, msg);
+}
+
+static int check(const gw_options *o, const char *format) {
+  check_run c = {.o = o};
+  int rc = check_run_all(&c);
+  if (format && !strcmp(format, "json")) {
+    gw_buf b = {0};
+    gw_buf_printf(&b, "{\"ok\":%s,\"config\":", rc ? "false" : "true");
+    gw_buf_json(&b, o->config);
+    if (rc) {
+      gw_buf_printf(&b, ",\"error\":");
+      gw_buf_json(&b, c.err);
+      check_json_error(&b, c.err);
+    } else {
+      gw_buf_printf(&b, ",\"endpoints\":%zu,\"digest\":\"%s\"", c.n, c.digest);
+    }
+    gw_buf_append(&b, "}\n", 2);
+    if (b.data) fputs(b.data, stdout);
+    gw_buf_free(&b);
+  } else if (rc) {
+    fprintf(stderr, "lupin check: %s\n", c.err);
+  } else {
+    printf("%s: ok (%zu endpoints)\n", o->config, c.n);
+  }
+  lupin_runtime_free(c.rt);
+  return rc ? GW_EXIT_CONFIG : GW_EXIT_OK;
 }
 
 static int serve(const gw_options *o) {
   lupin_gateway gw;
   char err[2048];
-  if (gw_open(&gw, o, err, sizeof err)) {
-    fprintf(stderr, "lupin serve: %s\n", err);
-    gw.exit_code = 1;
+  int rc = gw_open(&gw, o, err, sizeof err);
+  if (rc) {
+    char msg[2200];
+    snprintf(msg, sizeof msg, "lupin serve: %s%s", rc == -1 ? "not starting: " : "", err);
+    gw_log_line(o->log_json, LUPIN_LOG_ERROR, msg);
+    gw.exit_code = rc == -1 ? GW_EXIT_CONFIG : GW_EXIT_START;
   }
   return gw_run(&gw);
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-    fputs(usage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    fputs(usage, stderr);
+    return GW_EXIT_USAGE;
   }
-  if (!strcmp(argv[1], "version")) {
+  if (is_help(argv[1]) || !strcmp(argv[1], "help")) {
+    const char *topic = argc > 2 ? argv[2] : "";
+    fputs(!strcmp(topic, "serve") ? serve_usage : !strcmp(topic, "check") ? check_usage : usage,
+          stdout);
+    return GW_EXIT_OK;
+  }
+  if (is_version(argv[1]) || !strcmp(argv[1], "version")) {
     printf("lupin %s\n", LUPIN_VERSION);
-    return 0;
+    return GW_EXIT_OK;
   }
   gw_options o;
   if (strcmp(argv[1], "serve") && strcmp(argv[1], "check")) {
     fprintf(stderr, "lupin: unknown command %s\n\n%s", argv[1], usage);
-    return 2;
+    return GW_EXIT_USAGE;
   }
-  if (parse_args(argc, argv, &o)) return 2;
+  const char *format = NULL;
+  int parsed = parse_args(argc, argv, &o, &format);
+  if (parsed) return parsed > 0 ? GW_EXIT_OK : GW_EXIT_USAGE;
   guess_home();
-  return !strcmp(argv[1], "check") ? check(&o) : serve(&o);
+  return !strcmp(argv[1], "check") ? check(&o, format) : serve(&o);
 }

@@ -71,7 +71,11 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   if (x->conn) gw_conn_on_abort(x->conn, NULL, NULL);
   gw->stats.by_outcome[outcome & 7]++;
   count(gw, status);
-  log_access(gw, x, x->path, lupin_request_id(x->req), status, lupin_outcome_name(outcome));
+  /* an endpoint's own error status, relayed, is the request's outcome "ok"
+   * for the plugins; the access log tells it apart */
+  log_access(gw, x, x->path, lupin_request_id(x->req), status,
+             outcome == LUPIN_OK && status >= 400 ? "endpoint_error"
+                                                  : lupin_outcome_name(outcome));
   lupin_request_end(x->req, outcome);
   if (x->prev)
     x->prev->next = x->next;
@@ -377,9 +381,9 @@ static size_t parse_subset(char *list, const char **out, size_t max) {
 }
 
 /* Answers a request that never reached the runtime (bad request, route). */
-static void answered(lupin_gateway *gw, const char *path, int status) {
+static void answered(lupin_gateway *gw, gw_conn *c, const char *path, int status) {
   count(gw, status);
-  log_access(gw, NULL, path, "", status,
+  log_access(gw, NULL, path, gw_conn_request_id(c), status,
              status < 300   ? "ok"
              : status < 500 ? "bad_request"
                             : "error");
@@ -387,7 +391,7 @@ static void answered(lupin_gateway *gw, const char *path, int status) {
 
 static void reply_error(lupin_gateway *gw, gw_conn *c, const char *path, int status,
                         const char *msg, const char *param) {
-  answered(gw, path, status);
+  answered(gw, c, path, status);
   gw_conn_error(c, status, msg, param, NULL, 0);
 }
 
@@ -511,9 +515,10 @@ static void models_done(void *ud, gw_upstream_error e, const char *detail) {
     if (f->calls[i].body.len) ok[k++] = f->calls[i].body;
   char *json = k ? gw_lua_models(f->gw->rt, ok, k) : NULL;
   if (json) {
-    lupin_header h = {"content-type", "application/json"};
-    answered(f->gw, "/v1/models", 200);
-    gw_conn_respond(f->conn, 200, &h, 1, json, strlen(json));
+    lupin_header h[] = {{"content-type", "application/json"},
+                        {"x-request-id", gw_conn_request_id(f->conn)}};
+    answered(f->gw, f->conn, "/v1/models", 200);
+    gw_conn_respond(f->conn, 200, h, 2, json, strlen(json));
   } else {
     reply_error(f->gw, f->conn, "/v1/models", 502, "no endpoint answered GET /v1/models", NULL);
   }
@@ -575,7 +580,7 @@ void gw_proxy_handle(void *ud, gw_conn *c, gw_http_request *req) {
       return;
     }
     lupin_header allow = {"allow", "POST"};
-    answered(gw, path, 405);
+    answered(gw, c, path, 405);
     gw_conn_error(c, 405, "method not allowed: use POST", NULL, &allow, 1);
     return;
   }
@@ -585,7 +590,7 @@ void gw_proxy_handle(void *ud, gw_conn *c, gw_http_request *req) {
       return;
     }
     lupin_header allow = {"allow", "GET"};
-    answered(gw, path, 405);
+    answered(gw, c, path, 405);
     gw_conn_error(c, 405, "method not allowed: use GET", NULL, &allow, 1);
     return;
   }

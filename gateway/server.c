@@ -22,6 +22,7 @@ struct gw_server {
   size_t n_conns;
   int closing;
   int listener_open;
+  uint64_t started_ns; /* tells generated request ids of two runs apart */
 };
 
 struct gw_conn {
@@ -55,6 +56,7 @@ struct gw_conn {
   int paused;         /* reading stopped: enough pipelined bytes are waiting */
   char fail_buf[256]; /* a refusal's message naming a setting */
   gw_conn *prev, *next;
+  char request_id[32]; /* made for an answer the client sent no id for */
 };
 
 static const http_parser_settings parser_settings;
@@ -147,6 +149,7 @@ static void reset_request(gw_conn *c) {
   c->req.url = c->url.data ? c->url.data : "";
   c->header_bytes = 0;
   c->last_was_value = 0;
+  c->request_id[0] = 0;
 }
 
 static void on_close(uv_handle_t *h) {
@@ -347,6 +350,16 @@ void gw_conn_respond(gw_conn *c, int status, const lupin_header *h, size_t n, co
   gw_conn_end(c);
 }
 
+const char *gw_conn_request_id(gw_conn *c) {
+  static unsigned long long seq;
+  const char *id = gw_headers_get(&c->req.headers, "x-request-id");
+  if (id && *id) return id;
+  if (!c->request_id[0])
+    snprintf(c->request_id, sizeof c->request_id, "gw-%llx-%llu",
+             (unsigned long long)c->srv->started_ns, ++seq);
+  return c->request_id;
+}
+
 static const char *error_type(int status) {
   if (status == 429) return "rate_limit_error";
   if (status == 401) return "authentication_error";
@@ -364,11 +377,17 @@ void gw_conn_error(gw_conn *c, int status, const char *message, const char *para
   else
     gw_buf_printf(&b, "null");
   gw_buf_printf(&b, ",\"code\":null}}\n");
-  lupin_header all[n + 1];
-  all[0] = (lupin_header){"content-type", "application/json"};
-  for (size_t i = 0; i < n; i++)
-    all[i + 1] = h[i];
-  gw_conn_respond(c, status, all, n + 1, b.data ? b.data : "", b.len);
+  lupin_header all[n + 2];
+  size_t k = 0;
+  all[k++] = (lupin_header){"content-type", "application/json"};
+  int has_id = 0;
+  for (size_t i = 0; i < n; i++) {
+    has_id |= !strcasecmp(h[i].name, "x-request-id");
+    all[k++] = h[i];
+  }
+  /* every answer names its request, errors before the runtime included */
+  if (!has_id) all[k++] = (lupin_header){"x-request-id", gw_conn_request_id(c)};
+  gw_conn_respond(c, status, all, k, b.data ? b.data : "", b.len);
   gw_buf_free(&b);
 }
 
@@ -622,7 +641,7 @@ gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, gw_handler 
   if (gw_parse_hostport(hostport, &ss, err, errlen)) return NULL;
   gw_server *s = calloc(1, sizeof *s);
   if (!s) return NULL;
-  *s = (gw_server){.gw = gw, .handler = h, .ud = ud};
+  *s = (gw_server){.gw = gw, .handler = h, .ud = ud, .started_ns = uv_hrtime()};
   uv_tcp_init(gw->loop, &s->tcp);
   s->tcp.data = s;
   s->listener_open = 1;

@@ -12,6 +12,7 @@ local function release(counts, name)
   counts[name] = c > 0 and c or nil
 end
 
+---@type lupin.Plugin
 return {
   type = "active-request-scorer",
   schema = {

@@ -1,6 +1,7 @@
 -- llm-d's by-label filter: keeps endpoints whose label `label` has one of
 -- `validValues`; endpoints without the label are kept only when
 -- `allowsNoLabel` is true.
+---@type lupin.Plugin
 return {
   type = "by-label",
   schema = {

@@ -2,6 +2,7 @@
 -- `llm-d.ai/role` label is `decode` or `both`, or that have no role label.
 local ROLE = "llm-d.ai/role"
 
+---@type lupin.Plugin
 return {
   type = "decode-filter",
   schema = {},

@@ -6,6 +6,7 @@
 -- naming this filter).  Meant for tests and debugging, not production.
 local HEADER = "test-epp-endpoint-selection"
 
+---@type lupin.Plugin
 return {
   type = "header-based-testing-filter",
   schema = {},

@@ -2,6 +2,7 @@
 -- clamped).  A missing metric reads 0 (score 1), as in the EPP.
 local new_table = require "table.new"
 
+---@type lupin.Plugin
 return {
   type = "kv-cache-utilization-scorer",
   schema = {},

@@ -1,6 +1,7 @@
 -- llm-d's load-aware scorer: an empty waiting queue scores 0.5; a queue of q
 -- scores 0.5 × (1 − min(q, threshold) / threshold), reaching 0 at the
 -- threshold.  A missing metric reads 0.
+---@type lupin.Plugin
 return {
   type = "load-aware-scorer",
   schema = {

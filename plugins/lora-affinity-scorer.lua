@@ -2,6 +2,7 @@
 -- loaded: 1.0 when it is active there; else 0.8 when the endpoint can load
 -- another adapter (active + waiting < max LoRA); else 0.6 when it is waiting
 -- there; else 0.
+---@type lupin.Plugin
 return {
   type = "lora-affinity-scorer",
   schema = {},

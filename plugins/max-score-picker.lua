@@ -65,6 +65,7 @@ local function ranked(endpoints, scores, k)
   return out
 end
 
+---@type lupin.Plugin
 return {
   type = "max-score-picker",
   schema = picker.schema,

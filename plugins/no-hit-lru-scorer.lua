@@ -54,6 +54,7 @@ local function is_cold(st)
   return true
 end
 
+---@type lupin.Plugin
 return {
   type = "no-hit-lru-scorer",
   schema = {

@@ -13,6 +13,7 @@ local function uncached(self, ctx, decode_ep)
   return math.max(len - hit, 0)
 end
 
+---@type lupin.Plugin
 return {
   type = "pd-profile-handler",
   schema = {

@@ -2,6 +2,7 @@
 -- `prefill`; endpoints without the label are removed.
 local ROLE = "llm-d.ai/role"
 
+---@type lupin.Plugin
 return {
   type = "prefill-filter",
   schema = {},

@@ -1,6 +1,7 @@
 -- Tells the decode endpoint where the prompt was prefilled: sets
 -- x-prefiller-host-port to the prefill profile's endpoint when that profile
 -- ran and picked one (llm-d's prefill-header-handler; its sidecar reads it).
+---@type lupin.Plugin
 return {
   type = "prefill-header-handler",
   schema = {

@@ -4,6 +4,7 @@
 -- explorationProbability, keeps all anyway so other endpoints get to warm up.
 local random = math.random
 
+---@type lupin.Plugin
 return {
   type = "prefix-cache-affinity-filter",
   schema = {

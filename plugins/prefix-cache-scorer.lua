@@ -49,6 +49,7 @@ local function record(self, ep, hashes)
   self.index:record(ep.id, hashes)
 end
 
+---@type lupin.Plugin
 return {
   type = "prefix-cache-scorer",
   schema = {

@@ -4,6 +4,7 @@
 -- missing (never scraped) reads 0, as in the EPP.
 local new_table = require "table.new"
 
+---@type lupin.Plugin
 return {
   type = "queue-scorer",
   schema = {},

@@ -4,6 +4,7 @@ local picker = require "lupin.picker"
 
 local random = math.random
 
+---@type lupin.Plugin
 return {
   type = "random-picker",
   schema = picker.schema,

@@ -1,6 +1,7 @@
 -- Prefers endpoints running fewer requests: (max − r) / (max − min) over the
 -- candidates' running request counts (the queue-scorer formula); when all are
 -- equal every endpoint scores 1.  A missing metric reads 0, as in the EPP.
+---@type lupin.Plugin
 return {
   type = "running-requests-size-scorer",
   schema = {},

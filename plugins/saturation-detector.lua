@@ -42,6 +42,7 @@ local function priority(ctx)
   return v and tonumber(v:match("^%s*([-+]?%d+)%s*$")) or 0
 end
 
+---@type lupin.Plugin
 return {
   type = "saturation-detector",
   schema = {

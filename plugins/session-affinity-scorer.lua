@@ -47,6 +47,7 @@ local function decode(s)
   return table.concat(out)
 end
 
+---@type lupin.Plugin
 return {
   type = "session-affinity-scorer",
   schema = {},

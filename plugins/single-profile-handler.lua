@@ -1,4 +1,5 @@
 -- Runs the one scheduling profile there is, once; it is the primary.
+---@type lupin.Plugin
 return {
   type = "single-profile-handler",
   schema = {},

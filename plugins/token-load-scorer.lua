@@ -18,6 +18,7 @@ local function estimate(request)
   return math.ceil(#request.prompt / 4) + math.floor(out)
 end
 
+---@type lupin.Plugin
 return {
   type = "token-load-scorer",
   estimate = estimate,

@@ -7,6 +7,7 @@ local picker = require "lupin.picker"
 
 local random = math.random
 
+---@type lupin.Plugin
 return {
   type = "weighted-random-picker",
   schema = picker.schema,

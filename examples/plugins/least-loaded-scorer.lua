@@ -1,5 +1,6 @@
 -- An example of a custom plugin: prefers endpoints with the least work,
 -- waiting and running requests together.  Score = 1 / (1 + waiting + running·w).
+---@type lupin.Plugin
 return {
   type = "least-loaded-scorer",
   schema = {

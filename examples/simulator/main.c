@@ -109,7 +109,9 @@ static void usage(FILE *out) {
           "endpoint indices that run --slow-factor slower, comma-separated", "none");
   fprintf(out, "  --%-22s %s\n", "instant",
           "all latencies 0 (prefill and inter-token): for gateway benchmarks");
-  fprintf(out, "  --%-22s %s\n", "help", "this text");
+  fprintf(out, "  --%-22s %s\n", "help, -h", "this text");
+  fprintf(out, "  --%-22s %s\n", "version, -V", "print the version");
+  fprintf(out, "\nexit status: 0 stopped by SIGINT/SIGTERM, 1 could not listen, 2 bad flags.\n");
 }
 
 static int set_flag(sim_config *c, const flag *f, const char *v) {
@@ -253,6 +255,10 @@ int config_parse(sim_config *c, int argc, char **argv) {
   for (int i = 1; i < argc;) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
+      return 1;
+    }
+    if (!strcmp(argv[i], "--version") || !strcmp(argv[i], "-V")) {
+      printf("lupin-sim %s\n", SIM_VERSION);
       return 1;
     }
     if (strncmp(argv[i], "--", 2) != 0) {

@@ -3,6 +3,7 @@
 -- plugins themselves (roles, parameters) is checked by lupin.generation.
 local cjson = require "cjson.safe"
 local jsonpos = require "lupin.jsonpos"
+local yaml = require "lupin.yaml"
 
 local M = {}
 
@@ -129,25 +130,6 @@ end
 -- strict one refuses the rest (hex).  Returns the root and the error index.
 local strict = cjson.new()
 strict.decode_invalid_numbers(false)
-
-local function decode(text, source)
-  local root, jerr = cjson.decode(text)
-  if root ~= nil then
-    local E = M.errors(source, jsonpos.index(text))
-    local path, v = non_finite(root, "")
-    if path then
-      return nil, E:at(path, "numbers must be finite, got %s", v ~= v and "NaN"
-        or v > 0 and "Infinity (or a number too large for a double)" or "-Infinity")
-    end
-    root, jerr = strict.decode(text)
-    if root ~= nil then
-      return root, E
-    end
-  end
-  local offset = tonumber(tostring(jerr):match("character (%d+)")) or 1
-  return nil, ("%s:%d: invalid JSON: %s"):format(source, jsonpos.line_of_offset(text, offset),
-    tostring(jerr))
-end
 
 local function read(path)
   local f, err = io.open(path, "rb")
@@ -288,7 +270,19 @@ local function parse_dirs(E, root, cfg)
     if type(d) ~= "string" then
       return E:at(("pluginDirs[%d]"):format(i - 1), "each plugin directory must be a string")
     end
-    cfg.plugin_dirs[i] = d:sub(1, 1) == "/" and d or cfg.dir .. "/" .. d
+    local dir = d:sub(1, 1) == "/" and d or cfg.dir .. "/" .. d
+    local f, ferr = io.open(dir, "rb")
+    local is_dir = f and select(3, f:read(0)) == 21 -- EISDIR
+    if f then
+      f:close()
+    end
+    if not is_dir then
+      return E:at(("pluginDirs[%d]"):format(i - 1), "plugin directory %q %s%s", d,
+        dir ~= d and ("(%s) "):format(dir) or "",
+        f and "is not a directory" or tostring(ferr):find("No such file", 1, true)
+          and "does not exist" or "cannot be read: " .. tostring(ferr))
+    end
+    cfg.plugin_dirs[i] = dir
   end
 end
 
@@ -396,17 +390,85 @@ function M.parse_endpoints(E, list, path)
   return out
 end
 
---- Reads an endpoints file: a JSON list of {name, address, port, labels}.
+--- YAML when the name says so or the text does not begin as JSON does.
+function M.is_yaml(text, source)
+  return source:match("%.ya?ml$") ~= nil or not text:match("^%s*[{%[]")
+end
+
+--- Decodes a config or endpoints text, JSON or YAML.  Returns the value and
+--- its index of lines and kinds, or nil and "source:line: invalid ...".
+function M.decode(text, source)
+  local root, index
+  if M.is_yaml(text, source) then
+    root, index = yaml.decode(text, source)
+    if root == nil then
+      return nil, index
+    end
+  else
+    local jerr
+    root, jerr = cjson.decode(text)
+    if root ~= nil then
+      index = jsonpos.index(text)
+    end
+    if root ~= nil and not non_finite(root, "") then
+      root, jerr = strict.decode(text) -- refuses hex numbers too
+    end
+    if root == nil then
+      local offset = tonumber(tostring(jerr):match("character (%d+)")) or 1
+      return nil, ("%s:%d: invalid JSON: %s"):format(source, jsonpos.line_of_offset(text, offset),
+        tostring(jerr))
+    end
+  end
+  local path, v = non_finite(root, "")
+  if path then
+    return nil, M.errors(source, index):at(path, "numbers must be finite, got %s", v ~= v and "NaN"
+      or v > 0 and "Infinity (or a number too large for a double)" or "-Infinity")
+  end
+  return root, index
+end
+
+--- The config as one canonical JSON text (keys sorted): what the generation
+--- digest hashes, so the JSON and YAML forms of a config digest alike.
+local function canonical(v, path, kinds, out)
+  local k = kinds[path]
+  if k == "object" then
+    local keys = {}
+    for key in pairs(v) do
+      keys[#keys + 1] = key
+    end
+    table.sort(keys)
+    out[#out + 1] = "{"
+    for i, key in ipairs(keys) do
+      out[#out + 1] = (i > 1 and "," or "") .. cjson.encode(key) .. ":"
+      canonical(v[key], path == "" and key or path .. "." .. key, kinds, out)
+    end
+    out[#out + 1] = "}"
+  elseif k == "array" then
+    out[#out + 1] = "["
+    for i, item in ipairs(v) do
+      out[#out + 1] = i > 1 and "," or ""
+      canonical(item, ("%s[%d]"):format(path, i - 1), kinds, out)
+    end
+    out[#out + 1] = "]"
+  elseif type(v) == "number" then
+    out[#out + 1] = ("%.17g"):format(v)
+  else
+    out[#out + 1] = cjson.encode(v)
+  end
+  return out
+end
+
+--- Reads an endpoints file: a JSON or YAML list of {name, address, port, labels}.
 function M.endpoints_file(path)
   local text, err = read(path)
   if not text then
     return nil, err
   end
-  local root, E = decode(text, path)
+  local root, index = M.decode(text, path)
   if root == nil then
-    return nil, E
+    return nil, index
   end
-  return M.parse_endpoints(E, root, "")
+  return M.parse_endpoints(M.errors(path, index), root, "")
 end
 
 --- Parses and checks a config.  text nil: read the file named by source.
@@ -419,16 +481,18 @@ function M.parse(text, source)
       return nil, err
     end
   end
-  local root, E = decode(text, source)
+  local root, index = M.decode(text, source)
   if root == nil then
-    return nil, E
+    return nil, index
   end
+  local E = M.errors(source, index)
   if E.index.kinds[""] ~= "object" then
-    return nil, E:at("", "the config must be a JSON object with \"plugins\" and"
-      .. " \"schedulingProfiles\"")
+    return nil, E:at("", "the config must be a %s object (mapping) with \"plugins\" and"
+      .. " \"schedulingProfiles\"", M.is_yaml(text, source) and "YAML" or "JSON")
   end
   local cfg = { source = source, dir = source:match("^(.*)/[^/]*$") or ".", errors = E,
-    plugins = {}, profiles = {}, plugin_dirs = {}, text = text }
+    plugins = {}, profiles = {}, plugin_dirs = {},
+    text = table.concat(canonical(root, "", index.kinds, {})) }
   local err = check_fields(E, root, "", TOP, "the config")
   if not err and root.kind ~= nil and root.kind ~= "EndpointPickerConfig" then
     err = E:at("kind", 'kind must be "EndpointPickerConfig", got %s', cjson.encode(root.kind))

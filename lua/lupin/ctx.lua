@@ -13,10 +13,13 @@
 ---@field profile string? the name of the profile being run
 ---@field shared table request-wide data
 ---@field request lupin.RequestView id, model, path, headers, body, prompt, stream
----@field result table? the scheduling result (after scheduling)
----@field response table? status and headers (after the response starts)
+---@field result lupin.Result? the scheduling result (after scheduling)
+---@field response lupin.Response? status and headers (after the response starts)
 ---@field upstream_headers table<string,string> headers set for the upstream request
 ---@field response_headers table<string,string> headers set for the client's response
+---@field log fun(self: lupin.Ctx, level: lupin.Level, fmt: any, ...: any) logs with the request id and plugin name
+---@field set_header fun(self: lupin.Ctx, name: string, value: string) a header on the upstream request
+---@field set_response_header fun(self: lupin.Ctx, name: string, value: string) a header on the client's response
 local M = {}
 
 local cjson = require "cjson.safe"

@@ -7,6 +7,7 @@ local ctx = require "lupin.ctx"
 local leaks = require "lupin.leaks"
 local log = require "lupin.log"
 local pool = require "lupin.pool"
+local traceback = require "lupin.traceback"
 
 local M = {}
 
@@ -38,16 +39,29 @@ function M.set_memory_limit(bytes)
   alloc.limit = bytes
 end
 
-local function plugin_error(r, rec, point, err)
+--- trace: the plugin's frames where the error was raised, if it was
+local function plugin_error(r, rec, point, err, trace)
   local st = rec.stats[point]
   st.errors = st.errors + 1
   err = budget.describe(err)
+  local msg = trace and ("%s (traceback: %s)"):format(err, trace) or err
   if r.errors then -- a dry run reports its errors, it does not log them
-    r.errors[#r.errors + 1] = { rec = rec, point = point, message = err }
+    r.errors[#r.errors + 1] = { rec = rec, point = point, message = msg }
     return
   end
   log.limited(rec.name .. "/" .. point, "error", "request %s: plugin %s (%s) failed in %s: %s",
-    r.id, rec.name, rec.type, point, err)
+    r.id, rec.name, rec.type, point, msg)
+end
+
+-- xpcall's handler: keeps the plugin's frames, returns the error unchanged
+local last_trace
+local function on_error(err)
+  if limit > 0 then -- the trace must not fail on the plugin's memory limit
+    alloc.enforce = 0
+  end
+  local ok, trace = pcall(traceback.capture, 4) -- 4: past capture, pcall and this
+  last_trace = ok and trace or nil
+  return err
 end
 
 -- A call cut by its budget: counted, and past the policy's count the
@@ -90,7 +104,7 @@ local function call(r, rec, point, profile, x, y)
     alloc.enforce = 1
   end
   B.deadline = t0 + rec.call_budget
-  local ok, a, b, d = pcall(rec[point], rec.obj, c, x, y)
+  local ok, a, b, d = xpcall(rec[point], on_error, rec.obj, c, x, y)
   B.deadline = 0
   if limit > 0 then -- a store into a cdata costs when interpreted
     alloc.enforce = 0
@@ -104,7 +118,8 @@ local function call(r, rec, point, profile, x, y)
   st.calls = st.calls + 1
   st.ns = st.ns + (now() - t0) * 1e9
   if not ok then
-    plugin_error(r, rec, point, a)
+    plugin_error(r, rec, point, a, last_trace)
+    last_trace = nil
   end
   return ok, a, b, d
 end

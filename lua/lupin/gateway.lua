@@ -142,7 +142,10 @@ function M.models(bodies)
   if #data == 0 then -- cjson would write an empty table as {}
     return '{"object":"list","data":[]}'
   end
-  return cjson.encode({ object = "list", data = data })
+  -- lua-cjson 2.1 escapes every "/" ("meta-llama\/Llama..."): valid JSON,
+  -- but not what clients compare ids against.  cjson writes a backslash as
+  -- "\\" and never a bare "/", so each "\/" left is an escaped slash.
+  return (cjson.encode({ object = "list", data = data }):gsub("\\/", "/"))
 end
 
 --- Sets the Lua memory limit (maxLuaMemoryBytes, --max-lua-memory).

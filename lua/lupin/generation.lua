@@ -51,8 +51,9 @@ function Builder:module(type_, path)
   end
   local file = self.files[type_]
   if not file then
-    return nil, self.E:at(path ~= "" and path .. ".type" or "", "unknown plugin type %q; known types: %s",
-      type_, table.concat(self.types, ", "))
+    return nil, self.E:at(path ~= "" and path .. ".type" or "", "unknown plugin type %q; known types: %s"
+      .. " (plugin directories: %s)", type_, table.concat(self.types, ", "),
+      table.concat(self.dirs, ", "))
   end
   local builtin = file:sub(1, #self.builtin_dir + 1) == self.builtin_dir .. "/"
   local mod, env, text = loader.load(file, type_, self.budgets.lifecycle_ms, builtin)
@@ -300,8 +301,8 @@ function Builder:start(previous)
 end
 
 --- What the generation was built from, for its digest (core/runtime.c hashes
---- these strings in order): the config text, then each plugin file loaded,
---- by type, as its path and text.
+--- these strings in order): the config (canonical JSON, lupin.config), then
+--- each plugin file loaded, by type, as its path and text.
 function Builder:sources(cfg)
   local out, types = { cfg.text or "" }, {}
   for t in pairs(self.modules) do
@@ -330,7 +331,7 @@ function M.build(cfg, opts, number, previous)
     dirs[#dirs + 1] = d
   end
   local files, types = loader.catalog(dirs)
-  local b = setmetatable({ E = cfg.errors, files = files, types = types, modules = {},
+  local b = setmetatable({ E = cfg.errors, files = files, types = types, modules = {}, dirs = dirs,
     builtin_dir = dirs[1],
     budgets = cfg.budgets or { call_ms = budget.DEFAULT_CALL_MS,
       lifecycle_ms = budget.DEFAULT_LIFECYCLE_MS, disable_after = 0 },

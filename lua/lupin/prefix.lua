@@ -8,6 +8,7 @@
 local ffi = require "ffi"
 local capi = require "lupin.capi"
 
+---@class lupin.prefix
 local M = {}
 
 --- Work counters, for specs and stats: prompts hashed, lookups made.

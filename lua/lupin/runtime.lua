@@ -41,6 +41,16 @@ function M.init(ud, opts)
     fallbacks = fallback.ranked,
   }
 
+  --- The dry scheduling cycle a reload runs before it swaps, over the
+  --- endpoints in the pool now: nil, or the error naming plugin, file, line.
+  local function dry_check(gen)
+    local err, rec, point = engine.dry_run(gen)
+    if err then
+      return gen.errors:at(rec.path, "plugin %q (%s) failed in %s during the dry"
+        .. " scheduling cycle: %s", rec.name, rec.type, point, err)
+    end
+  end
+
   function hooks.load(text, source, number)
     local cfg, err = config.parse(text, source)
     if not cfg then
@@ -51,12 +61,11 @@ function M.init(ud, opts)
     if not gen then
       return nil, err
     end
-    local rec, point
-    err, rec, point = engine.dry_run(gen)
+    gen.errors = cfg.errors
+    err = dry_check(gen)
     if err then
       generation.release(gen)
-      return nil, cfg.errors:at(rec.path, "plugin %q (%s) failed in %s during the dry"
-        .. " scheduling cycle: %s", rec.name, rec.type, point, err)
+      return nil, err
     end
     gen.gateway, gen.endpoints = cfg.gateway, cfg.endpoints
     live[gen], M.current = true, gen
@@ -103,6 +112,9 @@ function M.init(ud, opts)
   --- The gateway host's requests (gateway/gwlua.c): op names a function of
   --- lupin.gateway; settings and endpoints read the current generation.
   function hooks.gateway(op, a, b)
+    if op == "dry_run" then -- a host's first load ran before it had endpoints
+      return dry_check(M.current)
+    end
     if op == "settings" or op == "endpoints" or op == "plugin_dirs" then
       return gateway[op](M.current)
     end
