@@ -12,7 +12,7 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
             lua-busted lua-check libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
-            python3
+            python3 clang libclang-rt-dev
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx gnuplot-nox
 
@@ -118,6 +118,40 @@ test-asan:
 lint:
 	luacheck lua plugins spec examples bench
 
+# --- fuzzing (spec/fuzz/README.md) ------------------------------------------
+# One harness per target in spec/fuzz/<target>.c, seeds in
+# spec/fuzz/corpus/<target>/.  `make fuzz` runs each libFuzzer binary (clang,
+# build-fuzz/) for FUZZ_SECONDS; `make fuzz-replay` runs the seeds and saved
+# crashes through the same harnesses built with gcc and replay.c's main()
+# under ASan/UBSan (build-asan/, no libFuzzer needed; seconds).
+FUZZ_TARGETS ?= request upstream prometheus config
+FUZZ_SECONDS ?= 60
+FUZZ_SRC      = spec/fuzz/support.c
+FUZZ_HDR      = spec/fuzz/fuzz.h gateway/gateway.h $(CORE_HDR)
+GW_LIB_OBJ    = $(filter-out $(B)/gw/main.o,$(GW_OBJ))
+FUZZ_CFLAGS   = -DLUPIN_FUZZ_HOME=\"$(CURDIR)\" -Icore -Igateway \
+                $(shell pkg-config --cflags jansson 2>/dev/null)
+FUZZ_LIBS     = $(LDLIBS) -lhttp_parser $(shell pkg-config --libs jansson 2>/dev/null)
+
+$(B)/replay-%: spec/fuzz/%.c spec/fuzz/replay.c $(FUZZ_SRC) $(FUZZ_HDR) $(GW_LIB_OBJ) \
+               $(B)/liblupin.a
+	$(CC) $(XCFLAGS) $(FUZZ_CFLAGS) -o $@ $< spec/fuzz/replay.c $(FUZZ_SRC) $(GW_LIB_OBJ) \
+	  $(B)/liblupin.a $(FUZZ_LIBS)
+
+$(B)/fuzz-%: spec/fuzz/%.c $(FUZZ_SRC) $(FUZZ_HDR) $(GW_LIB_OBJ) $(B)/liblupin.a
+	$(CC) $(XCFLAGS) -fsanitize=fuzzer $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_SRC) $(GW_LIB_OBJ) \
+	  $(B)/liblupin.a $(FUZZ_LIBS)
+
+fuzz-replay:
+	$(MAKE) --no-print-directory B=build-asan CFLAGS="-O1 -g $(SANITIZE)" \
+	  $(FUZZ_TARGETS:%=build-asan/replay-%)
+	B=build-asan bash spec/fuzz/replay.sh $(FUZZ_TARGETS)
+
+fuzz:
+	$(MAKE) --no-print-directory B=build-fuzz CC=clang \
+	  CFLAGS="-O1 -g $(SANITIZE) -fsanitize=fuzzer-no-link" $(FUZZ_TARGETS:%=build-fuzz/fuzz-%)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) B=build-fuzz bash spec/fuzz/run.sh $(FUZZ_TARGETS)
+
 # Every benchmark in one go (about 30 minutes; a failing section does not stop
 # the others), its log in $(B)/bench.log, then one summary table of the
 # headline figures (bench/summary.sh).
@@ -206,10 +240,10 @@ install: all
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/lupin.pc
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | bench-reload | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | bench-reload | install PREFIX=... | clean"
 
-.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan lint bench bench-core bench-prefix \
+.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan lint fuzz fuzz-replay bench bench-core bench-prefix \
         bench-soak bench-gateway bench-soak-gateway bench-routing bench-reload install clean help

@@ -1,0 +1,69 @@
+/* Fuzz target "prometheus": the text a model server's /metrics answers.
+ *
+ * First gw_prometheus_parse alone, with its promises checked (every sample
+ * has a name of metric characters, at most 32 labels with names).  Then the
+ * real gateway (spec/fuzz/scrape.json: the default plugins, a scrape every
+ * millisecond; two model servers played by the harness) scrapes the text
+ * from both model servers: the scrape's reading (gateway/scrape.c) stores
+ * what it understood in the runtime's endpoints; a request is scheduled on
+ * them through the default scorers and GET /admin/endpoints shows them.  Its
+ * answer must be JSON, whatever the numbers were. */
+#include "fuzz.h"
+
+#include <ctype.h>
+#include <string.h>
+
+static lupin_gateway *gw;
+
+static void on_sample(void *ud, const char *name, const lupin_header *labels, size_t n,
+                      double value) {
+  (void)value;
+  (*(size_t *)ud)++;
+  if (!*name) fz_fail("a sample with an empty name");
+  for (const char *p = name; *p; p++)
+    if (!isalnum((unsigned char)*p) && *p != '_' && *p != ':')
+      fz_fail("a sample name with %#x in it", (unsigned char)*p);
+  if (n > 32) fz_fail("%zu labels on one sample", n);
+  for (size_t i = 0; i < n; i++)
+    if (!labels[i].name[0] || !labels[i].value) fz_fail("a label without a name or a value");
+}
+
+static uint64_t scrapes(void) {
+  uint64_t n = 0;
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    n += ep->scrapes + ep->scrape_errors;
+  return n;
+}
+
+static const char request[] =
+    "POST /v1/completions HTTP/1.1\r\nhost: lupin\r\ncontent-length: 36\r\n\r\n"
+    "{\"model\":\"m\",\"prompt\":\"hello world\"}";
+static const char admin[] = "GET /admin/endpoints HTTP/1.1\r\nhost: lupin\r\n\r\n";
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc;
+  (void)argv;
+  gw = fz_gateway("spec/fuzz/scrape.json", 2);
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  size_t samples = 0;
+  gw_prometheus_parse((const char *)data, size, on_sample, &samples);
+
+  /* two scrapes of each endpoint begun after the text was set: one of them
+   * read it (a scrape runs every millisecond; give up after a second) */
+  fz_set_metrics((const char *)data, size);
+  uint64_t want = scrapes() + 2 * gw->n_endpoints;
+  double until = lupin_now() + 1;
+  while (scrapes() < want && lupin_now() < until)
+    uv_run(gw->loop, UV_RUN_ONCE);
+  fz_set_metrics(NULL, 0);
+
+  fz_reply r;
+  fz_exchange(gw, gw->server, request, sizeof request - 1, &r);
+  fz_check(gw, &r);
+  fz_exchange(gw, gw->admin, admin, sizeof admin - 1, &r);
+  fz_check(gw, &r);
+  return 0;
+}
