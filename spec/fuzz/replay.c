@@ -39,10 +39,12 @@ static int run_file(const char *path) {
   /* a copy of exactly the input's size, so ASan sees reads past its end */
   uint8_t *copy = malloc(b.len ? b.len : 1);
   if (b.len) memcpy(copy, b.data, b.len);
+  double t0 = lupin_now();
   LLVMFuzzerTestOneInput(copy, b.len);
+  double ms = (lupin_now() - t0) * 1e3;
   free(copy);
   gw_buf_free(&b);
-  fprintf(out, "ok %s\n", path);
+  fprintf(out, "ok %s (%.1f ms)\n", path, ms);
   fflush(out);
   return 0;
 }

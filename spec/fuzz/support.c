@@ -71,8 +71,8 @@ static lupin_gateway gw_;
 static int opened;
 static unsigned events; /* bumped by every harness callback: the loop moved */
 
-/* Model-server writes not yet done. */
-static int writes;
+/* Model-server writes not yet done, the client's connect and write. */
+static int writes, client_pending;
 static int flush_rest(void);
 
 /* Scrapes are the gateway's own upstream exchanges, always running. */
@@ -84,7 +84,7 @@ static size_t scrapes_in_flight(lupin_gateway *gw) {
 }
 
 static int busy(lupin_gateway *gw) {
-  return gw->n_exchanges || gw->n_upstreams > scrapes_in_flight(gw) || writes;
+  return gw->n_exchanges || gw->n_upstreams > scrapes_in_flight(gw) || writes || client_pending;
 }
 
 /* Runs the loop until nothing moves for a few turns while nothing is in
@@ -92,12 +92,13 @@ static int busy(lupin_gateway *gw) {
  * progresses every turn.  Gives up after many turns (a hang is the fuzzer's
  * timeout to find, not a reason to spin forever). */
 static void settle(lupin_gateway *gw) {
-  int quiet = 0;
-  for (long turn = 0; turn < 200000 && quiet < 4; turn++) {
+  int still = 0; /* turns in a row without a harness callback */
+  for (long turn = 0; turn < 200000; turn++) {
     unsigned before = events;
     uv_run(gw->loop, UV_RUN_NOWAIT);
-    quiet = events == before && !busy(gw) ? quiet + 1 : 0;
-    if (quiet >= 2 && flush_rest()) quiet = 0; /* the gateway has read a first piece */
+    still = events == before ? still + 1 : 0;
+    if (still >= 2 && flush_rest()) still = 0; /* the gateway has read a first piece */
+    if (still >= 4 && !busy(gw)) return;
   }
 }
 
@@ -426,14 +427,17 @@ static void client_written(uv_write_t *w, int status) {
   (void)w;
   (void)status; /* the gateway may refuse and close before reading it all */
   events++;
+  client_pending = 0;
 }
 
 static void client_connected(uv_connect_t *r, int status) {
   client *c = r->data;
   events++;
   if (status < 0) fz_fail("cannot connect to the gateway: %s", uv_strerror(status));
+  if (c->closed) return;
   uv_read_start((uv_stream_t *)&c->tcp, client_alloc, client_read);
-  if (c->out.len) uv_write(&c->w, (uv_stream_t *)&c->tcp, &c->out, 1, client_written);
+  if (!c->out.len || uv_write(&c->w, (uv_stream_t *)&c->tcp, &c->out, 1, client_written))
+    client_pending = 0;
 }
 
 void fz_exchange(lupin_gateway *gw, gw_server *to, const char *bytes, size_t len, fz_reply *out) {
@@ -450,7 +454,9 @@ void fz_exchange(lupin_gateway *gw, gw_server *to, const char *bytes, size_t len
   c.out = uv_buf_init((char *)bytes, (unsigned)len);
   uv_tcp_init(gw->loop, &c.tcp);
   c.tcp.data = &c;
-  uv_tcp_connect(&c.connect, &c.tcp, (struct sockaddr *)&addr, client_connected);
+  client_pending = 1;
+  if (uv_tcp_connect(&c.connect, &c.tcp, (struct sockaddr *)&addr, client_connected))
+    fz_fail("cannot connect to the gateway");
   settle(gw);
   uv_close((uv_handle_t *)&c.tcp, client_closed);
   for (long turn = 0; turn < 200000 && (!c.closed || gw_server_connections(to)); turn++)
@@ -563,6 +569,10 @@ static const http_parser_settings reply_settings = {.on_message_begin = r_begin,
                                                     .on_message_complete = r_complete};
 
 void fz_check(lupin_gateway *gw, const fz_reply *rep) {
+  const char *verbose = getenv("LUPIN_FUZZ_VERBOSE");
+  if (verbose && *verbose == '1')
+    dprintf(err_fd, "-- the client read %zu bytes:\n%.*s\n", rep->len,
+            (int)(rep->len < 600 ? rep->len : 600), rep->data);
   reading r = {0};
   http_parser p;
   http_parser_init(&p, HTTP_RESPONSE);

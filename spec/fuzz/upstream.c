@@ -14,23 +14,35 @@
  * fraction of 255); the rest is the answer. */
 #include "fuzz.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static lupin_gateway *gw;
 
-static const char *const requests[4] = {
-    "POST /v1/completions HTTP/1.1\r\nhost: lupin\r\ncontent-type: application/json\r\n"
-    "content-length: 46\r\n\r\n{\"model\":\"m\",\"prompt\":\"hello\",\"max_tokens\":4}",
-    "POST /v1/chat/completions HTTP/1.1\r\nhost: lupin\r\ncontent-length: 71\r\n\r\n"
-    "{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
-    "GET /v1/models HTTP/1.1\r\nhost: lupin\r\n\r\n",
-    "POST /v1/completions HTTP/1.1\r\nhost: lupin\r\nexpect: 100-continue\r\n"
-    "connection: close\r\ncontent-length: 31\r\n\r\n{\"model\":\"m\",\"prompt\":\"again\"}",
+static const char *const heads[4] = {
+    "POST /v1/completions HTTP/1.1\r\nhost: lupin\r\ncontent-type: application/json\r\n",
+    "POST /v1/chat/completions HTTP/1.1\r\nhost: lupin\r\n",
+    "GET /v1/models HTTP/1.1\r\nhost: lupin\r\n",
+    ("POST /v1/completions HTTP/1.1\r\nhost: lupin\r\nexpect: 100-continue\r\n"
+     "connection: close\r\n"),
 };
+static const char *const bodies[4] = {
+    "{\"model\":\"m\",\"prompt\":\"hello\",\"max_tokens\":4}",
+    "{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+    NULL,
+    "{\"model\":\"m\",\"prompt\":\"again\"}",
+};
+static char requests[4][512];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
+  for (int i = 0; i < 4; i++)
+    if (bodies[i])
+      snprintf(requests[i], sizeof requests[i], "%scontent-length: %zu\r\n\r\n%s", heads[i],
+               strlen(bodies[i]), bodies[i]);
+    else
+      snprintf(requests[i], sizeof requests[i], "%s\r\n", heads[i]);
   gw = fz_gateway("examples/configs/default.json", 3);
   return 0;
 }
