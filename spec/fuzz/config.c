@@ -41,6 +41,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   if (__lsan_enable) __lsan_enable();
   if (!rt) fz_fail("lupin_runtime_new: %s", err);
   atexit(teardown);
+  fz_lua_coverage(rt);
   snprintf(source, sizeof source, "%s/spec/fuzz/fuzz-config.json", getenv("LUPIN_HOME"));
   lupin_header zone = {"zone", "a"};
   lupin_endpoint_desc eps[2] = {{"e0", "127.0.0.1", 8001, &zone, 1},

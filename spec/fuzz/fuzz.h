@@ -34,6 +34,9 @@ void fz_setup(void);
  * stdout.  libFuzzer's -close_fd_mask=3 does the same for `make fuzz`. */
 FILE *fz_quiet(void);
 
+/* With LUPIN_FUZZ_LUA_COVERAGE=1, Lua lines count as coverage (support.c). */
+void fz_lua_coverage(lupin_runtime *rt);
+
 /* --- the gateway under test ----------------------------------------------- */
 
 /* Opens the gateway once: config (a path from the source tree) with

@@ -50,6 +50,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t samples = 0;
   gw_prometheus_parse((const char *)data, size, on_sample, &samples);
+  /* an empty answer reaches the parser as (NULL, 0): reported, see
+   * docs/bad-input.md; LUPIN_FUZZ_KNOWN=empty-metrics steps over it */
+  if (!size && fz_known("empty-metrics")) return 0;
 
   /* two scrapes of each endpoint begun after the text was set: one of them
    * read it (a scrape runs every millisecond; give up after a second) */

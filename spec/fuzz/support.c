@@ -65,6 +65,29 @@ void fz_setup(void) {
   if (fd >= 0) err_fd = fd;
 }
 
+/* --- Lua coverage ------------------------------------------------------- */
+
+/* libFuzzer sees C edges only, and most of what checks a config or a body is
+ * Lua.  With LUPIN_FUZZ_LUA_COVERAGE=1, a line hook counts each Lua line run
+ * into libFuzzer's extra counters, so inputs that reach new Lua lines are kept
+ * too.  Opt-in: a hook disables the JIT, and a runtime that sets its own
+ * hooks (budgets) would lose them. */
+#define LUA_COUNTERS 65536
+__attribute__((section("__libfuzzer_extra_counters"), used)) static uint8_t
+    lua_counters[LUA_COUNTERS];
+
+static void on_line(lua_State *L, lua_Debug *ar) {
+  if (!lua_getinfo(L, "S", ar)) return;
+  uintptr_t h = (uintptr_t)ar->source * 31u + (uintptr_t)ar->currentline * 2654435761u;
+  uint8_t *c = &lua_counters[(h ^ (h >> 16)) % LUA_COUNTERS];
+  if (*c < 255) (*c)++;
+}
+
+void fz_lua_coverage(lupin_runtime *rt) {
+  const char *on = getenv("LUPIN_FUZZ_LUA_COVERAGE");
+  if (on && *on == '1') lua_sethook(rt->L, on_line, LUA_MASKLINE, 0);
+}
+
 /* --- the loop ----------------------------------------------------------- */
 
 static lupin_gateway gw_;
@@ -385,6 +408,7 @@ lupin_gateway *fz_gateway(const char *config, int n_endpoints) {
       fz_fail("cannot listen for a model server");
   }
   opened = 1;
+  fz_lua_coverage(gw_.rt);
   settle(&gw_); /* the first scrapes */
   if (__lsan_enable) __lsan_enable();
   snprintf(tmp_dir, sizeof tmp_dir, "%s", dir);
