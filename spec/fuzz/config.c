@@ -11,6 +11,7 @@
  * current generation is alive. */
 #include "fuzz.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +110,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (lupin_runtime_check_leaks(rt, report, sizeof report))
       fz_fail("request state outlived its request: %s", report);
     lupin_runtime_stats(rt, &s);
+    const char *verbose = getenv("LUPIN_FUZZ_VERBOSE");
+    if (verbose && *verbose == '1')
+      fprintf(stderr, "config: %lu inputs, Lua memory %llu bytes after a full collection\n", runs,
+              (unsigned long long)s.lua_memory);
     if (s.generations_alive > 1)
       fz_fail("%llu generations alive with no request in flight",
               (unsigned long long)s.generations_alive);

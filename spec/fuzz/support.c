@@ -308,9 +308,14 @@ static void peer_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
   }
   if (p->closing) return;
   size_t used = http_parser_execute(&p->parser, &peer_settings, b->base, (size_t)n);
-  if (HTTP_PARSER_ERRNO(&p->parser) != HPE_OK || used != (size_t)n)
+  if (HTTP_PARSER_ERRNO(&p->parser) != HPE_OK || used != (size_t)n) {
+    if (fz_known("forwarded-framing")) { /* reported: answer as a strict server would */
+      peer_close(p);
+      return;
+    }
     fz_fail("the gateway sent a model server a malformed request: %s",
             http_errno_description(HTTP_PARSER_ERRNO(&p->parser)));
+  }
 }
 
 static void peer_accept(uv_stream_t *server, int status) {
