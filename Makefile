@@ -124,7 +124,7 @@ lint:
 # build-fuzz/) for FUZZ_SECONDS; `make fuzz-replay` runs the seeds and saved
 # crashes through the same harnesses built with gcc and replay.c's main()
 # under ASan/UBSan (build-asan/, no libFuzzer needed; seconds).
-FUZZ_TARGETS ?= request upstream prometheus config
+FUZZ_TARGETS ?= request upstream prometheus config admin
 FUZZ_SECONDS ?= 60
 FUZZ_SRC      = spec/fuzz/support.c
 FUZZ_HDR      = spec/fuzz/fuzz.h gateway/gateway.h $(CORE_HDR)

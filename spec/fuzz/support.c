@@ -526,7 +526,7 @@ static long bad_utf8(const unsigned char *s, size_t len) {
 }
 
 typedef struct {
-  int status, relayed, json, done;
+  int status, relayed, json, text, done;
   gw_buf body, field;
   int last_was_value;
   size_t responses;
@@ -546,6 +546,8 @@ static int r_value(http_parser *p, const char *at, size_t len) {
     if (!strcasecmp(r->field.data, "content-type") && len >= 16 &&
         !strncmp(at, "application/json", 16))
       r->json = 1;
+    if (!strcasecmp(r->field.data, "content-type") && len >= 10 && !strncmp(at, "text/plain", 10))
+      r->text = 1;
   }
   r->last_was_value = 1;
   return 0;
@@ -553,7 +555,7 @@ static int r_value(http_parser *p, const char *at, size_t len) {
 
 static int r_begin(http_parser *p) {
   reading *r = p->data;
-  r->relayed = r->json = r->done = r->last_was_value = 0;
+  r->relayed = r->json = r->text = r->done = r->last_was_value = 0;
   r->body.len = r->field.len = 0;
   return 0;
 }
@@ -563,13 +565,14 @@ static int r_body(http_parser *p, const char *at, size_t len) {
 }
 
 /* A response the gateway wrote itself (not relayed from a model server):
- * JSON, and for an error the OpenAI shape with a message. */
+ * JSON, and for an error the OpenAI shape with a message; the admin
+ * listener's /metrics, /healthz and /readyz are plain text. */
 static int r_complete(http_parser *p) {
   reading *r = p->data;
   int status = (int)p->status_code;
   r->responses++;
   r->done = 1;
-  if (r->relayed || status < 200) return 0;
+  if (r->relayed || status < 200 || (r->text && status != 400 && status != 404)) return 0;
   if (!r->json) fz_fail("the gateway answered %d without content-type application/json", status);
   long at = bad_utf8((const unsigned char *)r->body.data, r->body.len);
   if (at >= 0) {
