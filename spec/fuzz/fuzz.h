@@ -29,9 +29,8 @@ void fz_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn
 int fz_known(const char *cls);
 /* Sets LUPIN_HOME to the source tree and keeps a copy of stderr for fz_fail. */
 void fz_setup(void);
-/* Sends stdout and stderr (the gateway's logs) to /dev/null, sanitizer
- * reports and fz_fail to the old stderr; returns a stream on the old
- * stdout.  libFuzzer's -close_fd_mask=3 does the same for `make fuzz`. */
+/* Sends stdout (the access log) to /dev/null; returns a stream on the old
+ * stdout.  libFuzzer's -close_fd_mask=3 silences both for `make fuzz`. */
 FILE *fz_quiet(void);
 
 /* With LUPIN_FUZZ_LUA_COVERAGE=1, Lua lines count as coverage (support.c). */

@@ -7,7 +7,8 @@
  * Prints "ok <file>" per input and "N passed, N failed" at the end (the
  * line spec/run and .ci/run count).  A crash ends the process with the
  * sanitizer's report; the last "running" line names the input.  The
- * gateway's logs go to /dev/null (LUPIN_FUZZ_VERBOSE=1 keeps them). */
+ * access log goes to /dev/null and the gateway logs errors only
+ * (LUPIN_FUZZ_VERBOSE=1 keeps both and shows each answer). */
 #include "fuzz.h"
 
 #include <dirent.h>
@@ -71,7 +72,7 @@ static void run_path(const char *path, int *passed, int *failed) {
     snprintf(names[n++], len, "%s/%s", path, e->d_name);
   }
   closedir(d);
-  qsort(names, n, sizeof *names, cmp);
+  if (n) qsort(names, n, sizeof *names, cmp);
   for (size_t i = 0; i < n; i++) {
     run_path(names[i], passed, failed);
     free(names[i]);
@@ -81,6 +82,8 @@ static void run_path(const char *path, int *passed, int *failed) {
 
 int main(int argc, char **argv) {
   const char *verbose = getenv("LUPIN_FUZZ_VERBOSE");
+  /* stderr stays, for the sanitizers' reports: the gateway logs errors only */
+  if (!(verbose && *verbose == '1')) setenv("LUPIN_FUZZ_LOG", "0", 0);
   out = verbose && *verbose == '1' ? stdout : fz_quiet();
   LLVMFuzzerInitialize(&argc, &argv);
   int passed = 0, failed = 0;
