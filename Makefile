@@ -126,6 +126,12 @@ lint:
 # under ASan/UBSan (build-asan/, no libFuzzer needed; seconds).
 FUZZ_TARGETS ?= request upstream prometheus config admin
 FUZZ_SECONDS ?= 60
+# Findings reported and not fixed yet (docs/bad-input.md): `make fuzz` steps
+# over them to find others, their inputs in the corpus still fail
+# fuzz-replay.  Drop a class once its fix is merged.
+FUZZ_KNOWN   ?= utf8,nonfinite,empty-metrics,forwarded-framing
+# Lua lines count as coverage (the config and body checks are Lua); 0: off
+FUZZ_LUA_COVERAGE ?= 1
 FUZZ_SRC      = spec/fuzz/support.c
 FUZZ_HDR      = spec/fuzz/fuzz.h gateway/gateway.h $(CORE_HDR)
 GW_LIB_OBJ    = $(filter-out $(B)/gw/main.o,$(GW_OBJ))
@@ -153,7 +159,8 @@ fuzz-replay:
 fuzz:
 	$(MAKE) --no-print-directory B=build-fuzz CC=clang \
 	  CFLAGS="-O1 -g $(SANITIZE) -fsanitize=fuzzer-no-link" $(FUZZ_TARGETS:%=build-fuzz/fuzz-%)
-	FUZZ_SECONDS=$(FUZZ_SECONDS) B=build-fuzz bash spec/fuzz/run.sh $(FUZZ_TARGETS)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) LUPIN_FUZZ_KNOWN=$(FUZZ_KNOWN) \
+	  LUPIN_FUZZ_LUA_COVERAGE=$(FUZZ_LUA_COVERAGE) B=build-fuzz bash spec/fuzz/run.sh $(FUZZ_TARGETS)
 
 # Every benchmark in one go (about 30 minutes; a failing section does not stop
 # the others), its log in $(B)/bench.log, then one summary table of the
