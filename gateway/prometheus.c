@@ -101,6 +101,7 @@ static int parse_line(const char *p, const char *end, gw_buf *store, gw_sample_f
 int gw_prometheus_parse(const char *text, size_t len, gw_sample_fn fn, void *ud) {
   int bad = 0;
   gw_buf store = {0};
+  if (!len) return 0; /* an empty body: text may be NULL, and NULL + 0 is undefined */
   const char *p = text, *end = text + len;
   while (p < end) {
     const char *eol = memchr(p, '\n', (size_t)(end - p));

@@ -440,6 +440,9 @@ gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *
 
 static int on_header_field(http_parser *p, const char *at, size_t len) {
   gw_upstream *u = ((gw_uconn *)p->data)->u;
+  /* whitespace in a field name (RFC 7230 §3.2.4): a malformed response, not
+   * a second content-length relayed beside ours */
+  if (memchr(at, ' ', len) || memchr(at, '\t', len)) return -1;
   int rc = u->last_was_value || !u->headers.n ? gw_headers_add(&u->headers, at, len, "", 0)
                                               : gw_headers_extend(&u->headers, 0, at, len);
   u->last_was_value = 0;
