@@ -431,7 +431,12 @@ static int on_header_field(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
   /* "content-length :5": http_parser frames by it, a server downstream may
    * not; whitespace in a field name is a 400 (RFC 7230 §3.2.4) */
-  if (count_header(c, len) || memchr(at, ' ', len) || memchr(at, '\t', len)) return -1;
+  if (count_header(c, len)) return -1;
+  if (memchr(at, ' ', len) || memchr(at, '\t', len)) {
+    c->fail_status = 400;
+    c->fail_msg = "malformed HTTP request: whitespace in a header field name";
+    return -1;
+  }
   int rc = c->last_was_value || !c->req.headers.n ? gw_headers_add(&c->req.headers, at, len, "", 0)
                                                   : gw_headers_extend(&c->req.headers, 0, at, len);
   c->last_was_value = 0;

@@ -120,9 +120,12 @@ return {
     return out
   end,
 
+  -- sent counts the requests sent since the endpoint's last scrape and still
+  -- in flight: one that already ended is in no later scrape either, so
+  -- counting it would make a run of quick requests look like a queue
   pre_request = function(self, ctx, result)
-    local held = {}
-    ctx.plugin.held = held -- first: whatever is counted below is released
+    local held, epochs = {}, {}
+    ctx.plugin.held, ctx.plugin.epochs = held, epochs -- first: all counted is released
     for _, res in pairs(result.profiles) do
       local ep = res and res.endpoints[1]
       if ep then
@@ -135,6 +138,7 @@ return {
         else
           sent.count = sent.count + 1
         end
+        epochs[#held] = at
       end
     end
   end,
@@ -143,8 +147,13 @@ return {
     local held = ctx.plugin.held
     if held then
       ctx.plugin.held = nil
-      for _, name in ipairs(held) do
+      local epochs = ctx.plugin.epochs
+      for i, name in ipairs(held) do
         release(self.inflight, name)
+        local sent = self.sent[name]
+        if sent and sent.at == epochs[i] and sent.count > 0 then
+          sent.count = sent.count - 1
+        end
       end
     end
   end,

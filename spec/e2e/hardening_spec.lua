@@ -279,7 +279,7 @@ describe("lupin serve, hardened", function()
       P.poll(function()
         return P.metric(gw, "lupin_requests_in_flight") == 2
       end, "two requests in flight")
-      local status, h, body = P.post(gw.base, "/v1/completions", { model = "m", prompt = "hi" })
+      local status, h, body = P.post(gw.base, "/v1/completions", { model = "m", prompt = "hog" })
       assert.equal(503, status, body)
       assert.equal("1", h["retry-after"])
       local e = json.decode(body).error
@@ -303,7 +303,7 @@ describe("lupin serve, hardened", function()
       assert.matches("gateway.maxBufferedBodyBytes = 50000", json.decode(body).error.message, 1,
         true)
       -- a small one still fits
-      status, h, body = P.post(gw.base, "/v1/completions", { model = "m", prompt = "hi" })
+      status, h, body = P.post(gw.base, "/v1/completions", { model = "m", prompt = "hog" })
       assert.equal(200, status, body)
       assert.is_nil(h["retry-after"])
       assert.equal(1, P.metric(gw, 'lupin_capacity_refusals_total{cap="maxBufferedBodyBytes"}'))
@@ -351,7 +351,8 @@ print(s.makefile("rb").readline().decode().strip())
       assert.equal("HTTP/1.1 200 OK\n", out)
     end)
 
-    local HOG = { { type = "e2e-memory-hog", name = "hog", parameters = { bytes = 40000000 } },
+    local HOG = { { type = "e2e-memory-hog", name = "hog", parameters = { bytes = 40000000 },
+      maxCallMs = 10000 }, -- building 40 MB takes longer than the 5 ms default budget
       { type = "max-score-picker" } }
     local HOG_PROFILE = { { pluginRef = "hog", weight = 1 }, { pluginRef = "max-score-picker" } }
 
@@ -365,7 +366,7 @@ print(s.makefile("rb").readline().decode().strip())
         local up = upstream()
         local gw = gateway(config({ ep("a", up.port) }, case[2], HOG, HOG_PROFILE), case[1])
         assert.equal(case[3], P.metric(gw, "lupin_lua_memory_limit_bytes"))
-        local status, _, body = P.post(gw.base, "/v1/completions", { model = "m", prompt = "hi" })
+        local status, _, body = P.post(gw.base, "/v1/completions", { model = "m", prompt = "hog" })
         assert.equal(200, status, body) -- a scorer error: it contributes 0
         assert.is_true(P.metric(gw, "lupin_lua_memory_limit_hits_total") >= 1)
         assert.equal(1, P.metric(gw, 'lupin_plugin_errors_total{plugin="hog",'
@@ -378,7 +379,7 @@ print(s.makefile("rb").readline().decode().strip())
     it("without a limit the same plugin call succeeds", function()
       local up = upstream()
       local gw = gateway(config({ ep("a", up.port) }, { maxLuaMemoryBytes = 0 }, HOG, HOG_PROFILE))
-      assert.equal(200, (P.post(gw.base, "/v1/completions", { model = "m", prompt = "hi" })))
+      assert.equal(200, (P.post(gw.base, "/v1/completions", { model = "m", prompt = "hog" })))
       assert.equal(0, P.metric(gw, 'lupin_plugin_errors_total{plugin="hog",'
         .. 'type="e2e-memory-hog",point="score"}') or 0)
     end)
