@@ -59,6 +59,7 @@ local function before(e, s, l, key, a, b)
   return key[a] < key[b]
 end
 
+---@type lupin.Plugin
 return {
   type = "bounded-load-picker",
   schema = {

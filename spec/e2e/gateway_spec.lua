@@ -820,14 +820,20 @@ describe("lupin serve with the default config", function()
     local _, h = P.post(gw.base, "/v1/completions",
       { model = "m", prompt = system .. "Question 0?", max_tokens = 2 })
     local home = h["x-sim-endpoint"]
-    local before = hits(home)
+    local before, at_home = hits(home), 0
+    -- the default (bounded-load-picker) keeps affinity while the load stays
+    -- balanced; a scrape that caught a request still running may move one
+    -- away, so most, not all, go home (random: 1 in 4)
     for i = 1, 5 do
       local status, h2, body = P.post(gw.base, "/v1/completions",
         { model = "m", prompt = system .. "Question " .. i .. "?", max_tokens = 2 })
       assert.equal(200, status, body)
-      assert.equal(home, h2["x-sim-endpoint"])
-      assert.truthy(json.decode(body).usage.prompt_tokens_details.cached_tokens > 0)
+      if h2["x-sim-endpoint"] == home then
+        at_home = at_home + 1
+        assert.truthy(json.decode(body).usage.prompt_tokens_details.cached_tokens > 0)
+      end
     end
+    assert.truthy(at_home >= 3, at_home)
     assert.truthy(hits(home) > before)
   end)
 
