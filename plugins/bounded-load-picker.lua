@@ -9,7 +9,10 @@
 -- in finish on every path), so a burst between two scrapes spreads at once.
 -- While an endpoint's metrics are fresh (at most metricsMaxAgeMs old), load is
 -- the larger of that count and the scraped running + waiting requests plus
--- what this gateway sent there since that scrape (other gateways' traffic).
+-- what this gateway sent there since that scrape (other gateways' traffic),
+-- less the requests of this gateway that the scrape caught running and that
+-- have ended since: a scrape is up to a refresh interval old, and counting a
+-- request that already left would move a light load's affinity away for it.
 --
 -- An endpoint is eligible while load + 1 ≤ (1 + balanceRelThreshold) × mean
 -- + balanceAbsThreshold, the mean counting this request, and load + 1 ≤ the
@@ -24,6 +27,7 @@
 local picker = require "lupin.picker"
 
 local random = math.random
+local MAX_DONE = 4096 -- ended requests remembered per endpoint until scraped
 
 local function release(counts, name)
   local c = (counts[name] or 0) - 1
@@ -34,17 +38,44 @@ local function num(v)
   return v == v and v or 0 -- NaN: never scraped
 end
 
+-- Requests of this gateway that a scrape at `at` caught running and that have
+-- ended since; forgets those that ended before it, which no later scrape sees.
+local function left_since(self, name, at)
+  local done = self.done[name]
+  if not done then
+    return 0
+  end
+  local j, left = 0, 0
+  for i = 1, #done do
+    local d = done[i]
+    done[i] = nil
+    if d[2] > at then
+      j = j + 1
+      done[j] = d
+      if d[1] <= at then
+        left = left + 1
+      end
+    end
+  end
+  if j == 0 then
+    self.done[name] = nil
+  end
+  return left
+end
+
 -- The load of one endpoint, in requests.
 local function load(self, ep, now)
   local name = ep.name
   local inflight = self.inflight[name] or 0
   local at = ep.scraped_at
   if at <= 0 or now - at > self.max_age then
+    self.done[name] = nil
     return inflight
   end
   local sent = self.sent[name]
   local since = (sent and sent.at >= at) and sent.count or 0
-  return math.max(inflight, num(ep.running_requests) + num(ep.waiting_queue_size) + since)
+  local scraped = num(ep.running_requests) + num(ep.waiting_queue_size) - left_since(self, name, at)
+  return math.max(inflight, scraped + since)
 end
 
 -- Ranks a before b: eligible first, then higher score, lower load, random key.
@@ -82,13 +113,14 @@ return {
       spread = params.maxLoadSpread,
       max_age = params.metricsMaxAgeMs / 1000, now = env.now,
       inflight = {}, -- endpoint name -> requests in flight through this gateway
-      sent = {} } -- endpoint name -> { at = scraped_at seen, count = sent since }
+      sent = {}, -- endpoint name -> { at = scraped_at seen, count = sent since }
+      done = {} } -- endpoint name -> { {sent at, ended at}, ... } not yet scraped
   end,
 
   -- Share the counts with the instance this one replaces: requests pinned to
   -- the old generation release into the same tables.
   migrate = function(self, old)
-    self.inflight, self.sent = old.inflight, old.sent
+    self.inflight, self.sent, self.done = old.inflight, old.sent, old.done or {}
   end,
 
   pick = function(self, _, scored)
@@ -127,6 +159,7 @@ return {
   pre_request = function(self, ctx, result)
     local held, epochs = {}, {}
     ctx.plugin.held, ctx.plugin.epochs = held, epochs -- first: all counted is released
+    ctx.plugin.started = self.now()
     for _, res in pairs(result.profiles) do
       local ep = res and res.endpoints[1]
       if ep then
@@ -148,9 +181,14 @@ return {
     local held = ctx.plugin.held
     if held then
       ctx.plugin.held = nil
-      local epochs = ctx.plugin.epochs
+      local epochs, started, now = ctx.plugin.epochs, ctx.plugin.started, self.now()
       for i, name in ipairs(held) do
         release(self.inflight, name)
+        local done = self.done[name] or {}
+        self.done[name] = done
+        if #done < MAX_DONE then
+          done[#done + 1] = { started, now }
+        end
         local sent = self.sent[name]
         if sent and sent.at == epochs[i] and sent.count > 0 then
           sent.count = sent.count - 1

@@ -208,6 +208,37 @@ describe(T, function()
       rt:free()
     end)
 
+  it("does not count a request the scrape caught running once it has ended", function()
+    -- ep1 holds the affinity; a load of 1 on ep1 beside three idle endpoints
+    -- is over the light-load bound (1 + mean 0.5 over the least), 0 is not
+    local function case(scrape_while_running, finish_first)
+      local rt = runtime(4, { 1, 0, 0, 0 })
+      local req = send(rt, "ep1")
+      local at = native.now()
+      if not scrape_while_running then
+        req:finish("ok")
+        at = native.now() + 0.001
+      end
+      rt:set_metrics("ep1", { running_requests = 1, scraped_at = at })
+      if scrape_while_running and finish_first then
+        req:finish("ok")
+      end
+      local last, picks = send(rt, all(4))
+      last:finish("ok")
+      if scrape_while_running and not finish_first then
+        req:finish("ok")
+      end
+      rt:free()
+      return picks[1]
+    end
+    -- the scrape saw our request; it ended since: ep1 is idle again
+    assert.equal("ep1", case(true, true))
+    -- still running: it counts once (scraped and in flight are the same one)
+    assert.are_not.equal("ep1", case(true, false))
+    -- ended before the scrape: the running request is someone else's
+    assert.are_not.equal("ep1", case(false))
+  end)
+
   it("returns maxNumOfEndpoints distinct endpoints: eligible by score, then the rest by load",
     function()
       local rt = runtime(4, { 0, 0.5, 1, 0 }, { maxNumOfEndpoints = 3 })
