@@ -191,6 +191,7 @@ enum lupin_hook {
   LUPIN_HOOK_GATEWAY, /* the gateway host's JSON work (gateway/gwlua.c) */
   LUPIN_HOOK_ENDPOINT_HEALTH,
   LUPIN_HOOK_FALLBACKS,
+  LUPIN_HOOK_EXPLAIN,
   LUPIN_HOOK_COUNT
 };
 

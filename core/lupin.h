@@ -183,6 +183,21 @@ double lupin_now(void);
 
 /* --- requests ----------------------------------------------------------- */
 
+/* lupin_request_desc.flags */
+enum {
+  /* Keep an explain record of the request's scheduling: each profile the
+   * handler chose, each filter's kept set, each scorer's scores and weight,
+   * the totals, the picks and fallbacks, the time of every plugin call and
+   * the errors with their tracebacks (docs/explain.md).  Read it with
+   * lupin_request_explain.  Requests without it pay nothing for it. */
+  LUPIN_REQUEST_EXPLAIN = 1,
+  /* Decide only: admission, preparation and the profiles run, pre_request
+   * does not (nothing is recorded against an endpoint), plugins see
+   * ctx.request.dry_run and finish hooks the outcome "dry_run".  For a
+   * request that is explained and never forwarded. */
+  LUPIN_REQUEST_DRY_RUN = 2,
+};
+
 typedef struct lupin_request_desc {
   const char *id;   /* NULL or "": one is generated */
   const char *path; /* "/v1/completions", "/v1/chat/completions" */
@@ -195,6 +210,7 @@ typedef struct lupin_request_desc {
    * (x-gateway-destination-endpoint-subset); NULL: all. */
   const char *const *subset;
   size_t n_subset;
+  unsigned flags; /* LUPIN_REQUEST_* */
 } lupin_request_desc;
 
 typedef struct lupin_pick {
@@ -245,6 +261,12 @@ int lupin_request_response_complete(lupin_request *req);
  * call (no cost for requests that never ask); *out stays valid until
  * lupin_request_end.  pre_request is not run again for a fallback. */
 size_t lupin_request_fallbacks(lupin_request *req, const lupin_pick **out);
+/* The explain record (LUPIN_REQUEST_EXPLAIN) as one JSON object, its length
+ * in *len (len may be NULL); NULL for a request begun without the flag.
+ * After lupin_request_schedule it holds the whole decision; the fallbacks
+ * are the ones lupin_request_fallbacks gives.  Valid until the next call
+ * of this function on req or lupin_request_end. */
+const char *lupin_request_explain(lupin_request *req, size_t *len);
 /* Ends the request: finish hooks run exactly once, the state is dropped and
  * req is freed.  When scheduling failed, its outcome wins over this one. */
 void lupin_request_end(lupin_request *req, lupin_outcome outcome);

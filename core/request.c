@@ -28,6 +28,8 @@ struct lupin_request {
   lupin_pick *fallbacks; /* lupin_request_fallbacks: owned copies */
   size_t n_fallbacks;
   int fallbacks_done;
+  unsigned flags;  /* LUPIN_REQUEST_* */
+  char *explain;   /* lupin_request_explain's last answer */
   header_list upstream; /* set by plugins for the upstream request */
   header_list client;   /* set by plugins for the client's response */
   lupin_request *prev, *next;
@@ -64,8 +66,9 @@ static void push_headers(lua_State *L, const lupin_header *h, size_t n) {
 }
 
 /* The description as the begin hook's arguments: id, path, body, model,
- * headers, subset (nil when absent), with no table to build and index. */
-enum { DESC_ARGS = 6 };
+ * headers, subset (nil when absent), flags, with no table to build and
+ * index. */
+enum { DESC_ARGS = 7 };
 
 static void push_desc(lua_State *L, const lupin_request_desc *d) {
   if (d->id && *d->id)
@@ -91,6 +94,7 @@ static void push_desc(lua_State *L, const lupin_request_desc *d) {
   } else {
     lua_pushnil(L);
   }
+  lua_pushinteger(L, (lua_Integer)d->flags);
 }
 
 lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *desc, char *err,
@@ -120,6 +124,7 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
   lua_pop(L, 1);
   req->ref = luaL_ref(L, LUA_REGISTRYINDEX);
   req->rt = rt;
+  req->flags = desc->flags;
   req->gen = gen;
   req->response_hooks = gen->flags & LUPIN_GEN_OBSERVES_RESPONSE;
   gen->pinned++;
@@ -321,6 +326,29 @@ size_t lupin_request_fallbacks(lupin_request *req, const lupin_pick **out) {
   return req->n_fallbacks;
 }
 
+const char *lupin_request_explain(lupin_request *req, size_t *len) {
+  if (len) *len = 0;
+  if (!(req->flags & LUPIN_REQUEST_EXPLAIN)) return NULL;
+  lua_State *L = req->rt->L;
+  char err[512];
+  push_call(req, LUPIN_HOOK_EXPLAIN);
+  if (lupin__call(req->rt, 1, 1, err, sizeof err)) {
+    lupin__log(req->rt, LUPIN_LOG_ERROR, "request %s: explain: %s", req->id, err);
+    return NULL;
+  }
+  size_t n = 0;
+  const char *s = lua_tolstring(L, -1, &n);
+  char *copy = s ? malloc(n + 1) : NULL;
+  if (copy) {
+    memcpy(copy, s, n + 1);
+    free(req->explain);
+    req->explain = copy;
+    if (len) *len = n;
+  }
+  lua_pop(L, 1);
+  return copy;
+}
+
 static void free_fallbacks(lupin_request *req) {
   for (size_t i = 0; i < req->n_fallbacks; i++) {
     free((char *)req->fallbacks[i].name);
@@ -331,7 +359,9 @@ static void free_fallbacks(lupin_request *req) {
 
 void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   lupin_runtime *rt = req->rt;
-  const char *name = lupin_outcome_name(req->failed ? req->failed_outcome : outcome);
+  const char *name = req->flags & LUPIN_REQUEST_DRY_RUN
+                         ? "dry_run"
+                         : lupin_outcome_name(req->failed ? req->failed_outcome : outcome);
   if (req->gen->flags & LUPIN_GEN_HAS_FINISH) {
     push_call(req, LUPIN_HOOK_FINISH);
     lua_pushstring(rt->L, name);
@@ -362,6 +392,7 @@ void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   clear_headers(&req->client);
   free(req->picks);
   free_fallbacks(req);
+  free(req->explain);
   free(req->upstream.v);
   free(req->client.v);
   free(req->id);

@@ -33,6 +33,7 @@ static const char *const hook_names[LUPIN_HOOK_COUNT] = {
     "gateway",
     "endpoint_health",
     "fallbacks",
+    "explain",
 };
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};

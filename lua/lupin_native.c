@@ -311,7 +311,7 @@ static int l_logs(lua_State *L) {
   return 1;
 }
 
-/* rt:begin{id=, path=, body=, model=, headers={}, subset={}} */
+/* rt:begin{id=, path=, body=, model=, headers={}, subset={}, explain=, dry_run=} */
 static int l_begin(lua_State *L) {
   runtime_box *b = check_rt(L);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -326,6 +326,11 @@ static int l_begin(lua_State *L) {
   lua_pop(L, 1);
   d.headers = headers;
   d.n_headers = read_pairs(L, 2, "headers", headers, 64);
+  lua_getfield(L, 2, "explain");
+  lua_getfield(L, 2, "dry_run");
+  d.flags = (lua_toboolean(L, -2) ? LUPIN_REQUEST_EXPLAIN : 0u) |
+            (lua_toboolean(L, -1) ? LUPIN_REQUEST_DRY_RUN : 0u);
+  lua_pop(L, 2);
   lua_getfield(L, 2, "subset");
   if (lua_istable(L, -1)) {
     d.subset = subset;
@@ -441,6 +446,17 @@ static int l_fallbacks(lua_State *L) {
   return 1;
 }
 
+/* The explain record's JSON text, or nil when not asked for. */
+static int l_explain(lua_State *L) {
+  size_t n;
+  const char *s = lupin_request_explain(check_req(L)->req, &n);
+  if (s)
+    lua_pushlstring(L, s, n);
+  else
+    lua_pushnil(L);
+  return 1;
+}
+
 static int l_end(lua_State *L) {
   request_box *rb = check_req(L);
   int o = luaL_checkoption(L, 2, "ok", outcomes);
@@ -482,6 +498,7 @@ static const luaL_Reg req_methods[] = {
     {"id", l_req_id},
     {"schedule", l_schedule},
     {"fallbacks", l_fallbacks},
+    {"explain", l_explain},
     {"response_header", l_response_header},
     {"response_chunk", l_response_chunk},
     {"response_complete", l_response_complete},

@@ -4,6 +4,7 @@ local ffi = require "ffi"
 local budget = require "lupin.budget"
 local capi = require "lupin.capi"
 local ctx = require "lupin.ctx"
+local explain = require "lupin.explain"
 local leaks = require "lupin.leaks"
 local log = require "lupin.log"
 local pool = require "lupin.pool"
@@ -13,6 +14,8 @@ local M = {}
 
 -- mirrors enum lupin_outcome in core/lupin.h
 local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR = 0, 1, 2, 3
+-- mirrors LUPIN_REQUEST_* in core/lupin.h
+local EXPLAIN, DRY = 1, 2
 
 local now = capi.clock
 local alloc, limit = nil, 0
@@ -21,6 +24,9 @@ local id_prefix, id_seq = "", 0
 -- the C functions, looked up once: indexing the capi struct makes a new
 -- function cdata each time when interpreted
 local add_pick, add_header, add_client_header
+-- how long the last plugin call took, in seconds: an explain record reads it
+-- after the call (a store to an upvalue is all it costs the others)
+local last_dt = 0
 
 function M.init(opts)
   now = capi.clock
@@ -44,6 +50,9 @@ local function plugin_error(r, rec, point, err, trace)
   local st = rec.stats[point]
   st.errors = st.errors + 1
   err = budget.describe(err)
+  if r.explain then
+    explain.error(r.explain, rec, point, err, trace)
+  end
   local msg = trace and ("%s (traceback: %s)"):format(err, trace) or err
   if r.errors then -- a dry run reports its errors, it does not log them
     r.errors[#r.errors + 1] = { rec = rec, point = point, message = msg }
@@ -87,6 +96,7 @@ end
 -- pcall, and no extension point takes more than two arguments after ctx.
 local function call(r, rec, point, profile, x, y)
   if rec.disabled then
+    last_dt = 0
     plugin_error(r, rec, point, rec.disabled)
     return false, rec.disabled
   end
@@ -116,7 +126,9 @@ local function call(r, rec, point, profile, x, y)
     ok, a = false, cut(r, rec, point)
   end
   st.calls = st.calls + 1
-  st.ns = st.ns + (now() - t0) * 1e9
+  local dt = now() - t0
+  last_dt = dt
+  st.ns = st.ns + dt * 1e9
   if not ok then
     plugin_error(r, rec, point, a, last_trace)
     last_trace = nil
@@ -146,7 +158,7 @@ local COMPACT_EVERY = 65536
 local until_compact = COMPACT_EVERY
 
 --- The begin hook: the request description comes as arguments (core/request.c).
-function M.begin(gen, creq, id, path, body, model, headers, subset)
+function M.begin(gen, creq, id, path, body, model, headers, subset, flags)
   id = id or headers["x-request-id"] -- names in lower case (core/request.c)
   if not id or id == "" then
     id_seq = id_seq + 1
@@ -155,6 +167,9 @@ function M.begin(gen, creq, id, path, body, model, headers, subset)
   local r = ctx.new_request(gen, ffi.cast("void *", creq), id, path, body, model, headers)
   r.candidates = candidates(subset)
   r.subset = subset ~= nil
+  if flags ~= 0 then
+    M.set_flags(r, flags)
+  end
   for _, rec in ipairs(gen.observers) do
     ctx.of(r, rec)
   end
@@ -165,6 +180,19 @@ function M.begin(gen, creq, id, path, body, model, headers, subset)
     leaks.compact()
   end
   return r, id
+end
+
+--- The request's flags (LUPIN_REQUEST_* in core/lupin.h): EXPLAIN starts a
+--- record, DRY makes scheduling decide without pre_request (nothing is
+--- recorded against an endpoint; plugins see ctx.request.dry_run).
+function M.set_flags(r, flags)
+  if flags % 4 >= DRY then
+    r.dry = true
+    r.request.dry_run = true
+  end
+  if flags % 2 == EXPLAIN then
+    r.explain = explain.new(r, now())
+  end
 end
 
 local function fail(r, status, message, plugin, outcome)
@@ -204,8 +232,13 @@ end
 -- result, or nil and a failure.
 local function run_profile(r, prof, eps)
   local name = prof.name
+  local x = r.explain
+  x = x and explain.profile(x, name, eps)
   for _, rec in ipairs(prof.filters) do
     local ok, kept = call(r, rec, "filter", name, eps)
+    if x then
+      explain.filter(x, rec, last_dt, eps, ok and kept)
+    end
     if ok and type(kept) ~= "table" then
       plugin_error(r, rec, "filter", ("filter must return a list of endpoints, got %s"):format(
         type(kept)))
@@ -226,10 +259,12 @@ local function run_profile(r, prof, eps)
   for _, s in ipairs(prof.scorers) do
     local rec, w = s.rec, s.weight
     local ok, scores = call(r, rec, "score", name, eps)
+    local dt = last_dt
     if ok then
       local bad = valid_scores(scores, n)
       if bad then
         plugin_error(r, rec, "score", bad)
+        ok = false
       else
         for i = 1, n do
           local v = rawget(scores, i)
@@ -242,9 +277,15 @@ local function run_profile(r, prof, eps)
         end
       end
     end
+    if x then
+      explain.scorer(x, rec, w, dt, eps, ok and scores)
+    end
   end
   local picker = prof.picker
   local ok, picks = call(r, picker, "pick", name, { endpoints = eps, scores = total })
+  if x then
+    explain.picker(x, picker, last_dt, eps, total, ok and picks)
+  end
   local bad = ok and valid_picks(picks)
   if bad then
     plugin_error(r, picker, "pick", bad)
@@ -314,12 +355,16 @@ local function run_profiles(r)
   local results, failures, ran = {}, {}, {}
   while true do
     local ok, v = call(r, handler, "pick_profiles", nil, gen.profile_views, copy(results))
+    local dt = last_dt
     local list, err = v, nil
     if ok then
       list, err = profile_list(gen, v)
       if err then
         plugin_error(r, handler, "pick_profiles", err)
       end
+    end
+    if r.explain then
+      explain.cycle(r.explain, handler, dt, ok and not err and list)
     end
     if not ok or err then
       return handler_failed(r, "pick_profiles", err or v)
@@ -335,6 +380,9 @@ local function run_profiles(r)
       end
       ran[name] = true
       local res, f = run_profile(r, gen.profile_by_name[name], r.candidates)
+      if f and r.explain then
+        explain.failed(r.explain, f.message)
+      end
       if f and f.fatal then
         return fail(r, f.status, f.message, f.plugin, f.outcome)
       end
@@ -348,6 +396,9 @@ local function primary_of(r, results, ran)
   local handler = r.gen.handler
   if handler.process_results then
     local ok, res = call(r, handler, "process_results", nil, copy(results))
+    if r.explain then
+      explain.step(r.explain, handler, "process_results", last_dt)
+    end
     if not ok then
       return nil, res
     end
@@ -390,6 +441,9 @@ local function decide(r)
   local gen, eps = r.gen, r.candidates
   for _, rec in ipairs(gen.points.admit) do
     local ok, verdict, status, reason = call(r, rec, "admit", nil, eps)
+    if r.explain then
+      explain.step(r.explain, rec, "admit", last_dt, { admitted = not (ok and verdict == false) })
+    end
     if ok and verdict == false then
       return fail(r, tonumber(status) or 429, reason and budget.describe(reason)
         or ("rejected by %s"):format(rec.name), rec.name, REJECTED)
@@ -397,6 +451,9 @@ local function decide(r)
   end
   for _, rec in ipairs(gen.points.prepare) do
     call(r, rec, "prepare", nil, eps)
+    if r.explain then
+      explain.step(r.explain, rec, "prepare", last_dt)
+    end
   end
   if #eps == 0 then
     return fail(r, 503, r.subset and "no endpoint matches x-gateway-destination-endpoint-subset"
@@ -429,8 +486,14 @@ local function schedule(r)
   if status then
     return status, message, plugin, outcome
   end
+  if r.dry then -- explained, not forwarded: nothing to record on an endpoint
+    return publish(r)
+  end
   for _, rec in ipairs(r.gen.points.pre_request) do
     call(r, rec, "pre_request", nil, r.result)
+    if r.explain then
+      explain.step(r.explain, rec, "pre_request", last_dt)
+    end
   end
   return publish(r)
 end
@@ -441,6 +504,10 @@ end
 --- (M.flags).
 function M.schedule(r)
   local status, message, plugin, outcome = schedule(r)
+  local x = r.explain
+  if x and not x.status then
+    explain.done(x, r, status, message, plugin, outcome, now())
+  end
   return status, message, plugin, outcome, r.response_headers ~= nil
 end
 

@@ -4,6 +4,7 @@ local capi = require "lupin.capi"
 local cjson = require "cjson"
 local config = require "lupin.config"
 local engine = require "lupin.engine"
+local explain = require "lupin.explain"
 local fallback = require "lupin.fallback"
 local gateway = require "lupin.gateway"
 local generation = require "lupin.generation"
@@ -39,6 +40,7 @@ function M.init(ud, opts)
     endpoint_adapters = pool.set_adapters,
     endpoint_health = pool.set_health,
     fallbacks = fallback.ranked,
+    explain = explain.encode,
   }
 
   --- The dry scheduling cycle a reload runs before it swaps, over the
