@@ -350,7 +350,7 @@ static void text(gw_conn *c, int status, const char *msg) {
 /* Compares in a time that depends on the length of what the client sent,
  * never on how much of the token it got right (strcmp stops at the first
  * difference, which lets a client find the token byte by byte). */
-static int same_secret(const char *given, const char *token) {
+int gw_same_secret(const char *given, const char *token) {
   size_t n = strlen(given), t = strlen(token);
   volatile unsigned char diff = n != t;
   for (size_t i = 0; i < n; i++)
@@ -362,7 +362,7 @@ static int authorized(lupin_gateway *gw, gw_http_request *req) {
   const char *token = gw->opts.admin_token;
   if (!token || !*token) return 1;
   const char *auth = gw_headers_get(&req->headers, "authorization");
-  return auth && !strncasecmp(auth, "Bearer ", 7) && same_secret(auth + 7, token);
+  return auth && !strncasecmp(auth, "Bearer ", 7) && gw_same_secret(auth + 7, token);
 }
 
 void gw_admin_handle(void *ud, gw_conn *c, gw_http_request *req) {
@@ -374,6 +374,8 @@ void gw_admin_handle(void *ud, gw_conn *c, gw_http_request *req) {
     lupin_header h = {"www-authenticate", "Bearer"};
     gw_conn_error(c, 401, "missing or wrong admin token: send Authorization: Bearer <token>", NULL,
                   &h, 1);
+  } else if (!strncmp(path, "/admin/explain", 14)) {
+    gw_explain_admin(gw, c, req, path); /* explain.c */
   } else if (!strcmp(path, "/admin/reload") || !strcmp(path, "/admin/leaks")) {
     if (req->method != HTTP_POST)
       gw_conn_error(c, 405, "method not allowed: use POST", NULL, NULL, 0);

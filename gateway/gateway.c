@@ -392,6 +392,7 @@ int gw_run(lupin_gateway *gw) {
   if (gw->rt) lupin_runtime_free(gw->rt);
   gw_server_free(gw->server);
   gw_server_free(gw->admin);
+  gw_explain_free(gw);
   if (gw->loop) {
     uv_loop_close(gw->loop);
     free(gw->loop);

@@ -79,6 +79,7 @@ typedef struct gw_settings {
   uint64_t pool_idle_ms, retry_non_idempotent, retry_budget_percent, retry_budget_min;
   uint64_t consecutive_errors, base_ejection_time_ms, max_ejection_time_ms;
   uint64_t max_ejection_percent, stale_ejection_ms;
+  uint64_t explain_without_token; /* x-lupin-explain without the admin token */
 } gw_settings;
 
 /* --- the Lua side's JSON work (gwlua.c) ---------------------------------- */
@@ -91,6 +92,16 @@ int gw_lua_memory_limit(lupin_runtime *rt, uint64_t bytes, char *err, size_t err
  * called for each.  Returns -1 with err on a bad file. */
 typedef void (*gw_endpoint_fn)(void *ud, const lupin_endpoint_desc *d);
 int gw_lua_endpoints(lupin_runtime *rt, const char *file, gw_endpoint_fn fn, void *ud, char *err,
+                     size_t errlen);
+/* The same with each entry's metrics (zero where the file gives none). */
+typedef void (*gw_endpoint_metrics_fn)(void *ud, const lupin_endpoint_desc *d,
+                                       const lupin_metrics *m);
+int gw_lua_endpoints_metrics(lupin_runtime *rt, const char *file, gw_endpoint_metrics_fn fn,
+                             void *ud, char *err, size_t errlen);
+/* An explain operation of lua/lupin/explain.lua on a text (a record, a
+ * request body): op "explain_summary", "explain_text", "explain_path".
+ * Returns its malloc'd answer, or NULL with err. */
+char *gw_lua_explain(lupin_runtime *rt, const char *op, const char *text, size_t len, char *err,
                      size_t errlen);
 /* The dry scheduling cycle a reload runs, over the endpoints in the runtime
  * now (the first load runs before the host has added any).  -1 with the
@@ -298,6 +309,32 @@ const char *gw_health_state_name(gw_health_state s);
 void gw_proxy_handle(void *gw, gw_conn *c, gw_http_request *req);
 void gw_proxy_cancel_all(lupin_gateway *gw);
 void gw_admin_handle(void *gw, gw_conn *c, gw_http_request *req);
+/* Whether given is the admin token, in a time that does not tell how much
+ * of it was right (admin.c). */
+int gw_same_secret(const char *given, const char *token);
+
+/* --- explain records (explain.c, docs/explain.md) ------------------------- */
+
+#define GW_EXPLAIN_RING 64 /* records kept for GET /admin/explain/<id> */
+typedef struct gw_explain_ring gw_explain_ring;
+
+/* The request headers explain.c consumes: never forwarded. */
+int gw_explain_header(const char *name);
+/* Whether a proxied request asks for a record: 0 no, 1 yes and allowed,
+ * -1 asked without the admin token (answered with a refusal header). */
+int gw_explain_wanted(lupin_gateway *gw, const gw_http_request *req);
+/* After scheduling: the summary header of an explained request. */
+void gw_explain_scheduled(gw_exchange *x);
+/* The response headers of an exchange's record (at most 2); x may be NULL. */
+size_t gw_explain_headers(const gw_exchange *x, lupin_header *out);
+/* At the end of an exchange: keeps its record, with the attempts. */
+void gw_explain_ended(gw_exchange *x, int status, const char *outcome);
+/* GET /admin/explain[/<id>], POST /admin/explain. */
+void gw_explain_admin(lupin_gateway *gw, gw_conn *c, gw_http_request *req, const char *path);
+void gw_explain_free(lupin_gateway *gw);
+/* `lupin explain` (explain_cli.c): returns the exit code. */
+int gw_explain_main(int argc, char **argv);
+extern const char gw_explain_usage[];
 
 /* --- the gateway object (gateway.c) --------------------------------------- */
 
@@ -378,6 +415,7 @@ struct lupin_gateway {
   size_t in_flight;
   uint64_t body_bytes;
   uint64_t refused_in_flight, refused_body_bytes;
+  gw_explain_ring *explain_ring; /* explain.c, made on first use */
 };
 
 int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen);
@@ -457,6 +495,9 @@ struct gw_exchange {
   int reused;   /* the current attempt's connection came from the pool */
   double attempt_started;
   gw_buf attempt_log; /* the access log's "attempts" entries */
+  int explain;        /* gw_explain_wanted's answer */
+  char *explain_summary;
+  char explain_url[300];
   const char *path;
   gw_exchange *prev, *next;
 };

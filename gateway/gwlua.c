@@ -45,6 +45,7 @@ int gw_lua_settings(lupin_runtime *rt, gw_settings *out, char *err, size_t errle
       .max_ejection_time_ms = num_field(L, t, "maxEjectionTimeMs"),
       .max_ejection_percent = num_field(L, t, "maxEjectionPercent"),
       .stale_ejection_ms = num_field(L, t, "staleEjectionMs"),
+      .explain_without_token = num_field(L, t, "explainWithoutToken"),
   };
   lua_settop(L, t - 1);
   return 0;
@@ -57,7 +58,34 @@ int gw_lua_memory_limit(lupin_runtime *rt, uint64_t bytes, char *err, size_t err
   return lupin__call(rt, 2, 0, err, errlen);
 }
 
-static void each_endpoint(lua_State *L, int list, gw_endpoint_fn fn, void *ud) {
+static double real_field(lua_State *L, int t, const char *name) {
+  lua_getfield(L, t, name);
+  double v = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* An entry's "metrics" (lua/lupin/config.lua checked them) into m; its
+ * strings stay on the stack until the caller's settop. */
+static void read_metrics(lua_State *L, int e, lupin_metrics *m) {
+  *m = (lupin_metrics){0};
+  lua_getfield(L, e, "metrics");
+  int t = lua_gettop(L);
+  if (!lua_istable(L, t)) return;
+  m->waiting_queue_size = real_field(L, t, "waiting_queue_size");
+  m->running_requests = real_field(L, t, "running_requests");
+  m->kv_cache_usage = real_field(L, t, "kv_cache_usage");
+  m->max_lora = real_field(L, t, "max_lora");
+  m->cache_block_size = real_field(L, t, "cache_block_size");
+  m->num_blocks = real_field(L, t, "num_blocks");
+  lua_getfield(L, t, "running_lora_adapters");
+  m->running_lora_adapters = lua_tostring(L, -1);
+  lua_getfield(L, t, "waiting_lora_adapters");
+  m->waiting_lora_adapters = lua_tostring(L, -1);
+}
+
+static void each_endpoint(lua_State *L, int list, gw_endpoint_fn fn, gw_endpoint_metrics_fn mfn,
+                          void *ud) {
   size_t n = lua_objlen(L, list);
   for (size_t i = 1; i <= n; i++) {
     lua_rawgeti(L, list, (int)i);
@@ -75,13 +103,19 @@ static void each_endpoint(lua_State *L, int list, gw_endpoint_fn fn, void *ud) {
     if (k == 64) lua_pop(L, 2); /* lua_next left a key and value */
     d.labels = labels;
     d.n_labels = k;
-    fn(ud, &d);
+    if (mfn) {
+      lupin_metrics m;
+      read_metrics(L, e, &m);
+      mfn(ud, &d, &m);
+    } else {
+      fn(ud, &d);
+    }
     lua_settop(L, e - 1);
   }
 }
 
-int gw_lua_endpoints(lupin_runtime *rt, const char *file, gw_endpoint_fn fn, void *ud, char *err,
-                     size_t errlen) {
+static int endpoints(lupin_runtime *rt, const char *file, gw_endpoint_fn fn,
+                     gw_endpoint_metrics_fn mfn, void *ud, char *err, size_t errlen) {
   lua_State *L = rt->L;
   int base = lua_gettop(L);
   lupin__push_hook(rt, LUPIN_HOOK_GATEWAY);
@@ -93,9 +127,36 @@ int gw_lua_endpoints(lupin_runtime *rt, const char *file, gw_endpoint_fn fn, voi
     lua_settop(L, base);
     return -1;
   }
-  each_endpoint(L, base + 1, fn, ud);
+  each_endpoint(L, base + 1, fn, mfn, ud);
   lua_settop(L, base);
   return 0;
+}
+
+int gw_lua_endpoints(lupin_runtime *rt, const char *file, gw_endpoint_fn fn, void *ud, char *err,
+                     size_t errlen) {
+  return endpoints(rt, file, fn, NULL, ud, err, errlen);
+}
+
+int gw_lua_endpoints_metrics(lupin_runtime *rt, const char *file, gw_endpoint_metrics_fn fn,
+                             void *ud, char *err, size_t errlen) {
+  return endpoints(rt, file, NULL, fn, ud, err, errlen);
+}
+
+char *gw_lua_explain(lupin_runtime *rt, const char *op, const char *text, size_t len, char *err,
+                     size_t errlen) {
+  lua_State *L = rt->L;
+  int base = lua_gettop(L);
+  lupin__push_hook(rt, LUPIN_HOOK_GATEWAY);
+  lua_pushstring(L, op);
+  lua_pushlstring(L, text ? text : "", text ? len : 0);
+  if (lupin__call(rt, 2, 2, err, errlen)) return NULL;
+  char *out = NULL;
+  if (lua_isstring(L, base + 1))
+    out = strdup(lua_tostring(L, base + 1));
+  else
+    lupin__errf(err, errlen, "%s", lua_isstring(L, base + 2) ? lua_tostring(L, base + 2) : op);
+  lua_settop(L, base);
+  return out;
 }
 
 int gw_lua_validate(lupin_runtime *rt, const char *path, const char *body, size_t len, char **model,

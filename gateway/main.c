@@ -14,11 +14,13 @@ static const char usage[] =
     "commands:\n"
     "  serve    run the gateway (lupin serve --help)\n"
     "  check    load a config as a reload would, without serving (lupin check --help)\n"
+    "  explain  schedule one request offline and show why (lupin explain --help)\n"
     "  version  print the version\n"
-    "  help     print this text (help serve, help check: theirs)\n"
+    "  help     print this text (help serve, check, explain: theirs)\n"
     "\n"
-    "exit status: 0 ok, 1 config, plugin or endpoints rejected, 2 usage error,\n"
-    "3 serve could not start (address in use, ...), 4 requests cut at drainTimeoutMs.\n"
+    "exit status: 0 ok, 1 config, plugin or endpoints rejected, 2 usage error (for\n"
+    "explain: or a bad request file), 3 serve could not start (address in use, ...),\n"
+    "4 requests cut at drainTimeoutMs.\n"
     "See lupin(1).\n";
 
 static const char serve_usage[] =
@@ -253,13 +255,20 @@ int main(int argc, char **argv) {
   }
   if (is_help(argv[1]) || !strcmp(argv[1], "help")) {
     const char *topic = argc > 2 ? argv[2] : "";
-    fputs(!strcmp(topic, "serve") ? serve_usage : !strcmp(topic, "check") ? check_usage : usage,
+    fputs(!strcmp(topic, "serve")     ? serve_usage
+          : !strcmp(topic, "check")   ? check_usage
+          : !strcmp(topic, "explain") ? gw_explain_usage
+                                      : usage,
           stdout);
     return GW_EXIT_OK;
   }
   if (is_version(argv[1]) || !strcmp(argv[1], "version")) {
     printf("lupin %s\n", LUPIN_VERSION);
     return GW_EXIT_OK;
+  }
+  if (!strcmp(argv[1], "explain")) { /* explain_cli.c */
+    guess_home();
+    return gw_explain_main(argc, argv);
   }
   gw_options o;
   if (strcmp(argv[1], "serve") && strcmp(argv[1], "check")) {

@@ -33,7 +33,7 @@ static int consumed(const char *name) {
          !strcasecmp(name, "x-gateway-inference-fairness-id") ||
          !strcasecmp(name, "x-gateway-model-name-rewrite") ||
          !strncasecmp(name, "x-gateway-destination-endpoint", 30) ||
-         !strcasecmp(name, "x-request-id");
+         !strcasecmp(name, "x-request-id") || gw_explain_header(name);
 }
 
 static void count(lupin_gateway *gw, int status) {
@@ -73,9 +73,10 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   count(gw, status);
   /* an endpoint's own error status, relayed, is the request's outcome "ok"
    * for the plugins; the access log tells it apart */
-  log_access(gw, x, x->path, lupin_request_id(x->req), status,
-             outcome == LUPIN_OK && status >= 400 ? "endpoint_error"
-                                                  : lupin_outcome_name(outcome));
+  const char *name = outcome == LUPIN_OK && status >= 400 ? "endpoint_error"
+                                                          : lupin_outcome_name(outcome);
+  log_access(gw, x, x->path, lupin_request_id(x->req), status, name);
+  gw_explain_ended(x, status, name);
   lupin_request_end(x->req, outcome);
   if (x->prev)
     x->prev->next = x->next;
@@ -87,27 +88,29 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   if (x->retrying) gw->n_retrying--;
   gw_buf_free(&x->connect_errors);
   gw_buf_free(&x->attempt_log);
+  free(x->explain_summary);
   free(x->model);
   free(x);
   gw_check_drained(gw);
 }
 
 static void fail(gw_exchange *x, int status, const char *message, lupin_outcome outcome) {
-  lupin_header h = {"x-request-id", lupin_request_id(x->req)};
-  gw_conn_error(x->conn, status, message, NULL, &h, 1);
+  lupin_header h[3] = {{"x-request-id", lupin_request_id(x->req)}};
+  size_t n = 1 + gw_explain_headers(x, h + 1);
+  gw_conn_error(x->conn, status, message, NULL, h, n);
   x->conn = NULL;
   end(x, outcome, status);
 }
 
 /* The client went away: stop the upstream request too. */
-static void attempt_log(gw_exchange *x, const char *reason);
+static void attempt_log(gw_exchange *x, const char *reason, const char *detail);
 
 static void on_client_abort(void *owner) {
   gw_exchange *x = owner;
   x->conn = NULL;
   if (x->up) {
     gw_upstream_cancel(x->up);
-    attempt_log(x, "cancelled");
+    attempt_log(x, "cancelled", NULL);
   }
   x->up = NULL;
   end(x, LUPIN_CANCELLED, 499);
@@ -137,7 +140,7 @@ static void on_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
   lupin_request_response_header(x->req, status, h->v, h->n);
   const lupin_header *extra;
   size_t n_extra = lupin_request_client_headers(x->req, &extra);
-  lupin_header out[h->n + n_extra + 2];
+  lupin_header out[h->n + n_extra + 4];
   size_t n = 0;
   for (size_t i = 0; i < h->n; i++)
     if (strcasecmp(h->v[i].name, "x-request-id")) out[n++] = h->v[i];
@@ -145,6 +148,7 @@ static void on_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
     out[n++] = extra[i];
   out[n++] = (lupin_header){"x-request-id", lupin_request_id(x->req)};
   out[n++] = (lupin_header){"x-gateway-destination-endpoint", x->ep->hostport};
+  n += gw_explain_headers(x, out + n);
   gw_conn_start(x->conn, status, out, n, cl);
   x->started_response = 1;
 }
@@ -171,22 +175,33 @@ static void on_body(void *ud, const char *data, size_t len) {
 static void try_picks(gw_exchange *x, int any);
 static const lupin_pick *target(gw_exchange *x, size_t i);
 
-/* The access log's entry of an attempt: its status, or reason when none. */
-static void attempt_log(gw_exchange *x, const char *reason) {
-  if (x->gw->opts.log_level < LUPIN_LOG_INFO) return;
+/* The access log's entry of an attempt (an explain record's too): the
+ * endpoint, whether it was a pick or a ranked fallback, its status, or the
+ * reason it failed (which is why the next attempt was made) and the detail. */
+static void attempt_log(gw_exchange *x, const char *reason, const char *detail) {
+  if (x->gw->opts.log_level < LUPIN_LOG_INFO && x->explain <= 0) return;
   double ms = (lupin_now() - x->attempt_started) * 1000;
   gw_buf *b = &x->attempt_log;
   gw_buf_printf(b, "%s{\"endpoint\":", b->len ? "," : "");
   gw_buf_json(b, x->ep->hostport);
-  if (reason)
-    gw_buf_printf(b, ",\"reason\":\"%s\",\"ms\":%.3f}", reason, ms);
-  else
+  gw_buf_printf(b, ",\"name\":");
+  gw_buf_json(b, x->ep->name);
+  gw_buf_printf(b, ",\"via\":\"%s\"", x->pick < x->result.n_picks ? "pick" : "fallback");
+  if (reason) {
+    gw_buf_printf(b, ",\"reason\":\"%s\"", reason);
+    if (detail) {
+      gw_buf_printf(b, ",\"detail\":");
+      gw_buf_json(b, detail);
+    }
+    gw_buf_printf(b, ",\"ms\":%.3f}", ms);
+  } else {
     gw_buf_printf(b, ",\"status\":%d,\"ms\":%.3f}", x->status, ms);
+  }
 }
 
 /* One finished attempt: the access log's entry, the endpoint's health. */
 static void attempt_over(gw_exchange *x, gw_upstream_error e, const char *detail) {
-  attempt_log(x, e == GW_UP_OK ? NULL : gw_failure_name(e));
+  attempt_log(x, e == GW_UP_OK ? NULL : gw_failure_name(e), detail);
   gw_health_request(x->ep, e, x->status, x->reused, detail);
 }
 
@@ -401,6 +416,7 @@ static void schedule(lupin_gateway *gw, gw_exchange *x) {
   double dt = lupin_now() - t0;
   x->sched_us = dt * 1e6;
   observe_scheduling(gw, dt);
+  gw_explain_scheduled(x);
   if (status == 200) {
     try_picks(x, 1);
     return;
@@ -431,12 +447,22 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
   }
   char *subset_text = NULL;
   const char *subset[256];
+  int explain = gw_explain_wanted(gw, http);
   lupin_request_desc d = {.path = path,
                           .body = http->body.data,
                           .body_len = http->body.len,
                           .model = model,
                           .headers = http->headers.v,
-                          .n_headers = http->headers.n};
+                          .n_headers = http->headers.n,
+                          .flags = explain > 0 ? LUPIN_REQUEST_EXPLAIN : 0};
+  lupin_header shown[explain ? http->headers.n : 1];
+  if (explain) { /* the admin token is not the plugins' to see */
+    d.headers = shown;
+    d.n_headers = 0;
+    for (size_t i = 0; i < http->headers.n; i++)
+      if (strcasecmp(http->headers.v[i].name, "x-lupin-admin-token"))
+        shown[d.n_headers++] = http->headers.v[i];
+  }
   const char *hint = gw_headers_get(&http->headers, "x-gateway-destination-endpoint-subset");
   if (hint && (subset_text = strdup(hint))) {
     d.subset = subset;
@@ -457,7 +483,8 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
                      .model = model,
                      .stream = stream,
                      .started = http->started,
-                     .path = path};
+                     .path = path,
+                     .explain = explain};
   x->next = gw->exchanges;
   if (gw->exchanges) gw->exchanges->prev = x;
   gw->exchanges = x;

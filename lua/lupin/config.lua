@@ -13,7 +13,12 @@ local PLUGIN = { type = true, name = true, parameters = true, maxCallMs = true,
   maxLifecycleMs = true }
 local PROFILE = { name = true, plugins = true }
 local REF = { pluginRef = true, weight = true }
-local ENDPOINT = { name = true, address = true, port = true, labels = true }
+local ENDPOINT = { name = true, address = true, port = true, labels = true, metrics = true }
+-- An endpoint's metrics as an endpoints file may give them: what `lupin
+-- explain` schedules over (lupin serve scrapes them and ignores these).
+local METRICS = { waiting_queue_size = "number", running_requests = "number",
+  kv_cache_usage = "number", max_lora = "number", cache_block_size = "number",
+  num_blocks = "number", running_lora_adapters = "adapters", waiting_lora_adapters = "adapters" }
 
 --- The gateway host's settings (lupin serve): the config's "gateway" section,
 --- a lupin extension.  Every one an integer ≥ its minimum.
@@ -45,6 +50,9 @@ M.GATEWAY = {
   maxEjectionTimeMs = { default = 300000, min = 1 },
   maxEjectionPercent = { default = 50, min = 0, max = 100 },
   staleEjectionMs = { default = 3000, min = 0 },
+  -- 1: any client may ask for an explain record (x-lupin-explain: 1), not
+  -- only one with the admin token (docs/explain.md)
+  explainWithoutToken = { default = 0, min = 0, max = 1 },
 }
 
 --- Plugin call budgets (docs/plugins.md): the config's "budgets" section.
@@ -342,6 +350,39 @@ local function parse_budgets(E, root, cfg)
     disable_after = out.disableAfterCuts }
 end
 
+-- An endpoint's metrics: numbers ≥ 0, adapters a list of names or a
+-- comma-separated string (kept as the latter, lupin_metrics' form).
+local function parse_metrics(E, m, path)
+  local err = need(E, path, "object", "metrics") or check_fields(E, m, path, METRICS, "metrics")
+  if err then
+    return nil, err
+  end
+  local out = {}
+  for k, v in pairs(m) do
+    if METRICS[k] == "number" then
+      if type(v) ~= "number" or v < 0 then
+        return nil, E:at(path .. "." .. k, "%s must be a number ≥ 0, got %s", k,
+          cjson.encode(v) or tostring(v))
+      end
+      out[k] = v
+    else
+      if type(v) == "table" then
+        for i, a in ipairs(v) do
+          if type(a) ~= "string" then
+            return nil, E:at(("%s.%s[%d]"):format(path, k, i - 1), "adapter names are strings")
+          end
+        end
+        v = table.concat(v, ",")
+      elseif type(v) ~= "string" then
+        return nil, E:at(path .. "." .. k, "%s must be a list of adapter names or a"
+          .. " comma-separated string", k)
+      end
+      out[k] = v
+    end
+  end
+  return out
+end
+
 --- Checks a list of endpoints at path ("endpoints" in a config, "" for an
 --- endpoints file).  Returns the list, or nil and an error.
 function M.parse_endpoints(E, list, path)
@@ -385,7 +426,15 @@ function M.parse_endpoints(E, list, path)
         labels[k] = v
       end
     end
-    out[#out + 1] = { name = name, address = ep.address, port = port, labels = labels }
+    local metrics
+    if ep.metrics ~= nil then
+      metrics, err = parse_metrics(E, ep.metrics, p .. ".metrics")
+      if err then
+        return nil, err
+      end
+    end
+    out[#out + 1] = { name = name, address = ep.address, port = port, labels = labels,
+      metrics = metrics }
   end
   return out
 end
@@ -458,7 +507,8 @@ local function canonical(v, path, kinds, out)
   return out
 end
 
---- Reads an endpoints file: a JSON or YAML list of {name, address, port, labels}.
+--- Reads an endpoints file: a JSON or YAML list of {name, address, port, labels,
+--- metrics}.
 function M.endpoints_file(path)
   local text, err = read(path)
   if not text then

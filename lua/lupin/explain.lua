@@ -243,4 +243,205 @@ function M.encode(r)
   return text
 end
 
+-- --- reading a record: the gateway's header, `lupin explain`'s text -------
+
+local function g(v)
+  return type(v) == "number" and ("%.4g"):format(v) or tostring(v)
+end
+
+-- A header value: no control characters, at most n bytes of s.
+local function clean(s, n)
+  s = tostring(s):gsub("%c", "?")
+  return #s > n and s:sub(1, n - 3) .. "..." or s
+end
+
+local function primary_profile(x)
+  for _, p in ipairs(x.profiles) do
+    if p.name == x.primary then
+      return p
+    end
+  end
+end
+
+local function head(list, n, f)
+  local out = {}
+  for i = 1, math.min(n, #list) do
+    out[i] = f and f(list[i]) or list[i]
+  end
+  return table.concat(out, ",") .. (#list > n and ",..." or "")
+end
+
+--- One line for a response header (x-lupin-explain): the primary profile,
+--- the picks, the best totals, the first fallbacks, the errors, the time.
+function M.summary(text)
+  local x = cjson.decode(text)
+  if type(x) ~= "table" then
+    return nil, "not an explain record"
+  end
+  local parts
+  if x.status ~= 200 then
+    parts = { ("status=%s"):format(x.status), ("outcome=%s"):format(x.outcome),
+      ("message=%s"):format(clean(x.message, 160)) }
+  else
+    local p = primary_profile(x) or {}
+    parts = { ("profile=%s"):format(x.primary), ("picks=%s"):format(head(x.picks, 3)),
+      ("totals=%s"):format(head(p.totals or {}, 4, function(t)
+        return t.endpoint .. ":" .. g(t.total)
+      end)), ("fallbacks=%s"):format(head(x.fallbacks or {}, 3)) }
+  end
+  parts[#parts + 1] = ("errors=%d"):format(#x.errors)
+  parts[#parts + 1] = ("us=%s"):format(g(x.scheduling_us))
+  return clean(table.concat(parts, "; "), 480)
+end
+
+local function pad(s, n)
+  s = tostring(s)
+  return s .. (" "):rep(n - #s)
+end
+
+-- A profile's table: one row per candidate that reached the scorers, best
+-- total first; one column per scorer (raw score -> weighted).
+local function score_table(out, p, picks, fallbacks)
+  local rank = {}
+  for i, name in ipairs(picks or {}) do
+    rank[name] = "picked" .. (i > 1 and " " .. i or "")
+  end
+  for i, name in ipairs(fallbacks or {}) do
+    rank[name] = rank[name] or ("fallback %d"):format(i)
+  end
+  local cols = { "endpoint" }
+  for _, s in ipairs(p.scorers) do
+    cols[#cols + 1] = ("%s (w=%s)"):format(s.plugin, g(s.weight))
+  end
+  cols[#cols + 1] = "total"
+  local rows = {}
+  for _, t in ipairs(p.totals) do
+    local row = { t.endpoint }
+    for _, s in ipairs(p.scorers) do
+      local cell = "error"
+      for _, sc in ipairs(s.scores or {}) do
+        if sc.endpoint == t.endpoint then
+          cell = ("%s -> %s"):format(g(sc.raw), g(sc.weighted))
+        end
+      end
+      row[#row + 1] = cell
+    end
+    row[#row + 1] = g(t.total)
+    row[#row + 1] = rank[t.endpoint] or ""
+    rows[#rows + 1] = row
+  end
+  local width = {}
+  for c, name in ipairs(cols) do
+    width[c] = #name
+    for _, row in ipairs(rows) do
+      width[c] = math.max(width[c], #row[c])
+    end
+  end
+  local line = {}
+  for c, name in ipairs(cols) do
+    line[c] = pad(name, width[c] + 2)
+  end
+  out[#out + 1] = "    " .. table.concat(line):gsub("%s+$", "")
+  for _, row in ipairs(rows) do
+    for c = 1, #cols do
+      line[c] = pad(row[c], width[c] + 2)
+    end
+    line[#cols + 1] = row[#cols + 1]
+    out[#out + 1] = "    " .. table.concat(line):gsub("%s+$", "")
+  end
+end
+
+local function profile_text(out, x, p)
+  out[#out + 1] = ("profile %s (%d candidates)%s"):format(p.name, #p.candidates,
+    p.name == x.primary and ": primary" or "")
+  for _, f in ipairs(p.filters) do
+    if f.error then
+      out[#out + 1] = ("  filter %s (%s) %s us: failed, the endpoints went on unfiltered")
+        :format(f.plugin, f.type, g(f.us))
+    else
+      out[#out + 1] = ("  filter %s (%s) %s us: kept %d of %d: %s%s"):format(f.plugin, f.type,
+        g(f.us), #f.kept, f["in"], table.concat(f.kept, ", "),
+        #f.removed > 0 and "; removed " .. table.concat(f.removed, ", ") or "")
+    end
+  end
+  for _, s in ipairs(p.scorers) do
+    out[#out + 1] = ("  scorer %s (%s) weight %s, %s us%s"):format(s.plugin, s.type, g(s.weight),
+      g(s.us), s.error and ": failed, added nothing" or "")
+  end
+  if p.totals and #p.scorers > 0 then
+    local primary = p.name == x.primary
+    score_table(out, p, primary and x.picks, primary and x.fallbacks)
+  end
+  if p.picker then
+    out[#out + 1] = ("  picker %s (%s) %s us: picked %s"):format(p.picker.plugin, p.picker.type,
+      g(p.picker.us), #p.picker.picks > 0 and table.concat(p.picker.picks, ", ") or "none")
+  end
+  if p.failure then
+    out[#out + 1] = "  failed: " .. p.failure
+  end
+end
+
+--- The record as text for a person (`lupin explain`).
+function M.text(text)
+  local x = cjson.decode(text)
+  if type(x) ~= "table" then
+    return nil, "not an explain record"
+  end
+  local out = {}
+  out[#out + 1] = ("request %s %s model %s, generation %s%s"):format(x.request_id, x.path,
+    x.model == null and "(none)" or x.model, g(x.generation), x.dry_run and ", dry run" or "")
+  out[#out + 1] = ("status %s (%s)%s, scheduling %s us"):format(x.status, x.outcome,
+    x.message ~= null and ": " .. x.message or "", g(x.scheduling_us))
+  out[#out + 1] = ("candidates (%d):"):format(#x.candidates)
+  for _, c in ipairs(x.candidates) do
+    local labels = {}
+    for k, v in pairs(type(c.labels) == "table" and c.labels or {}) do
+      labels[#labels + 1] = k .. "=" .. v
+    end
+    table.sort(labels)
+    out[#out + 1] = ("  %s %s queue %s running %s kv %s%s"):format(c.name, c.address,
+      g(c.waiting_queue_size), g(c.running_requests), g(c.kv_cache_usage),
+      #labels > 0 and " labels " .. table.concat(labels, ",") or "")
+  end
+  for _, s in ipairs(x.steps) do
+    if s.point == "admit" or s.point == "prepare" then
+      out[#out + 1] = ("%s %s (%s) %s us%s"):format(s.point, s.plugin, s.type, g(s.us),
+        s.admitted == false and ": rejected" or "")
+    end
+  end
+  for _, c in ipairs(x.cycles) do
+    out[#out + 1] = ("profile handler %s (%s) %s us: %s"):format(c.plugin, c.type, g(c.us),
+      #c.profiles > 0 and "run " .. table.concat(c.profiles, ", ") or "done")
+  end
+  for _, p in ipairs(x.profiles) do
+    profile_text(out, x, p)
+  end
+  for _, s in ipairs(x.steps) do
+    if s.point ~= "admit" and s.point ~= "prepare" then
+      out[#out + 1] = ("%s %s (%s) %s us"):format(s.point, s.plugin, s.type, g(s.us))
+    end
+  end
+  if x.status == 200 then
+    out[#out + 1] = ("primary profile %s: picks %s; fallbacks %s"):format(x.primary,
+      table.concat(x.picks, ", "), #(x.fallbacks or {}) > 0 and table.concat(x.fallbacks, ", ")
+      or "none")
+  end
+  if #x.errors > 0 then
+    out[#out + 1] = ("errors (%d):"):format(#x.errors)
+    for _, e in ipairs(x.errors) do
+      out[#out + 1] = ("  %s (%s) in %s: %s"):format(e.plugin, e.type, e.point, e.message)
+      if e.traceback ~= null then
+        out[#out + 1] = "    at " .. e.traceback
+      end
+    end
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+--- The API path of an OpenAI body: chat when it has "messages".
+function M.path(body)
+  local b = cjson.decode(body)
+  return type(b) == "table" and b.messages ~= nil and "/v1/chat/completions" or "/v1/completions"
+end
+
 return M

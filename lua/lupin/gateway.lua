@@ -3,6 +3,7 @@
 -- the C side uses lua-cjson through the runtime's Lua state).
 local cjson = require "cjson.safe"
 local config = require "lupin.config"
+local explain = require "lupin.explain"
 
 local byte = string.byte
 
@@ -163,6 +164,11 @@ function M.endpoints(gen)
 end
 
 M.endpoints_file = config.endpoints_file
+
+-- explain records (gateway/explain.c, `lupin explain`)
+M.explain_summary = explain.summary
+M.explain_text = explain.text
+M.explain_path = explain.path
 
 --- The plugin directories the current generation was loaded from (home's,
 --- the runtime's, the config's pluginDirs): the gateway watches them.
