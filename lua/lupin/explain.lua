@@ -10,6 +10,7 @@
 --- is part of the answer.
 local cjson = require "cjson.safe"
 local fallback = require "lupin.fallback"
+local pool = require "lupin.pool"
 
 local M = {}
 
@@ -91,10 +92,16 @@ local function us(seconds)
   return math.floor(seconds * 1e7 + 0.5) / 10
 end
 
+-- Endpoint names of what a plugin returned, read raw: a value that is not
+-- an endpoint is shown by its type, none of its metamethods run.
+local function name_of(ep)
+  return pool.is_endpoint(ep) and ep.name or ("(%s)"):format(type(ep))
+end
+
 local function names(eps)
   local out = {}
   for i = 1, #eps do
-    out[i] = rawget(eps, i) and tostring(rawget(eps, i)) or "?"
+    out[i] = name_of(rawget(eps, i))
   end
   return out
 end
@@ -140,14 +147,18 @@ end
 function M.filter(p, rec, seconds, before, kept)
   local f = { plugin = rec.name, type = rec.type, us = us(seconds), ["in"] = #before }
   if type(kept) == "table" then
-    local k = {}
+    local k = {} -- by id: a plugin may return other cdata for the same endpoint
     for i = 1, #kept do
-      k[rawget(kept, i) or false] = true
+      local ep = rawget(kept, i)
+      if pool.is_endpoint(ep) then
+        k[ep.id] = true
+      end
     end
     local removed = {}
-    for _, ep in ipairs(before) do
-      if not k[ep] then
-        removed[#removed + 1] = ep.name
+    for i = 1, #before do
+      local ep = rawget(before, i)
+      if not (pool.is_endpoint(ep) and k[ep.id]) then
+        removed[#removed + 1] = name_of(ep)
       end
     end
     f.kept, f.removed = names(kept), removed
@@ -164,10 +175,10 @@ function M.scorer(p, rec, weight, seconds, eps, scores)
   local s = { plugin = rec.name, type = rec.type, weight = weight, us = us(seconds) }
   if scores then
     local list = {}
-    for i, ep in ipairs(eps) do
+    for i = 1, #eps do
       local v = rawget(scores, i)
       local c = (v ~= v or v < 0) and 0 or v > 1 and 1 or v
-      list[i] = { endpoint = ep.name, raw = v, weighted = weight * c }
+      list[i] = { endpoint = name_of(rawget(eps, i)), raw = v, weighted = weight * c }
     end
     s.scores = list
   else
@@ -190,7 +201,7 @@ function M.picker(p, rec, seconds, eps, total, picks)
   end)
   local totals = {}
   for k, i in ipairs(idx) do
-    totals[k] = { endpoint = eps[i].name, total = total[i] }
+    totals[k] = { endpoint = name_of(rawget(eps, i)), total = total[i] }
   end
   p.totals = totals
   p.picker = { plugin = rec.name, type = rec.type, us = us(seconds),

@@ -150,6 +150,34 @@ describe("an explain record", function()
     nan:free()
   end)
 
+  it("names what a filter returned without running its metamethods", function()
+    local dir = S.tmpdir()
+    S.write(dir .. "/explain-odd-filter.lua", [[
+local odd = setmetatable({}, { __tostring = function() error("must not run") end,
+  __index = function() error("must not run") end })
+return {
+  type = "explain-odd-filter",
+  filter = function(_, ctx, endpoints)
+    if ctx.request.dry_run then return endpoints end
+    return { endpoints[2], odd }
+  end,
+}
+]])
+    local odd = S.runtime({ plugin_dirs = { S.FIXTURES, dir } })
+    assert(odd:load_string(S.json.encode({
+      plugins = { { type = "explain-odd-filter", name = "odd" },
+        { type = "test-picker", name = "first" } },
+      schedulingProfiles = { { name = "default", plugins = { { pluginRef = "odd" },
+        { pluginRef = "first" } } } } }), "odd.json"))
+    S.endpoints(odd, 3)
+    local x, req = explained(odd)
+    local f = x.profiles[1].filters[1]
+    assert.same({ "ep2", "(table)" }, f.kept)
+    assert.same({ "ep1", "ep3" }, f.removed)
+    req:finish("ok")
+    odd:free()
+  end)
+
   it("tells which profile failed and why when scheduling fails", function()
     local none = S.loaded({
       plugins = { { type = "test-filter", name = "none", parameters = { keep = 0 } },
