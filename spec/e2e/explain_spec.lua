@@ -356,6 +356,16 @@ return {
     assert.truthy(out:find('unknown field "queue" in metrics', 1, true), out)
   end)
 
+  it("gives docs/explain.md's sample over the shipped examples", function()
+    local ex = support.ROOT .. "/examples"
+    local out, rc = run(("--config %s/configs/epp-default.yaml --endpoints"
+      .. " %s/configs/explain-endpoints.yaml %s/requests/chat.json"):format(ex, ex, ex))
+    assert.equal(0, rc, out)
+    assert.truthy(out:find("sim%-1%s+0 %-> 0%s+1 %-> 2%s+0.82 %-> 1.64%s+3.64%s+picked\n"), out)
+    assert.truthy(out:find("primary profile default: picks sim-1; fallbacks sim-3, sim-2, sim-0",
+      1, true), out)
+  end)
+
   it("is in lupin --help and has its own", function()
     local out, rc = P.run(P.LUPIN .. " --help")
     assert.equal(0, rc)
