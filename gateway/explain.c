@@ -81,7 +81,7 @@ int gw_explain_wanted(lupin_gateway *gw, const gw_http_request *req) {
   return token && *token && given && gw_same_secret(given, token) ? 1 : -1;
 }
 
-const char *gw_explain_refusal(void) {
+static const char *refusal(void) {
   return "refused: send the admin token in x-lupin-admin-token, or set "
          "gateway.explainWithoutToken to 1";
 }
@@ -101,7 +101,7 @@ void gw_explain_scheduled(gw_exchange *x) {
 size_t gw_explain_headers(const gw_exchange *x, lupin_header *out) {
   if (!x || !x->explain) return 0;
   if (x->explain < 0) {
-    out[0] = (lupin_header){"x-lupin-explain", gw_explain_refusal()};
+    out[0] = (lupin_header){"x-lupin-explain", refusal()};
     return 1;
   }
   out[0] = (lupin_header){"x-lupin-explain", x->explain_summary ? x->explain_summary : ""};

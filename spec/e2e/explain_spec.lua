@@ -109,6 +109,20 @@ describe("lupin serve: explain records", function()
     assert.same({ "live", "fallback", 200 }, { a[2].name, a[2].via, a[2].status })
   end)
 
+  it("explains an error answer too: nothing left to schedule on", function()
+    local status, h, body = post(gw, "ex-503", { "x-lupin-explain: 1",
+      "x-lupin-admin-token: " .. TOKEN, "x-gateway-destination-endpoint-subset: 10.9.9.9:1" })
+    assert.equal(503, status, body)
+    local summary = h["x-lupin-explain"]
+    assert.truthy(summary:find("^status=503; outcome=no_endpoint; message=no endpoint matches"),
+      summary)
+    local _, _, text = P.get(gw.admin .. "/admin/explain/ex-503", BEARER)
+    local x = json.decode(text)
+    assert.same({ 503, "no_endpoint", 503 }, { x.status, x.outcome, x.gateway.status })
+    assert.same({}, x.candidates)
+    assert.same({}, x.gateway.attempts)
+  end)
+
   it("lists the records it keeps, newest first", function()
     post(gw, "ex-list", { "x-lupin-explain: 1", "x-lupin-admin-token: " .. TOKEN })
     local body = P.poll(function()
