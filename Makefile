@@ -101,10 +101,11 @@ bench-deps:
 run: all
 	B=$(B) bash examples/run.sh
 
-# A shared-prefix workload through a running `make run`: requests per endpoint,
-# prefix-cache hit rate, TTFT percentiles.
-demo:
-	bash examples/demo/demo.sh
+# A shared-prefix workload through a running `make run`, then through a
+# random-routing gateway to the same endpoints: requests per endpoint,
+# prefix-cache hit rate and TTFT percentiles side by side.
+demo: all
+	B=$(B) bash examples/demo/demo.sh
 
 # The embedding example: the runtime scheduling 1,000 requests, in-process.
 run-embed: all
