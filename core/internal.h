@@ -238,7 +238,6 @@ void lupin__generation_free_all(lupin_runtime *rt);
 
 /* endpoint.c */
 void lupin__endpoint_free(lupin_endpoint *ep);
-void lupin__endpoints_clear(lupin_runtime *rt);
 
 /* request.c */
 int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep);
