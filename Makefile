@@ -1,7 +1,7 @@
 # lupin: every entry point.  `make help` lists them.
 PREFIX   ?= /usr/local
 CC       ?= cc
-PKGS      = luajit libuv libxxhash
+PKGS      = luajit libuv libxxhash libutf8proc
 CFLAGS   ?= -O2 -g
 XCFLAGS   = $(CFLAGS) -std=c11 -Wall -Wextra -Wshadow -fPIC -D_POSIX_C_SOURCE=200809L \
             -DLUPIN_DEFAULT_HOME=\"$(PREFIX)/share/lupin\" \
@@ -16,13 +16,14 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx gnuplot-nox
 
-CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/endpoint.c core/generation.c core/prefix_index.c \
-            core/request.c core/runtime.c
+CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/endpoint.c core/generation.c core/host.c \
+            core/prefix_index.c core/request.c core/runtime.c
 CORE_HDR  = core/lupin.h core/internal.h
 # the gateway host `lupin serve` (DESIGN.md §9)
 GW_SRC    = $(wildcard gateway/*.c)
 GW_HDR    = gateway/gateway.h $(CORE_HDR)
 GW_OBJ    = $(GW_SRC:gateway/%.c=$(B)/gw/%.o)
+GW_LIBS   = $(shell pkg-config --libs jansson 2>/dev/null)
 
 B ?= build
 # one version, core/lupin.h's: lupin --version, lupin-sim --version, lupin.pc
@@ -52,7 +53,7 @@ $(B)/gw/%.o: gateway/%.c $(GW_HDR)
 	$(CC) $(XCFLAGS) -Icore -c $< -o $@
 
 $(B)/lupin: $(GW_OBJ) $(B)/liblupin.a
-	$(CC) $(XCFLAGS) -o $@ $(GW_OBJ) $(B)/liblupin.a $(LDLIBS) -lhttp_parser -lutf8proc
+	$(CC) $(XCFLAGS) -o $@ $(GW_OBJ) $(B)/liblupin.a $(LDLIBS) -lhttp_parser $(GW_LIBS)
 
 $(B)/liblupin.a: $(CORE_OBJ)
 	$(AR) rcs $@ $^

@@ -142,6 +142,43 @@ int lupin_runtime_check_leaks(lupin_runtime *rt, char *report, size_t len);
  * Blocks for the collection (about a millisecond per MB of Lua heap). */
 void lupin_runtime_collect(lupin_runtime *rt);
 
+/* --- what a host builds on ----------------------------------------------- */
+
+/* A setting of a host's config section: an integer within [min, max]. */
+typedef struct lupin_setting {
+  const char *name;
+  double def; /* when the config leaves it out */
+  double min;
+  double max; /* below min: no upper bound */
+} lupin_setting;
+
+/* Declares a top-level config section the host reads (lupin serve's
+ * "gateway").  From the next load on the runtime checks it with the rest of
+ * the config — every field known, an integer within bounds, errors naming
+ * file, line and field — and keeps its values with the generation.  The
+ * settings are copied.  A section no host declared is a config error. */
+int lupin_runtime_declare_section(lupin_runtime *rt, const char *section,
+                                  const lupin_setting *settings, size_t n, char *err,
+                                  size_t errlen);
+/* The current generation's values of a declared section, in declaration
+ * order, defaults for what the config leaves out.  -1: no generation, or the
+ * section was not declared when it was loaded. */
+int lupin_runtime_section(lupin_runtime *rt, const char *section, double *values, size_t n);
+
+/* The plugin directories the current generation was loaded from (home's,
+ * the options', the config's pluginDirs): what a host watches for changes
+ * beside the config file. */
+typedef void (*lupin_path_fn)(void *ud, const char *path);
+void lupin_runtime_plugin_dirs(lupin_runtime *rt, lupin_path_fn fn, void *ud);
+
+/* Runs the current generation's dry scheduling cycle again, over the
+ * endpoints in the pool now (a load runs one before a host has added any):
+ * what `lupin check` does with the endpoints it was given. */
+int lupin_runtime_dry_run(lupin_runtime *rt, char *err, size_t errlen);
+
+/* Sets the Lua memory limit (lupin_options.memory_limit) from now on. */
+void lupin_runtime_set_memory_limit(lupin_runtime *rt, size_t bytes);
+
 /* --- endpoints ---------------------------------------------------------- */
 
 typedef struct lupin_endpoint_desc {
@@ -169,6 +206,13 @@ typedef struct lupin_metrics {
 /* Adds an endpoint or replaces its address and labels; metrics are kept. */
 int lupin_endpoint_upsert(lupin_runtime *rt, const lupin_endpoint_desc *desc, char *err,
                           size_t errlen);
+typedef void (*lupin_endpoint_desc_fn)(void *ud, const lupin_endpoint_desc *d);
+/* Reads the endpoints a config lists (its "endpoints" section, file NULL:
+ * the current generation's) or an endpoints file holds (a JSON or YAML list
+ * of {name, address, port, labels}), checked as a config is; calls fn for
+ * each.  The pointers in d are valid during the call only. */
+int lupin_runtime_read_endpoints(lupin_runtime *rt, const char *file, lupin_endpoint_desc_fn fn,
+                                 void *ud, char *err, size_t errlen);
 /* Removes an endpoint; requests that already hold it keep a valid view. */
 int lupin_endpoint_remove(lupin_runtime *rt, const char *name);
 int lupin_endpoint_set_metrics(lupin_runtime *rt, const char *name, const lupin_metrics *m);
@@ -195,6 +239,12 @@ typedef struct lupin_request_desc {
    * (x-gateway-destination-endpoint-subset); NULL: all. */
   const char *const *subset;
   size_t n_subset;
+  /* 1: check the body as the OpenAI request path names (UTF-8, strict JSON,
+   * model, prompt or messages, numeric fields) and decode it once, at
+   * begin.  A body that fails reaches no plugin: lupin_request_schedule
+   * answers 400 with the reason and the offending parameter.  0: the body
+   * is decoded only if a plugin reads it. */
+  int check_body;
 } lupin_request_desc;
 
 typedef struct lupin_pick {
@@ -212,6 +262,8 @@ typedef struct lupin_result {
   size_t n_picks;
   const lupin_header *headers; /* to add to the upstream request */
   size_t n_headers;
+  int outcome;       /* a lupin_outcome: why, when status != 200 */
+  const char *param; /* the request parameter at fault (a 400), or NULL */
 } lupin_result;
 
 typedef enum lupin_outcome {
@@ -221,7 +273,8 @@ typedef enum lupin_outcome {
   LUPIN_PLUGIN_ERROR,   /* a picker or profile handler failed */
   LUPIN_UPSTREAM_ERROR, /* the model server failed */
   LUPIN_CANCELLED,      /* the client went away */
-  LUPIN_TIMEOUT
+  LUPIN_TIMEOUT,
+  LUPIN_INVALID_REQUEST /* the body failed lupin_request_desc.check_body */
 } lupin_outcome;
 
 const char *lupin_outcome_name(lupin_outcome o);
@@ -229,6 +282,12 @@ const char *lupin_outcome_name(lupin_outcome o);
 lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *desc, char *err,
                                    size_t errlen);
 const char *lupin_request_id(const lupin_request *req);
+/* The number of the generation the request is pinned to. */
+uint64_t lupin_request_generation(const lupin_request *req);
+/* The model the request names (desc.model, or the body's once checked),
+ * NULL when not known; the body's "stream" flag (0 unless checked). */
+const char *lupin_request_model(const lupin_request *req);
+int lupin_request_stream(const lupin_request *req);
 /* Runs admit, prepare, the scheduling profiles and pre_request.  Returns the
  * HTTP status (also in out->status); 200 means forward to out->picks[0]. */
 int lupin_request_schedule(lupin_request *req, lupin_result *out);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <utf8proc.h>
 
 typedef struct {
   lupin_header *v;
@@ -30,11 +31,15 @@ struct lupin_request {
   int fallbacks_done;
   header_list upstream; /* set by plugins for the upstream request */
   header_list client;   /* set by plugins for the client's response */
+  char *model;
+  int stream;
+  char *param; /* the parameter a failed body check names */
   lupin_request *prev, *next;
 };
 
 static const char *const outcome_names[] = {
-    "ok", "rejected", "no_endpoint", "plugin_error", "upstream_error", "cancelled", "timeout",
+    "ok",        "rejected", "no_endpoint",    "plugin_error",
+    "upstream_error", "cancelled", "timeout", "invalid_request",
 };
 
 const char *lupin_outcome_name(lupin_outcome o) {
@@ -63,9 +68,28 @@ static void push_headers(lua_State *L, const lupin_header *h, size_t n) {
   }
 }
 
+/* The offset of the first byte of s that is not UTF-8 (utf8proc decides:
+ * no overlong forms, no surrogates, nothing past U+10FFFF), -1 if none. */
+static long long utf8_invalid_at(const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s;
+  for (size_t i = 0; i < len;) {
+    if (p[i] < 0x80) { /* ASCII is most of a body: no call for it */
+      i++;
+      continue;
+    }
+    utf8proc_int32_t cp;
+    size_t left = len - i;
+    utf8proc_ssize_t n = utf8proc_iterate(p + i, (utf8proc_ssize_t)(left < 4 ? left : 4), &cp);
+    if (n <= 0) return (long long)i;
+    i += (size_t)n;
+  }
+  return -1;
+}
+
 /* The description as the begin hook's arguments: id, path, body, model,
- * headers, subset (nil when absent), with no table to build and index. */
-enum { DESC_ARGS = 6 };
+ * headers, subset (nil when absent), check_body and where the body stops
+ * being UTF-8 (nil: it does not, or unchecked), with no table to build. */
+enum { DESC_ARGS = 8 };
 
 static void push_desc(lua_State *L, const lupin_request_desc *d) {
   if (d->id && *d->id)
@@ -91,6 +115,12 @@ static void push_desc(lua_State *L, const lupin_request_desc *d) {
   } else {
     lua_pushnil(L);
   }
+  lua_pushboolean(L, d->check_body);
+  long long bad = d->check_body && d->body ? utf8_invalid_at(d->body, d->body_len) : -1;
+  if (bad >= 0)
+    lua_pushnumber(L, (lua_Number)bad);
+  else
+    lua_pushnil(L);
 }
 
 lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *desc, char *err,
@@ -112,12 +142,14 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
    * userdata (x86-64 user addresses fit a double's 53 bits) */
   lua_pushnumber(L, (lua_Number)(uintptr_t)req);
   push_desc(L, desc);
-  if (lupin__call(rt, 2 + DESC_ARGS, 2, err, errlen)) {
+  if (lupin__call(rt, 2 + DESC_ARGS, 4, err, errlen)) {
     free(req);
     return NULL;
   }
-  req->id = strdup(lua_tostring(L, -1));
-  lua_pop(L, 1);
+  req->id = strdup(lua_tostring(L, -3));
+  req->model = lua_isstring(L, -2) ? strdup(lua_tostring(L, -2)) : NULL;
+  req->stream = lua_toboolean(L, -1);
+  lua_pop(L, 3);
   req->ref = luaL_ref(L, LUA_REGISTRYINDEX);
   req->rt = rt;
   req->gen = gen;
@@ -136,7 +168,11 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
 
 const char *lupin_request_id(const lupin_request *req) { return req->id; }
 
-uint64_t lupin__request_generation(const lupin_request *req) { return req->gen->number; }
+uint64_t lupin_request_generation(const lupin_request *req) { return req->gen->number; }
+
+const char *lupin_request_model(const lupin_request *req) { return req->model; }
+
+int lupin_request_stream(const lupin_request *req) { return req->stream; }
 
 static void *grow(void *a, size_t *cap, size_t n, size_t size) {
   if (n < *cap) return a;
@@ -214,7 +250,8 @@ static void clear_result(lupin_request *req) {
   req->n_picks = 0;
   free(req->message);
   free(req->plugin);
-  req->message = req->plugin = NULL;
+  free(req->param);
+  req->message = req->plugin = req->param = NULL;
 }
 
 static char *dup_or_null(lua_State *L, int idx) {
@@ -230,14 +267,15 @@ int lupin_request_schedule(lupin_request *req, lupin_result *out) {
   clear_result(req);
   lupin__push_hook(rt, LUPIN_HOOK_SCHEDULE);
   lua_rawgeti(L, LUA_REGISTRYINDEX, req->ref);
-  if (lupin__call(rt, 1, 5, err, sizeof err) == 0) {
-    status = (int)lua_tonumber(L, -5);
-    req->message = dup_or_null(L, -4);
-    req->plugin = dup_or_null(L, -3);
-    req->failed_outcome = (lupin_outcome)lua_tonumber(L, -2);
+  if (lupin__call(rt, 1, 6, err, sizeof err) == 0) {
+    status = (int)lua_tonumber(L, -6);
+    req->message = dup_or_null(L, -5);
+    req->plugin = dup_or_null(L, -4);
+    req->failed_outcome = (lupin_outcome)lua_tonumber(L, -3);
     /* response headers set by plugins are published by the response header hook */
-    if (lua_toboolean(L, -1)) req->response_hooks = 1;
-    lua_pop(L, 5);
+    if (lua_toboolean(L, -2)) req->response_hooks = 1;
+    req->param = dup_or_null(L, -1);
+    lua_pop(L, 6);
   } else {
     lupin__log(rt, LUPIN_LOG_ERROR, "request %s: scheduling: %s", req->id, err);
     status = 500;
@@ -245,8 +283,10 @@ int lupin_request_schedule(lupin_request *req, lupin_result *out) {
     req->failed_outcome = LUPIN_PLUGIN_ERROR;
   }
   req->failed = status != 200;
-  *out = (lupin_result){status,       req->message,    req->plugin,    req->picks,
-                        req->n_picks, req->upstream.v, req->upstream.n};
+  *out = (lupin_result){status,           req->message,    req->plugin,
+                        req->picks,       req->n_picks,    req->upstream.v,
+                        req->upstream.n,  req->failed ? (int)req->failed_outcome : LUPIN_OK,
+                        req->param};
   return status;
 }
 
@@ -365,6 +405,7 @@ void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   free(req->upstream.v);
   free(req->client.v);
   free(req->id);
+  free(req->model);
   free(req);
 }
 

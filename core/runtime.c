@@ -30,7 +30,7 @@ static const char *const hook_names[LUPIN_HOOK_COUNT] = {
     "plugin_stats",
     "check_leaks",
     "eval",
-    "gateway",
+    "host",
     "endpoint_health",
     "fallbacks",
 };

@@ -61,7 +61,7 @@ static void metrics_requests(lupin_gateway *gw, gw_buf *b) {
       gw_buf_printf(b, "lupin_requests_total{status=\"%d\"} %llu\n", i,
                     (unsigned long long)s->by_status[i]);
   gw_buf_printf(b, "# TYPE lupin_request_outcomes_total counter\n");
-  for (int o = LUPIN_OK; o <= LUPIN_TIMEOUT; o++)
+  for (int o = LUPIN_OK; o <= LUPIN_INVALID_REQUEST; o++)
     gw_buf_printf(b, "lupin_request_outcomes_total{outcome=\"%s\"} %llu\n", lupin_outcome_name(o),
                   (unsigned long long)s->by_outcome[o]);
   gw_buf_printf(b, "# TYPE lupin_scheduling_seconds histogram\n");
@@ -268,7 +268,7 @@ static void requests(lupin_gateway *gw, gw_conn *c) {
     gw_buf_json(&b, x->ep ? x->ep->hostport : "");
     gw_buf_printf(&b, ",\"stream\":%s,\"age_seconds\":%.3f,\"generation\":%llu}",
                   x->stream ? "true" : "false", now - x->started,
-                  (unsigned long long)lupin__request_generation(x->req));
+                  (unsigned long long)lupin_request_generation(x->req));
   }
   gw_buf_printf(&b, "]}\n");
   reply(c, 200, "application/json", &b);

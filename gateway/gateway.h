@@ -1,6 +1,6 @@
-/* gateway.h -- the gateway host `lupin serve` (DESIGN.md §9): the types its
- * files share.  Internal to the `lupin` binary, which is part of the core and
- * so may use internal.h (the Lua state for JSON work, request internals).
+/* gateway.h -- the gateway host `lupin serve` (docs/gateway.md): the types
+ * its files share.  It embeds the runtime as any host does, through lupin.h
+ * alone.
  *
  * One gateway object owns everything: the runtime, the loop's handles, the
  * endpoints and their upstream pools, the listeners, the stats.  There is no
@@ -8,7 +8,11 @@
 #ifndef LUPIN_GATEWAY_H
 #define LUPIN_GATEWAY_H
 
-#include "internal.h"
+#include "lupin.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include <http_parser.h>
 #include <uv.h>
@@ -30,6 +34,8 @@ typedef struct gw_buf {
 
 int gw_buf_append(gw_buf *b, const char *data, size_t len);
 int gw_buf_printf(gw_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Formats an error message into err (a no-op when err is NULL). */
+void gw_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Appends s as a JSON string, quotes included; always valid JSON (bytes
  * that are not UTF-8 become U+FFFD). */
 int gw_buf_json(gw_buf *b, const char *s);
@@ -38,8 +44,6 @@ int gw_buf_json(gw_buf *b, const char *s);
 int gw_buf_label(gw_buf *b, const char *s);
 /* Appends a JSON number; null when v is NaN or infinite (JSON has neither). */
 int gw_buf_number(gw_buf *b, double v);
-/* The offset of the first byte of s that is not valid UTF-8, -1 if none. */
-long long gw_utf8_invalid_at(const char *s, size_t len);
 void gw_buf_free(gw_buf *b);
 
 /* Owned name/value copies; names as received. */
@@ -81,28 +85,13 @@ typedef struct gw_settings {
   uint64_t max_ejection_percent, stale_ejection_ms;
 } gw_settings;
 
-/* --- the Lua side's JSON work (gwlua.c) ---------------------------------- */
+/* Reads the gateway section (settings.c): declare before loading a config,
+ * read after each load. */
+int gw_settings_declare(lupin_runtime *rt, char *err, size_t errlen);
+int gw_settings_read(lupin_runtime *rt, gw_settings *out, char *err, size_t errlen);
 
-int gw_lua_settings(lupin_runtime *rt, gw_settings *out, char *err, size_t errlen);
-/* Sets the Lua memory limit (0: none): an allocation over it fails the
- * plugin call that makes it. */
-int gw_lua_memory_limit(lupin_runtime *rt, uint64_t bytes, char *err, size_t errlen);
-/* The endpoints of the config (file NULL) or of an endpoints file; fn is
- * called for each.  Returns -1 with err on a bad file. */
-typedef void (*gw_endpoint_fn)(void *ud, const lupin_endpoint_desc *d);
-int gw_lua_endpoints(lupin_runtime *rt, const char *file, gw_endpoint_fn fn, void *ud, char *err,
-                     size_t errlen);
-/* The dry scheduling cycle a reload runs, over the endpoints in the runtime
- * now (the first load runs before the host has added any).  -1 with the
- * plugin, file and line in err when a plugin fails in it. */
-int gw_lua_dry_run(lupin_runtime *rt, char *err, size_t errlen);
-/* Checks a request body: 0 with the model (malloc'd) and stream flag, -1
- * with a message and the offending parameter (or ""), -2 when the check
- * itself failed (an internal error, message in msg). */
-int gw_lua_validate(lupin_runtime *rt, const char *path, const char *body, size_t len, char **model,
-                    int *stream, char *msg, size_t msglen, char *param, size_t paramlen);
-/* Merges /v1/models bodies; returns a malloc'd JSON text. */
-char *gw_lua_models(lupin_runtime *rt, const gw_buf *bodies, size_t n);
+/* Merges /v1/models answers (models.c); returns a malloc'd JSON text. */
+char *gw_models_merge(const gw_buf *bodies, size_t n);
 
 /* --- endpoints: the gateway's view, its upstream pool, its scrape ---------- */
 

@@ -92,11 +92,16 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   gw_check_drained(gw);
 }
 
-static void fail(gw_exchange *x, int status, const char *message, lupin_outcome outcome) {
+static void fail_param(gw_exchange *x, int status, const char *message, const char *param,
+                       lupin_outcome outcome) {
   lupin_header h = {"x-request-id", lupin_request_id(x->req)};
-  gw_conn_error(x->conn, status, message, NULL, &h, 1);
+  gw_conn_error(x->conn, status, message, param, &h, 1);
   x->conn = NULL;
   end(x, outcome, status);
+}
+
+static void fail(gw_exchange *x, int status, const char *message, lupin_outcome outcome) {
+  fail_param(x, status, message, NULL, outcome);
 }
 
 /* The client went away: stop the upstream request too. */
@@ -405,10 +410,12 @@ static void schedule(lupin_gateway *gw, gw_exchange *x) {
     try_picks(x, 1);
     return;
   }
-  lupin_outcome o = status == 503  ? LUPIN_NO_ENDPOINT
-                    : status < 500 ? LUPIN_REJECTED
-                                   : LUPIN_PLUGIN_ERROR;
+  lupin_outcome o = (lupin_outcome)x->result.outcome;
   const char *msg = x->result.message ? x->result.message : "scheduling failed";
+  if (o == LUPIN_INVALID_REQUEST) {
+    fail_param(x, status, msg, x->result.param, o);
+    return;
+  }
   if (status == 503 && gw->n_endpoints && !gw_healthy_endpoints(gw))
     msg = "no healthy endpoint: every endpoint is ejected after failures or has stale metrics "
           "(see /admin/endpoints); retry later";
@@ -416,27 +423,15 @@ static void schedule(lupin_gateway *gw, gw_exchange *x) {
 }
 
 static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, const char *path) {
-  char msg[1024], param[64], *model = NULL;
-  int stream = 0;
-  int rc = gw_lua_validate(gw->rt, path, http->body.data, http->body.len, &model, &stream, msg,
-                           sizeof msg, param, sizeof param);
-  if (rc == -2) {
-    gw_log(gw, LUPIN_LOG_ERROR, "checking a request body: %s", msg);
-    reply_error(gw, c, path, 500, "internal error while checking the request body", NULL);
-    return;
-  }
-  if (rc) {
-    reply_error(gw, c, path, 400, msg, param);
-    return;
-  }
+  char msg[1024];
   char *subset_text = NULL;
   const char *subset[256];
   lupin_request_desc d = {.path = path,
                           .body = http->body.data,
                           .body_len = http->body.len,
-                          .model = model,
                           .headers = http->headers.v,
-                          .n_headers = http->headers.n};
+                          .n_headers = http->headers.n,
+                          .check_body = 1};
   const char *hint = gw_headers_get(&http->headers, "x-gateway-destination-endpoint-subset");
   if (hint && (subset_text = strdup(hint))) {
     d.subset = subset;
@@ -445,17 +440,18 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
   lupin_request *req = lupin_request_begin(gw->rt, &d, msg, sizeof msg);
   free(subset_text);
   if (!req) {
-    free(model);
-    reply_error(gw, c, path, 500, msg, NULL);
+    gw_log(gw, LUPIN_LOG_ERROR, "beginning a request: %s", msg);
+    reply_error(gw, c, path, 500, "internal error while beginning the request", NULL);
     return;
   }
+  const char *model = lupin_request_model(req);
   gw_exchange *x = calloc(1, sizeof *x);
   *x = (gw_exchange){.gw = gw,
                      .conn = c,
                      .http = http,
                      .req = req,
-                     .model = model,
-                     .stream = stream,
+                     .model = model ? strdup(model) : NULL,
+                     .stream = lupin_request_stream(req),
                      .started = http->started,
                      .path = path};
   x->next = gw->exchanges;
@@ -513,7 +509,7 @@ static void models_done(void *ud, gw_upstream_error e, const char *detail) {
   size_t k = 0;
   for (size_t i = 0; i < f->n; i++)
     if (f->calls[i].body.len) ok[k++] = f->calls[i].body;
-  char *json = k ? gw_lua_models(f->gw->rt, ok, k) : NULL;
+  char *json = k ? gw_models_merge(ok, k) : NULL;
   if (json) {
     lupin_header h[] = {{"content-type", "application/json"},
                         {"x-request-id", gw_conn_request_id(f->conn)}};

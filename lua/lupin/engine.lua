@@ -6,13 +6,14 @@ local capi = require "lupin.capi"
 local ctx = require "lupin.ctx"
 local leaks = require "lupin.leaks"
 local log = require "lupin.log"
+local openai = require "lupin.openai"
 local pool = require "lupin.pool"
 local traceback = require "lupin.traceback"
 
 local M = {}
 
 -- mirrors enum lupin_outcome in core/lupin.h
-local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR = 0, 1, 2, 3
+local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR, INVALID = 0, 1, 2, 3, 7
 
 local now = capi.clock
 local alloc, limit = nil, 0
@@ -145,16 +146,31 @@ end
 local COMPACT_EVERY = 65536
 local until_compact = COMPACT_EVERY
 
---- The begin hook: the request description comes as arguments (core/request.c).
-function M.begin(gen, creq, id, path, body, model, headers, subset)
+--- The begin hook: the request description comes as arguments
+--- (core/request.c); check: the host asked for the body's checks, bad_utf8:
+--- where the body stops being UTF-8, if it does.  Returns the request, its
+--- id, its model and stream flag when known.  A body that fails the checks
+--- makes a request that fails scheduling with a 400 and reaches no plugin.
+function M.begin(gen, creq, id, path, body, model, headers, subset, check, bad_utf8)
   id = id or headers["x-request-id"] -- names in lower case (core/request.c)
   if not id or id == "" then
     id_seq = id_seq + 1
     id = id_prefix .. "-" .. id_seq
   end
+  local decoded, message, param
+  if check then
+    decoded, message, param = openai.check(path, body, bad_utf8)
+    model = model or (decoded and decoded.model)
+  end
   local r = ctx.new_request(gen, ffi.cast("void *", creq), id, path, body, model, headers)
   r.candidates = candidates(subset)
   r.subset = subset ~= nil
+  if decoded then
+    rawset(r.request, "body", decoded) -- decoded once, here
+  elseif check then
+    r.failure = { status = 400, message = message, param = param, outcome = INVALID }
+    return r, id
+  end
   for _, rec in ipairs(gen.observers) do
     ctx.of(r, rec)
   end
@@ -164,7 +180,7 @@ function M.begin(gen, creq, id, path, body, model, headers, subset)
     ctx.compact()
     leaks.compact()
   end
-  return r, id
+  return r, id, model, decoded and decoded.stream == true
 end
 
 local function fail(r, status, message, plugin, outcome)
@@ -173,7 +189,7 @@ local function fail(r, status, message, plugin, outcome)
 end
 
 local function failed(f)
-  return f.status, f.message, f.plugin, f.outcome
+  return f.status, f.message, f.plugin, f.outcome, f.param
 end
 
 local function valid_scores(scores, n)
@@ -440,8 +456,8 @@ end
 --- hooks only then, or when a plugin of the generation would see them
 --- (M.flags).
 function M.schedule(r)
-  local status, message, plugin, outcome = schedule(r)
-  return status, message, plugin, outcome, r.response_headers ~= nil
+  local status, message, plugin, outcome, param = schedule(r)
+  return status, message, plugin, outcome, r.response_headers ~= nil, param
 end
 
 -- mirrors LUPIN_GEN_* in core/internal.h

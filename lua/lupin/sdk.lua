@@ -12,7 +12,7 @@
 
 --- How a request ended, as finish(ctx, outcome) is told ("dry_run": the
 --- synthetic request that checks a new generation before it serves).
----@alias lupin.Outcome "ok"|"rejected"|"no_endpoint"|"plugin_error"|"upstream_error"|"cancelled"|"timeout"|"dry_run"
+---@alias lupin.Outcome "ok"|"rejected"|"no_endpoint"|"plugin_error"|"upstream_error"|"cancelled"|"timeout"|"invalid_request"|"dry_run"
 
 --- One model server, read in place (an FFI object over the C pool: reading a
 --- field copies nothing).  Metrics are those last scraped; a metric the

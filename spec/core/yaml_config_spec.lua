@@ -108,7 +108,8 @@ describe("a YAML config", function()
       { "kind: Other\n", 'cfg.yaml:1: kind: kind must be "EndpointPickerConfig"' },
       { "- 1\n- 2\n", "cfg.yaml:1: the config must be a YAML object" },
       { "plugins:\n  - type: [\n", "cfg.yaml:3: invalid YAML:" },
-      { "gateway:\n  poolSize: -1\n", "cfg.yaml:2: gateway.poolSize: poolSize must be an integer" },
+      { "endpoints:\n- {address: a, port: -1}\n",
+        "cfg.yaml:2: endpoints[0].port: port must be an integer" },
     }
     for _, c in ipairs(cases) do
       local cfg, err = config.parse(c[1], "cfg.yaml")
