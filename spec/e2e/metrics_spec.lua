@@ -254,7 +254,7 @@ describe("lupin serve's /metrics", function()
     assert.equal(value(after, "lupin_scheduling_seconds_count"),
       value(after, "inference_extension_scheduler_e2e_duration_seconds_count"))
     -- one observation per plugin call, the same count as lupin's counter
-    local PL = { extension_point = "score", plugin_type = "queue-scorer",
+    local PL = { extension_point = "Scorer", plugin_type = "queue-scorer",
       plugin_name = "queue-scorer" }
     assert.equal(3, delta("inference_extension_plugin_duration_seconds_count", PL))
     assert.equal(value(after, "lupin_plugin_calls_total",
@@ -262,7 +262,7 @@ describe("lupin serve's /metrics", function()
       value(after, "inference_extension_plugin_duration_seconds_count", PL))
     assert.equal(value(after, "inference_extension_plugin_duration_seconds_count", PL),
       value(after, "inference_extension_plugin_duration_seconds_bucket",
-        { plugin_name = "queue-scorer", extension_point = "score", le = "+Inf" }))
+        { plugin_name = "queue-scorer", extension_point = "Scorer", le = "+Inf" }))
     -- the pool: both endpoints fresh, the means those of the endpoints' own series
     local POOL = { name = "lupin" }
     assert.equal(2, value(after, "inference_pool_ready_pods", POOL))
