@@ -28,7 +28,7 @@ static void reply(gw_conn *c, int status, const char *type, const gw_buf *b) {
 
 typedef struct plugin_pass {
   gw_expo *e;
-  int k; /* which family this pass writes */
+  gw_family_id id; /* the family this pass writes */
 } plugin_pass;
 
 /* The EPP's name of an extension point (its ExtensionPoint constants), so
@@ -57,21 +57,36 @@ static const char *epp_point(const char *point) {
 static void plugin_stat(void *ud, const lupin_plugin_stat *s) {
   plugin_pass *p = ud;
   const char *own[] = {s->plugin, s->type, s->point};
-  if (p->k == 5) { /* the EPP's names and label order */
+  double seconds = (double)s->nanoseconds / 1e9;
+  switch (p->id) {
+  case GW_M_PLUGIN_DURATION: { /* the EPP's names and label order */
     const char *epp[] = {epp_point(s->point), s->type, s->plugin};
-    gw_expo_buckets(p->e, epp, s->buckets, (double)s->nanoseconds / 1e9);
-    return;
+    gw_expo_buckets(p->e, epp, s->buckets, seconds);
+    break;
   }
-  double v[] = {(double)s->calls, (double)s->errors, (double)s->nanoseconds / 1e9, (double)s->cuts,
-                s->disabled};
-  gw_expo_sample(p->e, own, v[p->k]);
+  case GW_M_PLUGIN_CALLS:
+    gw_expo_sample(p->e, own, (double)s->calls);
+    break;
+  case GW_M_PLUGIN_ERRORS:
+    gw_expo_sample(p->e, own, (double)s->errors);
+    break;
+  case GW_M_PLUGIN_SECONDS:
+    gw_expo_sample(p->e, own, seconds);
+    break;
+  case GW_M_PLUGIN_CUTS:
+    gw_expo_sample(p->e, own, (double)s->cuts);
+    break;
+  default:
+    gw_expo_sample(p->e, own, s->disabled);
+    break;
+  }
 }
 
 static void metrics_plugins(lupin_gateway *gw, gw_expo *e) {
-  static const gw_family_id ids[] = {GW_M_PLUGIN_CALLS, GW_M_PLUGIN_ERRORS, GW_M_PLUGIN_SECONDS,
+  static const gw_family_id ids[] = {GW_M_PLUGIN_CALLS, GW_M_PLUGIN_ERRORS,   GW_M_PLUGIN_SECONDS,
                                      GW_M_PLUGIN_CUTS,  GW_M_PLUGIN_DISABLED, GW_M_PLUGIN_DURATION};
-  for (int k = 0; k < 6; k++) {
-    plugin_pass p = {e, k};
+  for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) {
+    plugin_pass p = {e, ids[k]};
     gw_expo_family(e, ids[k]);
     lupin_runtime_plugin_stats(gw->rt, plugin_stat, &p);
   }
@@ -185,8 +200,9 @@ static void metrics_objectives(lupin_gateway *gw, gw_expo *e) {
   for (int k = 0; k < 3; k++) {
     gw_expo_family(e, hists[k]);
     for (gw_objective *o = gw->objectives; o; o = o->next) {
-      const gw_histogram *h = k == 0 ? &o->duration : k == 1 ? &o->request_sizes
-                                                             : &o->response_sizes;
+      const gw_histogram *h = k == 0   ? &o->duration
+                              : k == 1 ? &o->request_sizes
+                                       : &o->response_sizes;
       if (h->count) gw_expo_histogram(e, (const char *[]){o->model, o->model}, h);
     }
   }

@@ -285,6 +285,8 @@ typedef struct gw_family {
   size_t n_bounds;
 } gw_family;
 
+/* grouped as /metrics writes them */
+// clang-format off
 typedef enum gw_family_id {
   /* requests through the gateway (proxy.c) */
   GW_M_REQUESTS, GW_M_OUTCOMES, GW_M_SCHEDULING,
@@ -310,6 +312,7 @@ typedef enum gw_family_id {
   GW_M_POOL_READY, GW_M_SCHEDULER_E2E, GW_M_PLUGIN_DURATION,
   GW_FAMILIES
 } gw_family_id;
+// clang-format on
 
 extern const gw_family gw_families[GW_FAMILIES]; /* constant */
 
@@ -346,10 +349,10 @@ void gw_expo_buckets(gw_expo *e, const char *const *values, const uint64_t *buck
 /* Per model name (model_name; target_model_name is the same: lupin does not
  * rewrite models), what the EPP's inference_objective_* families count. */
 enum {
-  GW_ERR_BAD_REQUEST,   /* "BadRequest": the body or a plugin refused the request */
-  GW_ERR_EXHAUSTED,     /* "InferencePoolResourceExhausted": no endpoint, or shed */
-  GW_ERR_INTERNAL,      /* "Internal": a plugin failed */
-  GW_ERR_MODEL_SERVER,  /* "ModelServerError": not 200 from the endpoint, or none */
+  GW_ERR_BAD_REQUEST,  /* "BadRequest": the body or a plugin refused the request */
+  GW_ERR_EXHAUSTED,    /* "InferencePoolResourceExhausted": no endpoint, or shed */
+  GW_ERR_INTERNAL,     /* "Internal": a plugin failed */
+  GW_ERR_MODEL_SERVER, /* "ModelServerError": not 200 from the endpoint, or none */
   GW_ERRS
 };
 extern const char *const gw_error_codes[GW_ERRS];
