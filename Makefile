@@ -10,9 +10,11 @@ LDLIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
+# prometheus: its promtool checks the gateway's /metrics (spec/e2e/metrics_spec.lua);
+# installing it starts no server where there is no init (a container, a chroot).
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
             lua-busted lua-check lua-yaml libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
-            python3 libutf8proc-dev clang libclang-rt-dev
+            python3 libutf8proc-dev clang libclang-rt-dev prometheus
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx gnuplot-nox
 

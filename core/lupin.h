@@ -35,6 +35,9 @@ extern "C" {
 
 #define LUPIN_VERSION "0.1.0"
 
+/* The LuaJIT the runtime was built with ("LuaJIT 2.1.0-beta3"). */
+const char *lupin_luajit_version(void);
+
 typedef struct lupin_runtime lupin_runtime;
 typedef struct lupin_request lupin_request;
 
@@ -96,6 +99,8 @@ typedef struct lupin_stats {
 void lupin_runtime_stats(lupin_runtime *rt, lupin_stats *out);
 
 /* Per plugin instance and extension point: calls, errors, time spent. */
+#define LUPIN_PLUGIN_BUCKETS 10
+#define LUPIN_PLUGIN_BOUNDS 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1
 typedef struct lupin_plugin_stat {
   const char *plugin; /* instance name */
   const char *type;
@@ -105,6 +110,10 @@ typedef struct lupin_plugin_stat {
   uint64_t nanoseconds;
   uint64_t cuts; /* calls cut by the call budget (docs/plugins.md) */
   int disabled;  /* the instance is disabled (budgets.disableAfterCuts) */
+  /* calls by duration, not cumulative: [i] took at most the i-th bound of
+   * LUPIN_PLUGIN_BOUNDS (seconds; the endpoint picker's buckets), the last
+   * took longer */
+  uint64_t buckets[LUPIN_PLUGIN_BUCKETS + 1];
 } lupin_plugin_stat;
 
 typedef void (*lupin_plugin_stat_fn)(void *ud, const lupin_plugin_stat *stat);

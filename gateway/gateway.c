@@ -11,9 +11,6 @@
 #include <strings.h>
 #include <time.h>
 
-const double gw_sched_bounds[GW_SCHED_BUCKETS] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                                  0.005,   0.01,   0.025,   0.05,   0.1,   0.5};
-
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
 static double wall_time(void) {
@@ -137,11 +134,16 @@ static int endpoints_load(lupin_gateway *gw, char *err, size_t errlen) {
   return 0;
 }
 
+int gw_endpoint_fresh(const gw_endpoint *ep, double now) {
+  double limit = (double)ep->gw->set.metrics_staleness_ms / 1000;
+  return ep->scraped_at > 0 && now - ep->scraped_at <= limit && ep->health.state == GW_HEALTHY;
+}
+
 size_t gw_fresh_endpoints(lupin_gateway *gw) {
-  double now = lupin_now(), limit = (double)gw->set.metrics_staleness_ms / 1000;
+  double now = lupin_now();
   size_t n = 0;
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    if (ep->scraped_at > 0 && now - ep->scraped_at <= limit && ep->health.state == GW_HEALTHY) n++;
+    n += gw_endpoint_fresh(ep, now);
   return n;
 }
 
@@ -398,6 +400,7 @@ int gw_run(lupin_gateway *gw) {
   if (gw->rt) lupin_runtime_free(gw->rt);
   gw_server_free(gw->server);
   gw_server_free(gw->admin);
+  gw_objectives_free(gw);
   if (gw->loop) {
     uv_loop_close(gw->loop);
     free(gw->loop);

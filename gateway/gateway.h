@@ -254,6 +254,117 @@ typedef void (*gw_sample_fn)(void *ud, const char *name, const lupin_header *lab
 /* Calls fn for each sample; returns the number of lines it could not read. */
 int gw_prometheus_parse(const char *text, size_t len, gw_sample_fn fn, void *ud);
 
+/* --- the /metrics registry (metrics.c) ----------------------------------- */
+
+/* Every family lupin exports is declared once, in metrics.c's table: name,
+ * type, help text, label names, histogram bounds (docs/metrics.md lists
+ * them).  The exposition (text format 0.0.4) is written through gw_expo, which
+ * writes # HELP and # TYPE once per family and escapes every label value. */
+typedef enum gw_metric_type { GW_COUNTER, GW_GAUGE, GW_HISTOGRAM, GW_SUMMARY } gw_metric_type;
+
+#define GW_MAX_LABELS 4
+#define GW_MAX_BOUNDS 40
+
+typedef struct gw_family {
+  const char *name;
+  gw_metric_type type;
+  const char *help;
+  const char *labels[GW_MAX_LABELS]; /* names, NULL after the last */
+  const double *bounds;              /* histograms: upper bounds, ascending */
+  size_t n_bounds;
+} gw_family;
+
+/* grouped as /metrics writes them */
+// clang-format off
+typedef enum gw_family_id {
+  /* requests through the gateway (proxy.c) */
+  GW_M_REQUESTS, GW_M_OUTCOMES, GW_M_SCHEDULING,
+  /* plugins (the runtime's counters) */
+  GW_M_PLUGIN_CALLS, GW_M_PLUGIN_ERRORS, GW_M_PLUGIN_SECONDS, GW_M_PLUGIN_CUTS,
+  GW_M_PLUGIN_DISABLED,
+  /* endpoints, their scrapes and health */
+  GW_M_EP_WAITING, GW_M_EP_RUNNING, GW_M_EP_KV, GW_M_EP_MAX_LORA, GW_M_EP_SCRAPE_AGE,
+  GW_M_EP_SCRAPE_ERRORS, GW_M_EP_HEALTHY, GW_M_EP_EJECTIONS, GW_M_EP_RESTORATIONS,
+  GW_M_UP_FAILURES, GW_M_UP_RETRIES, GW_M_UP_RETRIES_DENIED, GW_M_ENDPOINTS_HEALTHY,
+  /* reloads */
+  GW_M_RELOADS, GW_M_RELOAD_SECONDS, GW_M_RELOAD_LAST,
+  /* the runtime */
+  GW_M_LIVE_REQUESTS, GW_M_LIVE_TABLES, GW_M_LUA_MEMORY, GW_M_LUA_PEAK, GW_M_GENERATION,
+  GW_M_GENERATIONS_ALIVE, GW_M_ENDPOINTS,
+  /* memory bounds */
+  GW_M_IN_FLIGHT, GW_M_BODY_BYTES, GW_M_REFUSALS, GW_M_LUA_LIMIT, GW_M_LUA_LIMIT_HITS,
+  /* the build and the process (process.c) */
+  GW_M_BUILD_INFO, GW_M_CPU, GW_M_RSS, GW_M_VSIZE, GW_M_START_TIME, GW_M_OPEN_FDS, GW_M_MAX_FDS,
+  /* the EPP's names (Gateway API Inference Extension, pkg/epp/metrics) */
+  GW_M_OBJ_REQUESTS, GW_M_OBJ_ERRORS, GW_M_OBJ_DURATION, GW_M_OBJ_REQUEST_SIZES,
+  GW_M_OBJ_RESPONSE_SIZES, GW_M_OBJ_RUNNING, GW_M_POOL_KV, GW_M_POOL_QUEUE, GW_M_POOL_POD_QUEUE,
+  GW_M_POOL_READY, GW_M_SCHEDULER_E2E, GW_M_PLUGIN_DURATION,
+  GW_FAMILIES
+} gw_family_id;
+// clang-format on
+
+extern const gw_family gw_families[GW_FAMILIES]; /* constant */
+
+/* Observations of one series of a histogram family; buckets not cumulative,
+ * the last one above every bound. */
+typedef struct gw_histogram {
+  uint64_t buckets[GW_MAX_BOUNDS + 1];
+  uint64_t count;
+  double sum;
+} gw_histogram;
+
+void gw_histogram_observe(gw_histogram *h, gw_family_id id, double v);
+
+typedef struct gw_expo {
+  gw_buf *b;
+  const gw_family *f; /* the family being written */
+} gw_expo;
+
+/* Starts a family: its # HELP and # TYPE lines.  Each family is started
+ * once per exposition, its samples all after it. */
+void gw_expo_family(gw_expo *e, gw_family_id id);
+/* A sample of the current family: values holds one value per label name
+ * (NULL when it has none), written escaped (backslash, quote, newline). */
+void gw_expo_sample(gw_expo *e, const char *const *values, double v);
+/* A summary's _sum and _count. */
+void gw_expo_summary(gw_expo *e, const char *const *values, double sum, uint64_t count);
+/* A histogram series: its _bucket lines (cumulative), _sum and _count. */
+void gw_expo_histogram(gw_expo *e, const char *const *values, const gw_histogram *h);
+/* Same from bucket counts kept elsewhere (n_bounds + 1, not cumulative). */
+void gw_expo_buckets(gw_expo *e, const char *const *values, const uint64_t *buckets, double sum);
+
+/* --- the EPP's per-model request series (objective.c) --------------------- */
+
+/* Per model name (model_name; target_model_name is the same: lupin does not
+ * rewrite models), what the EPP's inference_objective_* families count. */
+enum {
+  GW_ERR_BAD_REQUEST,  /* "BadRequest": the body or a plugin refused the request */
+  GW_ERR_EXHAUSTED,    /* "InferencePoolResourceExhausted": no endpoint, or shed */
+  GW_ERR_INTERNAL,     /* "Internal": a plugin failed */
+  GW_ERR_MODEL_SERVER, /* "ModelServerError": not 200 from the endpoint, or none */
+  GW_ERRS
+};
+extern const char *const gw_error_codes[GW_ERRS];
+
+#define GW_MAX_MODELS 100 /* series kept per model name; more share "<other>" */
+
+typedef struct gw_objective {
+  char *model;
+  uint64_t requests, errors[GW_ERRS];
+  uint64_t running;
+  gw_histogram duration, request_sizes, response_sizes;
+  struct gw_objective *next;
+} gw_objective;
+
+/* The series of model (created on first use; "<other>" past GW_MAX_MODELS). */
+gw_objective *gw_objective_get(lupin_gateway *gw, const char *model);
+void gw_objectives_free(lupin_gateway *gw);
+
+/* --- the process (process.c) ---------------------------------------------- */
+
+/* process_* as Prometheus' process collector names them, from /proc/self. */
+void gw_process_metrics(gw_expo *e);
+
 /* --- scraping (scrape.c) -------------------------------------------------- */
 
 void gw_scrape_start(gw_endpoint *ep);
@@ -290,15 +401,11 @@ void gw_admin_handle(void *gw, gw_conn *c, gw_http_request *req);
 
 /* --- the gateway object (gateway.c) --------------------------------------- */
 
-#define GW_SCHED_BUCKETS 12
-extern const double gw_sched_bounds[GW_SCHED_BUCKETS]; /* constant */
-
 typedef struct gw_stats {
   uint64_t by_status[600];
   uint64_t by_outcome[8];
-  uint64_t sched_buckets[GW_SCHED_BUCKETS + 1]; /* last: +Inf */
-  uint64_t sched_count;
-  double sched_sum;
+  gw_histogram sched;     /* lupin_scheduling_seconds */
+  gw_histogram sched_epp; /* the same times in the EPP's buckets */
 } gw_stats;
 
 typedef struct gw_options {
@@ -361,6 +468,8 @@ struct lupin_gateway {
   int no_healthy;       /* "no healthy endpoint" was logged */
   uint64_t ended_at_gc; /* requests ended at the last idle collection */
   gw_stats stats;
+  gw_objective *objectives; /* by model, for the EPP's request families */
+  size_t n_objectives;
   int exit_code;
   /* memory bounds (server.c): requests handed to the proxy and not yet
    * answered, request body bytes held, requests refused by each cap */
@@ -418,6 +527,7 @@ int gw_server_address(gw_server *s, char *out, size_t len);
 int gw_parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, size_t errlen);
 /* Healthy endpoints with metrics fresher than metricsStalenessMs. */
 size_t gw_fresh_endpoints(lupin_gateway *gw);
+int gw_endpoint_fresh(const gw_endpoint *ep, double now);
 
 /* The linked list of live exchanges, for /admin/requests. */
 struct gw_exchange {
@@ -430,6 +540,8 @@ struct gw_exchange {
   gw_endpoint *ep;
   gw_upstream *up;
   char *model;
+  gw_objective *objective; /* set once scheduled: counted as running */
+  uint64_t response_bytes;
   int stream;
   double started;
   double sched_us;

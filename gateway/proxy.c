@@ -66,11 +66,47 @@ static void log_access(lupin_gateway *gw, const gw_exchange *x, const char *path
 
 /* --- ending an exchange -------------------------------------------------- */
 
+/* The EPP's error code of a request that ended with outcome and status; -1
+ * when it is no error (a success, or the client went away). */
+static int error_code(const gw_exchange *x, lupin_outcome outcome, int status) {
+  switch (outcome) {
+  case LUPIN_CANCELLED:
+    return -1;
+  case LUPIN_NO_ENDPOINT:
+    return GW_ERR_EXHAUSTED;
+  case LUPIN_REJECTED: /* 429: shed under load, as the EPP's saturation detector does */
+    return status == 429 ? GW_ERR_EXHAUSTED : GW_ERR_BAD_REQUEST;
+  case LUPIN_PLUGIN_ERROR:
+    return GW_ERR_INTERNAL;
+  case LUPIN_INVALID_REQUEST:
+    return GW_ERR_BAD_REQUEST;
+  default: /* scheduled: the endpoint's answer, or none */
+    return x->objective && outcome == LUPIN_OK && status == 200 ? -1 : GW_ERR_MODEL_SERVER;
+  }
+}
+
+/* The request's end in the EPP's per-model series (objective.c). */
+static void objective_end(gw_exchange *x, lupin_outcome outcome, int status) {
+  gw_objective *o = x->objective;
+  if (o) o->running--;
+  int code = error_code(x, outcome, status);
+  if (code < 0) {
+    if (o && outcome == LUPIN_OK) {
+      gw_histogram_observe(&o->duration, GW_M_OBJ_DURATION, lupin_now() - x->started);
+      gw_histogram_observe(&o->response_sizes, GW_M_OBJ_RESPONSE_SIZES, (double)x->response_bytes);
+    }
+    return;
+  }
+  if (!o) o = gw_objective_get(x->gw, x->model);
+  if (o) o->errors[code]++;
+}
+
 static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   lupin_gateway *gw = x->gw;
   if (x->conn) gw_conn_on_abort(x->conn, NULL, NULL);
   gw->stats.by_outcome[outcome & 7]++;
   count(gw, status);
+  objective_end(x, outcome, status);
   /* an endpoint's own error status, relayed, is the request's outcome "ok"
    * for the plugins; the access log tells it apart */
   log_access(gw, x, x->path, lupin_request_id(x->req), status,
@@ -165,6 +201,7 @@ static void on_client_drained(void *owner) {
 
 static void on_body(void *ud, const char *data, size_t len) {
   gw_exchange *x = ud;
+  x->response_bytes += len;
   lupin_request_response_chunk(x->req, data, len);
   gw_conn_write(x->conn, data, len);
   if (gw_conn_backlog(x->conn) > BACKLOG_LIMIT && x->up) {
@@ -367,13 +404,17 @@ static void try_picks(gw_exchange *x, int any) {
 /* --- a scheduled request ------------------------------------------------- */
 
 static void observe_scheduling(lupin_gateway *gw, double seconds) {
-  gw_stats *s = &gw->stats;
-  size_t i = 0;
-  while (i < GW_SCHED_BUCKETS && seconds > gw_sched_bounds[i])
-    i++;
-  s->sched_buckets[i]++;
-  s->sched_count++;
-  s->sched_sum += seconds;
+  gw_histogram_observe(&gw->stats.sched, GW_M_SCHEDULING, seconds);
+  gw_histogram_observe(&gw->stats.sched_epp, GW_M_SCHEDULER_E2E, seconds);
+}
+
+/* A request scheduled: counted, sized and running in the EPP's series. */
+static void objective_begin(gw_exchange *x) {
+  gw_objective *o = x->objective = gw_objective_get(x->gw, x->model);
+  if (!o) return;
+  o->requests++;
+  o->running++;
+  gw_histogram_observe(&o->request_sizes, GW_M_OBJ_REQUEST_SIZES, (double)x->http->body.len);
 }
 
 /* x-gateway-destination-endpoint-subset: "ip:port, ip:port" */
@@ -407,6 +448,7 @@ static void schedule(lupin_gateway *gw, gw_exchange *x) {
   x->sched_us = dt * 1e6;
   observe_scheduling(gw, dt);
   if (status == 200) {
+    objective_begin(x);
     try_picks(x, 1);
     return;
   }

@@ -16,6 +16,12 @@ local M = {}
 local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR, INVALID = 0, 1, 2, 3, 7
 
 local now = capi.clock
+-- upper bounds (seconds) of the plugin call duration buckets: the endpoint
+-- picker's, as LUPIN_PLUGIN_BOUNDS in core/lupin.h (the gateway's
+-- inference_extension_plugin_duration_seconds)
+local PLUGIN_BOUNDS = { 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1 }
+local N_BOUNDS = #PLUGIN_BOUNDS
+M.PLUGIN_BOUNDS = PLUGIN_BOUNDS
 local alloc, limit = nil, 0
 local B -- the call budget's deadline and flag (core/budget.c)
 local id_prefix, id_seq = "", 0
@@ -116,8 +122,15 @@ local function call(r, rec, point, profile, x, y)
     budget.tripped = false
     ok, a = false, cut(r, rec, point)
   end
+  local dt = now() - t0
   st.calls = st.calls + 1
-  st.ns = st.ns + (now() - t0) * 1e9
+  st.ns = st.ns + dt * 1e9
+  local i = 1
+  while i <= N_BOUNDS and dt > PLUGIN_BOUNDS[i] do
+    i = i + 1
+  end
+  local buckets = st.buckets
+  buckets[i] = buckets[i] + 1
   if not ok then
     plugin_error(r, rec, point, a, last_trace)
     last_trace = nil
@@ -499,6 +512,9 @@ function M.dry_run(gen)
   for _, rec in ipairs(gen.instances) do
     for _, st in pairs(rec.stats) do
       st.calls, st.errors, st.ns, st.cuts = 0, 0, 0, 0
+      for i = 1, #st.buckets do
+        st.buckets[i] = 0
+      end
     end
     rec.cuts = 0
   end

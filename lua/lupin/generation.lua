@@ -32,7 +32,9 @@ local function record(name, type_, obj, m, params, path, budgets)
     local f = obj[point]
     if type(f) == "function" then
       rec[point] = f
-      rec.stats[point] = { calls = 0, errors = 0, ns = 0, cuts = 0 }
+      -- buckets: calls by duration (lupin.engine's PLUGIN_BOUNDS, the last: longer)
+      rec.stats[point] = { calls = 0, errors = 0, ns = 0, cuts = 0,
+        buckets = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 } }
       if not HOOKS[point] then
         rec.points[#rec.points + 1] = point
       end

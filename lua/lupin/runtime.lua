@@ -97,6 +97,7 @@ function M.init(ud, opts)
         if st and st.calls + st.errors > 0 then
           out[#out + 1] = { plugin = rec.name, type = rec.type, point = point,
             calls = st.calls, errors = st.errors, ns = st.ns, cuts = st.cuts,
+            buckets = st.buckets,
             disabled = rec.disabled and 1 or 0 }
         end
       end
