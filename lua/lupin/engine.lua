@@ -380,9 +380,9 @@ end
 -- A pick at another port of the same endpoint (data parallelism: the
 -- server's primary port); the name and address stay the pool's strings.
 local function at_port(ep, port)
-  local copy = ffi.new("lupin_endpoint")
-  copy.id, copy.c_name, copy.c_address, copy.port = ep.id, ep.c_name, ep.c_address, port
-  return copy
+  local at = ffi.new("lupin_endpoint")
+  at.id, at.c_name, at.c_address, at.port = ep.id, ep.c_name, ep.c_address, port
+  return at
 end
 
 -- Hands the scheduling result to the C request (again, on a repeated call).
