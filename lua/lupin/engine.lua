@@ -387,7 +387,14 @@ local function primary_of(r, results, ran)
       plugin_error(r, handler, "process_results", err)
       return nil, err
     end
-    return primary
+    local port = type(res) == "table" and rawget(res, "port") or nil
+    if port ~= nil and (type(port) ~= "number" or port % 1 ~= 0 or port < 1 or port > 65535) then
+      local err = ("process_results: port must be an integer from 1 to 65535, got %s"):format(
+        budget.describe(port))
+      plugin_error(r, handler, "process_results", err)
+      return nil, err
+    end
+    return primary, nil, port
   end
   local only
   for name in pairs(ran) do
@@ -399,11 +406,19 @@ local function primary_of(r, results, ran)
   return only or nil, "no profile ran"
 end
 
+-- A pick at another port of the same endpoint (data parallelism: the
+-- server's primary port); the name and address stay the pool's strings.
+local function at_port(ep, port)
+  local at = ffi.new("lupin_endpoint")
+  at.id, at.c_name, at.c_address, at.port = ep.id, ep.c_name, ep.c_address, port
+  return at
+end
+
 -- Hands the scheduling result to the C request (again, on a repeated call).
 local function publish(r)
-  local creq = r.creq
+  local creq, port = r.creq, r.result.port
   for _, ep in ipairs(r.result.endpoints) do
-    add_pick(creq, ep)
+    add_pick(creq, port and at_port(ep, port) or ep)
   end
   if r.upstream_headers then
     for name, value in pairs(r.upstream_headers) do
@@ -435,7 +450,7 @@ local function decide(r)
   if status then
     return failed(r.failure)
   end
-  local primary, err = primary_of(r, results, ran)
+  local primary, err, port = primary_of(r, results, ran)
   if not primary then
     return handler_failed(r, "process_results", err)
   end
@@ -444,7 +459,7 @@ local function decide(r)
     local f = failures[primary]
     return fail(r, f.status, f.message, f.plugin, f.outcome)
   end
-  r.result = { primary = primary, endpoints = res.endpoints, profiles = results }
+  r.result = { primary = primary, endpoints = res.endpoints, profiles = results, port = port }
 end
 
 local function schedule(r)

@@ -96,6 +96,11 @@ function Builder:instantiate(name, type_, raw_params, path, p)
   if not params then
     return nil, self.E:at(path .. ".parameters" .. (field and "." .. field or ""), "%s", perr)
   end
+  for _, fb in ipairs(v[4] or {}) do
+    log.warn("%s", self.E:at(path .. ".parameters." .. fb.field, "plugin %q (%s): %s out of"
+      .. " range, using %s instead, as the EPP does", name, type_, tostring(fb.given),
+      tostring(fb.used)))
+  end
   local obj = { params = params }
   if m.mod.new then
     local ok, res, cut = budget.pcall(budgets.lifecycle_ms / 1000, m.mod.new, params,

@@ -55,10 +55,12 @@
 ---@field primary string the primary profile's name
 ---@field endpoints lupin.Endpoint[] the primary profile's picks: the request goes to the first
 ---@field profiles table<string, lupin.ProfileResult|false> every profile run (false: it found none)
+---@field port integer? the port the primary's picks are sent to, when process_results set one
 
 --- What process_results returns.
 ---@class lupin.Primary
 ---@field primary string
+---@field port integer? send the primary's picks to this port of their address (data parallelism)
 
 --- The endpoint's response, from response_header on (ctx.response).
 ---@class lupin.Response

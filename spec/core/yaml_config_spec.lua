@@ -120,7 +120,7 @@ describe("a YAML config", function()
 
   it("reports a plugin's parameter error at its YAML line", function()
     local path = write("params.yaml", "plugins:\n- type: prefix-cache-scorer\n  parameters:\n"
-      .. "    blockSize: 0\n")
+      .. "    blockSize: 2.5\n")
     local _, ok, err = load_file(path)
     assert.is_nil(ok)
     assert.truthy(err:find(path .. ":4: plugins[0].parameters.blockSize:", 1, true), err)
