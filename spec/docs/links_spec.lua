@@ -16,9 +16,11 @@ end
 
 local function markdown_files()
   local files = {}
-  local p = io.popen("cd " .. ROOT .. " && git ls-files --cached --others --exclude-standard '*.md'")
+  -- find, not git: a tree unpacked from an archive has no .git (make test-fresh)
+  local p = io.popen("cd " .. ROOT .. " && find . -name '*.md' -not -path './build*'"
+    .. " -not -path './.git/*' -not -path '*/out/*' | sort")
   for line in p:lines() do
-    files[#files + 1] = line
+    files[#files + 1] = line:gsub("^%./", "")
   end
   p:close()
   return files
