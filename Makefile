@@ -1,7 +1,7 @@
 # lupin: every entry point.  `make help` lists them.
 PREFIX   ?= /usr/local
 CC       ?= cc
-PKGS      = luajit libuv libxxhash
+PKGS      = luajit libuv libxxhash libutf8proc
 CFLAGS   ?= -O2 -g
 XCFLAGS   = $(CFLAGS) -std=c11 -Wall -Wextra -Wshadow -fPIC -D_POSIX_C_SOURCE=200809L \
             -DLUPIN_DEFAULT_HOME=\"$(PREFIX)/share/lupin\" \
@@ -10,19 +10,22 @@ LDLIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
+# prometheus: its promtool checks the gateway's /metrics (spec/e2e/metrics_spec.lua);
+# installing it starts no server where there is no init (a container, a chroot).
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
             lua-busted lua-check lua-yaml libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
-            python3 libutf8proc-dev clang libclang-rt-dev
+            python3 libutf8proc-dev clang libclang-rt-dev prometheus
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx gnuplot-nox
 
-CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/endpoint.c core/generation.c core/prefix_index.c \
-            core/request.c core/runtime.c
+CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/endpoint.c core/generation.c core/host.c \
+            core/prefix_index.c core/request.c core/runtime.c
 CORE_HDR  = core/lupin.h core/internal.h
 # the gateway host `lupin serve` (DESIGN.md §9)
 GW_SRC    = $(wildcard gateway/*.c)
 GW_HDR    = gateway/gateway.h $(CORE_HDR)
 GW_OBJ    = $(GW_SRC:gateway/%.c=$(B)/gw/%.o)
+GW_LIBS   = $(shell pkg-config --libs jansson 2>/dev/null)
 
 B ?= build
 # one version, core/lupin.h's: lupin --version, lupin-sim --version, lupin.pc
@@ -52,7 +55,7 @@ $(B)/gw/%.o: gateway/%.c $(GW_HDR)
 	$(CC) $(XCFLAGS) -Icore -c $< -o $@
 
 $(B)/lupin: $(GW_OBJ) $(B)/liblupin.a
-	$(CC) $(XCFLAGS) -o $@ $(GW_OBJ) $(B)/liblupin.a $(LDLIBS) -lhttp_parser -lutf8proc
+	$(CC) $(XCFLAGS) -o $@ $(GW_OBJ) $(B)/liblupin.a $(LDLIBS) -lhttp_parser $(GW_LIBS)
 
 $(B)/liblupin.a: $(CORE_OBJ)
 	$(AR) rcs $@ $^
@@ -101,10 +104,11 @@ bench-deps:
 run: all
 	B=$(B) bash examples/run.sh
 
-# A shared-prefix workload through a running `make run`: requests per endpoint,
-# prefix-cache hit rate, TTFT percentiles.
-demo:
-	bash examples/demo/demo.sh
+# A shared-prefix workload through a running `make run`, then through a
+# random-routing gateway to the same endpoints: requests per endpoint,
+# prefix-cache hit rate and TTFT percentiles side by side.
+demo: all
+	B=$(B) bash examples/demo/demo.sh
 
 # The embedding example: the runtime scheduling 1,000 requests, in-process.
 run-embed: all

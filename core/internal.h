@@ -188,7 +188,7 @@ enum lupin_hook {
   LUPIN_HOOK_PLUGIN_STATS,
   LUPIN_HOOK_CHECK_LEAKS,
   LUPIN_HOOK_EVAL,
-  LUPIN_HOOK_GATEWAY, /* the gateway host's JSON work (gateway/gwlua.c) */
+  LUPIN_HOOK_HOST, /* what a host asks beyond requests (core/host.c) */
   LUPIN_HOOK_ENDPOINT_HEALTH,
   LUPIN_HOOK_FALLBACKS,
   LUPIN_HOOK_EXPLAIN,
@@ -239,7 +239,6 @@ void lupin__generation_free_all(lupin_runtime *rt);
 
 /* endpoint.c */
 void lupin__endpoint_free(lupin_endpoint *ep);
-void lupin__endpoints_clear(lupin_runtime *rt);
 
 /* request.c */
 int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep);
@@ -248,6 +247,5 @@ int lupin__client_add_header(lupin_request *req, const char *name, const char *v
 void lupin__requests_cancel_all(lupin_runtime *rt);
 /* The number of the generation a request is pinned to (the gateway's
  * /admin/requests shows it). */
-uint64_t lupin__request_generation(const lupin_request *req);
 
 #endif

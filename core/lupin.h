@@ -35,6 +35,9 @@ extern "C" {
 
 #define LUPIN_VERSION "0.1.0"
 
+/* The LuaJIT the runtime was built with ("LuaJIT 2.1.0-beta3"). */
+const char *lupin_luajit_version(void);
+
 typedef struct lupin_runtime lupin_runtime;
 typedef struct lupin_request lupin_request;
 
@@ -96,6 +99,8 @@ typedef struct lupin_stats {
 void lupin_runtime_stats(lupin_runtime *rt, lupin_stats *out);
 
 /* Per plugin instance and extension point: calls, errors, time spent. */
+#define LUPIN_PLUGIN_BUCKETS 10
+#define LUPIN_PLUGIN_BOUNDS 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1
 typedef struct lupin_plugin_stat {
   const char *plugin; /* instance name */
   const char *type;
@@ -105,6 +110,10 @@ typedef struct lupin_plugin_stat {
   uint64_t nanoseconds;
   uint64_t cuts; /* calls cut by the call budget (docs/plugins.md) */
   int disabled;  /* the instance is disabled (budgets.disableAfterCuts) */
+  /* calls by duration, not cumulative: [i] took at most the i-th bound of
+   * LUPIN_PLUGIN_BOUNDS (seconds; the endpoint picker's buckets), the last
+   * took longer */
+  uint64_t buckets[LUPIN_PLUGIN_BUCKETS + 1];
 } lupin_plugin_stat;
 
 typedef void (*lupin_plugin_stat_fn)(void *ud, const lupin_plugin_stat *stat);
@@ -142,6 +151,43 @@ int lupin_runtime_check_leaks(lupin_runtime *rt, char *report, size_t len);
  * Blocks for the collection (about a millisecond per MB of Lua heap). */
 void lupin_runtime_collect(lupin_runtime *rt);
 
+/* --- what a host builds on ----------------------------------------------- */
+
+/* A setting of a host's config section: an integer within [min, max]. */
+typedef struct lupin_setting {
+  const char *name;
+  double def; /* when the config leaves it out */
+  double min;
+  double max; /* below min: no upper bound */
+} lupin_setting;
+
+/* Declares a top-level config section the host reads (lupin serve's
+ * "gateway").  From the next load on the runtime checks it with the rest of
+ * the config — every field known, an integer within bounds, errors naming
+ * file, line and field — and keeps its values with the generation.  The
+ * settings are copied.  A section no host declared is a config error. */
+int lupin_runtime_declare_section(lupin_runtime *rt, const char *section,
+                                  const lupin_setting *settings, size_t n, char *err,
+                                  size_t errlen);
+/* The current generation's values of a declared section, in declaration
+ * order, defaults for what the config leaves out.  -1: no generation, or the
+ * section was not declared when it was loaded. */
+int lupin_runtime_section(lupin_runtime *rt, const char *section, double *values, size_t n);
+
+/* The plugin directories the current generation was loaded from (home's,
+ * the options', the config's pluginDirs): what a host watches for changes
+ * beside the config file. */
+typedef void (*lupin_path_fn)(void *ud, const char *path);
+void lupin_runtime_plugin_dirs(lupin_runtime *rt, lupin_path_fn fn, void *ud);
+
+/* Runs the current generation's dry scheduling cycle again, over the
+ * endpoints in the pool now (a load runs one before a host has added any):
+ * what `lupin check` does with the endpoints it was given. */
+int lupin_runtime_dry_run(lupin_runtime *rt, char *err, size_t errlen);
+
+/* Sets the Lua memory limit (lupin_options.memory_limit) from now on. */
+void lupin_runtime_set_memory_limit(lupin_runtime *rt, size_t bytes);
+
 /* --- endpoints ---------------------------------------------------------- */
 
 typedef struct lupin_endpoint_desc {
@@ -169,6 +215,22 @@ typedef struct lupin_metrics {
 /* Adds an endpoint or replaces its address and labels; metrics are kept. */
 int lupin_endpoint_upsert(lupin_runtime *rt, const lupin_endpoint_desc *desc, char *err,
                           size_t errlen);
+typedef void (*lupin_endpoint_desc_fn)(void *ud, const lupin_endpoint_desc *d);
+/* Reads the endpoints a config lists (its "endpoints" section, file NULL:
+ * the current generation's) or an endpoints file holds (a JSON or YAML list
+ * of {name, address, port, labels}), checked as a config is; calls fn for
+ * each.  The pointers in d are valid during the call only. */
+int lupin_runtime_read_endpoints(lupin_runtime *rt, const char *file, lupin_endpoint_desc_fn fn,
+                                 void *ud, char *err, size_t errlen);
+/* The metrics the same list's entries give ("metrics": {waiting_queue_size,
+ * running_requests, kv_cache_usage, max_lora, cache_block_size, num_blocks,
+ * running_lora_adapters, waiting_lora_adapters}): what `lupin explain`
+ * schedules over.  fn is called for each entry that has them, with its name;
+ * the pointers are valid during the call only. */
+typedef void (*lupin_endpoint_metrics_fn)(void *ud, const char *name, const lupin_metrics *m);
+int lupin_runtime_read_endpoint_metrics(lupin_runtime *rt, const char *file,
+                                        lupin_endpoint_metrics_fn fn, void *ud, char *err,
+                                        size_t errlen);
 /* Removes an endpoint; requests that already hold it keep a valid view. */
 int lupin_endpoint_remove(lupin_runtime *rt, const char *name);
 int lupin_endpoint_set_metrics(lupin_runtime *rt, const char *name, const lupin_metrics *m);
@@ -200,7 +262,8 @@ enum {
 
 typedef struct lupin_request_desc {
   const char *id;   /* NULL or "": one is generated */
-  const char *path; /* "/v1/completions", "/v1/chat/completions" */
+  const char *path; /* "/v1/completions", "/v1/chat/completions"; NULL: the
+                       body's, chat when it has "messages" (decoded for it) */
   const char *body; /* the JSON body, decoded only if a plugin asks */
   size_t body_len;
   const char *model; /* NULL: taken from the body */
@@ -210,6 +273,12 @@ typedef struct lupin_request_desc {
    * (x-gateway-destination-endpoint-subset); NULL: all. */
   const char *const *subset;
   size_t n_subset;
+  /* 1: check the body as the OpenAI request path names (UTF-8, strict JSON,
+   * model, prompt or messages, numeric fields) and decode it once, at
+   * begin.  A body that fails reaches no plugin: lupin_request_schedule
+   * answers 400 with the reason and the offending parameter.  0: the body
+   * is decoded only if a plugin reads it. */
+  int check_body;
   unsigned flags; /* LUPIN_REQUEST_* */
 } lupin_request_desc;
 
@@ -228,6 +297,8 @@ typedef struct lupin_result {
   size_t n_picks;
   const lupin_header *headers; /* to add to the upstream request */
   size_t n_headers;
+  int outcome;       /* a lupin_outcome: why, when status != 200 */
+  const char *param; /* the request parameter at fault (a 400), or NULL */
 } lupin_result;
 
 typedef enum lupin_outcome {
@@ -237,7 +308,8 @@ typedef enum lupin_outcome {
   LUPIN_PLUGIN_ERROR,   /* a picker or profile handler failed */
   LUPIN_UPSTREAM_ERROR, /* the model server failed */
   LUPIN_CANCELLED,      /* the client went away */
-  LUPIN_TIMEOUT
+  LUPIN_TIMEOUT,
+  LUPIN_INVALID_REQUEST /* the body failed lupin_request_desc.check_body */
 } lupin_outcome;
 
 const char *lupin_outcome_name(lupin_outcome o);
@@ -245,6 +317,12 @@ const char *lupin_outcome_name(lupin_outcome o);
 lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *desc, char *err,
                                    size_t errlen);
 const char *lupin_request_id(const lupin_request *req);
+/* The number of the generation the request is pinned to. */
+uint64_t lupin_request_generation(const lupin_request *req);
+/* The model the request names (desc.model, or the body's once checked),
+ * NULL when not known; the body's "stream" flag (0 unless checked). */
+const char *lupin_request_model(const lupin_request *req);
+int lupin_request_stream(const lupin_request *req);
 /* Runs admit, prepare, the scheduling profiles and pre_request.  Returns the
  * HTTP status (also in out->status); 200 means forward to out->picks[0]. */
 int lupin_request_schedule(lupin_request *req, lupin_result *out);
@@ -261,12 +339,19 @@ int lupin_request_response_complete(lupin_request *req);
  * call (no cost for requests that never ask); *out stays valid until
  * lupin_request_end.  pre_request is not run again for a fallback. */
 size_t lupin_request_fallbacks(lupin_request *req, const lupin_pick **out);
-/* The explain record (LUPIN_REQUEST_EXPLAIN) as one JSON object, its length
+/* The forms of an explain record. */
+typedef enum lupin_explain_format {
+  LUPIN_EXPLAIN_JSON,   /* one JSON object (docs/explain.md) */
+  LUPIN_EXPLAIN_TEXT,   /* lines for a person, `lupin explain`'s */
+  LUPIN_EXPLAIN_SUMMARY /* one line, fit for a header: profile, picks, totals */
+} lupin_explain_format;
+
+/* The explain record (LUPIN_REQUEST_EXPLAIN) in the given form, its length
  * in *len (len may be NULL); NULL for a request begun without the flag.
  * After lupin_request_schedule it holds the whole decision; the fallbacks
  * are the ones lupin_request_fallbacks gives.  Valid until the next call
  * of this function on req or lupin_request_end. */
-const char *lupin_request_explain(lupin_request *req, size_t *len);
+const char *lupin_request_explain(lupin_request *req, lupin_explain_format format, size_t *len);
 /* Ends the request: finish hooks run exactly once, the state is dropped and
  * req is freed.  When scheduling failed, its outcome wins over this one. */
 void lupin_request_end(lupin_request *req, lupin_outcome outcome);

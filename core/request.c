@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <utf8proc.h>
 
 typedef struct {
   lupin_header *v;
@@ -32,11 +33,15 @@ struct lupin_request {
   char *explain;   /* lupin_request_explain's last answer */
   header_list upstream; /* set by plugins for the upstream request */
   header_list client;   /* set by plugins for the client's response */
+  char *model;
+  int stream;
+  char *param; /* the parameter a failed body check names */
   lupin_request *prev, *next;
 };
 
 static const char *const outcome_names[] = {
-    "ok", "rejected", "no_endpoint", "plugin_error", "upstream_error", "cancelled", "timeout",
+    "ok",        "rejected", "no_endpoint",    "plugin_error",
+    "upstream_error", "cancelled", "timeout", "invalid_request",
 };
 
 const char *lupin_outcome_name(lupin_outcome o) {
@@ -65,17 +70,39 @@ static void push_headers(lua_State *L, const lupin_header *h, size_t n) {
   }
 }
 
-/* The description as the begin hook's arguments: id, path, body, model,
- * headers, subset (nil when absent), flags, with no table to build and
- * index. */
-enum { DESC_ARGS = 7 };
+/* The offset of the first byte of s that is not UTF-8 (utf8proc decides:
+ * no overlong forms, no surrogates, nothing past U+10FFFF), -1 if none. */
+static long long utf8_invalid_at(const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s;
+  for (size_t i = 0; i < len;) {
+    if (p[i] < 0x80) { /* ASCII is most of a body: no call for it */
+      i++;
+      continue;
+    }
+    utf8proc_int32_t cp;
+    size_t left = len - i;
+    utf8proc_ssize_t n = utf8proc_iterate(p + i, (utf8proc_ssize_t)(left < 4 ? left : 4), &cp);
+    if (n <= 0) return (long long)i;
+    i += (size_t)n;
+  }
+  return -1;
+}
+
+/* The description as the begin hook's arguments: id, path (nil: the
+ * body's), body, model, headers, subset (nil when absent), check_body, where
+ * the body stops being UTF-8 (nil: it does not, or unchecked), flags, with
+ * no table to build. */
+enum { DESC_ARGS = 9 };
 
 static void push_desc(lua_State *L, const lupin_request_desc *d) {
   if (d->id && *d->id)
     lua_pushstring(L, d->id);
   else
     lua_pushnil(L);
-  lua_pushstring(L, d->path ? d->path : "/v1/completions");
+  if (d->path)
+    lua_pushstring(L, d->path);
+  else
+    lua_pushnil(L);
   if (d->body)
     lua_pushlstring(L, d->body, d->body_len);
   else
@@ -94,6 +121,12 @@ static void push_desc(lua_State *L, const lupin_request_desc *d) {
   } else {
     lua_pushnil(L);
   }
+  lua_pushboolean(L, d->check_body);
+  long long bad = d->check_body && d->body ? utf8_invalid_at(d->body, d->body_len) : -1;
+  if (bad >= 0)
+    lua_pushnumber(L, (lua_Number)bad);
+  else
+    lua_pushnil(L);
   lua_pushinteger(L, (lua_Integer)d->flags);
 }
 
@@ -116,12 +149,14 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
    * userdata (x86-64 user addresses fit a double's 53 bits) */
   lua_pushnumber(L, (lua_Number)(uintptr_t)req);
   push_desc(L, desc);
-  if (lupin__call(rt, 2 + DESC_ARGS, 2, err, errlen)) {
+  if (lupin__call(rt, 2 + DESC_ARGS, 4, err, errlen)) {
     free(req);
     return NULL;
   }
-  req->id = strdup(lua_tostring(L, -1));
-  lua_pop(L, 1);
+  req->id = strdup(lua_tostring(L, -3));
+  req->model = lua_isstring(L, -2) ? strdup(lua_tostring(L, -2)) : NULL;
+  req->stream = lua_toboolean(L, -1);
+  lua_pop(L, 3);
   req->ref = luaL_ref(L, LUA_REGISTRYINDEX);
   req->rt = rt;
   req->flags = desc->flags;
@@ -141,7 +176,11 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
 
 const char *lupin_request_id(const lupin_request *req) { return req->id; }
 
-uint64_t lupin__request_generation(const lupin_request *req) { return req->gen->number; }
+uint64_t lupin_request_generation(const lupin_request *req) { return req->gen->number; }
+
+const char *lupin_request_model(const lupin_request *req) { return req->model; }
+
+int lupin_request_stream(const lupin_request *req) { return req->stream; }
 
 static void *grow(void *a, size_t *cap, size_t n, size_t size) {
   if (n < *cap) return a;
@@ -219,7 +258,8 @@ static void clear_result(lupin_request *req) {
   req->n_picks = 0;
   free(req->message);
   free(req->plugin);
-  req->message = req->plugin = NULL;
+  free(req->param);
+  req->message = req->plugin = req->param = NULL;
 }
 
 static char *dup_or_null(lua_State *L, int idx) {
@@ -235,14 +275,15 @@ int lupin_request_schedule(lupin_request *req, lupin_result *out) {
   clear_result(req);
   lupin__push_hook(rt, LUPIN_HOOK_SCHEDULE);
   lua_rawgeti(L, LUA_REGISTRYINDEX, req->ref);
-  if (lupin__call(rt, 1, 5, err, sizeof err) == 0) {
-    status = (int)lua_tonumber(L, -5);
-    req->message = dup_or_null(L, -4);
-    req->plugin = dup_or_null(L, -3);
-    req->failed_outcome = (lupin_outcome)lua_tonumber(L, -2);
+  if (lupin__call(rt, 1, 6, err, sizeof err) == 0) {
+    status = (int)lua_tonumber(L, -6);
+    req->message = dup_or_null(L, -5);
+    req->plugin = dup_or_null(L, -4);
+    req->failed_outcome = (lupin_outcome)lua_tonumber(L, -3);
     /* response headers set by plugins are published by the response header hook */
-    if (lua_toboolean(L, -1)) req->response_hooks = 1;
-    lua_pop(L, 5);
+    if (lua_toboolean(L, -2)) req->response_hooks = 1;
+    req->param = dup_or_null(L, -1);
+    lua_pop(L, 6);
   } else {
     lupin__log(rt, LUPIN_LOG_ERROR, "request %s: scheduling: %s", req->id, err);
     status = 500;
@@ -250,8 +291,10 @@ int lupin_request_schedule(lupin_request *req, lupin_result *out) {
     req->failed_outcome = LUPIN_PLUGIN_ERROR;
   }
   req->failed = status != 200;
-  *out = (lupin_result){status,       req->message,    req->plugin,    req->picks,
-                        req->n_picks, req->upstream.v, req->upstream.n};
+  *out = (lupin_result){status,           req->message,    req->plugin,
+                        req->picks,       req->n_picks,    req->upstream.v,
+                        req->upstream.n,  req->failed ? (int)req->failed_outcome : LUPIN_OK,
+                        req->param};
   return status;
 }
 
@@ -326,13 +369,14 @@ size_t lupin_request_fallbacks(lupin_request *req, const lupin_pick **out) {
   return req->n_fallbacks;
 }
 
-const char *lupin_request_explain(lupin_request *req, size_t *len) {
+const char *lupin_request_explain(lupin_request *req, lupin_explain_format format, size_t *len) {
   if (len) *len = 0;
   if (!(req->flags & LUPIN_REQUEST_EXPLAIN)) return NULL;
   lua_State *L = req->rt->L;
   char err[512];
   push_call(req, LUPIN_HOOK_EXPLAIN);
-  if (lupin__call(req->rt, 1, 1, err, sizeof err)) {
+  lua_pushinteger(L, format);
+  if (lupin__call(req->rt, 2, 1, err, sizeof err)) {
     lupin__log(req->rt, LUPIN_LOG_ERROR, "request %s: explain: %s", req->id, err);
     return NULL;
   }
@@ -396,6 +440,7 @@ void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   free(req->upstream.v);
   free(req->client.v);
   free(req->id);
+  free(req->model);
   free(req);
 }
 

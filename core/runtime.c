@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <lauxlib.h>
+#include <luajit.h>
 #include <lualib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,11 +31,13 @@ static const char *const hook_names[LUPIN_HOOK_COUNT] = {
     "plugin_stats",
     "check_leaks",
     "eval",
-    "gateway",
+    "host",
     "endpoint_health",
     "fallbacks",
     "explain",
 };
+
+const char *lupin_luajit_version(void) { return LUAJIT_VERSION; }
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
@@ -326,7 +329,14 @@ void lupin_runtime_plugin_stats(lupin_runtime *rt, lupin_plugin_stat_fn fn, void
     lupin_plugin_stat s = {lua_tostring(L, t + 1),    lua_tostring(L, t + 2),
                            lua_tostring(L, t + 3),    field_u64(L, t, "calls"),
                            field_u64(L, t, "errors"), field_u64(L, t, "ns"),
-                           field_u64(L, t, "cuts"),   field_u64(L, t, "disabled") != 0};
+                           field_u64(L, t, "cuts"),   field_u64(L, t, "disabled") != 0,
+                           {0}};
+    lua_getfield(L, t, "buckets");
+    for (int k = 0; k <= LUPIN_PLUGIN_BUCKETS && lua_istable(L, -1); k++) {
+      lua_rawgeti(L, -1, k + 1);
+      s.buckets[k] = (uint64_t)lua_tonumber(L, -1);
+      lua_pop(L, 1);
+    }
     fn(ud, &s);
     lua_settop(L, t - 1);
   }

@@ -9,7 +9,6 @@
  *                          generation and the time it took, or the error */
 #include "gateway.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,174 +21,235 @@ static void reply(gw_conn *c, int status, const char *type, const gw_buf *b) {
 
 /* --- /metrics ------------------------------------------------------------ */
 
-/* Names from the config (endpoints, plugins) go into label values escaped:
- * a quote or a newline in one must not start a series of its own. */
+/* Every family through the registry (metrics.c): its # HELP and # TYPE, its
+ * label values escaped, so a quote or a newline in a name from the config
+ * (endpoints, plugins) or from a client (models) cannot start a series. */
+
+typedef struct plugin_pass {
+  gw_expo *e;
+  gw_family_id id; /* the family this pass writes */
+} plugin_pass;
+
+/* The EPP's name of an extension point (its ExtensionPoint constants), so
+ * that its dashboards' selectors match; lupin's own name where the EPP has
+ * no counterpart (prepare, finish, init, ...). */
+static const char *epp_point(const char *point) {
+  static const char *const map[][2] = {
+      {"admit", "Admission"},
+      {"pick_profiles", "ProfilePicker"},
+      {"filter", "Filter"},
+      {"score", "Scorer"},
+      {"pick", "Picker"},
+      {"process_results", "ProcessProfilesResults"},
+      {"pre_request", "PreRequest"},
+      {"response_header", "ResponseReceived"},
+      {"response_chunk", "ResponseStreaming"},
+      {"response_complete", "ResponseComplete"},
+  };
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (!strcmp(point, map[i][0])) return map[i][1];
+  return point;
+}
+
+/* The runtime's per-(plugin, point) counters, one family per pass: a family's
+ * samples must all follow its header. */
 static void plugin_stat(void *ud, const lupin_plugin_stat *s) {
-  gw_buf *b = ud, l = {0};
-  gw_buf_printf(&l, "plugin=");
-  gw_buf_label(&l, s->plugin);
-  gw_buf_printf(&l, ",type=");
-  gw_buf_label(&l, s->type);
-  gw_buf_printf(&l, ",point=");
-  gw_buf_label(&l, s->point);
-  const char *labels = l.data ? l.data : "";
-  gw_buf_printf(b, "lupin_plugin_calls_total{%s} %llu\n", labels, (unsigned long long)s->calls);
-  gw_buf_printf(b, "lupin_plugin_errors_total{%s} %llu\n", labels, (unsigned long long)s->errors);
-  gw_buf_printf(b, "lupin_plugin_seconds_total{%s} %.9f\n", labels, (double)s->nanoseconds / 1e9);
-  gw_buf_printf(b, "lupin_plugin_budget_cuts_total{%s} %llu\n", labels, (unsigned long long)s->cuts);
-  gw_buf_printf(b, "lupin_plugin_disabled{%s} %d\n", labels, s->disabled);
-  gw_buf_free(&l);
+  plugin_pass *p = ud;
+  const char *own[] = {s->plugin, s->type, s->point};
+  double seconds = (double)s->nanoseconds / 1e9;
+  switch (p->id) {
+  case GW_M_PLUGIN_DURATION: { /* the EPP's names and label order */
+    const char *epp[] = {epp_point(s->point), s->type, s->plugin};
+    gw_expo_buckets(p->e, epp, s->buckets, seconds);
+    break;
+  }
+  case GW_M_PLUGIN_CALLS:
+    gw_expo_sample(p->e, own, (double)s->calls);
+    break;
+  case GW_M_PLUGIN_ERRORS:
+    gw_expo_sample(p->e, own, (double)s->errors);
+    break;
+  case GW_M_PLUGIN_SECONDS:
+    gw_expo_sample(p->e, own, seconds);
+    break;
+  case GW_M_PLUGIN_CUTS:
+    gw_expo_sample(p->e, own, (double)s->cuts);
+    break;
+  default:
+    gw_expo_sample(p->e, own, s->disabled);
+    break;
+  }
 }
 
-/* name{endpoint="..."} value, the value in Prometheus' spelling. */
-static void endpoint_sample(gw_buf *b, const char *name, const gw_endpoint *ep, double v) {
-  gw_buf_printf(b, "%s{endpoint=", name);
-  gw_buf_label(b, ep->name);
-  if (isnan(v))
-    gw_buf_printf(b, "} NaN\n");
-  else if (isinf(v))
-    gw_buf_printf(b, "} %sInf\n", v > 0 ? "+" : "-");
-  else
-    gw_buf_printf(b, "} %.17g\n", v);
+static void metrics_plugins(lupin_gateway *gw, gw_expo *e) {
+  static const gw_family_id ids[] = {GW_M_PLUGIN_CALLS, GW_M_PLUGIN_ERRORS,   GW_M_PLUGIN_SECONDS,
+                                     GW_M_PLUGIN_CUTS,  GW_M_PLUGIN_DISABLED, GW_M_PLUGIN_DURATION};
+  for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) {
+    plugin_pass p = {e, ids[k]};
+    gw_expo_family(e, ids[k]);
+    lupin_runtime_plugin_stats(gw->rt, plugin_stat, &p);
+  }
 }
 
-static void metrics_requests(lupin_gateway *gw, gw_buf *b) {
+static void metrics_requests(lupin_gateway *gw, gw_expo *e) {
   gw_stats *s = &gw->stats;
-  gw_buf_printf(b, "# TYPE lupin_requests_total counter\n");
+  char status[8];
+  gw_expo_family(e, GW_M_REQUESTS);
   for (int i = 100; i < 600; i++)
-    if (s->by_status[i])
-      gw_buf_printf(b, "lupin_requests_total{status=\"%d\"} %llu\n", i,
-                    (unsigned long long)s->by_status[i]);
-  gw_buf_printf(b, "# TYPE lupin_request_outcomes_total counter\n");
-  for (int o = LUPIN_OK; o <= LUPIN_TIMEOUT; o++)
-    gw_buf_printf(b, "lupin_request_outcomes_total{outcome=\"%s\"} %llu\n", lupin_outcome_name(o),
-                  (unsigned long long)s->by_outcome[o]);
-  gw_buf_printf(b, "# TYPE lupin_scheduling_seconds histogram\n");
-  uint64_t cum = 0;
-  for (int i = 0; i < GW_SCHED_BUCKETS; i++) {
-    cum += s->sched_buckets[i];
-    gw_buf_printf(b, "lupin_scheduling_seconds_bucket{le=\"%g\"} %llu\n", gw_sched_bounds[i],
-                  (unsigned long long)cum);
-  }
-  gw_buf_printf(b, "lupin_scheduling_seconds_bucket{le=\"+Inf\"} %llu\n",
-                (unsigned long long)s->sched_count);
-  gw_buf_printf(b, "lupin_scheduling_seconds_sum %.9f\nlupin_scheduling_seconds_count %llu\n",
-                s->sched_sum, (unsigned long long)s->sched_count);
-}
-
-static void metrics_endpoints(lupin_gateway *gw, gw_buf *b) {
-  static const char *const names[] = {"waiting_queue_size", "running_requests", "kv_cache_usage",
-                                      "max_lora"};
-  double now = lupin_now();
-  char name[64];
-  for (int k = 0; k < 4; k++) {
-    gw_buf_printf(b, "# TYPE lupin_endpoint_%s gauge\n", names[k]);
-    snprintf(name, sizeof name, "lupin_endpoint_%s", names[k]);
-    for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next) {
-      const lupin_metrics *m = &ep->metrics;
-      double v[] = {m->waiting_queue_size, m->running_requests, m->kv_cache_usage, m->max_lora};
-      endpoint_sample(b, name, ep, v[k]);
+    if (s->by_status[i]) {
+      snprintf(status, sizeof status, "%d", i);
+      gw_expo_sample(e, (const char *[]){status}, (double)s->by_status[i]);
     }
-  }
-  gw_buf_printf(b, "# TYPE lupin_endpoint_scrape_age_seconds gauge\n");
-  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    endpoint_sample(b, "lupin_endpoint_scrape_age_seconds", ep,
-                    ep->scraped_at ? now - ep->scraped_at : -1);
-  gw_buf_printf(b, "# TYPE lupin_endpoint_scrape_errors_total counter\n");
-  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    endpoint_sample(b, "lupin_endpoint_scrape_errors_total", ep, (double)ep->scrape_errors);
+  gw_expo_family(e, GW_M_OUTCOMES);
+  for (int o = LUPIN_OK; o <= LUPIN_INVALID_REQUEST; o++)
+    gw_expo_sample(e, (const char *[]){lupin_outcome_name(o)}, (double)s->by_outcome[o]);
+  gw_expo_family(e, GW_M_SCHEDULING);
+  gw_expo_histogram(e, NULL, &s->sched);
 }
 
-/* Health and retries, per endpoint (health.c, proxy.c). */
-static void metrics_health(lupin_gateway *gw, gw_buf *b) {
-  gw_buf_printf(b, "# TYPE lupin_endpoint_healthy gauge\n");
-  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    endpoint_sample(b, "lupin_endpoint_healthy", ep, ep->health.state == GW_HEALTHY);
-  gw_buf_printf(b, "# TYPE lupin_endpoint_ejections_total counter\n");
-  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    endpoint_sample(b, "lupin_endpoint_ejections_total", ep, (double)ep->health.ejections);
-  gw_buf_printf(b, "# TYPE lupin_endpoint_restorations_total counter\n");
-  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    endpoint_sample(b, "lupin_endpoint_restorations_total", ep, (double)ep->health.restorations);
-  static const char *const families[] = {"lupin_upstream_failures_total",
-                                         "lupin_upstream_retries_total"};
+/* One gauge or counter per endpoint. */
+static void per_endpoint(lupin_gateway *gw, gw_expo *e, gw_family_id id) {
+  double now = lupin_now();
+  gw_expo_family(e, id);
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next) {
+    const lupin_metrics *m = &ep->metrics;
+    const gw_health *h = &ep->health;
+    double v = id == GW_M_EP_WAITING         ? m->waiting_queue_size
+               : id == GW_M_EP_RUNNING       ? m->running_requests
+               : id == GW_M_EP_KV            ? m->kv_cache_usage
+               : id == GW_M_EP_MAX_LORA      ? m->max_lora
+               : id == GW_M_EP_SCRAPE_AGE    ? (ep->scraped_at ? now - ep->scraped_at : -1)
+               : id == GW_M_EP_SCRAPE_ERRORS ? (double)ep->scrape_errors
+               : id == GW_M_EP_HEALTHY       ? h->state == GW_HEALTHY
+               : id == GW_M_EP_EJECTIONS     ? (double)h->ejections
+                                             : (double)h->restorations;
+    gw_expo_sample(e, (const char *[]){ep->name}, v);
+  }
+}
+
+static void metrics_endpoints(lupin_gateway *gw, gw_expo *e) {
+  for (gw_family_id id = GW_M_EP_WAITING; id <= GW_M_EP_RESTORATIONS; id++)
+    per_endpoint(gw, e, id);
   for (int f = 0; f < 2; f++) {
-    gw_buf_printf(b, "# TYPE %s counter\n", families[f]);
+    gw_expo_family(e, f ? GW_M_UP_RETRIES : GW_M_UP_FAILURES);
     for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-      for (int e = 0; e < GW_UP_ERRORS; e++) {
-        uint64_t v = f ? ep->health.retries[e] : ep->health.failures[e];
-        if (!v) continue;
-        gw_buf_printf(b, "%s{endpoint=", families[f]);
-        gw_buf_label(b, ep->name);
-        gw_buf_printf(b, ",reason=\"%s\"} %llu\n", gw_failure_name(e), (unsigned long long)v);
+      for (int r = 0; r < GW_UP_ERRORS; r++) {
+        uint64_t v = f ? ep->health.retries[r] : ep->health.failures[r];
+        if (v) gw_expo_sample(e, (const char *[]){ep->name, gw_failure_name(r)}, (double)v);
       }
   }
-  gw_buf_printf(b,
-                "# TYPE lupin_upstream_retries_denied_total counter\n"
-                "lupin_upstream_retries_denied_total %llu\n"
-                "# TYPE lupin_endpoints_healthy gauge\nlupin_endpoints_healthy %zu\n",
-                (unsigned long long)gw->retries_denied, gw_healthy_endpoints(gw));
+  gw_expo_family(e, GW_M_UP_RETRIES_DENIED);
+  gw_expo_sample(e, NULL, (double)gw->retries_denied);
+  gw_expo_family(e, GW_M_ENDPOINTS_HEALTHY);
+  gw_expo_sample(e, NULL, (double)gw_healthy_endpoints(gw));
 }
 
-static void metrics_reloads(lupin_gateway *gw, gw_buf *b) {
+static void metrics_reloads(lupin_gateway *gw, gw_expo *e) {
   const gw_reload_stats *r = &gw->reloads;
-  gw_buf_printf(b,
-                "# TYPE lupin_reloads_total counter\n"
-                "lupin_reloads_total{result=\"ok\"} %llu\n"
-                "lupin_reloads_total{result=\"error\"} %llu\n"
-                "# TYPE lupin_reload_duration_seconds summary\n"
-                "lupin_reload_duration_seconds_sum %.9f\n"
-                "lupin_reload_duration_seconds_count %llu\n"
-                "# TYPE lupin_reload_last_duration_seconds gauge\n"
-                "lupin_reload_last_duration_seconds %.9f\n",
-                (unsigned long long)r->ok, (unsigned long long)r->error, r->seconds_sum,
-                (unsigned long long)(r->ok + r->error), r->last_seconds);
+  gw_expo_family(e, GW_M_RELOADS);
+  gw_expo_sample(e, (const char *[]){"ok"}, (double)r->ok);
+  gw_expo_sample(e, (const char *[]){"error"}, (double)r->error);
+  gw_expo_family(e, GW_M_RELOAD_SECONDS);
+  gw_expo_summary(e, NULL, r->seconds_sum, r->ok + r->error);
+  gw_expo_family(e, GW_M_RELOAD_LAST);
+  gw_expo_sample(e, NULL, r->last_seconds);
 }
 
-static void metrics_bounds(lupin_gateway *gw, const lupin_stats *st, gw_buf *b) {
-  gw_buf_printf(
-      b,
-      "# TYPE lupin_requests_in_flight gauge\nlupin_requests_in_flight %zu\n"
-      "# TYPE lupin_buffered_body_bytes gauge\nlupin_buffered_body_bytes %llu\n"
-      "# TYPE lupin_capacity_refusals_total counter\n"
-      "lupin_capacity_refusals_total{cap=\"maxRequestsInFlight\"} %llu\n"
-      "lupin_capacity_refusals_total{cap=\"maxBufferedBodyBytes\"} %llu\n"
-      "# TYPE lupin_lua_memory_limit_bytes gauge\nlupin_lua_memory_limit_bytes %llu\n"
-      "# TYPE lupin_lua_memory_limit_hits_total counter\n"
-      "lupin_lua_memory_limit_hits_total %llu\n",
-      gw->in_flight, (unsigned long long)gw->body_bytes, (unsigned long long)gw->refused_in_flight,
-      (unsigned long long)gw->refused_body_bytes, (unsigned long long)gw->set.max_lua_memory_bytes,
-      (unsigned long long)st->memory_limit_hits);
+/* A family with one unlabelled sample. */
+static void scalar(gw_expo *e, gw_family_id id, double v) {
+  gw_expo_family(e, id);
+  gw_expo_sample(e, NULL, v);
+}
+
+static void metrics_runtime(lupin_gateway *gw, gw_expo *e) {
+  lupin_stats st;
+  lupin_runtime_stats(gw->rt, &st);
+  scalar(e, GW_M_LIVE_REQUESTS, (double)st.live_requests);
+  scalar(e, GW_M_LIVE_TABLES, (double)st.live_request_tables);
+  scalar(e, GW_M_LUA_MEMORY, (double)st.lua_memory);
+  scalar(e, GW_M_LUA_PEAK, (double)st.lua_memory_peak);
+  scalar(e, GW_M_GENERATION, (double)st.generation);
+  scalar(e, GW_M_GENERATIONS_ALIVE, (double)st.generations_alive);
+  scalar(e, GW_M_ENDPOINTS, (double)gw->n_endpoints);
+  scalar(e, GW_M_IN_FLIGHT, (double)gw->in_flight);
+  scalar(e, GW_M_BODY_BYTES, (double)gw->body_bytes);
+  gw_expo_family(e, GW_M_REFUSALS);
+  gw_expo_sample(e, (const char *[]){"maxRequestsInFlight"}, (double)gw->refused_in_flight);
+  gw_expo_sample(e, (const char *[]){"maxBufferedBodyBytes"}, (double)gw->refused_body_bytes);
+  scalar(e, GW_M_LUA_LIMIT, (double)gw->set.max_lua_memory_bytes);
+  scalar(e, GW_M_LUA_LIMIT_HITS, (double)st.memory_limit_hits);
+  gw_expo_family(e, GW_M_BUILD_INFO);
+  gw_expo_sample(e, (const char *[]){LUPIN_VERSION, lupin_luajit_version()}, 1);
+}
+
+/* inference_objective_*: per model; target_model_name is the model itself
+ * (lupin does not rewrite the model a request names). */
+static void metrics_objectives(lupin_gateway *gw, gw_expo *e) {
+  static const gw_family_id hists[] = {GW_M_OBJ_DURATION, GW_M_OBJ_REQUEST_SIZES,
+                                       GW_M_OBJ_RESPONSE_SIZES};
+  gw_expo_family(e, GW_M_OBJ_REQUESTS);
+  for (gw_objective *o = gw->objectives; o; o = o->next)
+    if (o->requests) gw_expo_sample(e, (const char *[]){o->model, o->model}, (double)o->requests);
+  gw_expo_family(e, GW_M_OBJ_ERRORS);
+  for (gw_objective *o = gw->objectives; o; o = o->next)
+    for (int c = 0; c < GW_ERRS; c++)
+      if (o->errors[c])
+        gw_expo_sample(e, (const char *[]){o->model, o->model, gw_error_codes[c]},
+                       (double)o->errors[c]);
+  for (int k = 0; k < 3; k++) {
+    gw_expo_family(e, hists[k]);
+    for (gw_objective *o = gw->objectives; o; o = o->next) {
+      const gw_histogram *h = k == 0   ? &o->duration
+                              : k == 1 ? &o->request_sizes
+                                       : &o->response_sizes;
+      if (h->count) gw_expo_histogram(e, (const char *[]){o->model, o->model}, h);
+    }
+  }
+  gw_expo_family(e, GW_M_OBJ_RUNNING);
+  for (gw_objective *o = gw->objectives; o; o = o->next)
+    if (o->requests) gw_expo_sample(e, (const char *[]){o->model}, (double)o->running);
+}
+
+/* inference_pool_*: over the endpoints with fresh metrics, as the EPP
+ * computes them; the pool's name is "lupin" (there is no InferencePool). */
+#define POOL_NAME "lupin"
+
+static void metrics_pool(lupin_gateway *gw, gw_expo *e) {
+  double now = lupin_now(), kv = 0, queue = 0, n = 0;
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    if (gw_endpoint_fresh(ep, now)) {
+      kv += ep->metrics.kv_cache_usage;
+      queue += ep->metrics.waiting_queue_size;
+      n++;
+    }
+  const char *pool[] = {POOL_NAME};
+  gw_expo_family(e, GW_M_POOL_READY);
+  gw_expo_sample(e, pool, n);
+  /* no mean of nothing: the EPP leaves them unset then too */
+  gw_expo_family(e, GW_M_POOL_KV);
+  if (n) gw_expo_sample(e, pool, kv / n);
+  gw_expo_family(e, GW_M_POOL_QUEUE);
+  if (n) gw_expo_sample(e, pool, queue / n);
+  gw_expo_family(e, GW_M_POOL_POD_QUEUE);
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    if (gw_endpoint_fresh(ep, now))
+      gw_expo_sample(e, (const char *[]){ep->name, POOL_NAME}, ep->metrics.waiting_queue_size);
+  gw_expo_family(e, GW_M_SCHEDULER_E2E);
+  gw_expo_histogram(e, NULL, &gw->stats.sched_epp);
 }
 
 static void metrics(lupin_gateway *gw, gw_conn *c) {
   gw_buf b = {0};
-  metrics_requests(gw, &b);
-  gw_buf_printf(&b, "# TYPE lupin_plugin_calls_total counter\n"
-                    "# TYPE lupin_plugin_errors_total counter\n"
-                    "# TYPE lupin_plugin_seconds_total counter\n"
-                    "# TYPE lupin_plugin_budget_cuts_total counter\n"
-                    "# TYPE lupin_plugin_disabled gauge\n");
-  lupin_runtime_plugin_stats(gw->rt, plugin_stat, &b);
-  metrics_endpoints(gw, &b);
-  metrics_health(gw, &b);
-  metrics_reloads(gw, &b);
-  lupin_stats st;
-  lupin_runtime_stats(gw->rt, &st);
-  gw_buf_printf(&b,
-                "# TYPE lupin_live_requests gauge\nlupin_live_requests %llu\n"
-                "# TYPE lupin_live_request_tables gauge\nlupin_live_request_tables %llu\n"
-                "# TYPE lupin_lua_memory_bytes gauge\nlupin_lua_memory_bytes %llu\n"
-                "# TYPE lupin_lua_memory_peak_bytes gauge\nlupin_lua_memory_peak_bytes %llu\n"
-                "# TYPE lupin_generation gauge\nlupin_generation %llu\n"
-                "# TYPE lupin_generations_alive gauge\nlupin_generations_alive %llu\n"
-                "# TYPE lupin_endpoints gauge\nlupin_endpoints %zu\n",
-                (unsigned long long)st.live_requests, (unsigned long long)st.live_request_tables,
-                (unsigned long long)st.lua_memory, (unsigned long long)st.lua_memory_peak,
-                (unsigned long long)st.generation, (unsigned long long)st.generations_alive,
-                gw->n_endpoints);
-  metrics_bounds(gw, &st, &b);
-  reply(c, 200, "text/plain; version=0.0.4", &b);
+  gw_expo e = {&b, NULL};
+  metrics_requests(gw, &e);
+  metrics_plugins(gw, &e);
+  metrics_endpoints(gw, &e);
+  metrics_reloads(gw, &e);
+  metrics_runtime(gw, &e);
+  gw_process_metrics(&e);
+  metrics_objectives(gw, &e);
+  metrics_pool(gw, &e);
+  reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
   gw_buf_free(&b);
 }
 
@@ -268,7 +328,7 @@ static void requests(lupin_gateway *gw, gw_conn *c) {
     gw_buf_json(&b, x->ep ? x->ep->hostport : "");
     gw_buf_printf(&b, ",\"stream\":%s,\"age_seconds\":%.3f,\"generation\":%llu}",
                   x->stream ? "true" : "false", now - x->started,
-                  (unsigned long long)lupin__request_generation(x->req));
+                  (unsigned long long)lupin_request_generation(x->req));
   }
   gw_buf_printf(&b, "]}\n");
   reply(c, 200, "application/json", &b);

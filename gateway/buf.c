@@ -9,6 +9,14 @@
 #include <strings.h>
 #include <utf8proc.h>
 
+void gw_errf(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || !errlen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
 static int reserve(gw_buf *b, size_t more) {
   if (b->len + more + 1 <= b->cap) return 0;
   size_t cap = b->cap ? b->cap : 256;
@@ -58,20 +66,6 @@ static size_t utf8_seq(const unsigned char *p, size_t left) {
   utf8proc_int32_t cp;
   utf8proc_ssize_t n = utf8proc_iterate(p, (utf8proc_ssize_t)(left < 4 ? left : 4), &cp);
   return n > 0 ? (size_t)n : 0;
-}
-
-long long gw_utf8_invalid_at(const char *s, size_t len) {
-  const unsigned char *p = (const unsigned char *)s;
-  for (size_t i = 0; i < len;) {
-    if (p[i] < 0x80) { /* ASCII is most of a body: no call for it */
-      i++;
-      continue;
-    }
-    size_t n = utf8_seq(p + i, len - i);
-    if (!n) return (long long)i;
-    i += n;
-  }
-  return -1;
 }
 
 /* Control characters escaped; bytes that are not UTF-8 become U+FFFD, so the

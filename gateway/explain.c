@@ -88,13 +88,8 @@ static const char *refusal(void) {
 
 void gw_explain_scheduled(gw_exchange *x) {
   if (x->explain <= 0) return;
-  size_t len;
-  const char *json = lupin_request_explain(x->req, &len);
-  char err[256];
-  x->explain_summary = json ? gw_lua_explain(x->gw->rt, "explain_summary", json, len, err,
-                                             sizeof err)
-                            : NULL;
-  if (!x->explain_summary) x->explain_summary = strdup("unavailable: see the gateway's log");
+  const char *summary = lupin_request_explain(x->req, LUPIN_EXPLAIN_SUMMARY, NULL);
+  x->explain_summary = strdup(summary ? summary : "unavailable: see the gateway's log");
   snprintf(x->explain_url, sizeof x->explain_url, "/admin/explain/%s", lupin_request_id(x->req));
 }
 
@@ -113,7 +108,7 @@ size_t gw_explain_headers(const gw_exchange *x, lupin_header *out) {
 void gw_explain_ended(gw_exchange *x, int status, const char *outcome) {
   if (x->explain <= 0) return;
   size_t len;
-  const char *json = lupin_request_explain(x->req, &len);
+  const char *json = lupin_request_explain(x->req, LUPIN_EXPLAIN_JSON, &len);
   if (!json || len < 2) return;
   gw_buf b = {0};
   gw_buf_append(&b, json, len - 1); /* without its closing brace */
@@ -175,30 +170,19 @@ static size_t request_headers(const gw_http_request *req, lupin_header *out) {
   return n;
 }
 
-/* Decides one request against the live endpoints, for its record only. */
+/* Decides one request against the live endpoints, for its record only:
+ * the body checked as the public API checks it, its path its own (chat when
+ * it has "messages"). */
 static void decide(lupin_gateway *gw, gw_conn *c, gw_http_request *req) {
-  char msg[1024], param[64], *model = NULL, err[256];
-  int stream = 0;
-  const char *body = req->body.data ? req->body.data : "";
-  char *path = gw_lua_explain(gw->rt, "explain_path", body, req->body.len, err, sizeof err);
-  int rc = path ? gw_lua_validate(gw->rt, path, body, req->body.len, &model, &stream, msg,
-                                  sizeof msg, param, sizeof param)
-                : -2;
-  if (rc) {
-    gw_conn_error(c, rc == -2 ? 500 : 400, rc == -2 ? "internal error while checking the body" : msg,
-                  rc == -2 ? NULL : param, NULL, 0);
-    free(path);
-    return;
-  }
+  char msg[1024];
   lupin_header h[req->headers.n + 1];
   char *subset_text = NULL;
   const char *subset[256];
-  lupin_request_desc d = {.path = path,
-                          .body = body,
+  lupin_request_desc d = {.body = req->body.data ? req->body.data : "",
                           .body_len = req->body.len,
-                          .model = model,
                           .headers = h,
                           .n_headers = request_headers(req, h),
+                          .check_body = 1,
                           .flags = LUPIN_REQUEST_EXPLAIN | LUPIN_REQUEST_DRY_RUN};
   const char *hint = gw_headers_get(&req->headers, "x-gateway-destination-endpoint-subset");
   if (hint && (subset_text = strdup(hint))) {
@@ -209,17 +193,16 @@ static void decide(lupin_gateway *gw, gw_conn *c, gw_http_request *req) {
   }
   lupin_request *lr = lupin_request_begin(gw->rt, &d, msg, sizeof msg);
   free(subset_text);
-  free(model);
-  free(path);
   if (!lr) {
     gw_conn_error(c, 500, msg, NULL, NULL, 0);
     return;
   }
   lupin_result res;
-  lupin_request_schedule(lr, &res);
   size_t len;
-  const char *json = lupin_request_explain(lr, &len);
-  if (json)
+  const char *json = NULL;
+  if (lupin_request_schedule(lr, &res) == 400) /* a bad body: the public API's answer */
+    gw_conn_error(c, 400, res.message, res.param, NULL, 0);
+  else if ((json = lupin_request_explain(lr, LUPIN_EXPLAIN_JSON, &len)))
     reply_json(c, 200, json, len);
   else
     gw_conn_error(c, 500, "the explain record could not be made: see the gateway's log", NULL,

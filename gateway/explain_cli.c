@@ -37,13 +37,13 @@ static void on_log(void *ud, int level, const char *msg) {
   gw_log_line(0, level, msg);
 }
 
-static void add_endpoint(void *ud, const lupin_endpoint_desc *d, const lupin_metrics *m) {
+static void add_endpoint(void *ud, const lupin_endpoint_desc *d) {
   explain_run *r = ud;
-  if (r->failed) return;
-  if (lupin_endpoint_upsert(r->rt, d, r->err, sizeof r->err))
-    r->failed = 1;
-  else
-    lupin_endpoint_set_metrics(r->rt, d->name ? d->name : "", m);
+  if (!r->failed && lupin_endpoint_upsert(r->rt, d, r->err, sizeof r->err)) r->failed = 1;
+}
+
+static void set_metrics(void *ud, const char *name, const lupin_metrics *m) {
+  lupin_endpoint_set_metrics(((explain_run *)ud)->rt, name, m);
 }
 
 /* The whole of a file, or of stdin for "-"; NULL with err. */
@@ -73,50 +73,35 @@ static char *slurp(const char *path, size_t *len, char *err, size_t errlen) {
 /* Schedules the body; prints the record.  Returns the exit code. */
 static int explain_body(explain_run *r, const char *file, const char *body, size_t len,
                         int json) {
-  char msg[1024], param[64], *model = NULL;
-  int stream;
-  char *path = gw_lua_explain(r->rt, "explain_path", body, len, msg, sizeof msg);
-  int rc = path ? gw_lua_validate(r->rt, path, body, len, &model, &stream, msg, sizeof msg, param,
-                                  sizeof param)
-                : -2;
-  if (rc) {
-    if (rc == -1 && *param)
-      fprintf(stderr, "lupin explain: %s: %s (parameter %s)\n", file, msg, param);
-    else
-      fprintf(stderr, "lupin explain: %s: %s%s\n", file, rc == -2 ? "internal error: " : "", msg);
-    free(path);
-    return rc == -2 ? GW_EXIT_CONFIG : GW_EXIT_USAGE;
-  }
-  lupin_request_desc d = {.path = path,
-                          .body = body,
+  lupin_request_desc d = {.body = body, /* path NULL: the body's */
                           .body_len = len,
-                          .model = model,
+                          .check_body = 1,
                           .flags = LUPIN_REQUEST_EXPLAIN | LUPIN_REQUEST_DRY_RUN};
   lupin_request *req = lupin_request_begin(r->rt, &d, r->err, sizeof r->err);
-  free(model);
-  free(path);
   if (!req) {
     fprintf(stderr, "lupin explain: %s\n", r->err);
     return GW_EXIT_CONFIG;
   }
   lupin_result res;
-  lupin_request_schedule(req, &res);
-  size_t n;
-  const char *record = lupin_request_explain(req, &n);
-  char *text = record && !json
-                   ? gw_lua_explain(r->rt, "explain_text", record, n, r->err, sizeof r->err)
-                   : NULL;
-  rc = GW_EXIT_OK;
-  if (!record || (!json && !text)) {
-    fprintf(stderr, "lupin explain: the record could not be made: %s\n",
-            record ? r->err : "see the log above");
-    rc = GW_EXIT_CONFIG;
-  } else if (json) {
-    printf("%.*s\n", (int)n, record);
+  int rc = GW_EXIT_OK;
+  if (lupin_request_schedule(req, &res) == 400 && res.outcome == LUPIN_INVALID_REQUEST) {
+    if (res.param && *res.param)
+      fprintf(stderr, "lupin explain: %s: %s (parameter %s)\n", file, res.message, res.param);
+    else
+      fprintf(stderr, "lupin explain: %s: %s\n", file, res.message);
+    rc = GW_EXIT_USAGE;
   } else {
-    fputs(text, stdout);
+    size_t n;
+    const char *record =
+        lupin_request_explain(req, json ? LUPIN_EXPLAIN_JSON : LUPIN_EXPLAIN_TEXT, &n);
+    if (!record) {
+      fprintf(stderr, "lupin explain: the record could not be made (see the log above)\n");
+      rc = GW_EXIT_CONFIG;
+    } else {
+      fwrite(record, 1, n, stdout);
+      if (json) fputc('\n', stdout);
+    }
   }
-  free(text);
   lupin_request_end(req, LUPIN_OK);
   return rc;
 }
@@ -167,9 +152,12 @@ int gw_explain_main(int argc, char **argv) {
   lupin_options ro = {.log = on_log, .log_level = LUPIN_LOG_WARN};
   int rc = GW_EXIT_CONFIG;
   r.rt = lupin_runtime_new(&ro, r.err, sizeof r.err);
-  if (!r.rt || lupin_runtime_load(r.rt, config, r.err, sizeof r.err) ||
-      gw_lua_endpoints_metrics(r.rt, endpoints, add_endpoint, &r, r.err, sizeof r.err) ||
-      r.failed)
+  /* the gateway section too: a config lupin serve runs explains as it is */
+  if (!r.rt || gw_settings_declare(r.rt, r.err, sizeof r.err) ||
+      lupin_runtime_load(r.rt, config, r.err, sizeof r.err) ||
+      lupin_runtime_read_endpoints(r.rt, endpoints, add_endpoint, &r, r.err, sizeof r.err) ||
+      r.failed ||
+      lupin_runtime_read_endpoint_metrics(r.rt, endpoints, set_metrics, &r, r.err, sizeof r.err))
     fprintf(stderr, "lupin explain: %s\n", r.err);
   else
     rc = explain_body(&r, request, body, len, !strcmp(format, "json"));

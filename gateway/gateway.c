@@ -11,9 +11,6 @@
 #include <strings.h>
 #include <time.h>
 
-const double gw_sched_bounds[GW_SCHED_BUCKETS] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                                  0.005,   0.01,   0.025,   0.05,   0.1,   0.5};
-
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
 static double wall_time(void) {
@@ -128,7 +125,8 @@ static void endpoint_sync(void *ud, const lupin_endpoint_desc *d) {
 static int endpoints_load(lupin_gateway *gw, char *err, size_t errlen) {
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
     ep->seen = 0;
-  if (gw_lua_endpoints(gw->rt, gw->opts.endpoints_file, endpoint_sync, gw, err, errlen)) return -1;
+  if (lupin_runtime_read_endpoints(gw->rt, gw->opts.endpoints_file, endpoint_sync, gw, err, errlen))
+    return -1;
   for (gw_endpoint *ep = gw->endpoints, *next; ep; ep = next) {
     next = ep->next;
     if (!ep->seen) endpoint_remove(gw, ep);
@@ -136,11 +134,16 @@ static int endpoints_load(lupin_gateway *gw, char *err, size_t errlen) {
   return 0;
 }
 
+int gw_endpoint_fresh(const gw_endpoint *ep, double now) {
+  double limit = (double)ep->gw->set.metrics_staleness_ms / 1000;
+  return ep->scraped_at > 0 && now - ep->scraped_at <= limit && ep->health.state == GW_HEALTHY;
+}
+
 size_t gw_fresh_endpoints(lupin_gateway *gw) {
-  double now = lupin_now(), limit = (double)gw->set.metrics_staleness_ms / 1000;
+  double now = lupin_now();
   size_t n = 0;
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    if (ep->scraped_at > 0 && now - ep->scraped_at <= limit && ep->health.state == GW_HEALTHY) n++;
+    n += gw_endpoint_fresh(ep, now);
   return n;
 }
 
@@ -180,7 +183,7 @@ static int watch_file(lupin_gateway *gw, char *err, size_t errlen) {
   uv_timer_init(gw->loop, gw->rewatch);
   gw->watch->data = gw->rewatch->data = gw;
   int rc = uv_fs_event_start(gw->watch, on_fs_event, dir, 0);
-  if (rc) lupin__errf(err, errlen, "cannot watch %s: %s", dir, uv_strerror(rc));
+  if (rc) gw_errf(err, errlen, "cannot watch %s: %s", dir, uv_strerror(rc));
   return rc ? -1 : 0;
 }
 
@@ -194,14 +197,16 @@ int gw_reload(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint
   if (seconds) *seconds = dt;
   gw->reloads.seconds_sum += dt;
   gw->reloads.last_seconds = dt;
+  lupin_stats st;
+  lupin_runtime_stats(gw->rt, &st);
+  uint64_t n = st.generation;
   if (rc) {
     gw->reloads.error++;
     gw_log(gw, LUPIN_LOG_ERROR, "reload (%s) failed after %.1f ms, generation %llu keeps serving: %s",
-           why, dt * 1e3, (unsigned long long)lupin__generation_current(gw->rt)->number, err);
+           why, dt * 1e3, (unsigned long long)n, err);
     return -1;
   }
   gw->reloads.ok++;
-  uint64_t n = lupin__generation_current(gw->rt)->number;
   if (generation) *generation = n;
   gw_log(gw, LUPIN_LOG_INFO, "reload (%s): generation %llu serving, built in %.1f ms", why,
          (unsigned long long)n, dt * 1e3);
@@ -302,18 +307,21 @@ static int parse_bytes(const char *s, uint64_t *out) {
 static int apply_memory_limit(lupin_gateway *gw, char *err, size_t errlen) {
   const char *cli = gw->opts.max_lua_memory;
   if (cli && parse_bytes(cli, &gw->set.max_lua_memory_bytes)) {
-    lupin__errf(err, errlen, "--max-lua-memory %s: give bytes, or a size like 512m or 2g", cli);
+    gw_errf(err, errlen, "--max-lua-memory %s: give bytes, or a size like 512m or 2g", cli);
     return -1;
   }
-  return gw_lua_memory_limit(gw->rt, gw->set.max_lua_memory_bytes, err, errlen);
+  lupin_runtime_set_memory_limit(gw->rt, (size_t)gw->set.max_lua_memory_bytes);
+  return 0;
 }
 
 static int open_runtime(lupin_gateway *gw, char *err, size_t errlen) {
   lupin_options o = {.log = runtime_log, .log_ud = gw, .log_level = gw->opts.log_level};
   gw->rt = lupin_runtime_new(&o, err, errlen);
   if (!gw->rt) return -1;
-  if (lupin_runtime_load(gw->rt, gw->opts.config, err, errlen)) return -1;
-  if (gw_lua_settings(gw->rt, &gw->set, err, errlen)) return -1;
+  if (gw_settings_declare(gw->rt, err, errlen) ||
+      lupin_runtime_load(gw->rt, gw->opts.config, err, errlen) ||
+      gw_settings_read(gw->rt, &gw->set, err, errlen))
+    return -1;
   return apply_memory_limit(gw, err, errlen);
 }
 
@@ -338,7 +346,7 @@ static int check_admin_address(lupin_gateway *gw, char *err, size_t errlen) {
            gw->opts.admin);
     return 0;
   }
-  lupin__errf(err, errlen,
+  gw_errf(err, errlen,
               "refusing to serve the admin API on %s, which is not a loopback address, without "
               "--admin-token TOKEN: give a token, bind it to 127.0.0.1, or pass "
               "--admin-insecure to serve it open anyway",
@@ -351,14 +359,14 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   gw->opts = *o;
   gw->loop = malloc(sizeof *gw->loop);
   if (!gw->loop || uv_loop_init(gw->loop)) {
-    lupin__errf(err, errlen, "cannot create the event loop");
+    gw_errf(err, errlen, "cannot create the event loop");
     return -2;
   }
   /* what the config decides fails with -1 (exit 1), the rest with -2 */
   if (check_admin_address(gw, err, errlen) || open_runtime(gw, err, errlen)) return -1;
   if (endpoints_load(gw, err, errlen)) return -1;
   /* the first load's dry cycle ran with no endpoints: run it as a reload would */
-  if (gw_lua_dry_run(gw->rt, err, errlen)) return -1;
+  if (lupin_runtime_dry_run(gw->rt, err, errlen)) return -1;
   if (gw->opts.endpoints_file && watch_file(gw, err, errlen)) return -1;
   if (!gw->opts.no_watch) gw_watch_sync(gw);
   gw->server = gw_server_listen(gw, o->listen, gw_proxy_handle, gw, err, errlen);
@@ -392,6 +400,7 @@ int gw_run(lupin_gateway *gw) {
   if (gw->rt) lupin_runtime_free(gw->rt);
   gw_server_free(gw->server);
   gw_server_free(gw->admin);
+  gw_objectives_free(gw);
   gw_explain_free(gw);
   if (gw->loop) {
     uv_loop_close(gw->loop);

@@ -1,6 +1,6 @@
-/* gateway.h -- the gateway host `lupin serve` (DESIGN.md §9): the types its
- * files share.  Internal to the `lupin` binary, which is part of the core and
- * so may use internal.h (the Lua state for JSON work, request internals).
+/* gateway.h -- the gateway host `lupin serve` (docs/gateway.md): the types
+ * its files share.  It embeds the runtime as any host does, through lupin.h
+ * alone.
  *
  * One gateway object owns everything: the runtime, the loop's handles, the
  * endpoints and their upstream pools, the listeners, the stats.  There is no
@@ -8,7 +8,11 @@
 #ifndef LUPIN_GATEWAY_H
 #define LUPIN_GATEWAY_H
 
-#include "internal.h"
+#include "lupin.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include <http_parser.h>
 #include <uv.h>
@@ -30,6 +34,8 @@ typedef struct gw_buf {
 
 int gw_buf_append(gw_buf *b, const char *data, size_t len);
 int gw_buf_printf(gw_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Formats an error message into err (a no-op when err is NULL). */
+void gw_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Appends s as a JSON string, quotes included; always valid JSON (bytes
  * that are not UTF-8 become U+FFFD). */
 int gw_buf_json(gw_buf *b, const char *s);
@@ -38,8 +44,6 @@ int gw_buf_json(gw_buf *b, const char *s);
 int gw_buf_label(gw_buf *b, const char *s);
 /* Appends a JSON number; null when v is NaN or infinite (JSON has neither). */
 int gw_buf_number(gw_buf *b, double v);
-/* The offset of the first byte of s that is not valid UTF-8, -1 if none. */
-long long gw_utf8_invalid_at(const char *s, size_t len);
 void gw_buf_free(gw_buf *b);
 
 /* Owned name/value copies; names as received. */
@@ -82,38 +86,13 @@ typedef struct gw_settings {
   uint64_t explain_without_token; /* x-lupin-explain without the admin token */
 } gw_settings;
 
-/* --- the Lua side's JSON work (gwlua.c) ---------------------------------- */
+/* Reads the gateway section (settings.c): declare before loading a config,
+ * read after each load. */
+int gw_settings_declare(lupin_runtime *rt, char *err, size_t errlen);
+int gw_settings_read(lupin_runtime *rt, gw_settings *out, char *err, size_t errlen);
 
-int gw_lua_settings(lupin_runtime *rt, gw_settings *out, char *err, size_t errlen);
-/* Sets the Lua memory limit (0: none): an allocation over it fails the
- * plugin call that makes it. */
-int gw_lua_memory_limit(lupin_runtime *rt, uint64_t bytes, char *err, size_t errlen);
-/* The endpoints of the config (file NULL) or of an endpoints file; fn is
- * called for each.  Returns -1 with err on a bad file. */
-typedef void (*gw_endpoint_fn)(void *ud, const lupin_endpoint_desc *d);
-int gw_lua_endpoints(lupin_runtime *rt, const char *file, gw_endpoint_fn fn, void *ud, char *err,
-                     size_t errlen);
-/* The same with each entry's metrics (zero where the file gives none). */
-typedef void (*gw_endpoint_metrics_fn)(void *ud, const lupin_endpoint_desc *d,
-                                       const lupin_metrics *m);
-int gw_lua_endpoints_metrics(lupin_runtime *rt, const char *file, gw_endpoint_metrics_fn fn,
-                             void *ud, char *err, size_t errlen);
-/* An explain operation of lua/lupin/explain.lua on a text (a record, a
- * request body): op "explain_summary", "explain_text", "explain_path".
- * Returns its malloc'd answer, or NULL with err. */
-char *gw_lua_explain(lupin_runtime *rt, const char *op, const char *text, size_t len, char *err,
-                     size_t errlen);
-/* The dry scheduling cycle a reload runs, over the endpoints in the runtime
- * now (the first load runs before the host has added any).  -1 with the
- * plugin, file and line in err when a plugin fails in it. */
-int gw_lua_dry_run(lupin_runtime *rt, char *err, size_t errlen);
-/* Checks a request body: 0 with the model (malloc'd) and stream flag, -1
- * with a message and the offending parameter (or ""), -2 when the check
- * itself failed (an internal error, message in msg). */
-int gw_lua_validate(lupin_runtime *rt, const char *path, const char *body, size_t len, char **model,
-                    int *stream, char *msg, size_t msglen, char *param, size_t paramlen);
-/* Merges /v1/models bodies; returns a malloc'd JSON text. */
-char *gw_lua_models(lupin_runtime *rt, const gw_buf *bodies, size_t n);
+/* Merges /v1/models answers (models.c); returns a malloc'd JSON text. */
+char *gw_models_merge(const gw_buf *bodies, size_t n);
 
 /* --- endpoints: the gateway's view, its upstream pool, its scrape ---------- */
 
@@ -276,6 +255,117 @@ typedef void (*gw_sample_fn)(void *ud, const char *name, const lupin_header *lab
 /* Calls fn for each sample; returns the number of lines it could not read. */
 int gw_prometheus_parse(const char *text, size_t len, gw_sample_fn fn, void *ud);
 
+/* --- the /metrics registry (metrics.c) ----------------------------------- */
+
+/* Every family lupin exports is declared once, in metrics.c's table: name,
+ * type, help text, label names, histogram bounds (docs/metrics.md lists
+ * them).  The exposition (text format 0.0.4) is written through gw_expo, which
+ * writes # HELP and # TYPE once per family and escapes every label value. */
+typedef enum gw_metric_type { GW_COUNTER, GW_GAUGE, GW_HISTOGRAM, GW_SUMMARY } gw_metric_type;
+
+#define GW_MAX_LABELS 4
+#define GW_MAX_BOUNDS 40
+
+typedef struct gw_family {
+  const char *name;
+  gw_metric_type type;
+  const char *help;
+  const char *labels[GW_MAX_LABELS]; /* names, NULL after the last */
+  const double *bounds;              /* histograms: upper bounds, ascending */
+  size_t n_bounds;
+} gw_family;
+
+/* grouped as /metrics writes them */
+// clang-format off
+typedef enum gw_family_id {
+  /* requests through the gateway (proxy.c) */
+  GW_M_REQUESTS, GW_M_OUTCOMES, GW_M_SCHEDULING,
+  /* plugins (the runtime's counters) */
+  GW_M_PLUGIN_CALLS, GW_M_PLUGIN_ERRORS, GW_M_PLUGIN_SECONDS, GW_M_PLUGIN_CUTS,
+  GW_M_PLUGIN_DISABLED,
+  /* endpoints, their scrapes and health */
+  GW_M_EP_WAITING, GW_M_EP_RUNNING, GW_M_EP_KV, GW_M_EP_MAX_LORA, GW_M_EP_SCRAPE_AGE,
+  GW_M_EP_SCRAPE_ERRORS, GW_M_EP_HEALTHY, GW_M_EP_EJECTIONS, GW_M_EP_RESTORATIONS,
+  GW_M_UP_FAILURES, GW_M_UP_RETRIES, GW_M_UP_RETRIES_DENIED, GW_M_ENDPOINTS_HEALTHY,
+  /* reloads */
+  GW_M_RELOADS, GW_M_RELOAD_SECONDS, GW_M_RELOAD_LAST,
+  /* the runtime */
+  GW_M_LIVE_REQUESTS, GW_M_LIVE_TABLES, GW_M_LUA_MEMORY, GW_M_LUA_PEAK, GW_M_GENERATION,
+  GW_M_GENERATIONS_ALIVE, GW_M_ENDPOINTS,
+  /* memory bounds */
+  GW_M_IN_FLIGHT, GW_M_BODY_BYTES, GW_M_REFUSALS, GW_M_LUA_LIMIT, GW_M_LUA_LIMIT_HITS,
+  /* the build and the process (process.c) */
+  GW_M_BUILD_INFO, GW_M_CPU, GW_M_RSS, GW_M_VSIZE, GW_M_START_TIME, GW_M_OPEN_FDS, GW_M_MAX_FDS,
+  /* the EPP's names (Gateway API Inference Extension, pkg/epp/metrics) */
+  GW_M_OBJ_REQUESTS, GW_M_OBJ_ERRORS, GW_M_OBJ_DURATION, GW_M_OBJ_REQUEST_SIZES,
+  GW_M_OBJ_RESPONSE_SIZES, GW_M_OBJ_RUNNING, GW_M_POOL_KV, GW_M_POOL_QUEUE, GW_M_POOL_POD_QUEUE,
+  GW_M_POOL_READY, GW_M_SCHEDULER_E2E, GW_M_PLUGIN_DURATION,
+  GW_FAMILIES
+} gw_family_id;
+// clang-format on
+
+extern const gw_family gw_families[GW_FAMILIES]; /* constant */
+
+/* Observations of one series of a histogram family; buckets not cumulative,
+ * the last one above every bound. */
+typedef struct gw_histogram {
+  uint64_t buckets[GW_MAX_BOUNDS + 1];
+  uint64_t count;
+  double sum;
+} gw_histogram;
+
+void gw_histogram_observe(gw_histogram *h, gw_family_id id, double v);
+
+typedef struct gw_expo {
+  gw_buf *b;
+  const gw_family *f; /* the family being written */
+} gw_expo;
+
+/* Starts a family: its # HELP and # TYPE lines.  Each family is started
+ * once per exposition, its samples all after it. */
+void gw_expo_family(gw_expo *e, gw_family_id id);
+/* A sample of the current family: values holds one value per label name
+ * (NULL when it has none), written escaped (backslash, quote, newline). */
+void gw_expo_sample(gw_expo *e, const char *const *values, double v);
+/* A summary's _sum and _count. */
+void gw_expo_summary(gw_expo *e, const char *const *values, double sum, uint64_t count);
+/* A histogram series: its _bucket lines (cumulative), _sum and _count. */
+void gw_expo_histogram(gw_expo *e, const char *const *values, const gw_histogram *h);
+/* Same from bucket counts kept elsewhere (n_bounds + 1, not cumulative). */
+void gw_expo_buckets(gw_expo *e, const char *const *values, const uint64_t *buckets, double sum);
+
+/* --- the EPP's per-model request series (objective.c) --------------------- */
+
+/* Per model name (model_name; target_model_name is the same: lupin does not
+ * rewrite models), what the EPP's inference_objective_* families count. */
+enum {
+  GW_ERR_BAD_REQUEST,  /* "BadRequest": the body or a plugin refused the request */
+  GW_ERR_EXHAUSTED,    /* "InferencePoolResourceExhausted": no endpoint, or shed */
+  GW_ERR_INTERNAL,     /* "Internal": a plugin failed */
+  GW_ERR_MODEL_SERVER, /* "ModelServerError": not 200 from the endpoint, or none */
+  GW_ERRS
+};
+extern const char *const gw_error_codes[GW_ERRS];
+
+#define GW_MAX_MODELS 100 /* series kept per model name; more share "<other>" */
+
+typedef struct gw_objective {
+  char *model;
+  uint64_t requests, errors[GW_ERRS];
+  uint64_t running;
+  gw_histogram duration, request_sizes, response_sizes;
+  struct gw_objective *next;
+} gw_objective;
+
+/* The series of model (created on first use; "<other>" past GW_MAX_MODELS). */
+gw_objective *gw_objective_get(lupin_gateway *gw, const char *model);
+void gw_objectives_free(lupin_gateway *gw);
+
+/* --- the process (process.c) ---------------------------------------------- */
+
+/* process_* as Prometheus' process collector names them, from /proc/self. */
+void gw_process_metrics(gw_expo *e);
+
 /* --- scraping (scrape.c) -------------------------------------------------- */
 
 void gw_scrape_start(gw_endpoint *ep);
@@ -338,15 +428,11 @@ extern const char gw_explain_usage[];
 
 /* --- the gateway object (gateway.c) --------------------------------------- */
 
-#define GW_SCHED_BUCKETS 12
-extern const double gw_sched_bounds[GW_SCHED_BUCKETS]; /* constant */
-
 typedef struct gw_stats {
   uint64_t by_status[600];
   uint64_t by_outcome[8];
-  uint64_t sched_buckets[GW_SCHED_BUCKETS + 1]; /* last: +Inf */
-  uint64_t sched_count;
-  double sched_sum;
+  gw_histogram sched;     /* lupin_scheduling_seconds */
+  gw_histogram sched_epp; /* the same times in the EPP's buckets */
 } gw_stats;
 
 typedef struct gw_options {
@@ -409,6 +495,8 @@ struct lupin_gateway {
   int no_healthy;       /* "no healthy endpoint" was logged */
   uint64_t ended_at_gc; /* requests ended at the last idle collection */
   gw_stats stats;
+  gw_objective *objectives; /* by model, for the EPP's request families */
+  size_t n_objectives;
   int exit_code;
   /* memory bounds (server.c): requests handed to the proxy and not yet
    * answered, request body bytes held, requests refused by each cap */
@@ -467,6 +555,7 @@ int gw_server_address(gw_server *s, char *out, size_t len);
 int gw_parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, size_t errlen);
 /* Healthy endpoints with metrics fresher than metricsStalenessMs. */
 size_t gw_fresh_endpoints(lupin_gateway *gw);
+int gw_endpoint_fresh(const gw_endpoint *ep, double now);
 
 /* The linked list of live exchanges, for /admin/requests. */
 struct gw_exchange {
@@ -479,6 +568,8 @@ struct gw_exchange {
   gw_endpoint *ep;
   gw_upstream *up;
   char *model;
+  gw_objective *objective; /* set once scheduled: counted as running */
+  uint64_t response_bytes;
   int stream;
   double started;
   double sched_us;

@@ -168,8 +168,10 @@ static int check_run_all(check_run *c) {
   const gw_options *o = c->o;
   lupin_options ro = {.log = check_log, .log_ud = c, .log_level = LUPIN_LOG_WARN};
   c->rt = lupin_runtime_new(&ro, c->err, sizeof c->err);
-  if (!c->rt || lupin_runtime_load(c->rt, o->config, c->err, sizeof c->err) ||
-      gw_lua_endpoints(c->rt, o->endpoints_file, check_upsert, c, c->err, sizeof c->err) ||
+  if (!c->rt || gw_settings_declare(c->rt, c->err, sizeof c->err) ||
+      lupin_runtime_load(c->rt, o->config, c->err, sizeof c->err) ||
+      lupin_runtime_read_endpoints(c->rt, o->endpoints_file, check_upsert, c, c->err,
+                                   sizeof c->err) ||
       c->failed)
     return -1;
   if (!c->n) { /* nothing to schedule over would make the cycle vacuous */
@@ -177,7 +179,7 @@ static int check_run_all(check_run *c) {
     check_upsert(c, &none);
     c->n = 0;
   }
-  if (c->failed || gw_lua_dry_run(c->rt, c->err, sizeof c->err)) return -1;
+  if (c->failed || lupin_runtime_dry_run(c->rt, c->err, sizeof c->err)) return -1;
   lupin_runtime_generations(c->rt, check_digest, c);
   return 0;
 }

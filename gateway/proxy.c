@@ -66,11 +66,47 @@ static void log_access(lupin_gateway *gw, const gw_exchange *x, const char *path
 
 /* --- ending an exchange -------------------------------------------------- */
 
+/* The EPP's error code of a request that ended with outcome and status; -1
+ * when it is no error (a success, or the client went away). */
+static int error_code(const gw_exchange *x, lupin_outcome outcome, int status) {
+  switch (outcome) {
+  case LUPIN_CANCELLED:
+    return -1;
+  case LUPIN_NO_ENDPOINT:
+    return GW_ERR_EXHAUSTED;
+  case LUPIN_REJECTED: /* 429: shed under load, as the EPP's saturation detector does */
+    return status == 429 ? GW_ERR_EXHAUSTED : GW_ERR_BAD_REQUEST;
+  case LUPIN_PLUGIN_ERROR:
+    return GW_ERR_INTERNAL;
+  case LUPIN_INVALID_REQUEST:
+    return GW_ERR_BAD_REQUEST;
+  default: /* scheduled: the endpoint's answer, or none */
+    return x->objective && outcome == LUPIN_OK && status == 200 ? -1 : GW_ERR_MODEL_SERVER;
+  }
+}
+
+/* The request's end in the EPP's per-model series (objective.c). */
+static void objective_end(gw_exchange *x, lupin_outcome outcome, int status) {
+  gw_objective *o = x->objective;
+  if (o) o->running--;
+  int code = error_code(x, outcome, status);
+  if (code < 0) {
+    if (o && outcome == LUPIN_OK) {
+      gw_histogram_observe(&o->duration, GW_M_OBJ_DURATION, lupin_now() - x->started);
+      gw_histogram_observe(&o->response_sizes, GW_M_OBJ_RESPONSE_SIZES, (double)x->response_bytes);
+    }
+    return;
+  }
+  if (!o) o = gw_objective_get(x->gw, x->model);
+  if (o) o->errors[code]++;
+}
+
 static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   lupin_gateway *gw = x->gw;
   if (x->conn) gw_conn_on_abort(x->conn, NULL, NULL);
   gw->stats.by_outcome[outcome & 7]++;
   count(gw, status);
+  objective_end(x, outcome, status);
   /* an endpoint's own error status, relayed, is the request's outcome "ok"
    * for the plugins; the access log tells it apart */
   const char *name = outcome == LUPIN_OK && status >= 400 ? "endpoint_error"
@@ -94,12 +130,17 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   gw_check_drained(gw);
 }
 
-static void fail(gw_exchange *x, int status, const char *message, lupin_outcome outcome) {
+static void fail_param(gw_exchange *x, int status, const char *message, const char *param,
+                       lupin_outcome outcome) {
   lupin_header h[3] = {{"x-request-id", lupin_request_id(x->req)}};
   size_t n = 1 + gw_explain_headers(x, h + 1);
-  gw_conn_error(x->conn, status, message, NULL, h, n);
+  gw_conn_error(x->conn, status, message, param, h, n);
   x->conn = NULL;
   end(x, outcome, status);
+}
+
+static void fail(gw_exchange *x, int status, const char *message, lupin_outcome outcome) {
+  fail_param(x, status, message, NULL, outcome);
 }
 
 /* The client went away: stop the upstream request too. */
@@ -164,6 +205,7 @@ static void on_client_drained(void *owner) {
 
 static void on_body(void *ud, const char *data, size_t len) {
   gw_exchange *x = ud;
+  x->response_bytes += len;
   lupin_request_response_chunk(x->req, data, len);
   gw_conn_write(x->conn, data, len);
   if (gw_conn_backlog(x->conn) > BACKLOG_LIMIT && x->up) {
@@ -377,13 +419,17 @@ static void try_picks(gw_exchange *x, int any) {
 /* --- a scheduled request ------------------------------------------------- */
 
 static void observe_scheduling(lupin_gateway *gw, double seconds) {
-  gw_stats *s = &gw->stats;
-  size_t i = 0;
-  while (i < GW_SCHED_BUCKETS && seconds > gw_sched_bounds[i])
-    i++;
-  s->sched_buckets[i]++;
-  s->sched_count++;
-  s->sched_sum += seconds;
+  gw_histogram_observe(&gw->stats.sched, GW_M_SCHEDULING, seconds);
+  gw_histogram_observe(&gw->stats.sched_epp, GW_M_SCHEDULER_E2E, seconds);
+}
+
+/* A request scheduled: counted, sized and running in the EPP's series. */
+static void objective_begin(gw_exchange *x) {
+  gw_objective *o = x->objective = gw_objective_get(x->gw, x->model);
+  if (!o) return;
+  o->requests++;
+  o->running++;
+  gw_histogram_observe(&o->request_sizes, GW_M_OBJ_REQUEST_SIZES, (double)x->http->body.len);
 }
 
 /* x-gateway-destination-endpoint-subset: "ip:port, ip:port" */
@@ -418,13 +464,16 @@ static void schedule(lupin_gateway *gw, gw_exchange *x) {
   observe_scheduling(gw, dt);
   gw_explain_scheduled(x);
   if (status == 200) {
+    objective_begin(x);
     try_picks(x, 1);
     return;
   }
-  lupin_outcome o = status == 503  ? LUPIN_NO_ENDPOINT
-                    : status < 500 ? LUPIN_REJECTED
-                                   : LUPIN_PLUGIN_ERROR;
+  lupin_outcome o = (lupin_outcome)x->result.outcome;
   const char *msg = x->result.message ? x->result.message : "scheduling failed";
+  if (o == LUPIN_INVALID_REQUEST) {
+    fail_param(x, status, msg, x->result.param, o);
+    return;
+  }
   if (status == 503 && gw->n_endpoints && !gw_healthy_endpoints(gw))
     msg = "no healthy endpoint: every endpoint is ejected after failures or has stale metrics "
           "(see /admin/endpoints); retry later";
@@ -432,28 +481,16 @@ static void schedule(lupin_gateway *gw, gw_exchange *x) {
 }
 
 static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, const char *path) {
-  char msg[1024], param[64], *model = NULL;
-  int stream = 0;
-  int rc = gw_lua_validate(gw->rt, path, http->body.data, http->body.len, &model, &stream, msg,
-                           sizeof msg, param, sizeof param);
-  if (rc == -2) {
-    gw_log(gw, LUPIN_LOG_ERROR, "checking a request body: %s", msg);
-    reply_error(gw, c, path, 500, "internal error while checking the request body", NULL);
-    return;
-  }
-  if (rc) {
-    reply_error(gw, c, path, 400, msg, param);
-    return;
-  }
+  char msg[1024];
   char *subset_text = NULL;
   const char *subset[256];
   int explain = gw_explain_wanted(gw, http);
   lupin_request_desc d = {.path = path,
                           .body = http->body.data,
                           .body_len = http->body.len,
-                          .model = model,
                           .headers = http->headers.v,
                           .n_headers = http->headers.n,
+                          .check_body = 1,
                           .flags = explain > 0 ? LUPIN_REQUEST_EXPLAIN : 0};
   lupin_header shown[explain ? http->headers.n : 1];
   if (explain) { /* the admin token is not the plugins' to see */
@@ -471,17 +508,18 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
   lupin_request *req = lupin_request_begin(gw->rt, &d, msg, sizeof msg);
   free(subset_text);
   if (!req) {
-    free(model);
-    reply_error(gw, c, path, 500, msg, NULL);
+    gw_log(gw, LUPIN_LOG_ERROR, "beginning a request: %s", msg);
+    reply_error(gw, c, path, 500, "internal error while beginning the request", NULL);
     return;
   }
+  const char *model = lupin_request_model(req);
   gw_exchange *x = calloc(1, sizeof *x);
   *x = (gw_exchange){.gw = gw,
                      .conn = c,
                      .http = http,
                      .req = req,
-                     .model = model,
-                     .stream = stream,
+                     .model = model ? strdup(model) : NULL,
+                     .stream = lupin_request_stream(req),
                      .started = http->started,
                      .path = path,
                      .explain = explain};
@@ -540,7 +578,7 @@ static void models_done(void *ud, gw_upstream_error e, const char *detail) {
   size_t k = 0;
   for (size_t i = 0; i < f->n; i++)
     if (f->calls[i].body.len) ok[k++] = f->calls[i].body;
-  char *json = k ? gw_lua_models(f->gw->rt, ok, k) : NULL;
+  char *json = k ? gw_models_merge(ok, k) : NULL;
   if (json) {
     lupin_header h[] = {{"content-type", "application/json"},
                         {"x-request-id", gw_conn_request_id(f->conn)}};

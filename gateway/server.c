@@ -620,7 +620,7 @@ int gw_parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, si
   char host[256];
   const char *colon = strrchr(hp, ':');
   if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host) {
-    lupin__errf(err, errlen, "%s: give an address as host:port, e.g. 127.0.0.1:8080", hp);
+    gw_errf(err, errlen, "%s: give an address as host:port, e.g. 127.0.0.1:8080", hp);
     return -1;
   }
   memcpy(host, hp, (size_t)(colon - hp));
@@ -628,7 +628,7 @@ int gw_parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, si
   char *end;
   long port = strtol(colon + 1, &end, 10);
   if (*end || port < 0 || port > 65535) {
-    lupin__errf(err, errlen, "%s: bad port", hp);
+    gw_errf(err, errlen, "%s: bad port", hp);
     return -1;
   }
   if (host[0] == '[') { /* [::1]:8080 */
@@ -636,7 +636,7 @@ int gw_parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, si
     host[strlen(host) - 1] = 0;
   }
   if (gw_resolve(host, (int)port, ss)) {
-    lupin__errf(err, errlen, "%s: cannot resolve %s", hp, host);
+    gw_errf(err, errlen, "%s: cannot resolve %s", hp, host);
     return -1;
   }
   return 0;
@@ -655,7 +655,7 @@ gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, gw_handler 
   int rc = uv_tcp_bind(&s->tcp, (struct sockaddr *)&ss, 0);
   if (!rc) rc = uv_listen((uv_stream_t *)&s->tcp, 511, on_connection);
   if (rc) {
-    lupin__errf(err, errlen, "cannot listen on %s: %s", hostport, uv_strerror(rc));
+    gw_errf(err, errlen, "cannot listen on %s: %s", hostport, uv_strerror(rc));
     gw_server_close(s);
     s->closing = 2; /* free once the handle is closed */
     return NULL;

@@ -6,7 +6,6 @@
  * last one, so saving several files at once gives one reload. */
 #include "gateway.h"
 
-#include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +62,8 @@ static void add(gw_watch **list, const char *dir, int config, int plugins) {
   w->plugins |= plugins;
 }
 
+static void add_plugin_dir(void *ud, const char *dir) { add(ud, dir, 0, 1); }
+
 /* The set the current generation asks for, as unstarted watches. */
 static gw_watch *wanted(lupin_gateway *gw) {
   gw_watch *list = NULL;
@@ -76,22 +77,7 @@ static gw_watch *wanted(lupin_gateway *gw) {
   else
     snprintf(dir, sizeof dir, ".");
   add(&list, dir, 1, 0);
-  lupin_runtime *rt = gw->rt;
-  lua_State *L = rt->L;
-  lupin__push_hook(rt, LUPIN_HOOK_GATEWAY);
-  lua_pushstring(L, "plugin_dirs");
-  char err[512];
-  if (lupin__call(rt, 1, 1, err, sizeof err)) {
-    gw_log(gw, LUPIN_LOG_ERROR, "watch: cannot list the plugin directories: %s", err);
-    return list;
-  }
-  size_t n = lua_objlen(L, -1);
-  for (size_t i = 1; i <= n; i++) {
-    lua_rawgeti(L, -1, (int)i);
-    if (lua_tostring(L, -1)) add(&list, lua_tostring(L, -1), 0, 1);
-    lua_pop(L, 1);
-  }
-  lua_pop(L, 1);
+  lupin_runtime_plugin_dirs(gw->rt, add_plugin_dir, &list);
   return list;
 }
 

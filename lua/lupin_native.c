@@ -134,6 +134,83 @@ static int l_load_string(lua_State *L) {
   return 1;
 }
 
+/* rt:declare_section(name, { {name=, default=, min=, max=}, ... }) */
+static int l_declare_section(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  const char *name = luaL_checkstring(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  lupin_setting s[64];
+  size_t n = 0;
+  for (; n < lua_objlen(L, 3) && n < 64; n++) {
+    lua_rawgeti(L, 3, (int)n + 1);
+    int t = lua_gettop(L);
+    lua_getfield(L, t, "name");
+    lua_getfield(L, t, "default");
+    lua_getfield(L, t, "min");
+    lua_getfield(L, t, "max");
+    s[n] = (lupin_setting){lua_tostring(L, t + 1), lua_tonumber(L, t + 2), lua_tonumber(L, t + 3),
+                           lua_isnil(L, t + 4) ? -1 - lua_tonumber(L, t + 3) : lua_tonumber(L, t + 4)};
+    lua_pop(L, 4); /* the setting table stays: it anchors the name */
+  }
+  char err[1024];
+  int rc = lupin_runtime_declare_section(b->rt, name, s, n, err, sizeof err);
+  if (rc) return fail(L, err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* rt:section(name, n): the current generation's values, a list */
+static int l_section(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  double v[64];
+  size_t n = (size_t)luaL_checkinteger(L, 3);
+  if (n > 64) n = 64;
+  if (lupin_runtime_section(b->rt, luaL_checkstring(L, 2), v, n)) return fail(L, "no such section");
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    lua_pushnumber(L, v[i]);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  return 1;
+}
+
+static void push_endpoint_desc(void *ud, const lupin_endpoint_desc *d) {
+  lua_State *L = ud;
+  lua_createtable(L, 0, 4);
+  lua_pushstring(L, d->name);
+  lua_setfield(L, -2, "name");
+  lua_pushstring(L, d->address);
+  lua_setfield(L, -2, "address");
+  lua_pushinteger(L, d->port);
+  lua_setfield(L, -2, "port");
+  lua_createtable(L, 0, (int)d->n_labels);
+  for (size_t i = 0; i < d->n_labels; i++) {
+    lua_pushstring(L, d->labels[i].value);
+    lua_setfield(L, -2, d->labels[i].name);
+  }
+  lua_setfield(L, -2, "labels");
+  lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
+}
+
+/* rt:read_endpoints([file]): the config's or the file's endpoints */
+static int l_read_endpoints(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  const char *file = luaL_optstring(L, 2, NULL);
+  char err[2048];
+  lua_newtable(L);
+  if (lupin_runtime_read_endpoints(b->rt, file, push_endpoint_desc, L, err, sizeof err))
+    return fail(L, err);
+  return 1;
+}
+
+static int l_dry_run(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  char err[2048];
+  if (lupin_runtime_dry_run(b->rt, err, sizeof err)) return fail(L, err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 static int l_reload(lua_State *L) {
   runtime_box *b = check_rt(L);
   char err[2048];
@@ -321,6 +398,9 @@ static int l_begin(lua_State *L) {
   d.id = opt_string(L, 2, "id");
   d.path = opt_string(L, 2, "path");
   d.model = opt_string(L, 2, "model");
+  lua_getfield(L, 2, "check_body");
+  d.check_body = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   lua_getfield(L, 2, "body");
   d.body = lua_tolstring(L, -1, &d.body_len);
   lua_pop(L, 1);
@@ -363,6 +443,13 @@ static int l_req_id(lua_State *L) {
   return 1;
 }
 
+static int l_req_model(lua_State *L) {
+  const lupin_request *req = check_req(L)->req;
+  lua_pushstring(L, lupin_request_model(req)); /* NULL pushes nil */
+  lua_pushboolean(L, lupin_request_stream(req));
+  return 2;
+}
+
 static int l_schedule(lua_State *L) {
   request_box *rb = check_req(L);
   lupin_result r;
@@ -378,6 +465,12 @@ static int l_schedule(lua_State *L) {
     lua_pushstring(L, r.plugin);
     lua_setfield(L, -2, "plugin");
   }
+  if (r.param) {
+    lua_pushstring(L, r.param);
+    lua_setfield(L, -2, "param");
+  }
+  lua_pushstring(L, lupin_outcome_name((lupin_outcome)r.outcome));
+  lua_setfield(L, -2, "outcome");
   lua_createtable(L, (int)r.n_picks, 0);
   for (size_t i = 0; i < r.n_picks; i++) {
     lua_createtable(L, 0, 3);
@@ -446,10 +539,13 @@ static int l_fallbacks(lua_State *L) {
   return 1;
 }
 
-/* The explain record's JSON text, or nil when not asked for. */
+/* req:explain([format]): the explain record ("json", "text", "summary"),
+ * or nil when not asked for. */
 static int l_explain(lua_State *L) {
+  static const char *const formats[] = {"json", "text", "summary", NULL};
   size_t n;
-  const char *s = lupin_request_explain(check_req(L)->req, &n);
+  int f = luaL_checkoption(L, 2, "json", formats);
+  const char *s = lupin_request_explain(check_req(L)->req, (lupin_explain_format)f, &n);
   if (s)
     lua_pushlstring(L, s, n);
   else
@@ -477,6 +573,10 @@ static int l_req_gc(lua_State *L) {
 static const luaL_Reg rt_methods[] = {
     {"load", l_load},
     {"load_string", l_load_string},
+    {"declare_section", l_declare_section},
+    {"section", l_section},
+    {"read_endpoints", l_read_endpoints},
+    {"dry_run", l_dry_run},
     {"reload", l_reload},
     {"upsert", l_upsert},
     {"remove", l_remove},
@@ -496,6 +596,7 @@ static const luaL_Reg rt_methods[] = {
 
 static const luaL_Reg req_methods[] = {
     {"id", l_req_id},
+    {"model", l_req_model},
     {"schedule", l_schedule},
     {"fallbacks", l_fallbacks},
     {"explain", l_explain},

@@ -16,7 +16,7 @@ end
 return {
   type = "active-request-scorer",
   schema = {
-    idleThreshold = { type = "integer", default = 0, min = 0,
+    idleThreshold = { type = "integer", default = 0, min = 0, fallback = 0,
       description = "endpoints with at most this many requests in flight score 1" },
     maxBusyScore = { type = "number", default = 1.0, min = 0, max = 1,
       description = "the score of the least busy endpoint above idleThreshold" },

@@ -5,7 +5,7 @@
 return {
   type = "load-aware-scorer",
   schema = {
-    threshold = { type = "integer", default = 128, min = 1,
+    threshold = { type = "integer", default = 128, min = 1, fallback = 128,
       description = "waiting queue size at which an endpoint scores 0" },
   },
 

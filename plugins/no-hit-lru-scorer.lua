@@ -3,7 +3,7 @@
 -- different endpoints instead of piling onto one.  Warm requests get 0.5
 -- everywhere: this scorer then leaves the choice to the others.  As llm-d's
 -- no-hit-lru-scorer; it reads what the prefix scorer named prefixPluginName
--- published for the request, so that scorer must be configured too.
+-- published for the request (without that scorer every request is cold).
 local function rank_of(self, endpoints)
   local rank, n = {}, 0
   for _, ep in ipairs(endpoints) do -- never used first, in candidate order
@@ -58,7 +58,7 @@ end
 return {
   type = "no-hit-lru-scorer",
   schema = {
-    lruSize = { type = "integer", default = 1024, min = 1, max = 1048576,
+    lruSize = { type = "integer", default = 1024, min = 1, max = 1048576, fallback = 1024,
       description = "endpoints remembered; forgotten ones count as never used" },
     prefixPluginName = { type = "string", default = "prefix-cache-scorer",
       description = "the prefix-cache-scorer instance whose matches tell cold from warm" },
@@ -74,13 +74,10 @@ return {
     end
   end,
 
+  -- No prefix information (no such prefix scorer) counts as cold, as in llm-d.
   score = function(self, ctx, endpoints)
     local st, out, n = ctx.shared[self.prefix], {}, #endpoints
-    if not st then
-      error(("no prefix matches from %q: configure that prefix-cache-scorer, or set"
-        .. " prefixPluginName"):format(self.prefix))
-    end
-    if not is_cold(st) then
+    if st and not is_cold(st) then
       for i = 1, n do
         out[i] = 0.5
       end
@@ -94,11 +91,17 @@ return {
     return out
   end,
 
-  -- Only cold requests move the LRU: it orders endpoints by their last cold request.
+  -- Only cold requests move the LRU: it orders endpoints by their last cold
+  -- request.  In P/D serving the prefill endpoint took the cold prompt too.
   pre_request = function(self, ctx, result)
-    local primary = result.profiles[result.primary]
-    if ctx.plugin.cold and primary and primary.endpoints[1] then
-      touch(self, tostring(primary.endpoints[1]))
+    if not ctx.plugin.cold then
+      return
+    end
+    for _, name in ipairs({ result.primary, "prefill" }) do
+      local res = result.profiles[name]
+      if res and res.endpoints[1] then
+        touch(self, tostring(res.endpoints[1]))
+      end
     end
   end,
 }

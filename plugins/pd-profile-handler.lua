@@ -1,8 +1,15 @@
 -- Prefill/decode disaggregation (llm-d's pd-profile-handler): runs the decode
--- profile first; then the prefill profile when threshold > 0 and the part of
+-- profile first; then the prefill profile, always when threshold is 0 (as
+-- llm-d: `if pdThreshold > 0 { decide } else prefill`), else when the part of
 -- the prompt the chosen decode endpoint has not cached (estimated from the
 -- prefix scorer's match) is at least threshold characters.  Decode is the
 -- primary profile; when it found no endpoint the request fails with its reason.
+-- With primaryPort (data parallelism), the request goes to that port of the
+-- decode endpoint's address, and x-data-parallel-host-port names the rank.
+local DP_HEADER = "x-data-parallel-host-port"
+
+-- Every matched block is prompt text in lupin's hashes (the model is in the
+-- seed, not a block of its own), so no block is discounted.
 local function uncached(self, ctx, decode_ep)
   local st = ctx.shared[self.prefix]
   local len = st and st.prompt_length or #ctx.request.prompt
@@ -18,18 +25,23 @@ return {
   type = "pd-profile-handler",
   schema = {
     threshold = { type = "integer", default = 0, min = 0,
-      description = "uncached prompt characters from which prefill runs; 0: never (decode only)" },
+      description = "uncached prompt characters from which prefill runs; 0: always" },
     decodeProfile = { type = "string", default = "decode" },
     prefillProfile = { type = "string", default = "prefill" },
     prefixPluginName = { type = "string", default = "prefix-cache-scorer",
       description = "the prefix-cache-scorer instance whose matches estimate the cached part" },
+    prefixPluginType = { type = "string",
+      description = "accepted for llm-d configs; prefixPluginName names the instance" },
     hashBlockSize = { type = "integer", default = 64, min = 1,
       description = "characters per matched block, when the prefix scorer does not say" },
+    primaryPort = { type = "integer", default = 0, min = 0, max = 65535,
+      description = "data parallelism: the port decode requests go to; 0: off" },
   },
 
   new = function(p)
     return { threshold = p.threshold, decode = p.decodeProfile, prefill = p.prefillProfile,
-      prefix = p.prefixPluginName, block = p.hashBlockSize }
+      prefix = p.prefixPluginName, block = p.hashBlockSize,
+      port = p.primaryPort > 0 and p.primaryPort or nil }
   end,
 
   pick_profiles = function(self, ctx, profiles, results)
@@ -43,13 +55,17 @@ return {
     if not decode or results[self.prefill] ~= nil or not profiles[self.prefill] then
       return {}
     end
-    if self.threshold <= 0 or uncached(self, ctx, decode.endpoints[1]) < self.threshold then
+    if self.threshold > 0 and uncached(self, ctx, decode.endpoints[1]) < self.threshold then
       return {}
     end
     return { self.prefill }
   end,
 
-  process_results = function(self)
-    return { primary = self.decode }
+  process_results = function(self, ctx, results)
+    local decode = results[self.decode]
+    if self.port and decode then
+      ctx:set_header(DP_HEADER, decode.endpoints[1].hostport)
+    end
+    return { primary = self.decode, port = self.port }
   end,
 }

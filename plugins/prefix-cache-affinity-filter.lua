@@ -8,9 +8,9 @@ local random = math.random
 return {
   type = "prefix-cache-affinity-filter",
   schema = {
-    affinityThreshold = { type = "number", default = 0.5, min = 0, max = 1,
+    affinityThreshold = { type = "number", default = 0.8, min = 0, max = 1,
       description = "the prefix match an endpoint needs to be kept" },
-    explorationProbability = { type = "number", default = 0.01, min = 0, max = 1,
+    explorationProbability = { type = "number", default = 0, min = 0, max = 1,
       description = "chance of skipping the filter for a request" },
     prefixPluginName = { type = "string", default = "prefix-cache-scorer",
       description = "the prefix-cache-scorer instance whose matches are used" },

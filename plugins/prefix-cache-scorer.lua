@@ -53,14 +53,14 @@ end
 return {
   type = "prefix-cache-scorer",
   schema = {
-    blockSize = { type = "integer", min = 1, max = 1048576,
+    blockSize = { type = "integer", min = 1, max = 1048576, fallback = 64,
       description = "characters per hashed block (default 64)" },
-    hashBlockSize = { type = "integer", min = 1, max = 1048576,
+    hashBlockSize = { type = "integer", min = 1, max = 1048576, fallback = 64,
       description = "the EPP's name for blockSize" },
     maxPrefixBlocksToMatch = { type = "integer", default = 256, min = 1, max = 1048576,
-      description = "blocks hashed at most, from the start of the prompt" },
+      fallback = 256, description = "blocks hashed at most, from the start of the prompt" },
     lruCapacityPerServer = { type = "integer", default = 31250, min = 1, max = 2147483647,
-      description = "block hashes remembered per endpoint (LRU)" },
+      fallback = 31250, description = "block hashes remembered per endpoint (LRU)" },
     autoTune = { type = "boolean", default = true,
       description = "use the endpoints' reported cache block size and number of blocks" },
   },

@@ -1,11 +1,17 @@
--- Prefers endpoints with fewer tokens in flight through this gateway: score
--- 1 − min(1, tokens / queueThresholdTokens).  pre_request adds the request's
--- estimated tokens against each profile's chosen endpoint and remembers them
--- in the request's private state; finish releases exactly that on every path.
+-- Prefers endpoints with fewer tokens in flight through this gateway, this
+-- request's included: score 1 − min(1, (in flight + this request's uncached
+-- tokens there) / queueThresholdTokens), as llm-d's scorer adds the current
+-- request's load.  pre_request adds the request's estimated tokens against
+-- each profile's chosen endpoint and remembers them in the request's private
+-- state; finish releases exactly that on every path.
 --
 -- Estimate: ceil(prompt characters / 4) + max_tokens (or
 -- max_completion_tokens; 0 when neither is a non-negative number).  The
 -- prompt is the completion prompt or, for chat, the JSON of the messages.
+-- Uncached on an endpoint: the estimate less the prompt blocks the prefix
+-- scorer named prefixPluginName matched there (4 characters a token).
+local CHARS_PER_TOKEN = 4
+
 local function estimate(request)
   local body = request.body or {}
   local out = body.max_tokens
@@ -15,7 +21,16 @@ local function estimate(request)
   if type(out) ~= "number" or out ~= out or out < 0 then
     out = 0
   end
-  return math.ceil(#request.prompt / 4) + math.floor(out)
+  return math.ceil(#request.prompt / CHARS_PER_TOKEN) + math.floor(out)
+end
+
+-- This request's tokens on ep: the estimate less what ep has cached.
+local function uncached(n, st, ep)
+  if not st then
+    return n
+  end
+  local cached = (st.matches[ep.id] or 0) * st.block_size / CHARS_PER_TOKEN
+  return math.max(0, n - math.floor(cached))
 end
 
 ---@type lupin.Plugin
@@ -23,8 +38,12 @@ return {
   type = "token-load-scorer",
   estimate = estimate,
   schema = {
-    queueThresholdTokens = { type = "integer", default = 4194304, min = 1,
+    queueThresholdTokens = { type = "integer", default = 4194304, min = 1, fallback = 4194304,
       description = "tokens in flight at which an endpoint scores 0" },
+    prefixPluginName = { type = "string", default = "prefix-cache-scorer",
+      description = "the prefix-cache-scorer instance whose matches tell the cached tokens" },
+    inFlightLoadProducerName = { type = "string",
+      description = "accepted for llm-d configs and ignored: this scorer counts its own load" },
   },
 
   new = function(params)
@@ -35,11 +54,13 @@ return {
     self.tokens = old.tokens
   end,
 
-  score = function(self, _, endpoints)
+  score = function(self, ctx, endpoints)
     local tokens, t = self.tokens, self.params.queueThresholdTokens
+    local n, st = estimate(ctx.request), ctx.shared[self.params.prefixPluginName]
     local scores = {}
-    for i = 1, #endpoints do
-      scores[i] = 1 - math.min(1, (tokens[endpoints[i].name] or 0) / t)
+    for i, ep in ipairs(endpoints) do
+      local load = (tokens[ep.name] or 0) + uncached(n, st, ep)
+      scores[i] = 1 - math.min(1, load / t)
     end
     return scores
   end,

@@ -8,7 +8,7 @@ local yaml = require "lupin.yaml"
 local M = {}
 
 local TOP = { apiVersion = true, kind = true, plugins = true, schedulingProfiles = true,
-  featureGates = true, pluginDirs = true, endpoints = true, gateway = true, budgets = true }
+  featureGates = true, pluginDirs = true, endpoints = true, budgets = true }
 local PLUGIN = { type = true, name = true, parameters = true, maxCallMs = true,
   maxLifecycleMs = true }
 local PROFILE = { name = true, plugins = true }
@@ -20,40 +20,34 @@ local METRICS = { waiting_queue_size = "number", running_requests = "number",
   kv_cache_usage = "number", max_lora = "number", cache_block_size = "number",
   num_blocks = "number", running_lora_adapters = "adapters", waiting_lora_adapters = "adapters" }
 
---- The gateway host's settings (lupin serve): the config's "gateway" section,
---- a lupin extension.  Every one an integer ≥ its minimum.
-M.GATEWAY = {
-  maxBodyBytes = { default = 16 * 1024 * 1024, min = 1 },
-  maxHeaderBytes = { default = 64 * 1024, min = 256 },
-  headerTimeoutMs = { default = 10000, min = 1 },
-  connectTimeoutMs = { default = 2000, min = 1 },
-  firstByteTimeoutMs = { default = 60000, min = 1 },
-  idleTimeoutMs = { default = 60000, min = 1 },
-  refreshIntervalMs = { default = 50, min = 1 },
-  scrapeTimeoutMs = { default = 1000, min = 1 },
-  metricsStalenessMs = { default = 2000, min = 1 },
-  poolSize = { default = 64, min = 0 },
-  drainTimeoutMs = { default = 30000, min = 1 },
-  resolveIntervalMs = { default = 30000, min = 1 },
-  -- memory bounds: the Lua state (0: none), requests handed to the proxy
-  -- and not yet answered, request body bytes held across all connections
-  maxLuaMemoryBytes = { default = 1024 * 1024 * 1024, min = 0 },
-  maxRequestsInFlight = { default = 1024, min = 1 },
-  maxBufferedBodyBytes = { default = 256 * 1024 * 1024, min = 1 },
-  -- retries and endpoint health (README: "Retries and endpoint health")
-  poolIdleMs = { default = 2000, min = 1 },
-  retryNonIdempotent = { default = 0, min = 0, max = 10 },
-  retryBudgetPercent = { default = 20, min = 0, max = 100 },
-  retryBudgetMin = { default = 3, min = 0 },
-  consecutiveErrors = { default = 5, min = 0 },
-  baseEjectionTimeMs = { default = 10000, min = 1 },
-  maxEjectionTimeMs = { default = 300000, min = 1 },
-  maxEjectionPercent = { default = 50, min = 0, max = 100 },
-  staleEjectionMs = { default = 3000, min = 0 },
-  -- 1: any client may ask for an explain record (x-lupin-explain: 1), not
-  -- only one with the admin token (docs/explain.md)
-  explainWithoutToken = { default = 0, min = 0, max = 1 },
-}
+--- The top-level sections hosts declared (lupin_runtime_declare_section;
+--- lupin serve's "gateway"): name -> { order = { field names },
+--- fields = { name -> { default, min, max } } }.  Every field an integer.
+M.sections = {}
+
+--- Declares a host's section; nil and a message when the declaration is wrong.
+function M.declare_section(name, list)
+  if type(name) ~= "string" or not name:match("^%a%w*$") then
+    return nil, ("a section name must be a word, got %q"):format(tostring(name))
+  end
+  if TOP[name] then
+    return nil, ("%q is a section of the runtime's own config"):format(name)
+  end
+  local fields, order = {}, {}
+  for i, f in ipairs(list) do
+    if type(f.name) ~= "string" or f.name == "" or fields[f.name] then
+      return nil, ("section %s: setting %d needs a name of its own"):format(name, i)
+    end
+    if f.default < f.min or (f.max and f.default > f.max) then
+      return nil, ("section %s: %s's default %s is out of its bounds"):format(name, f.name,
+        f.default)
+    end
+    fields[f.name] = { default = f.default, min = f.min, max = f.max }
+    order[i] = f.name
+  end
+  M.sections[name] = { fields = fields, order = order }
+  return true
+end
 
 --- Plugin call budgets (docs/plugins.md): the config's "budgets" section.
 --- callMs: each call on the request path; lifecycleMs: file load, new, init,
@@ -294,32 +288,44 @@ local function parse_dirs(E, root, cfg)
   end
 end
 
-local function parse_gateway(E, root, cfg)
-  local g = root.gateway
+local function parse_section(E, root, name, decl)
+  local g = root[name]
   local out = {}
-  for k, spec in pairs(M.GATEWAY) do
-    out[k] = spec.default
+  for k, f in pairs(decl.fields) do
+    out[k] = f.default
   end
-  cfg.gateway = out
   if g == nil then
-    return
+    return nil, out
   end
-  local err = need(E, "gateway", "object", "gateway")
-    or check_fields(E, g, "gateway", M.GATEWAY, "the gateway section")
+  local err = need(E, name, "object", name)
+    or check_fields(E, g, name, decl.fields, "the " .. name .. " section")
   if err then
     return err
   end
   for k, v in pairs(g) do
-    local spec = M.GATEWAY[k]
-    if type(v) ~= "number" or v ~= math.floor(v) or v < spec.min then
-      return E:at("gateway." .. k, "%s must be an integer ≥ %d, got %s", k, spec.min,
+    local f = decl.fields[k]
+    if type(v) ~= "number" or v ~= math.floor(v) or v < f.min then
+      return E:at(name .. "." .. k, "%s must be an integer ≥ %d, got %s", k, f.min,
         cjson.encode(v) or tostring(v))
     end
-    if spec.max and v > spec.max then
-      return E:at("gateway." .. k, "%s must be an integer ≤ %d, got %s", k, spec.max,
+    if f.max and v > f.max then
+      return E:at(name .. "." .. k, "%s must be an integer ≤ %d, got %s", k, f.max,
         cjson.encode(v) or tostring(v))
     end
     out[k] = v
+  end
+  return nil, out
+end
+
+-- The hosts' sections: cfg.sections[name] = { field -> value }.
+local function parse_sections(E, root, cfg)
+  cfg.sections = {}
+  for name, decl in pairs(M.sections) do
+    local err, values = parse_section(E, root, name, decl)
+    if err then
+      return err
+    end
+    cfg.sections[name] = values
   end
 end
 
@@ -543,12 +549,19 @@ function M.parse(text, source)
   local cfg = { source = source, dir = source:match("^(.*)/[^/]*$") or ".", errors = E,
     plugins = {}, profiles = {}, plugin_dirs = {},
     text = table.concat(canonical(root, "", index.kinds, {})) }
-  local err = check_fields(E, root, "", TOP, "the config")
+  local known = {}
+  for k in pairs(TOP) do
+    known[k] = true
+  end
+  for k in pairs(M.sections) do
+    known[k] = true
+  end
+  local err = check_fields(E, root, "", known, "the config")
   if not err and root.kind ~= nil and root.kind ~= "EndpointPickerConfig" then
     err = E:at("kind", 'kind must be "EndpointPickerConfig", got %s', cjson.encode(root.kind))
   end
   err = err or parse_dirs(E, root, cfg) or parse_plugins(E, root, cfg)
-    or parse_profiles(E, root, cfg) or parse_gateway(E, root, cfg) or parse_budgets(E, root, cfg)
+    or parse_profiles(E, root, cfg) or parse_sections(E, root, cfg) or parse_budgets(E, root, cfg)
   if not err and root.endpoints ~= nil then
     cfg.endpoints, err = M.parse_endpoints(E, root.endpoints, "endpoints")
   end

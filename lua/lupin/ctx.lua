@@ -24,7 +24,6 @@ local M = {}
 
 local cjson = require "cjson.safe"
 local new_table = require "table.new"
-local gateway = require "lupin.gateway"
 local leaks = require "lupin.leaks"
 local log = require "lupin.log"
 local weak = require "lupin.weak"
@@ -106,7 +105,7 @@ end
 
 -- Headers a plugin may not set: the hop-by-hop and framing ones each side of
 -- the proxy writes for itself (a second content-length or transfer-encoding
--- would let one request be read as two), and the ones the gateway sets.
+-- would let one request be read as two), and the ones the host sets (the EPP convention).
 local RESERVED = { connection = true, ["keep-alive"] = true, ["proxy-connection"] = true,
   te = true, ["transfer-encoding"] = true, upgrade = true, trailer = true,
   ["content-length"] = true, host = true, expect = true, ["x-request-id"] = true,
@@ -206,7 +205,7 @@ local LAZY = {}
 
 function LAZY.body(v)
   local raw = rawget(v, "raw_body")
-  local body = raw and (gateway.take_decoded(raw) or cjson.decode(raw))
+  local body = raw and cjson.decode(raw)
   return type(body) == "table" and body or false
 end
 

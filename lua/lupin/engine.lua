@@ -7,17 +7,24 @@ local ctx = require "lupin.ctx"
 local explain = require "lupin.explain"
 local leaks = require "lupin.leaks"
 local log = require "lupin.log"
+local openai = require "lupin.openai"
 local pool = require "lupin.pool"
 local traceback = require "lupin.traceback"
 
 local M = {}
 
 -- mirrors enum lupin_outcome in core/lupin.h
-local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR = 0, 1, 2, 3
+local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR, INVALID = 0, 1, 2, 3, 7
 -- mirrors LUPIN_REQUEST_* in core/lupin.h
 local EXPLAIN, DRY = 1, 2
 
 local now = capi.clock
+-- upper bounds (seconds) of the plugin call duration buckets: the endpoint
+-- picker's, as LUPIN_PLUGIN_BOUNDS in core/lupin.h (the gateway's
+-- inference_extension_plugin_duration_seconds)
+local PLUGIN_BOUNDS = { 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1 }
+local N_BOUNDS = #PLUGIN_BOUNDS
+M.PLUGIN_BOUNDS = PLUGIN_BOUNDS
 local alloc, limit = nil, 0
 local B -- the call budget's deadline and flag (core/budget.c)
 local id_prefix, id_seq = "", 0
@@ -125,10 +132,16 @@ local function call(r, rec, point, profile, x, y)
     budget.tripped = false
     ok, a = false, cut(r, rec, point)
   end
-  st.calls = st.calls + 1
   local dt = now() - t0
+  st.calls = st.calls + 1
   last_dt = dt
   st.ns = st.ns + dt * 1e9
+  local i = 1
+  while i <= N_BOUNDS and dt > PLUGIN_BOUNDS[i] do
+    i = i + 1
+  end
+  local buckets = st.buckets
+  buckets[i] = buckets[i] + 1
   if not ok then
     plugin_error(r, rec, point, a, last_trace)
     last_trace = nil
@@ -157,18 +170,36 @@ end
 local COMPACT_EVERY = 65536
 local until_compact = COMPACT_EVERY
 
---- The begin hook: the request description comes as arguments (core/request.c).
-function M.begin(gen, creq, id, path, body, model, headers, subset, flags)
+--- The begin hook: the request description comes as arguments
+--- (core/request.c); path nil: the body's (chat when it has "messages");
+--- check: the host asked for the body's checks, bad_utf8: where the body
+--- stops being UTF-8, if it does; flags: LUPIN_REQUEST_*.  Returns the
+--- request, its id, its model and stream flag when known.  A body that
+--- fails the checks makes a request that fails scheduling with a 400 and
+--- reaches no plugin.
+function M.begin(gen, creq, id, path, body, model, headers, subset, check, bad_utf8, flags)
+  path = path or openai.path_of(body)
   id = id or headers["x-request-id"] -- names in lower case (core/request.c)
   if not id or id == "" then
     id_seq = id_seq + 1
     id = id_prefix .. "-" .. id_seq
+  end
+  local decoded, message, param
+  if check then
+    decoded, message, param = openai.check(path, body, bad_utf8)
+    model = model or (decoded and decoded.model)
   end
   local r = ctx.new_request(gen, ffi.cast("void *", creq), id, path, body, model, headers)
   r.candidates = candidates(subset)
   r.subset = subset ~= nil
   if flags ~= 0 then
     M.set_flags(r, flags)
+  end
+  if decoded then
+    rawset(r.request, "body", decoded) -- decoded once, here
+  elseif check then
+    r.failure = { status = 400, message = message, param = param, outcome = INVALID }
+    return r, id
   end
   for _, rec in ipairs(gen.observers) do
     ctx.of(r, rec)
@@ -179,7 +210,7 @@ function M.begin(gen, creq, id, path, body, model, headers, subset, flags)
     ctx.compact()
     leaks.compact()
   end
-  return r, id
+  return r, id, model, decoded and decoded.stream == true
 end
 
 --- The request's flags (LUPIN_REQUEST_* in core/lupin.h): EXPLAIN starts a
@@ -201,7 +232,7 @@ local function fail(r, status, message, plugin, outcome)
 end
 
 local function failed(f)
-  return f.status, f.message, f.plugin, f.outcome
+  return f.status, f.message, f.plugin, f.outcome, f.param
 end
 
 local function valid_scores(scores, n)
@@ -409,7 +440,14 @@ local function primary_of(r, results, ran)
       plugin_error(r, handler, "process_results", err)
       return nil, err
     end
-    return primary
+    local port = type(res) == "table" and rawget(res, "port") or nil
+    if port ~= nil and (type(port) ~= "number" or port % 1 ~= 0 or port < 1 or port > 65535) then
+      local err = ("process_results: port must be an integer from 1 to 65535, got %s"):format(
+        budget.describe(port))
+      plugin_error(r, handler, "process_results", err)
+      return nil, err
+    end
+    return primary, nil, port
   end
   local only
   for name in pairs(ran) do
@@ -421,11 +459,19 @@ local function primary_of(r, results, ran)
   return only or nil, "no profile ran"
 end
 
+-- A pick at another port of the same endpoint (data parallelism: the
+-- server's primary port); the name and address stay the pool's strings.
+local function at_port(ep, port)
+  local at = ffi.new("lupin_endpoint")
+  at.id, at.c_name, at.c_address, at.port = ep.id, ep.c_name, ep.c_address, port
+  return at
+end
+
 -- Hands the scheduling result to the C request (again, on a repeated call).
 local function publish(r)
-  local creq = r.creq
+  local creq, port = r.creq, r.result.port
   for _, ep in ipairs(r.result.endpoints) do
-    add_pick(creq, ep)
+    add_pick(creq, port and at_port(ep, port) or ep)
   end
   if r.upstream_headers then
     for name, value in pairs(r.upstream_headers) do
@@ -463,7 +509,7 @@ local function decide(r)
   if status then
     return failed(r.failure)
   end
-  local primary, err = primary_of(r, results, ran)
+  local primary, err, port = primary_of(r, results, ran)
   if not primary then
     return handler_failed(r, "process_results", err)
   end
@@ -472,7 +518,7 @@ local function decide(r)
     local f = failures[primary]
     return fail(r, f.status, f.message, f.plugin, f.outcome)
   end
-  r.result = { primary = primary, endpoints = res.endpoints, profiles = results }
+  r.result = { primary = primary, endpoints = res.endpoints, profiles = results, port = port }
 end
 
 local function schedule(r)
@@ -503,12 +549,12 @@ end
 --- hooks only then, or when a plugin of the generation would see them
 --- (M.flags).
 function M.schedule(r)
-  local status, message, plugin, outcome = schedule(r)
+  local status, message, plugin, outcome, param = schedule(r)
   local x = r.explain
   if x and not x.status then
     explain.done(x, r, status, message, plugin, outcome, now())
   end
-  return status, message, plugin, outcome, r.response_headers ~= nil
+  return status, message, plugin, outcome, r.response_headers ~= nil, param
 end
 
 -- mirrors LUPIN_GEN_* in core/internal.h
@@ -550,6 +596,9 @@ function M.dry_run(gen)
   for _, rec in ipairs(gen.instances) do
     for _, st in pairs(rec.stats) do
       st.calls, st.errors, st.ns, st.cuts = 0, 0, 0, 0
+      for i = 1, #st.buckets do
+        st.buckets[i] = 0
+      end
     end
     rec.cuts = 0
   end

@@ -225,7 +225,9 @@ end
 --- The outcome of scheduling.
 function M.done(x, r, status, message, plugin, outcome, t1)
   x.status, x.message, x.plugin = status, message or null, plugin or null
-  x.outcome = ({ [0] = "ok", "rejected", "no_endpoint", "plugin_error" })[outcome] or "ok"
+  -- names as lupin_outcome_name's (core/request.c)
+  x.outcome = ({ [0] = "ok", "rejected", "no_endpoint", "plugin_error", [7] = "invalid_request" })
+    [outcome] or "ok"
   x.scheduling_us = us(t1 - x.started)
   local res = r.result
   if status == 200 and res then
@@ -284,11 +286,8 @@ end
 
 --- One line for a response header (x-lupin-explain): the primary profile,
 --- the picks, the best totals, the first fallbacks, the errors, the time.
-function M.summary(text)
-  local x = cjson.decode(text)
-  if type(x) ~= "table" then
-    return nil, "not an explain record"
-  end
+--- x: a record as its JSON decodes.
+function M.summary(x)
   local parts
   if x.status ~= 200 then
     parts = { ("status=%s"):format(x.status), ("outcome=%s"):format(x.outcome),
@@ -392,12 +391,9 @@ local function profile_text(out, x, p)
   end
 end
 
---- The record as text for a person (`lupin explain`).
-function M.text(text)
-  local x = cjson.decode(text)
-  if type(x) ~= "table" then
-    return nil, "not an explain record"
-  end
+--- The record as text for a person (`lupin explain`).  x: a record as its
+--- JSON decodes.
+function M.text(x)
   local out = {}
   out[#out + 1] = ("request %s %s model %s, generation %s%s"):format(x.request_id, x.path,
     x.model == null and "(none)" or x.model, g(x.generation), x.dry_run and ", dry run" or "")
@@ -449,10 +445,19 @@ function M.text(text)
   return table.concat(out, "\n") .. "\n"
 end
 
---- The API path of an OpenAI body: chat when it has "messages".
-function M.path(body)
-  local b = cjson.decode(body)
-  return type(b) == "table" and b.messages ~= nil and "/v1/chat/completions" or "/v1/completions"
+-- mirrors enum lupin_explain_format in core/lupin.h
+local TEXT, SUMMARY = 1, 2
+
+--- The record of request r in a form of lupin_explain_format, or nil when it
+--- was not asked for.  The text forms read the JSON back: they see what an
+--- embedder sees.
+function M.render(r, format)
+  local json = M.encode(r)
+  if not json or (format ~= TEXT and format ~= SUMMARY) then
+    return json
+  end
+  local x = cjson.decode(json)
+  return format == TEXT and M.text(x) or M.summary(x)
 end
 
 return M

@@ -1,4 +1,4 @@
--- Fallbacks: where the gateway sends a request whose picks failed before any
+-- Fallbacks: where a host sends a request whose picks failed before any
 -- byte reached the client.  The picker's own list comes first (the C side
 -- has it); after it, the rest of the primary profile's candidates -- the
 -- endpoints its filters kept -- by the profile score the scorers gave them,

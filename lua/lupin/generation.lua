@@ -32,7 +32,9 @@ local function record(name, type_, obj, m, params, path, budgets)
     local f = obj[point]
     if type(f) == "function" then
       rec[point] = f
-      rec.stats[point] = { calls = 0, errors = 0, ns = 0, cuts = 0 }
+      -- buckets: calls by duration (lupin.engine's PLUGIN_BOUNDS, the last: longer)
+      rec.stats[point] = { calls = 0, errors = 0, ns = 0, cuts = 0,
+        buckets = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 } }
       if not HOOKS[point] then
         rec.points[#rec.points + 1] = point
       end
@@ -93,6 +95,11 @@ function Builder:instantiate(name, type_, raw_params, path, p)
   local params, perr, field = v[1], v[2], v[3]
   if not params then
     return nil, self.E:at(path .. ".parameters" .. (field and "." .. field or ""), "%s", perr)
+  end
+  for _, fb in ipairs(v[4] or {}) do
+    log.warn("%s", self.E:at(path .. ".parameters." .. fb.field, "plugin %q (%s): %s out of"
+      .. " range, using %s instead, as the EPP does", name, type_, tostring(fb.given),
+      tostring(fb.used)))
   end
   local obj = { params = params }
   if m.mod.new then

@@ -6,7 +6,6 @@ local config = require "lupin.config"
 local engine = require "lupin.engine"
 local explain = require "lupin.explain"
 local fallback = require "lupin.fallback"
-local gateway = require "lupin.gateway"
 local generation = require "lupin.generation"
 local leaks = require "lupin.leaks"
 local loader = require "lupin.loader"
@@ -40,7 +39,7 @@ function M.init(ud, opts)
     endpoint_adapters = pool.set_adapters,
     endpoint_health = pool.set_health,
     fallbacks = fallback.ranked,
-    explain = explain.encode,
+    explain = explain.render,
   }
 
   --- The dry scheduling cycle a reload runs before it swaps, over the
@@ -69,7 +68,7 @@ function M.init(ud, opts)
       generation.release(gen)
       return nil, err
     end
-    gen.gateway, gen.endpoints = cfg.gateway, cfg.endpoints
+    gen.sections, gen.endpoints = cfg.sections, cfg.endpoints
     live[gen], M.current = true, gen
     -- the sources go to the C side, which hashes them into the digest; the
     -- generation does not keep the texts
@@ -100,6 +99,7 @@ function M.init(ud, opts)
         if st and st.calls + st.errors > 0 then
           out[#out + 1] = { plugin = rec.name, type = rec.type, point = point,
             calls = st.calls, errors = st.errors, ns = st.ns, cuts = st.cuts,
+            buckets = st.buckets,
             disabled = rec.disabled and 1 or 0 }
         end
       end
@@ -111,16 +111,48 @@ function M.init(ud, opts)
     return leaks.check(live)
   end
 
-  --- The gateway host's requests (gateway/gwlua.c): op names a function of
-  --- lupin.gateway; settings and endpoints read the current generation.
-  function hooks.gateway(op, a, b)
-    if op == "dry_run" then -- a host's first load ran before it had endpoints
-      return dry_check(M.current)
+  --- What a host asks beyond requests (core/host.c): its config sections,
+  --- the endpoints a config or file lists, the plugin directories, a dry
+  --- run, the memory limit.
+  local host = {}
+
+  function host.declare_section(name, list)
+    return config.declare_section(name, list)
+  end
+
+  function host.section(name)
+    local decl, values = config.sections[name], M.current and M.current.sections[name]
+    if not (decl and values) then
+      return nil
     end
-    if op == "settings" or op == "endpoints" or op == "plugin_dirs" then
-      return gateway[op](M.current)
+    local out = {}
+    for i, k in ipairs(decl.order) do
+      out[i] = values[k]
     end
-    return gateway[op](a, b)
+    return out
+  end
+
+  function host.endpoints(file)
+    if file then
+      return config.endpoints_file(file)
+    end
+    return M.current and M.current.endpoints or {}
+  end
+
+  function host.plugin_dirs()
+    return M.current and M.current.plugin_dirs or {}
+  end
+
+  function host.dry_run() -- a host's first load ran before it had endpoints
+    return M.current and dry_check(M.current)
+  end
+
+  function host.memory_limit(bytes)
+    engine.set_memory_limit(bytes)
+  end
+
+  function hooks.host(op, ...)
+    return host[op](...)
   end
 
   function hooks.eval(code)

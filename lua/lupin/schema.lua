@@ -3,8 +3,10 @@
 --- A schema maps each parameter name to a field description:
 ---   { type = "number"|"integer"|"string"|"boolean"|"array"|"object"|"any",
 ---     default = v, required = true, min = n, max = n, enum = { ... },
----     items = "string"|"number"|..., description = "..." }
+---     items = "string"|"number"|..., fallback = v, description = "..." }
 --- Parameters not in the schema are refused, so typos surface at load time.
+--- A field with a fallback takes a value below its min as the EPP does: it is
+--- replaced with the fallback and reported as a warning, not refused.
 ---@class lupin.schema
 local M = {}
 
@@ -18,6 +20,7 @@ local cjson = require "cjson"
 ---@field max number?
 ---@field enum any[]?
 ---@field items string? the type of an array's items
+---@field fallback any? what a value below min is replaced with (with a warning), as the EPP does
 ---@field description string?
 
 local TYPES = {
@@ -145,11 +148,20 @@ function M.check(schema)
   return true
 end
 
+-- A number below the min of a field with a fallback: the fallback, as the EPP
+-- replaces such values with its default.
+local function fallback(f, v)
+  if f.fallback ~= nil and f.min and type_ok(f.type, v) and v < f.min then
+    return f.fallback
+  end
+end
+
 --- Validates parameters against a schema and fills in defaults.
 --- Returns a fresh table, or nil, the message and the name of the bad field.
+--- The fourth result lists the fallbacks applied: { field, given, used }.
 ---@param schema table<string, lupin.SchemaField>?
 ---@param params table?
----@return table? params, string? err, string? field
+---@return table? params, string? err, string? field, table[]? fallbacks
 function M.validate(schema, params)
   schema = schema or {}
   if params == nil or params == cjson.null then
@@ -165,10 +177,14 @@ function M.validate(schema, params)
           or "this plugin takes no parameters"), tostring(k)
     end
   end
-  local out = {}
+  local out, fell = {}, {}
   for _, name in ipairs(keys(schema)) do
     local f, v = schema[name], params[name]
-    if v == nil or v == cjson.null then
+    local used = v ~= nil and fallback(f, v)
+    if used then
+      fell[#fell + 1] = { field = name, given = v, used = used }
+      out[name] = copy(used)
+    elseif v == nil or v == cjson.null then
       if f.required then
         return nil, ("missing required parameter %q (%s%s)"):format(name,
           article(f.type), bounds(f)), name
@@ -182,7 +198,7 @@ function M.validate(schema, params)
       out[name] = copy(v)
     end
   end
-  return out
+  return out, nil, nil, fell
 end
 
 return M

@@ -12,7 +12,7 @@
 
 --- How a request ended, as finish(ctx, outcome) is told ("dry_run": the
 --- synthetic request that checks a new generation before it serves).
----@alias lupin.Outcome "ok"|"rejected"|"no_endpoint"|"plugin_error"|"upstream_error"|"cancelled"|"timeout"|"dry_run"
+---@alias lupin.Outcome "ok"|"rejected"|"no_endpoint"|"plugin_error"|"upstream_error"|"cancelled"|"timeout"|"invalid_request"|"dry_run"
 
 --- One model server, read in place (an FFI object over the C pool: reading a
 --- field copies nothing).  Metrics are those last scraped; a metric the
@@ -55,10 +55,12 @@
 ---@field primary string the primary profile's name
 ---@field endpoints lupin.Endpoint[] the primary profile's picks: the request goes to the first
 ---@field profiles table<string, lupin.ProfileResult|false> every profile run (false: it found none)
+---@field port integer? the port the primary's picks are sent to, when process_results set one
 
 --- What process_results returns.
 ---@class lupin.Primary
 ---@field primary string
+---@field port integer? send the primary's picks to this port of their address (data parallelism)
 
 --- The endpoint's response, from response_header on (ctx.response).
 ---@class lupin.Response

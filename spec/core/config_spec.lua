@@ -135,7 +135,7 @@ describe("config", function()
     it("refuses unknown top-level fields, listing the known ones", function()
       fails('{\n "plugins": [],\n "schedulingProfile": []\n}',
         'cfg.json:3: schedulingProfile: unknown field "schedulingProfile" in the config',
-        "known fields: apiVersion, budgets, endpoints, featureGates, gateway, kind, pluginDirs, "
+        "known fields: apiVersion, budgets, endpoints, featureGates, kind, pluginDirs, "
           .. "plugins, schedulingProfiles")
     end)
 

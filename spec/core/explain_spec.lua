@@ -197,6 +197,34 @@ return {
     none:free()
   end)
 
+  it("renders as text for a person and as a one-line summary", function()
+    local _, req = explained(rt)
+    local text = req:explain("text")
+    assert.truthy(text:find("profile default (4 candidates): primary", 1, true), text)
+    assert.truthy(text:find("filter first3 %(test%-filter%) [%d.]+ us: kept 3 of 4: ep1, ep2, ep3;"
+      .. " removed ep4"), text)
+    assert.truthy(text:find("ep2%s+0.9 %-> 1.8%s+0.5 %-> 0.5%s+2.3%s+picked\n"), text)
+    assert.truthy(text:find("primary profile default: picks ep2; fallbacks ep3, ep1", 1, true),
+      text)
+    local summary = req:explain("summary")
+    assert.truthy(summary:find("^profile=default; picks=ep2; totals=ep2:2.3,ep3:1.5,ep1:0.9;"
+      .. " fallbacks=ep3,ep1; errors=0; us=[%d.]+$"), summary)
+    assert.falsy(summary:find("[%c]"), summary)
+    req:finish("ok")
+  end)
+
+  it("takes the path of a body sent without one: chat when it has messages", function()
+    for body, path in pairs({
+      ['{"model":"m","messages":[{"role":"user","content":"hi"}]}'] = "/v1/chat/completions",
+      ['{"model":"m","prompt":"hi"}'] = "/v1/completions",
+      ["not json"] = "/v1/completions",
+    }) do
+      local req = assert(rt:begin({ body = body, explain = true }))
+      assert.equal(path, S.json.decode(req:explain()).path, body)
+      req:finish("ok")
+    end
+  end)
+
   it("is not kept when not asked for", function()
     local req = assert(rt:begin({ path = "/v1/completions", body = BODY }))
     assert.equal(200, req:schedule().status)

@@ -108,7 +108,8 @@ describe("a YAML config", function()
       { "kind: Other\n", 'cfg.yaml:1: kind: kind must be "EndpointPickerConfig"' },
       { "- 1\n- 2\n", "cfg.yaml:1: the config must be a YAML object" },
       { "plugins:\n  - type: [\n", "cfg.yaml:3: invalid YAML:" },
-      { "gateway:\n  poolSize: -1\n", "cfg.yaml:2: gateway.poolSize: poolSize must be an integer" },
+      { "endpoints:\n- {address: a, port: -1}\n",
+        "cfg.yaml:2: endpoints[0].port: port must be an integer" },
     }
     for _, c in ipairs(cases) do
       local cfg, err = config.parse(c[1], "cfg.yaml")
@@ -119,7 +120,7 @@ describe("a YAML config", function()
 
   it("reports a plugin's parameter error at its YAML line", function()
     local path = write("params.yaml", "plugins:\n- type: prefix-cache-scorer\n  parameters:\n"
-      .. "    blockSize: 0\n")
+      .. "    blockSize: 2.5\n")
     local _, ok, err = load_file(path)
     assert.is_nil(ok)
     assert.truthy(err:find(path .. ":4: plugins[0].parameters.blockSize:", 1, true), err)

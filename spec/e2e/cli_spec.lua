@@ -102,7 +102,21 @@ describe("lupin's help and version", function()
   end)
 end)
 
+-- A value the EPP replaces with its default (GIE prefixcachescorer/plugin.go,
+-- New: "BlockSize is not positive, using default value").
+local FALLBACK_CONFIG = '{\n "plugins": [\n  {"type": "prefix-cache-scorer",\n'
+  .. '   "parameters": {"blockSize": 0}}\n ]\n}\n'
+local FALLBACK_WARNING = ':4: plugins[0].parameters.blockSize: plugin "prefix-cache-scorer"'
+  .. ' (prefix-cache-scorer): 0 out of range, using 64 instead, as the EPP does'
+
 describe("lupin check", function()
+  it("loads a value the EPP replaces with its default, and warns which value it uses", function()
+    local path = write_config("cli-fallback.json", FALLBACK_CONFIG)
+    local out, rc = P.run(LUPIN .. " check --config " .. path .. " 2>&1")
+    assert.equal(0, rc, out)
+    assert.truthy(out:find(path .. FALLBACK_WARNING, 1, true), out)
+  end)
+
   it("runs the dry scheduling cycle over the config's endpoints, as a reload does", function()
     local path = failing_config({ { address = "127.0.0.1", port = 9 } })
     local out, rc = P.run(LUPIN .. " check --config " .. path .. " 2>&1")
@@ -162,6 +176,13 @@ describe("lupin check", function()
 end)
 
 describe("lupin serve", function()
+  it("serves a config with a value the EPP replaces, and logs the warning", function()
+    local gw = P.gateway(FALLBACK_CONFIG, "--no-watch")
+    P.signal(gw, "TERM")
+    assert.equal(0, P.wait(gw))
+    assert.truthy(P.read(gw.err):find(gw.config .. FALLBACK_WARNING, 1, true), P.read(gw.err))
+  end)
+
   it("refuses to start on what check refuses: exit 1, the plugin named", function()
     local path = failing_config({ { address = "127.0.0.1", port = 9 } })
     local out, rc = P.run(("%s serve --config %s --listen 127.0.0.1:0 --admin 127.0.0.1:0"

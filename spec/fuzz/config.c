@@ -41,6 +41,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   rt = lupin_runtime_new(&o, err, sizeof err);
   if (__lsan_enable) __lsan_enable();
   if (!rt) fz_fail("lupin_runtime_new: %s", err);
+  if (gw_settings_declare(rt, err, sizeof err)) fz_fail("gw_settings_declare: %s", err);
   atexit(teardown);
   fz_lua_coverage(rt);
   snprintf(source, sizeof source, "%s/spec/fuzz/fuzz-config.json", getenv("LUPIN_HOME"));
@@ -96,9 +97,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } else {
     gw_settings set;
     size_t n = 0;
-    if (gw_lua_settings(rt, &set, err, sizeof err))
+    if (gw_settings_read(rt, &set, err, sizeof err))
       fz_fail("a config loaded but its gateway settings cannot be read: %s", err);
-    if (gw_lua_endpoints(rt, NULL, count_endpoint, &n, err, sizeof err))
+    if (lupin_runtime_read_endpoints(rt, NULL, count_endpoint, &n, err, sizeof err))
       fz_fail("a config loaded but its endpoints cannot be read: %s", err);
     one_request();
   }

@@ -2,6 +2,7 @@
  * servers the harness plays, the client, and the invariants checked after
  * each input. */
 #include "fuzz.h"
+#include "internal.h" /* the Lua state, for line coverage */
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -16,6 +16,20 @@ describe(T, function()
     assert.same({ "ep1", "ep3", "ep4", "ep6" }, K.call(rt, { type = T, point = "filter" }).kept)
   end)
 
+  -- llm-d-router pkg/epp/framework/plugins/scheduling/filter/bylabel/roles_test.go,
+  -- TestRoleFilterDecodeRole: the newest role values.
+  it("keeps decode, prefill-decode, encode-prefill-decode and unlabelled; not encode", function()
+    local names = { "decode", "prefill", "prefill-decode", "encode-prefill-decode", "encode",
+      "encode-prefill" }
+    local roles = {}
+    for i, r in ipairs(names) do
+      roles[i] = { labels = { ["llm-d.ai/role"] = r } }
+    end
+    roles[#roles + 1] = { labels = { app = "vllm" } }
+    local rt = K.pool(#roles + 1, roles) -- the last has no labels at all
+    assert.same({ "ep1", "ep3", "ep4", "ep7", "ep8" }, K.call(rt, { type = T, point = "filter" }).kept)
+  end)
+
   it("keeps nothing from nothing, and nothing from prefill-only pools", function()
     local rt = K.pool(2, { ROLES[2], ROLES[2] })
     assert.same({}, K.call(rt, { type = T, point = "filter" }).kept)

@@ -38,8 +38,8 @@ describe("no-hit-lru-scorer", function()
   it("has llm-d's defaults and refuses bad parameters", function()
     assert.same({ lruSize = 1024, prefixPluginName = "prefix-cache-scorer" },
       P.defaults("no-hit-lru-scorer"))
-    assert.matches("parameters.lruSize: must be an integer between 1 and 1048576, got 0",
-      P.config_error("no-hit-lru-scorer", { lruSize = 0 }))
+    assert.matches("parameters.lruSize: must be an integer between 1 and 1048576, got 2000000",
+      P.config_error("no-hit-lru-scorer", { lruSize = 2000000 }))
     assert.matches("parameters.prefixPluginName: must be a string, got 1",
       P.config_error("no-hit-lru-scorer", { prefixPluginName = 1 }))
   end)
@@ -73,24 +73,43 @@ describe("no-hit-lru-scorer", function()
     assert.same({ ep1 = 1, ep2 = 0, ep3 = 0.5 }, scores("cccc"))
   end)
 
-  it("reads the prefix scorer named prefixPluginName, and fails (scoring 0) without it", function()
+  -- llm-d-router .../scorer/nohitlru/no_hit_lru_test.go, TestNoPrefixCacheStateFound
+  -- (a lone endpoint scores 1.0) and TestNoHitLRUFactoryDependencyValidation
+  -- ("missing prefix cache plugin - should work as optimization").
+  it("reads the prefix scorer named prefixPluginName; without it every request is cold",
+    function()
     start(2, { prefixPluginName = "my-prefix" }, "my-prefix")
     assert.same({ ep1 = 1, ep2 = 0 }, scores("aaaa"))
     rt:free()
     start(2, { prefixPluginName = "nope" })
-    assert.same({ ep1 = 0, ep2 = 0 }, scores("aaaa"))
-    local errors = 0
+    assert.same({ ep1 = 1, ep2 = 0 }, scores("aaaa"))
+    assert.same({ ep1 = 0, ep2 = 1 }, scores("aaaa")) -- cold again: the LRU moved
     for _, st in ipairs(rt:plugin_stats()) do
-      if st.plugin == "no-hit-lru-scorer" and st.point == "score" then
-        errors = st.errors
-      end
+      assert.equal(0, st.errors, st.plugin)
     end
-    assert.equal(1, errors)
-    local logged = false
-    for _, l in ipairs(rt:logs()) do
-      logged = logged or l[2]:find('no prefix matches from "nope"', 1, true) ~= nil
-    end
-    assert.is_true(logged)
+    rt:free()
+    start(1, { prefixPluginName = "nope" })
+    assert.same({ ep1 = 1 }, scores("aaaa"))
+  end)
+
+  -- TestNoHitLRUPrefillDecodeTracking "P/D scenario - both profiles tracked
+  -- separately": a cold request's prefill endpoint moves in the LRU too.
+  it("records the prefill profile's endpoint of a cold request as well", function()
+    start(4)
+    local out = S.eval(rt, ([[
+      local m = require("lupin.loader").load(%q, "no-hit-lru-scorer")
+      local self = m.new(assert(require("lupin.schema").validate(m.schema, {})), {})
+      local eps = require("lupin.pool").list -- decode: ep1, ep2; prefill: ep3, ep4
+      local ctx = { shared = {}, plugin = {} }
+      m.score(self, ctx, eps)
+      m.pre_request(self, ctx, { primary = "decode", profiles = {
+        decode = { endpoints = { eps[1] } }, prefill = { endpoints = { eps[3] } } } })
+      local ctx2 = { shared = {}, plugin = {} }
+      return { decode = m.score(self, ctx2, { eps[1], eps[2] }),
+        prefill = m.score(self, ctx2, { eps[3], eps[4] }) }
+    ]]):format(S.ROOT .. "/plugins/no-hit-lru-scorer.lua"))
+    assert.same({ 0, 1 }, out.decode)
+    assert.same({ 0, 1 }, out.prefill)
   end)
 
   it("keeps its LRU across a reload", function()

@@ -49,7 +49,8 @@ describe("pd-profile-handler", function()
 
   it("has llm-d's defaults", function()
     assert.same({ threshold = 0, decodeProfile = "decode", prefillProfile = "prefill",
-      prefixPluginName = "prefix-cache-scorer", hashBlockSize = 64 }, P.defaults("pd-profile-handler"))
+      prefixPluginName = "prefix-cache-scorer", hashBlockSize = 64, primaryPort = 0 },
+      P.defaults("pd-profile-handler"))
   end)
 
   it("refuses parameters out of bounds with config errors", function()
@@ -63,6 +64,11 @@ describe("pd-profile-handler", function()
     assert.matches("parameters.threshold: must be an integer ≥ 0, got %-1", err({ threshold = -1 }))
     assert.matches("parameters.hashBlockSize: must be an integer ≥ 1, got 0", err({ hashBlockSize = 0 }))
     assert.matches("parameters.decodeProfile: must be a string, got 5", err({ decodeProfile = 5 }))
+    assert.matches("parameters.primaryPort: must be an integer between 0 and 65535, got 65536",
+      err({ primaryPort = 65536 }))
+    assert.matches("parameters.primaryPort: must be an integer between 0 and 65535, got %-10",
+      err({ primaryPort = -10 }))
+    assert.matches("parameters.primaryPort: must be an integer", err({ primaryPort = 8080.5 }))
   end)
 
   it("runs decode then prefill, decode primary, each profile with its own cycle state", function()
@@ -102,13 +108,59 @@ describe("pd-profile-handler", function()
     assert.equal(0, rt:stats().live_requests)
   end)
 
-  it("runs decode only with threshold 0, the default", function()
+  -- llm-d-inference-scheduler v0.4 pkg/plugins/profile/pd_profile_handler.go, Pick:
+  -- `if h.pdThreshold > 0 { ...decide... }`, else the prefill profile runs;
+  -- pd_profile_handler_test.go TestPdProfileHandlerFactory "threshold = 0 is allowed".
+  it("always runs prefill with threshold 0, the default, cached or not", function()
     start({})
-    local pick, _, res = P.request(rt, "aaaabbbbcccc")
-    assert.equal(200, res.status)
+    for _ = 1, 2 do -- the second time the whole prompt is cached on ep1
+      local pick, _, res = P.request(rt, "aaaabbbbcccc")
+      assert.equal(200, res.status)
+      assert.equal("ep1", pick)
+      assert.equal("10.0.0.3:8000", res.headers["x-prefiller-host-port"])
+    end
+  end)
+
+  -- TestPdProfileHandler_Pick "pd threshold triggered (short non-cached suffix)" and
+  -- "NOT triggered": prompt "hello world" (11 characters), 16-character blocks,
+  -- threshold 5 and 100.  Upstream discounts the first matched block as "the model
+  -- name" (a leftover of a hash layout it no longer has); lupin counts every
+  -- matched block (plugins/README.md), so one matched block already covers it.
+  it("counts every matched block as cached (no block discounted for the model)", function()
+    local function pick(threshold, matches)
+      return S.eval(rt, ([[
+        local m = require("lupin.loader").load(%q, "pd-profile-handler")
+        local self = m.new(assert(require("lupin.schema").validate(m.schema,
+          { threshold = %d, hashBlockSize = 16 })))
+        local ep = { id = 7 }
+        local ctx = { request = { prompt = "hello world" }, shared = { ["prefix-cache-scorer"] =
+          { block_size = 16, prompt_length = 11, matches = { [7] = %d } } } }
+        local profiles = { decode = {}, prefill = {} }
+        return m.pick_profiles(self, ctx, profiles, { decode = { endpoints = { ep } } })
+      ]]):format(S.ROOT .. "/plugins/pd-profile-handler.lua", threshold, matches))
+    end
+    rt = S.runtime()
+    assert.same({}, pick(100, 5)) -- upstream too: decode only
+    assert.same({}, pick(5, 1)) -- upstream: prefill (it counts 1 - 1 = 0 blocks)
+    assert.same({ "prefill" }, pick(5, 0))
+    assert.same({ "prefill" }, pick(0, 5))
+  end)
+
+  -- TestPdProfileHandler_ProcessResults "with primaryPort → port updated and header set"
+  -- and TestPdProfileHandlerFactory's primaryPort bounds.
+  it("sends decode to primaryPort and names the rank in x-data-parallel-host-port", function()
+    start({ primaryPort = 9000 })
+    local pick, _, res = P.request(rt, "aaaabbbb")
     assert.equal("ep1", pick)
-    assert.is_nil(res.headers["x-prefiller-host-port"])
-    assert.is_nil(res.headers["x-spec-scores-prefill"])
+    assert.equal(9000, res.picks[1].port)
+    assert.equal("10.0.0.1", res.picks[1].address)
+    assert.equal("10.0.0.1:8000", res.headers["x-data-parallel-host-port"])
+    assert.equal("10.0.0.3:8000", res.headers["x-prefiller-host-port"]) -- prefill unchanged
+    rt:free()
+    start({ primaryPort = 0 })
+    _, _, res = P.request(rt, "aaaabbbb")
+    assert.equal(8000, res.picks[1].port)
+    assert.is_nil(res.headers["x-data-parallel-host-port"])
   end)
 
   it("skips prefill when the decode endpoint's uncached part is under threshold", function()

@@ -4,7 +4,7 @@ local S = require "support"
 local T = "prefill-filter"
 
 describe(T, function()
-  it("keeps only endpoints labelled llm-d.ai/role=prefill", function()
+  it("keeps endpoints whose role can prefill, including the deprecated both", function()
     local rt = K.pool(6, {
       { labels = { ["llm-d.ai/role"] = "prefill" } },
       { labels = { ["llm-d.ai/role"] = "decode" } },
@@ -12,9 +12,23 @@ describe(T, function()
       { labels = { zone = "a" } },
       { labels = { ["llm-d.ai/role"] = "prefill", zone = "b" } },
     }) -- ep6: no labels
-    assert.same({ "ep1", "ep5" }, K.call(rt, { type = T, point = "filter" }).kept)
+    assert.same({ "ep1", "ep3", "ep5" }, K.call(rt, { type = T, point = "filter" }).kept)
     assert.same({}, K.call(rt, { type = T, point = "filter", names = {} }).kept)
     assert.same({}, K.call(rt, { type = T, point = "filter", names = { "ep4", "ep6" } }).kept)
+  end)
+
+  -- llm-d-router pkg/epp/framework/plugins/scheduling/filter/bylabel/roles_test.go,
+  -- TestRoleFilterPrefillRole: the newest role values.
+  it("keeps prefill, prefill-decode, encode-prefill-decode and encode-prefill; not encode", function()
+    local names = { "decode", "prefill", "prefill-decode", "encode-prefill-decode", "encode",
+      "encode-prefill" }
+    local roles = {}
+    for i, r in ipairs(names) do
+      roles[i] = { labels = { ["llm-d.ai/role"] = r } }
+    end
+    roles[#roles + 1] = { labels = { app = "vllm" } }
+    local rt = K.pool(#roles, roles)
+    assert.same({ "ep2", "ep3", "ep4", "ep6" }, K.call(rt, { type = T, point = "filter" }).kept)
   end)
 
   it("takes no parameters", function()

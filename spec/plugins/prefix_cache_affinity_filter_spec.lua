@@ -38,8 +38,10 @@ describe("prefix-cache-affinity-filter", function()
     return table.concat(names, ",")
   end
 
-  it("has its defaults and refuses bad parameters", function()
-    assert.same({ affinityThreshold = 0.5, explorationProbability = 0.01,
+  -- llm-d-router .../filter/prefixcacheaffinity/plugin.go, DefaultConfig:
+  -- AffinityThreshold 0.80, ExplorationProbability 0.
+  it("has llm-d's defaults and refuses bad parameters", function()
+    assert.same({ affinityThreshold = 0.8, explorationProbability = 0,
       prefixPluginName = "prefix-cache-scorer" }, P.defaults("prefix-cache-affinity-filter"))
     assert.matches("parameters.affinityThreshold: must be a number between 0 and 1, got 1.5",
       P.config_error("prefix-cache-affinity-filter", { affinityThreshold = 1.5 }))

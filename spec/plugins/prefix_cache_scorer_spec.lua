@@ -27,14 +27,14 @@ describe("prefix-cache-scorer", function()
   end)
 
   it("refuses parameters out of bounds with config errors", function()
-    assert.matches("parameters.blockSize: must be an integer between 1 and 1048576, got 0",
-      P.config_error("prefix-cache-scorer", { blockSize = 0 }))
+    assert.matches("parameters.blockSize: must be an integer between 1 and 1048576, got 2000000",
+      P.config_error("prefix-cache-scorer", { blockSize = 2000000 }))
     assert.matches("parameters.hashBlockSize: must be an integer between 1 and 1048576, got 2.5",
       P.config_error("prefix-cache-scorer", { hashBlockSize = 2.5 }))
     assert.matches("parameters.maxPrefixBlocksToMatch: must be an integer between 1 and",
-      P.config_error("prefix-cache-scorer", { maxPrefixBlocksToMatch = 0 }))
+      P.config_error("prefix-cache-scorer", { maxPrefixBlocksToMatch = 1.5 }))
     assert.matches("parameters.lruCapacityPerServer: must be an integer between 1 and",
-      P.config_error("prefix-cache-scorer", { lruCapacityPerServer = -1 }))
+      P.config_error("prefix-cache-scorer", { lruCapacityPerServer = 2 ^ 31 }))
     assert.matches('parameters.autoTune: must be a boolean, got "yes"',
       P.config_error("prefix-cache-scorer", { autoTune = "yes" }))
     assert.matches('unknown parameter "blocksize"',

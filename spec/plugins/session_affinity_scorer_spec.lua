@@ -31,10 +31,52 @@ describe(T, function()
     end
   end)
 
-  it("scores 1 for the endpoint the token names, 0 for the others", function()
+  -- llm-d-router .../scorer/sessionaffinity/session_affinity_test.go,
+  -- TestSessionAffinity_Score "selects correct endpoint": the token is base64 of
+  -- the endpoint's namespace/name.
+  it("scores 1 for the endpoint the token names (namespace/name), 0 for the others", function()
+    local rt = K.pool(3)
+    assert.same({ ep1 = 0, ep2 = 1, ep3 = 0 },
+      K.scores(rt, T, nil, { headers = { ["x-session-token"] = "ZGVmYXVsdC9lcDI=" } }))
+  end)
+
+  it("still accepts a token of the bare name, lupin's earlier token", function()
     local rt = K.pool(3)
     assert.same({ ep1 = 0, ep2 = 1, ep3 = 0 },
       K.scores(rt, T, nil, { headers = { ["x-session-token"] = "ZXAy" } }))
+  end)
+
+  it("takes the namespace from the endpoint's namespace label, else default", function()
+    local rt = K.pool(2, { { labels = { namespace = "team-a" } } })
+    assert.same({ ep1 = 1, ep2 = 0 },
+      K.scores(rt, T, nil, { headers = { ["x-session-token"] = "dGVhbS1hL2VwMQ==" } }))
+    assert.same({ ep1 = 0, ep2 = 0 }, -- ep1 is not in "default"
+      K.scores(rt, T, nil, { headers = { ["x-session-token"] = "ZGVmYXVsdC9lcDE=" } }))
+    local out = K.call(rt, { type = T, point = "response_header", result = { "ep1" } })
+    assert.same({ ["x-session-token"] = "dGVhbS1hL2VwMQ==" }, out.response_headers)
+  end)
+
+  -- TestSessionAffinity_Score "custom header selects endpointB" and "custom header
+  -- ignores default header"; TestSessionAffinity_ResponseHeader "custom header
+  -- carries the token".
+  it("reads and writes the header of encodedEndpointHeaderConfig", function()
+    local rt = K.pool(2)
+    local p = { encodedEndpointHeaderConfig = { header = "X-Custom-Session" } }
+    assert.same({ ep1 = 0, ep2 = 1 },
+      K.scores(rt, T, p, { headers = { ["x-custom-session"] = "ZGVmYXVsdC9lcDI=" } }))
+    assert.same({ ep1 = 0, ep2 = 0 },
+      K.scores(rt, T, p, { headers = { ["x-session-token"] = "ZGVmYXVsdC9lcDI=" } }))
+    local out = K.call(rt, { type = T, params = p, point = "response_header", result = { "ep2" } })
+    assert.same({ ["x-custom-session"] = "ZGVmYXVsdC9lcDI=" }, out.response_headers)
+  end)
+
+  -- TestSessionAffinity_ResponseHeader "profile set but absent from results
+  -- (decode-only) writes no header".
+  it("writes no header when profileName names a profile that did not run", function()
+    local rt = K.pool(2)
+    local out = K.call(rt, { type = T, params = { profileName = "prefill" },
+      point = "response_header", result = { "ep2" } })
+    assert.same({}, out.response_headers)
   end)
 
   it("scores 0 everywhere without a token, with an empty one, or one naming no candidate",
@@ -59,7 +101,7 @@ describe(T, function()
   it("sets x-session-token on the response to the serving endpoint", function()
     local rt = K.pool(3)
     local out = K.call(rt, { type = T, point = "response_header", result = { "ep3", "ep1" } })
-    assert.same({ ["x-session-token"] = "ZXAz" }, out.response_headers)
+    assert.same({ ["x-session-token"] = "ZGVmYXVsdC9lcDM=" }, out.response_headers)
   end)
 
   it("keeps a session on its endpoint end to end", function()
@@ -73,15 +115,15 @@ describe(T, function()
     assert.equal("ep2", res.picks[1].name)
     local headers = req:response_header(200, { ["content-type"] = "application/json" })
     req:finish("ok")
-    assert.equal("ZXAy", headers["x-session-token"])
+    assert.equal("ZGVmYXVsdC9lcDI=", headers["x-session-token"])
     -- a token for ep3 wins over ep3's long queue
     req = assert(rt:begin({ path = "/v1/completions", body = '{"model":"m"}',
-      headers = { ["X-Session-Token"] = "ZXAz" } }))
+      headers = { ["X-Session-Token"] = "ZGVmYXVsdC9lcDM=" } }))
     res = req:schedule()
     assert.equal("ep3", res.picks[1].name)
     headers = req:response_header(200, {})
     req:finish("ok")
-    assert.equal("ZXAz", headers["x-session-token"])
+    assert.equal("ZGVmYXVsdC9lcDM=", headers["x-session-token"])
   end)
 
   it("sets no header when scheduling failed", function()
@@ -92,8 +134,56 @@ describe(T, function()
     req:finish("no_endpoint")
   end)
 
-  it("takes no parameters", function()
-    local err = K.load_error({ '{"type": "session-affinity-scorer", "parameters": {"ttl": 1}}' })
-    assert.matches("^spec%.json:3: plugins%[0%]%.parameters%.ttl: unknown parameter \"ttl\"", err)
+  -- TestSessionAffinity_FactoryValidation: which parameters load.
+  it("loads upstream's valid strategies and refuses the invalid ones", function()
+    for _, ok in ipairs({ "{}", '{"strategy":"encoded_endpoint_header"}',
+      '{"strategy":"session_id"}',
+      '{"strategy":"session_id","sessionIdConfig":{"sources":[{"attribute":"agent-identity"}]}}',
+      '{"strategy":"session_id","sessionIdConfig":{"sources":[{"header":"x-session-id"},'
+        .. '{"attribute":"agent-identity"}]}}',
+      '{"strategy":"session_id","sessionIdConfig":{"sources":[]}}',
+      '{"strategy":"session_id","sessionIdConfig":{"evictionTtlSeconds":0}}' }) do
+      local rt = S.runtime()
+      assert(rt:load_string(('{"plugins": [{"type": "%s", "parameters": %s}]}'):format(T, ok),
+        "spec.json"))
+      rt:free()
+    end
+    local function err(params)
+      return K.load_error({ ('{"type": "%s", "parameters": %s}'):format(T, params) })
+    end
+    assert.matches('parameters%.strategy: must be one of "encoded_endpoint_header", "session_id",'
+      .. ' got "bogus"', err('{"strategy":"bogus"}'))
+    assert.matches("sessionIdConfig%.sources%[0%]: exactly one of header or attribute must be set",
+      err('{"strategy":"session_id","sessionIdConfig":{"sources":[{"header":"h","attribute":"a"}]}}'))
+    assert.matches("sessionIdConfig%.evictionTtlSeconds must be a number > 0, got %-1",
+      err('{"strategy":"session_id","sessionIdConfig":{"evictionTtlSeconds":-1}}'))
+    assert.matches("sessionIdConfig%.evictionSweepSeconds must be a number > 0, got %-1",
+      err('{"strategy":"session_id","sessionIdConfig":{"evictionSweepSeconds":-1}}'))
+    assert.matches('parameters%.ttl: unknown parameter "ttl"', err('{"ttl": 1}'))
+  end)
+
+  it("session_id: binds a session to the endpoint that served it, per session", function()
+    local rt = S.loaded(K.config({ { type = T, parameters = { strategy = "session_id",
+      sessionIdConfig = { sources = { { header = "X-Conv" } } } } }, { type = "queue-scorer" } },
+      { { pluginRef = T, weight = 10 }, { pluginRef = "queue-scorer", weight = 1 } }))
+    S.endpoints(rt, 3, { { waiting_queue_size = 5 }, { waiting_queue_size = 0 },
+      { waiting_queue_size = 9 } })
+    local function send(headers)
+      local req = assert(rt:begin({ path = "/v1/completions", body = '{"model":"m"}',
+        headers = headers }))
+      local res = req:schedule()
+      local out = req:response_header(200, {})
+      req:finish("ok")
+      return res.picks[1].name, out
+    end
+    local first, out = send({ ["x-conv"] = "a" }) -- unbound: the queue decides
+    assert.equal("ep2", first)
+    assert.same({}, out) -- nothing is written back to the client
+    rt:set_metrics("ep2", { waiting_queue_size = 9 })
+    rt:set_metrics("ep3", { waiting_queue_size = 0 })
+    assert.equal("ep2", (send({ ["x-conv"] = "a" }))) -- bound: stays
+    assert.equal("ep3", (send({ ["x-conv"] = "b" }))) -- another session: the queue
+    assert.equal("ep3", (send({}))) -- no session id: no preference
+    assert.equal("ep3", (send({ ["x-session-id"] = "a" }))) -- not a configured source
   end)
 end)

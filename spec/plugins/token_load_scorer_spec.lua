@@ -29,7 +29,8 @@ end
 local function scores(rt)
   local out = K.instance(rt, T, [[
     local out = {}
-    for i, s in ipairs(self:score(nil, require("lupin.pool").list)) do
+    local ctx = { request = { prompt = "", body = false }, shared = {} } -- adds 0 tokens
+    for i, s in ipairs(self:score(ctx, require("lupin.pool").list)) do
       out[i] = ("%.17g"):format(s)
     end
     return out]])
@@ -83,7 +84,8 @@ describe(T, function()
     end
     assert.same({}, tokens(rt))
     assert.same({ 1, 1, 1 }, scores(rt))
-    assert.same({}, K.instance(rt, T, "#self:score(nil, {}) == 0 and {} or 'not empty'"))
+    assert.same({}, K.instance(rt, T,
+      "#self:score({ request = { prompt = '' }, shared = {} }, {}) == 0 and {} or 'not empty'"))
   end)
 
   it("returns to zero after successes, upstream errors, cancels and picker failures", function()
@@ -128,12 +130,50 @@ describe(T, function()
     big:finish("ok")
   end)
 
-  it("defaults queueThresholdTokens to 4194304 and refuses values below 1", function()
-    assert.same({ queueThresholdTokens = 4194304 }, K.params(S.runtime(), T))
-    local err = K.load_error({ '{"type": "token-load-scorer", "parameters": {"queueThresholdTokens": 0}}' })
-    assert.matches("^spec%.json:3: plugins%[0%]%.parameters%.queueThresholdTokens: must be an "
-      .. "integer ≥ 1, got 0", err)
-    err = K.load_error({ '{"type": "token-load-scorer", "parameters": {"queueThresholdTokens": "x"}}' })
+  -- llm-d-router .../scorer/tokenload/token_load_test.go, TestTokenLoadScorer:
+  -- 0, 250 and 750 tokens in flight of 1000, and 250 for this request.
+  it("counts this request's tokens in the load it scores", function()
+    local rt = runtime({ queueThresholdTokens = 1000 })
+    local out = K.instance(rt, T, [[
+      self.tokens = { ep2 = 250, ep3 = 750 }
+      local ctx = { request = { prompt = ("x"):rep(1000), body = false }, shared = {} }
+      local out = {}
+      for i, s in ipairs(self:score(ctx, require("lupin.pool").list)) do
+        out[i] = ("%.17g"):format(s)
+      end
+      return out]])
+    assert.same({ "0.75", "0.5", "0" }, out)
+  end)
+
+  it("counts only the tokens not cached on each endpoint", function()
+    local rt = runtime({ queueThresholdTokens = 1000 })
+    local out = K.instance(rt, T, [[
+      local eps = require("lupin.pool").list
+      -- ep1 holds 10 blocks of 64 characters: 160 of the 250 tokens; ep3 more than all
+      local st = { block_size = 64, matches = { [eps[1].id] = 10, [eps[3].id] = 20 } }
+      local ctx = { request = { prompt = ("x"):rep(1000), body = false },
+        shared = { ["prefix-cache-scorer"] = st } }
+      local out = {}
+      for i, s in ipairs(self:score(ctx, eps)) do
+        out[i] = ("%.17g"):format(s)
+      end
+      return out]])
+    assert.same({ "0.91000000000000003", "0.75", "1" }, out) -- 1 - 90/1000
+  end)
+
+  -- token_load.go's factory: `if cfg.QueueThresholdTokens <= 0 { default }`.
+  it("defaults queueThresholdTokens to 4194304, and takes 0 for it with a warning", function()
+    assert.same({ queueThresholdTokens = 4194304, prefixPluginName = "prefix-cache-scorer" },
+      K.params(S.runtime(), T))
+    local rt = runtime({ queueThresholdTokens = 0 })
+    assert.equal(4194304, K.instance(rt, T, "self.params.queueThresholdTokens"))
+    local warned
+    for _, l in ipairs(rt:logs()) do
+      warned = warned or l[2]:match("plugins%[1%]%.parameters%.queueThresholdTokens: plugin "
+        .. '"token%-load%-scorer" %(token%-load%-scorer%): 0 out of range, using 4194304 instead')
+    end
+    assert.truthy(warned)
+    local err = K.load_error({ '{"type": "token-load-scorer", "parameters": {"queueThresholdTokens": "x"}}' })
     assert.matches("plugins%[0%]%.parameters%.queueThresholdTokens: must be an integer", err)
   end)
 end)

@@ -1,15 +1,13 @@
--- What the gateway host (lupin serve, gateway/gwlua.c) asks of the Lua side:
--- the JSON work, since the C side has no JSON library of its own (DESIGN.md §3:
--- the C side uses lua-cjson through the runtime's Lua state).
+-- The OpenAI request checks a host asks for at request begin
+-- (lupin_request_desc.check_body): strict JSON, then the fields scheduling
+-- and the model servers rely on, each refusal naming the parameter.
 local cjson = require "cjson.safe"
-local config = require "lupin.config"
-local explain = require "lupin.explain"
 
 local byte = string.byte
 
 -- Request bodies are read as RFC 8259 says: no NaN, Infinity or hex numbers
 -- (lua-cjson takes them by default).  UTF-8 is checked before, in C
--- (gateway/gwlua.c).
+-- (core/request.c, with utf8proc), which passes where it failed.
 local strict = cjson.new()
 strict.decode_invalid_numbers(false)
 
@@ -68,23 +66,25 @@ end
 
 local NUMBERS = { "max_tokens", "max_completion_tokens", "temperature", "top_p", "n" }
 
--- The body validate decoded, for the request about to begin with it: the
--- request view (lupin.ctx) takes it instead of decoding the same text again.
--- Strings are interned, so the comparison is by identity.  Taken once.
-local decoded_text, decoded_body
-
-function M.take_decoded(text)
-  if text ~= decoded_text then
-    return nil
-  end
-  local body = decoded_body
-  decoded_text, decoded_body = nil, nil
-  return body
+--- The API path of a body a host sent without one: chat when it has
+--- "messages", else completions (bodies that do not decode included).
+function M.path_of(text)
+  local body = text and cjson.decode(text)
+  return type(body) == "table" and body.messages ~= nil and "/v1/chat/completions"
+    or "/v1/completions"
 end
 
---- Checks an OpenAI request body.  Returns the model and the stream flag, or
---- nil, a message a person can act on, and the offending parameter.
-function M.validate(path, text)
+--- Checks the body of the OpenAI request path names.  bad_utf8_at: the
+--- offset of its first byte that is not UTF-8 (core/request.c), or nil.
+--- Returns the decoded body, or nil, a message a person can act on and the
+--- offending parameter.
+---@return table? body, string? message, string? param
+function M.check(path, text, bad_utf8_at)
+  text = text or ""
+  if bad_utf8_at then
+    return bad(("the request body is not valid UTF-8 at byte %d (0x%02x): JSON text must be"
+      .. " UTF-8 (RFC 8259)"):format(bad_utf8_at + 1, byte(text, bad_utf8_at + 1)))
+  end
   local body, err = strict.decode(text)
   if body == nil then
     return bad(("the request body is not valid JSON (RFC 8259): %s"):format(tostring(err)))
@@ -121,59 +121,7 @@ function M.validate(path, text)
   if not ok then
     return nil, msg, param
   end
-  decoded_text, decoded_body = text, body
-  return body.model, body.stream == true
-end
-
---- Merges the /v1/models answers of the endpoints into one list, each model
---- once (first seen wins).
-function M.models(bodies)
-  local seen, data = {}, {}
-  for _, text in ipairs(bodies) do
-    local b = cjson.decode(text)
-    if type(b) == "table" and type(b.data) == "table" then
-      for _, m in ipairs(b.data) do
-        if type(m) == "table" and type(m.id) == "string" and not seen[m.id] then
-          seen[m.id] = true
-          data[#data + 1] = m
-        end
-      end
-    end
-  end
-  if #data == 0 then -- cjson would write an empty table as {}
-    return '{"object":"list","data":[]}'
-  end
-  -- lua-cjson 2.1 escapes every "/" ("meta-llama\/Llama..."): valid JSON,
-  -- but not what clients compare ids against.  cjson writes a backslash as
-  -- "\\" and never a bare "/", so each "\/" left is an escaped slash.
-  return (cjson.encode({ object = "list", data = data }):gsub("\\/", "/"))
-end
-
---- Sets the Lua memory limit (maxLuaMemoryBytes, --max-lua-memory).
-function M.memory_limit(bytes)
-  require("lupin.engine").set_memory_limit(bytes) -- not at the top: engine needs this module
-end
-
---- The gateway's settings and static endpoints from a generation.
-function M.settings(gen)
-  return gen and gen.gateway or {}
-end
-
-function M.endpoints(gen)
-  return gen and gen.endpoints or {}
-end
-
-M.endpoints_file = config.endpoints_file
-
--- explain records (gateway/explain.c, `lupin explain`)
-M.explain_summary = explain.summary
-M.explain_text = explain.text
-M.explain_path = explain.path
-
---- The plugin directories the current generation was loaded from (home's,
---- the runtime's, the config's pluginDirs): the gateway watches them.
-function M.plugin_dirs(gen)
-  return gen and gen.plugin_dirs or {}
+  return body
 end
 
 return M
