@@ -461,4 +461,9 @@ struct gw_exchange {
   gw_exchange *prev, *next;
 };
 
+/* `lupin test` (gateway/test.c): runs busted on plugin specs; home is the
+ * lupin home whose lua/ holds lupin.testing. */
+extern const char gw_test_usage[];
+int gw_test_main(int argc, char **argv, const char *home);
+
 #endif

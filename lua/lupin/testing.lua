@@ -114,18 +114,38 @@ local H = {}
 H.__index = H
 
 ---@class lupin.testing.Options
----@field plugins string|string[]? plugin files or directories (default: $LUPIN_TEST_PLUGINS, set by `lupin test`, else the current directory); a file's directory becomes a plugin directory
----@field config table|string? a config (Lua table, or a JSON or YAML file); default, when plugins names one file: that plugin alone in the default profile
+---@field plugins string|string[]? plugin files or directories (default: the plugin folders of `lupin test`, $LUPIN_TEST_PLUGINS, else the current directory); a file's directory becomes a plugin directory; relative paths are looked for in the plugin folders first
+---@field config table|string? a config (Lua table, or a JSON or YAML file, found as plugins are); default, when plugins names one file: that plugin alone in the default profile
 ---@field memory_limit integer? bytes for the Lua state (default: the config's gateway.maxLuaMemoryBytes, else serve's 1 GiB; 0: none)
 ---@field seed integer? math.random's seed in the runtime (1)
 ---@field home string? the lupin home (default M.HOME)
 
+-- The plugin folders `lupin test` names (else the current directory).
+local function folders()
+  local list = {}
+  for d in (os.getenv("LUPIN_TEST_PLUGINS") or "."):gmatch("[^:]+") do
+    list[#list + 1] = d
+  end
+  return list
+end
+
+-- A relative path is looked for in the plugin folders, then from the
+-- current directory.
+local function resolve(p)
+  if p:sub(1, 1) ~= "/" then
+    for _, d in ipairs(folders()) do
+      local full = d .. "/" .. p
+      if exists(full) then
+        return full
+      end
+    end
+  end
+  return p
+end
+
 local function plugin_paths(spec)
   if spec == nil then
-    spec = {}
-    for d in (os.getenv("LUPIN_TEST_PLUGINS") or "."):gmatch("[^:]+") do
-      spec[#spec + 1] = d
-    end
+    spec = folders()
   elseif type(spec) == "string" then
     spec = { spec }
   end
@@ -134,6 +154,7 @@ local function plugin_paths(spec)
   for _, p in ipairs(spec) do
     check(type(p) == "string", 3, "plugins must be a path or a list of paths, got a %s in the list",
       type(p))
+    p = resolve(p)
     local dir = p
     if p:match("%.lua$") then
       check(exists(p), 3, "plugin file %s not found", p)
@@ -193,6 +214,7 @@ end
 ---@return true|nil ok, string? err
 function H:load(config)
   if type(config) == "string" then
+    config = resolve(config)
     check(exists(config), 2, "config file %s not found", config)
     return self.rt:load(config)
   end
