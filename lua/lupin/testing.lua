@@ -114,9 +114,17 @@ local H = {}
 H.__index = H
 
 ---@class lupin.testing.Options
----@field plugins string|string[]? plugin files or directories (default: the plugin folders of `lupin test`, $LUPIN_TEST_PLUGINS, else the current directory); a file's directory becomes a plugin directory; relative paths are looked for in the plugin folders first
----@field config table|string? a config (Lua table, or a JSON or YAML file, found as plugins are); default, when plugins names one file: that plugin alone in the default profile
----@field memory_limit integer? bytes for the Lua state (default: the config's gateway.maxLuaMemoryBytes, else serve's 1 GiB; 0: none)
+--- plugins: plugin files or directories; a file's directory becomes a
+--- plugin directory; relative paths are looked for in the plugin folders
+--- first.  Default: the folders `lupin test` names ($LUPIN_TEST_PLUGINS),
+--- else the current directory.
+--- config: a Lua table, or a JSON or YAML file (found as plugins are).
+--- Default, when plugins names one file: that plugin alone.
+--- memory_limit: bytes for the Lua state (0: none).  Default: the config's
+--- gateway.maxLuaMemoryBytes, else serve's 1 GiB.
+---@field plugins string|string[]? plugin files or directories
+---@field config table|string? a config: a table, or a JSON or YAML file
+---@field memory_limit integer? bytes for the Lua state
 ---@field seed integer? math.random's seed in the runtime (1)
 ---@field home string? the lupin home (default M.HOME)
 
@@ -186,6 +194,10 @@ function M.new(opts)
   end
   check(config == nil or type(config) == "table" or type(config) == "string", 2,
     "config must be a table or a file name, got %s", type(config))
+  if type(config) == "string" then
+    config = resolve(config)
+    check(exists(config), 2, "config file %s not found", config)
+  end
   local limit = opts.memory_limit
   if limit == nil then
     local gw = type(config) == "table" and config.gateway
@@ -330,11 +342,16 @@ function H:drain_logs()
   return out
 end
 
+---@alias lupin.testing.Point "admit"|"prepare"|"filter"|"score"|"pick"|"pick_profiles"
+---|"process_results"|"pre_request"|"response_header"|"response_chunk"|"response_complete"
+---|"finish"
+
 ---@class lupin.testing.CallArgs
 ---@field request table? the request: body (table or string), prompt, messages, model, path, headers, id
 ---@field endpoints string[]? the candidates, by name (default: every healthy endpoint)
 ---@field scores number[]? pick: the scores of the candidates (default all 0)
----@field result table? pre_request/response_*/finish: the picks, as names ({ "ep1" }) or { primary =, profiles = { name = { "ep1" } } }
+---@field result table? pre_request/response_*/finish: the picks by name ({ "ep1" }), or
+--- { primary =, profiles = { name = { "ep1" } } }
 ---@field results table<string, string[]>? pick_profiles/process_results: profile name -> picks
 ---@field response table? response_*: { status =, headers = } (default 200, none)
 ---@field chunk string? response_chunk: the chunk
@@ -366,7 +383,7 @@ end
 --- config) the way a request does: its ctx, the call budget, the memory
 --- limit.  An error in the plugin is not raised: it is in out.error.
 ---@param plugin string the instance's name
----@param point string "admit", "prepare", "filter", "score", "pick", "pick_profiles", "process_results", "pre_request", "response_header", "response_chunk", "response_complete" or "finish"
+---@param point lupin.testing.Point
 ---@param args lupin.testing.CallArgs?
 ---@return lupin.testing.CallResult
 function H:call(plugin, point, args)
@@ -431,6 +448,11 @@ function H:begin(desc)
   return setmetatable({ t = self, req = req, id = req:id() }, R)
 end
 
+---@class lupin.testing.ProfileResult
+---@field picks string[] the endpoints the profile picked
+---@field candidates string[] what its filters left
+---@field scores table<string, number> the weighted sum of its scorers, by endpoint name
+
 ---@class lupin.testing.ScheduleResult
 ---@field status integer 200, or the error status
 ---@field message string? why it failed
@@ -438,7 +460,7 @@ end
 ---@field picks string[] the endpoints picked, by name
 ---@field headers table<string,string> headers set for the upstream request
 ---@field primary string? the primary profile
----@field profiles table<string, {picks: string[], candidates: string[], scores: table<string, number>}> each profile's picks and weighted scores by endpoint name
+---@field profiles table<string, lupin.testing.ProfileResult> by profile name
 
 --- Schedules: admit, prepare, the profiles, pre_request.
 ---@return lupin.testing.ScheduleResult
@@ -469,7 +491,8 @@ function R:response_complete()
 end
 
 --- Ends the request (finish hooks run).
----@param outcome string? "ok" (default), "rejected", "no_endpoint", "plugin_error", "upstream_error", "cancelled", "timeout"
+---@param outcome string? "ok" (default), "rejected", "no_endpoint", "plugin_error",
+--- "upstream_error", "cancelled" or "timeout"
 function R:finish(outcome)
   self.req:finish(outcome or "ok")
 end
