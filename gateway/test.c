@@ -21,11 +21,12 @@ const char gw_test_usage[] =
     "`require \"lupin.testing\"` (docs/writing-a-plugin.md); its harnesses load\n"
     "plugins from the plugin folders: the DIRs, or --plugins DIR (repeatable), or\n"
     "the current directory.  Default: the current directory.  Options after --\n"
-    "go to busted (e.g. --filter=NAME, -o TAP).\n"
+    "go to busted (e.g. --filter=NAME, -o TAP).  busted runs in the first plugin\n"
+    "folder and reads its .busted, if any.\n"
     "Exit 0 when every spec passed, 1 when one failed or errored, 2 on a usage\n"
     "error (no such path, no spec files), 3 when busted or luajit is missing.\n";
 
-#define MAX_PATHS 64
+#define MAX_PATHS 64 /* spec paths, and busted options after -- */
 
 /* The full path of an executable named on $PATH, or -1. */
 static int find_program(const char *name, char *out, size_t n) {
@@ -168,6 +169,12 @@ int gw_test_main(int argc, char **argv, const char *home) {
   native_dir(ndir, sizeof ndir);
   snprintf(lpath, sizeof lpath, "--lpath=%s/lua/?.lua;%s/lua/?/init.lua", home, home);
   snprintf(cpath, sizeof cpath, "--cpath=%.*s/?.so", PATH_MAX, ndir);
+  /* busted runs in the first plugin folder: it reads that folder's .busted,
+   * not the caller's (a source tree's would add its own specs) */
+  static char chdir_arg[PATH_MAX + 16], abs_paths[MAX_PATHS][PATH_MAX];
+  snprintf(chdir_arg, sizeof chdir_arg, "--directory=%.*s", PATH_MAX, plugins);
+  char *colon = strchr(chdir_arg, ':');
+  if (colon) *colon = 0;
   int n = 0;
   /* luajit runs the busted script itself: busted's --lua re-runs it through
    * a shell command line, which would split paths at spaces and ';' */
@@ -175,8 +182,12 @@ int gw_test_main(int argc, char **argv, const char *home) {
   args[n++] = busted;
   args[n++] = lpath;
   if (ndir[0]) args[n++] = cpath;
+  args[n++] = chdir_arg;
   for (int k = i + 1; k < argc && n < MAX_PATHS + 5; k++) args[n++] = argv[k];
-  for (int p = 0; p < n_paths; p++) args[n++] = (char *)paths[p];
+  for (int p = 0; p < n_paths; p++) {
+    if (!realpath(paths[p], abs_paths[p])) snprintf(abs_paths[p], PATH_MAX, "%s", paths[p]);
+    args[n++] = abs_paths[p];
+  }
   args[n] = NULL;
   fflush(stdout);
   return run_busted(args);
