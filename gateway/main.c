@@ -269,7 +269,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "test")) {
     guess_home();
-    return gw_test_main(argc, argv, getenv("LUPIN_HOME") ? getenv("LUPIN_HOME") : LUPIN_DEFAULT_HOME);
+    return gw_test_main(argc, argv);
   }
   gw_options o;
   if (strcmp(argv[1], "serve") && strcmp(argv[1], "check")) {

@@ -62,7 +62,8 @@ static int has_specs(const char *dir, int depth) {
     if (e->d_name[0] == '.') continue;
     char sub[PATH_MAX];
     snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-    found = is_spec(e->d_name) ? !is_dir(sub) : depth < 16 && is_dir(sub) && has_specs(sub, depth + 1);
+    found =
+        is_spec(e->d_name) ? !is_dir(sub) : depth < 16 && is_dir(sub) && has_specs(sub, depth + 1);
   }
   closedir(d);
   return found;
@@ -122,9 +123,32 @@ static int run_busted(char **args) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? GW_EXIT_OK : GW_EXIT_CONFIG;
 }
 
-int gw_test_main(int argc, char **argv, const char *home) {
-  static char plugins[8192], lpath[PATH_MAX * 2 + 32], cpath[PATH_MAX + 32],
-      busted[PATH_MAX], luajit[PATH_MAX], ndir[PATH_MAX + 32];
+/* The lupin home whose lua/ holds lupin.testing: $LUPIN_HOME (main's
+ * guess_home sets it for a source tree's binary), else the install this
+ * binary is in (PREFIX/bin/lupin: PREFIX/share/lupin, wherever PREFIX was
+ * copied to), else the compiled-in default. */
+static const char *test_home(void) {
+  static char home[PATH_MAX + 32];
+  const char *env = getenv("LUPIN_HOME");
+  if (env && *env) return env;
+  char exe[PATH_MAX], probe[PATH_MAX + 64];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  char *slash = len > 0 ? (exe[len] = 0, strrchr(exe, '/')) : NULL;
+  if (slash) {
+    *slash = 0;
+    snprintf(probe, sizeof probe, "%s/../share/lupin/lua/lupin/testing.lua", exe);
+    if (access(probe, R_OK) == 0 && realpath(probe, home)) {
+      *strstr(home, "/lua/lupin/testing.lua") = 0;
+      return home;
+    }
+  }
+  return LUPIN_DEFAULT_HOME;
+}
+
+int gw_test_main(int argc, char **argv) {
+  const char *home = test_home();
+  static char plugins[8192], lpath[PATH_MAX * 2 + 64], cpath[PATH_MAX + 32], busted[PATH_MAX],
+      luajit[PATH_MAX], ndir[PATH_MAX + 32];
   const char *paths[MAX_PATHS];
   char *args[MAX_PATHS * 2 + 8];
   int n_paths = 0, explicit_plugins = 0, i = 2;
@@ -167,7 +191,8 @@ int gw_test_main(int argc, char **argv, const char *home) {
   setenv("LUPIN_HOME", home, 1);
   setenv("LUPIN_TEST_PLUGINS", plugins, 1);
   native_dir(ndir, sizeof ndir);
-  snprintf(lpath, sizeof lpath, "--lpath=%s/lua/?.lua;%s/lua/?/init.lua", home, home);
+  snprintf(lpath, sizeof lpath, "--lpath=%.*s/lua/?.lua;%.*s/lua/?/init.lua", PATH_MAX, home,
+           PATH_MAX, home);
   snprintf(cpath, sizeof cpath, "--cpath=%.*s/?.so", PATH_MAX, ndir);
   /* busted runs in the first plugin folder: it reads that folder's .busted,
    * not the caller's (a source tree's would add its own specs) */
@@ -183,7 +208,8 @@ int gw_test_main(int argc, char **argv, const char *home) {
   args[n++] = lpath;
   if (ndir[0]) args[n++] = cpath;
   args[n++] = chdir_arg;
-  for (int k = i + 1; k < argc && n < MAX_PATHS + 5; k++) args[n++] = argv[k];
+  for (int k = i + 1; k < argc && n < MAX_PATHS + 5; k++)
+    args[n++] = argv[k];
   for (int p = 0; p < n_paths; p++) {
     if (!realpath(paths[p], abs_paths[p])) snprintf(abs_paths[p], PATH_MAX, "%s", paths[p]);
     args[n++] = abs_paths[p];
