@@ -347,7 +347,7 @@ end
 ---|"finish"
 
 ---@class lupin.testing.CallArgs
----@field request table? the request: body (table or string), prompt, messages, model, path, headers, id
+---@field request table? the request, as begin takes it (default: a completion of "Hello")
 ---@field endpoints string[]? the candidates, by name (default: every healthy endpoint)
 ---@field scores number[]? pick: the scores of the candidates (default all 0)
 ---@field result table? pre_request/response_*/finish: the picks by name ({ "ep1" }), or
@@ -397,9 +397,7 @@ function H:call(plugin, point, args)
     a[k] = v
   end
   a.plugin, a.point = plugin, point
-  if args.request ~= nil then
-    a.request = request_desc(args.request, 2)
-  end
+  a.request = request_desc(args.request, 2) -- the default: as begin's
   local result = args.result
   if result ~= nil and result.profiles == nil and result.endpoints == nil then
     a.result = { endpoints = result }
@@ -415,8 +413,8 @@ function H:probe(fn, a, level)
   local code = ("return require('lupin.probe').%s(%s)"):format(fn, literal(a))
   local ok, out = pcall(self.rt.eval, self.rt, code)
   if not ok then
-    error("lupin.testing: " .. tostring(out):gsub("^eval: ", ""):gsub("^%[string.-%]:%d+: ", ""),
-      level + 1)
+    local msg = tostring(out):gsub("^eval: ", ""):gsub("\nstack traceback:.*$", "")
+    error("lupin.testing: " .. msg, level + 1)
   end
   return undump(out)
 end

@@ -67,6 +67,14 @@ describe("lupin.testing", function()
       assert.same({ DIR }, t.plugin_dirs)
     end)
 
+    it("loads no config from a folder alone: calls say so", function()
+      t = testing.new { plugins = DIR }
+      assert.has_error(function() t:call("q", "score") end,
+        "lupin.testing: no config loaded: load one first (testing.new{config = ...} or t:load)")
+      assert.is_true(t:load(q_config()))
+      assert.is_true(t:call("q", "score").ok)
+    end)
+
     it("refuses bad arguments with a clear error", function()
       local cases = {
         { 42, "new takes a table of options, got number" },
@@ -181,6 +189,7 @@ describe("lupin.testing", function()
     end)
 
     it("prepare: what it leaves in ctx.shared", function()
+      assert.same({ prompt_len = 5 }, t:call("q", "prepare").shared) -- "Hello" by default
       assert.same({ prompt_len = 5 }, t:call("q", "prepare", { request = { prompt = "hello" } })
         .shared)
       local chat = t:call("q", "prepare", { request = { messages = {
