@@ -566,4 +566,8 @@ struct gw_exchange {
   gw_exchange *prev, *next;
 };
 
+/* `lupin test` (gateway/test.c): runs busted on plugin specs. */
+extern const char gw_test_usage[];
+int gw_test_main(int argc, char **argv);
+
 #endif

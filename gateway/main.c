@@ -1,5 +1,6 @@
 /* The `lupin` command: `lupin serve` runs the gateway, `lupin check`
- * validates a config and its plugins without serving. */
+ * validates a config and its plugins without serving, `lupin test` runs
+ * plugin specs (gateway/test.c). */
 #include "gateway.h"
 
 #include <limits.h>
@@ -14,11 +15,13 @@ static const char usage[] =
     "commands:\n"
     "  serve    run the gateway (lupin serve --help)\n"
     "  check    load a config as a reload would, without serving (lupin check --help)\n"
+    "  test     run plugin specs with busted and lupin.testing (lupin test --help)\n"
     "  version  print the version\n"
     "  help     print this text (help serve, help check: theirs)\n"
     "\n"
-    "exit status: 0 ok, 1 config, plugin or endpoints rejected, 2 usage error,\n"
-    "3 serve could not start (address in use, ...), 4 requests cut at drainTimeoutMs.\n"
+    "exit status: 0 ok, 1 config, plugin or endpoints rejected (test: a spec failed),\n"
+    "2 usage error, 3 serve could not start (address in use, ...; test: no busted),\n"
+    "4 requests cut at drainTimeoutMs.\n"
     "See lupin(1).\n";
 
 static const char serve_usage[] =
@@ -255,13 +258,20 @@ int main(int argc, char **argv) {
   }
   if (is_help(argv[1]) || !strcmp(argv[1], "help")) {
     const char *topic = argc > 2 ? argv[2] : "";
-    fputs(!strcmp(topic, "serve") ? serve_usage : !strcmp(topic, "check") ? check_usage : usage,
+    fputs(!strcmp(topic, "serve")   ? serve_usage
+          : !strcmp(topic, "check") ? check_usage
+          : !strcmp(topic, "test")  ? gw_test_usage
+                                    : usage,
           stdout);
     return GW_EXIT_OK;
   }
   if (is_version(argv[1]) || !strcmp(argv[1], "version")) {
     printf("lupin %s\n", LUPIN_VERSION);
     return GW_EXIT_OK;
+  }
+  if (!strcmp(argv[1], "test")) {
+    guess_home();
+    return gw_test_main(argc, argv);
   }
   gw_options o;
   if (strcmp(argv[1], "serve") && strcmp(argv[1], "check")) {
