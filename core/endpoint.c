@@ -149,13 +149,7 @@ int lupin_endpoint_upsert(lupin_runtime *rt, const lupin_endpoint_desc *d, char 
   ep->id = ++rt->endpoint_seq;
   ep->port = d->port;
   if (old) {
-    ep->waiting_queue_size = old->waiting_queue_size;
-    ep->running_requests = old->running_requests;
-    ep->kv_cache_usage = old->kv_cache_usage;
-    ep->max_lora = old->max_lora;
-    ep->cache_block_size = old->cache_block_size;
-    ep->num_blocks = old->num_blocks;
-    ep->scraped_at = old->scraped_at;
+    ep->load = old->load;
     detach(rt, i);
   }
   return attach(rt, ep, d, err, errlen);
@@ -187,13 +181,9 @@ static int set_adapters(lupin_runtime *rt, lupin_endpoint *ep, const lupin_metri
 int lupin_endpoint_set_metrics(lupin_runtime *rt, const char *name, const lupin_metrics *m) {
   lupin_endpoint *ep = find(rt, name, NULL);
   if (!ep) return -1;
-  ep->waiting_queue_size = m->waiting_queue_size;
-  ep->running_requests = m->running_requests;
-  ep->kv_cache_usage = m->kv_cache_usage;
-  ep->max_lora = m->max_lora;
-  ep->cache_block_size = m->cache_block_size;
-  ep->num_blocks = m->num_blocks;
-  ep->scraped_at = m->scraped_at > 0 ? m->scraped_at : lupin_now();
+  ep->load = (lupin_load){m->waiting_queue_size, m->running_requests, m->kv_cache_usage,
+                          m->max_lora,           m->cache_block_size, m->num_blocks,
+                          m->scraped_at > 0 ? m->scraped_at : lupin_now()};
   return set_adapters(rt, ep, m);
 }
 

@@ -49,12 +49,9 @@ int lupin_budget_poll(const volatile int32_t *cut);
 int lupin__budget_start(lupin_budget *b, char *err, size_t errlen);
 void lupin__budget_stop(lupin_budget *b);
 
-/* An endpoint.  The part up to `name` is mirrored in lua/lupin/capi.lua and
- * read by plugins through FFI; its memory is released by the Lua GC finalizer
- * of its endpoint object, so requests holding it keep it valid. */
-typedef struct lupin_endpoint {
-  uint32_t id;
-  int32_t port;
+/* What a scrape says of an endpoint (lupin_metrics without the adapter
+ * lists), kept as one block: a moved endpoint takes it over whole. */
+typedef struct lupin_load {
   double waiting_queue_size;
   double running_requests;
   double kv_cache_usage;
@@ -62,6 +59,16 @@ typedef struct lupin_endpoint {
   double cache_block_size;
   double num_blocks;
   double scraped_at;
+} lupin_load;
+
+/* An endpoint.  The part up to `name` is mirrored in lua/lupin/capi.lua
+ * (the load's fields flat: the same layout) and read by plugins through
+ * FFI; its memory is released by the Lua GC finalizer of its endpoint
+ * object, so requests holding it keep it valid. */
+typedef struct lupin_endpoint {
+  uint32_t id;
+  int32_t port;
+  lupin_load load;
   const char *name;
   const char *address;
   /* private */

@@ -156,10 +156,19 @@ static int extend(const char **s, const char *data, size_t len) {
   return 0;
 }
 
-int gw_headers_extend(gw_headers *h, int value, const char *data, size_t len) {
+int gw_headers_field(gw_headers *h, const char *data, size_t len) {
+  /* "content-length :5": http_parser frames by it, the other side may not */
+  if (memchr(data, ' ', len) || memchr(data, '\t', len)) return 1;
+  int rc = h->in_value || !h->n ? gw_headers_add(h, data, len, "", 0)
+                                : extend(&h->v[h->n - 1].name, data, len);
+  h->in_value = 0;
+  return rc;
+}
+
+int gw_headers_value(gw_headers *h, const char *data, size_t len) {
   if (!h->n) return -1;
-  lupin_header *last = &h->v[h->n - 1];
-  return extend(value ? &last->value : &last->name, data, len);
+  h->in_value = 1;
+  return extend(&h->v[h->n - 1].value, data, len);
 }
 
 const char *gw_headers_get(const gw_headers *h, const char *name) {

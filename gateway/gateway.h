@@ -50,11 +50,15 @@ void gw_buf_free(gw_buf *b);
 typedef struct gw_headers {
   lupin_header *v;
   size_t n, cap;
+  int in_value; /* parsing: the last piece was a value's */
 } gw_headers;
 
 int gw_headers_add(gw_headers *h, const char *name, size_t nlen, const char *value, size_t vlen);
-/* Appends to the value of the last header (parsers deliver values in pieces). */
-int gw_headers_extend(gw_headers *h, int value, const char *data, size_t len);
+/* http_parser hands a header's name and value over in pieces, on both
+ * sides of the proxy: these join them.  A name with whitespace in it (RFC
+ * 7230 §3.2.4) is refused with 1, out of memory with -1. */
+int gw_headers_field(gw_headers *h, const char *data, size_t len);
+int gw_headers_value(gw_headers *h, const char *data, size_t len);
 const char *gw_headers_get(const gw_headers *h, const char *name);
 void gw_headers_free(gw_headers *h);
 /* Headers never copied from one side to the other: the hop-by-hop ones of
@@ -592,5 +596,9 @@ struct gw_exchange {
   const char *path;
   gw_exchange *prev, *next;
 };
+
+/* `lupin test` (gateway/test.c): runs busted on plugin specs. */
+extern const char gw_test_usage[];
+int gw_test_main(int argc, char **argv);
 
 #endif

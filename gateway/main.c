@@ -1,5 +1,6 @@
 /* The `lupin` command: `lupin serve` runs the gateway, `lupin check`
- * validates a config and its plugins without serving. */
+ * validates a config and its plugins without serving, `lupin test` runs
+ * plugin specs (gateway/test.c). */
 #include "gateway.h"
 
 #include <limits.h>
@@ -15,12 +16,13 @@ static const char usage[] =
     "  serve    run the gateway (lupin serve --help)\n"
     "  check    load a config as a reload would, without serving (lupin check --help)\n"
     "  explain  schedule one request offline and show why (lupin explain --help)\n"
+    "  test     run plugin specs with busted and lupin.testing (lupin test --help)\n"
     "  version  print the version\n"
-    "  help     print this text (help serve, check, explain: theirs)\n"
+    "  help     print this text (help serve, check, explain, test: theirs)\n"
     "\n"
-    "exit status: 0 ok, 1 config, plugin or endpoints rejected, 2 usage error (for\n"
-    "explain: or a bad request file), 3 serve could not start (address in use, ...),\n"
-    "4 requests cut at drainTimeoutMs.\n"
+    "exit status: 0 ok, 1 config, plugin or endpoints rejected (test: a spec failed),\n"
+    "2 usage error (explain: or a bad request file), 3 serve could not start\n"
+    "(address in use, ...; test: no busted), 4 requests cut at drainTimeoutMs.\n"
     "See lupin(1).\n";
 
 static const char serve_usage[] =
@@ -259,6 +261,7 @@ int main(int argc, char **argv) {
     const char *topic = argc > 2 ? argv[2] : "";
     fputs(!strcmp(topic, "serve")     ? serve_usage
           : !strcmp(topic, "check")   ? check_usage
+          : !strcmp(topic, "test")    ? gw_test_usage
           : !strcmp(topic, "explain") ? gw_explain_usage
                                       : usage,
           stdout);
@@ -271,6 +274,10 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "explain")) { /* explain_cli.c */
     guess_home();
     return gw_explain_main(argc, argv);
+  }
+  if (!strcmp(argv[1], "test")) {
+    guess_home();
+    return gw_test_main(argc, argv);
   }
   gw_options o;
   if (strcmp(argv[1], "serve") && strcmp(argv[1], "check")) {

@@ -34,7 +34,6 @@ struct gw_conn {
   gw_http_request req;
   gw_buf url;
   size_t header_bytes;
-  int last_was_value;
   int fail_status; /* set by a parser callback that refused the request */
   const char *fail_msg;
   int ready;      /* a full request is parsed, not yet handed over */
@@ -148,7 +147,6 @@ static void reset_request(gw_conn *c) {
   if (c->url.data) c->url.data[0] = 0;
   c->req.url = c->url.data ? c->url.data : "";
   c->header_bytes = 0;
-  c->last_was_value = 0;
   c->request_id[0] = 0;
 }
 
@@ -429,25 +427,19 @@ static int on_url(http_parser *p, const char *at, size_t len) {
 
 static int on_header_field(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
-  /* "content-length :5": http_parser frames by it, a server downstream may
-   * not; whitespace in a field name is a 400 (RFC 7230 §3.2.4) */
   if (count_header(c, len)) return -1;
-  if (memchr(at, ' ', len) || memchr(at, '\t', len)) {
+  int rc = gw_headers_field(&c->req.headers, at, len);
+  if (rc == 1) {
     c->fail_status = 400;
     c->fail_msg = "malformed HTTP request: whitespace in a header field name";
-    return -1;
   }
-  int rc = c->last_was_value || !c->req.headers.n ? gw_headers_add(&c->req.headers, at, len, "", 0)
-                                                  : gw_headers_extend(&c->req.headers, 0, at, len);
-  c->last_was_value = 0;
-  return rc;
+  return rc ? -1 : 0;
 }
 
 static int on_header_value(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
   if (count_header(c, len)) return -1;
-  c->last_was_value = 1;
-  return gw_headers_extend(&c->req.headers, 1, at, len);
+  return gw_headers_value(&c->req.headers, at, len);
 }
 
 static const char too_large[] = "the request body is larger than maxBodyBytes: send a smaller "

@@ -40,7 +40,6 @@ struct gw_upstream {
   gw_uconn *conn;
   gw_buf request; /* serialized, kept for a retry */
   gw_headers headers;
-  int last_was_value;
   gw_timeouts t;
   gw_upstream_cb cb;
   void *ud;
@@ -440,19 +439,14 @@ gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *
 
 static int on_header_field(http_parser *p, const char *at, size_t len) {
   gw_upstream *u = ((gw_uconn *)p->data)->u;
-  /* whitespace in a field name (RFC 7230 §3.2.4): a malformed response, not
-   * a second content-length relayed beside ours */
-  if (memchr(at, ' ', len) || memchr(at, '\t', len)) return -1;
-  int rc = u->last_was_value || !u->headers.n ? gw_headers_add(&u->headers, at, len, "", 0)
-                                              : gw_headers_extend(&u->headers, 0, at, len);
-  u->last_was_value = 0;
-  return rc;
+  /* whitespace in a field name: a malformed response, not a second
+   * content-length relayed beside ours */
+  return gw_headers_field(&u->headers, at, len) ? -1 : 0;
 }
 
 static int on_header_value(http_parser *p, const char *at, size_t len) {
   gw_upstream *u = ((gw_uconn *)p->data)->u;
-  u->last_was_value = 1;
-  return gw_headers_extend(&u->headers, 1, at, len);
+  return gw_headers_value(&u->headers, at, len);
 }
 
 /* A 1xx other than 101 is an interim answer (100 Continue, 103 Early
@@ -475,7 +469,6 @@ static int on_headers_complete(http_parser *p) {
   if (status < 200) {
     u->interim = 1;
     gw_headers_free(&u->headers);
-    u->last_was_value = 0;
     return 1;
   }
   int bodiless = status == 204 || status == 304;

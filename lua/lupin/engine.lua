@@ -149,6 +149,11 @@ local function call(r, rec, point, profile, x, y)
   return ok, a, b, d
 end
 
+--- One call into one plugin instance exactly as a request makes it (its ctx,
+--- budget, memory limit, counters, error logging): lupin.probe calls single
+--- extension points for lupin.testing through it.
+M.call = call
+
 local function candidates(subset)
   local list = pool.list
   if not subset then

@@ -8,9 +8,16 @@ local schema = require "lupin.schema"
 
 local M = {}
 
-local REQUEST_POINTS = { "admit", "prepare", "pre_request", "response_header",
-  "response_chunk", "response_complete", "finish" }
-local HOOKS = { init = true, shutdown = true, migrate = true, finish = true }
+-- request control: every instance having one, called in config order; the
+-- instance hooks and finish do not make a plugin part of a request
+local REQUEST_POINTS, HOOKS = {}, { finish = true }
+for _, row in ipairs(require "lupin.points") do
+  if row.layer == "request" then
+    REQUEST_POINTS[#REQUEST_POINTS + 1] = row.name
+  elseif row.layer == "instance" then
+    HOOKS[row.name] = true
+  end
+end
 
 local function plugin_env(name, type_)
   return {

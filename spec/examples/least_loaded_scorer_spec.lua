@@ -1,19 +1,18 @@
--- The example custom plugin: 1 / (1 + waiting + runningWeight · running).
-local S = require "support"
+-- The example custom plugin: 1 / (1 + waiting + runningWeight · running),
+-- tested as an author would, with lupin.testing.
+local testing = require "lupin.testing"
+
+local FILE = (os.getenv("PWD") or ".") .. "/examples/plugins/least-loaded-scorer.lua"
 
 describe("least-loaded-scorer (example plugin)", function()
   local function scores(params, metrics)
-    local rt = S.runtime({ plugin_dirs = { S.ROOT .. "/examples/plugins", S.FIXTURES } })
-    assert(rt:load_string(S.json.encode({
-      plugins = { { type = "least-loaded-scorer", name = "l", parameters = params },
-        { type = "test-picker", name = "p" } },
-      schedulingProfiles = { { name = "d", plugins = { { pluginRef = "l" }, { pluginRef = "p" } } } },
-    })))
-    S.endpoints(rt, #metrics, metrics)
-    S.lifecycle(rt)
-    local out = S.eval(rt, [[return require("lupin.runtime").current.by_name.p.obj.last_scores]])
-    rt:free()
-    return out
+    local t = testing.new { plugins = FILE, config = { plugins = {
+      { type = "least-loaded-scorer", name = "l", parameters = params } } } }
+    t:endpoints(metrics)
+    local out = t:call("l", "score")
+    t:free()
+    assert.is_true(out.ok, out.error)
+    return out.scores
   end
 
   it("scores by waiting plus running requests", function()
@@ -27,11 +26,9 @@ describe("least-loaded-scorer (example plugin)", function()
   end)
 
   it("refuses a negative runningWeight", function()
-    local rt = S.runtime({ plugin_dirs = { S.ROOT .. "/examples/plugins" } })
-    local ok, err = rt:load_string('{"plugins":[{"type":"least-loaded-scorer",'
-      .. '"parameters":{"runningWeight":-1}}]}', "c.json")
-    assert.is_nil(ok)
+    local ok, err = pcall(testing.new, { plugins = FILE, config = { plugins = {
+      { type = "least-loaded-scorer", parameters = { runningWeight = -1 } } } } })
+    assert.is_false(ok)
     assert.matches("plugins[0].parameters.runningWeight: must be a number ≥ 0, got -1", err, 1, true)
-    rt:free()
   end)
 end)
