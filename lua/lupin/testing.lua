@@ -17,6 +17,19 @@
 local M = {}
 
 local cjson = require "cjson"
+local config_reader = require "lupin.config"
+
+-- A config file's decoded root (JSON or YAML), or nil when it does not read:
+-- loading it then reports the error with its line.
+local function read_config(path)
+  local f = io.open(path, "rb")
+  if not f then
+    return nil
+  end
+  local text = f:read("*a")
+  f:close()
+  return (config_reader.decode(text, path))
+end
 
 local function dirname(path)
   return path:match("^(.*)/[^/]*$") or "."
@@ -102,7 +115,7 @@ local function check(cond, level, fmt, ...)
   end
 end
 
---- The serving default of gateway.maxLuaMemoryBytes (lupin.config).
+--- The serving default of gateway.maxLuaMemoryBytes (gateway/settings.c).
 M.DEFAULT_MEMORY_LIMIT = 1024 * 1024 * 1024
 
 local LEVELS = { [0] = "error", "warn", "info", "debug" }
@@ -228,10 +241,29 @@ function H:load(config)
   if type(config) == "string" then
     config = resolve(config)
     check(exists(config), 2, "config file %s not found", config)
+    self:accept_gateway(read_config(config))
     return self.rt:load(config)
   end
   check(type(config) == "table", 2, "load takes a table or a file name, got %s", type(config))
+  self:accept_gateway(config)
   return self.rt:load_string(cjson.encode(config), "config.json")
+end
+
+-- The config's "gateway" section belongs to lupin serve, which declares and
+-- checks it (lupin check does too): a harness takes the values as they are,
+-- so that an operator's config loads here unchanged.
+function H:accept_gateway(root)
+  local g = type(root) == "table" and root.gateway
+  if type(g) ~= "table" then
+    return
+  end
+  local fields = {}
+  for k, v in pairs(g) do
+    if type(k) == "string" and type(v) == "number" then
+      fields[#fields + 1] = { name = k, default = v, min = -2 ^ 53 }
+    end
+  end
+  assert(self.rt:declare_section("gateway", fields))
 end
 
 local METRICS = { "waiting_queue_size", "running_requests", "kv_cache_usage", "max_lora",

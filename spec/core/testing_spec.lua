@@ -46,6 +46,22 @@ describe("lupin.testing", function()
       assert.equal(2, t:state("q", "self.params.threshold"))
     end)
 
+    it("loads an operator's config with lupin serve's gateway section as it is", function()
+      local cfg = q_config()
+      cfg.gateway = { refreshIntervalMs = 100, maxLuaMemoryBytes = 64 * 1024 * 1024 }
+      t = testing.new { plugins = DIR, config = cfg }
+      assert.equal(2, t:state("q", "self.params.threshold"))
+      t:free()
+      local file = os.tmpname() .. ".yaml"
+      local f = assert(io.open(file, "w"))
+      f:write("plugins:\n- {type: queue-scorer-x, name: q, parameters: {threshold: 3}}\n",
+        "- {type: max-score-picker, name: pick}\ngateway:\n  poolSize: 0\n")
+      f:close()
+      t = testing.new { plugins = DIR, config = file }
+      os.remove(file)
+      assert.equal(3, t:state("q", "self.params.threshold"))
+    end)
+
     it("raises the config's error with file, line and field", function()
       local ok, err = pcall(testing.new, { plugins = DIR, config = DIR .. "/config.json" })
       assert.is_false(ok)
