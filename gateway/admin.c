@@ -425,6 +425,71 @@ static int authorized(lupin_gateway *gw, gw_http_request *req) {
   return auth && !strncasecmp(auth, "Bearer ", 7) && gw_same_secret(auth + 7, token);
 }
 
+static void healthz(lupin_gateway *gw, gw_conn *c) {
+  (void)gw;
+  text(c, 200, "ok");
+}
+
+static void readyz(lupin_gateway *gw, gw_conn *c) {
+  size_t n = gw_fresh_endpoints(gw);
+  text(c, n ? 200 : 503,
+       n ? "ready" : "not ready: no healthy endpoint with fresh metrics (see /admin/endpoints)");
+}
+
+static void explain(lupin_gateway *gw, gw_conn *c, gw_http_request *req, const char *path) {
+  gw_explain_admin(gw, c, req, path); /* explain.c: its methods are its own */
+}
+
+/* The admin routes: a new one is a row.  method -1: the handler takes any
+ * (it answers a wrong one itself); prefix: the path and what follows it. */
+typedef struct admin_route {
+  int method;
+  const char *path;
+  int prefix;
+  void (*simple)(lupin_gateway *gw, gw_conn *c);
+  void (*full)(lupin_gateway *gw, gw_conn *c, gw_http_request *req, const char *path);
+} admin_route;
+
+static const admin_route routes[] = {
+    {HTTP_GET, "/metrics", 0, metrics, NULL},
+    {HTTP_GET, "/healthz", 0, healthz, NULL},
+    {HTTP_GET, "/readyz", 0, readyz, NULL},
+    {HTTP_GET, "/admin/endpoints", 0, endpoints, NULL},
+    {HTTP_GET, "/admin/requests", 0, requests, NULL},
+    {HTTP_GET, "/admin/generations", 0, generations, NULL},
+    {HTTP_POST, "/admin/reload", 0, reload, NULL},
+    {HTTP_POST, "/admin/leaks", 0, leaks, NULL},
+    {-1, "/admin/explain", 1, NULL, explain},
+};
+
+enum { N_ROUTES = sizeof routes / sizeof *routes };
+
+static int matches(const admin_route *r, const char *path) {
+  size_t n = strlen(r->path);
+  return !strncmp(path, r->path, n) && (!path[n] || (r->prefix && path[n] == '/'));
+}
+
+/* Appends "NAME /a, /b" for the routes of one method. */
+static void list_routes(gw_buf *b, int method, const char *name) {
+  const char *sep = name;
+  for (size_t i = 0; i < N_ROUTES; i++) {
+    if (routes[i].method != method) continue;
+    gw_buf_printf(b, "%s %s%s", sep, routes[i].path, routes[i].prefix ? "[/...]" : "");
+    sep = ",";
+  }
+}
+
+/* The 404 lists the routes, from the table. */
+static void not_found(gw_conn *c) {
+  gw_buf b = {0};
+  gw_buf_printf(&b, "unknown admin route: GET");
+  list_routes(&b, HTTP_GET, "");
+  list_routes(&b, HTTP_POST, "; POST");
+  list_routes(&b, -1, "; GET or POST");
+  gw_conn_error(c, 404, b.data ? b.data : "unknown admin route", NULL, NULL, 0);
+  gw_buf_free(&b);
+}
+
 void gw_admin_handle(void *ud, gw_conn *c, gw_http_request *req) {
   lupin_gateway *gw = ud;
   char path[256];
@@ -434,35 +499,25 @@ void gw_admin_handle(void *ud, gw_conn *c, gw_http_request *req) {
     lupin_header h = {"www-authenticate", "Bearer"};
     gw_conn_error(c, 401, "missing or wrong admin token: send Authorization: Bearer <token>", NULL,
                   &h, 1);
-  } else if (!strncmp(path, "/admin/explain", 14)) {
-    gw_explain_admin(gw, c, req, path); /* explain.c */
-  } else if (!strcmp(path, "/admin/reload") || !strcmp(path, "/admin/leaks")) {
-    if (req->method != HTTP_POST)
-      gw_conn_error(c, 405, "method not allowed: use POST", NULL, NULL, 0);
-    else if (!strcmp(path, "/admin/reload"))
-      reload(gw, c);
-    else
-      leaks(gw, c);
-  } else if (req->method != HTTP_GET) {
-    gw_conn_error(c, 405, "method not allowed: use GET", NULL, NULL, 0);
-  } else if (!strcmp(path, "/metrics")) {
-    metrics(gw, c);
-  } else if (!strcmp(path, "/healthz")) {
-    text(c, 200, "ok");
-  } else if (!strcmp(path, "/readyz")) {
-    size_t n = gw_fresh_endpoints(gw);
-    text(c, n ? 200 : 503,
-         n ? "ready" : "not ready: no healthy endpoint with fresh metrics (see /admin/endpoints)");
-  } else if (!strcmp(path, "/admin/endpoints")) {
-    endpoints(gw, c);
-  } else if (!strcmp(path, "/admin/requests")) {
-    requests(gw, c);
-  } else if (!strcmp(path, "/admin/generations")) {
-    generations(gw, c);
-  } else {
-    gw_conn_error(c, 404,
-                  "unknown admin route: GET /metrics, /healthz, /readyz, /admin/endpoints, "
-                  "/admin/requests, /admin/generations; POST /admin/reload, /admin/leaks",
-                  NULL, NULL, 0);
+    return;
   }
+  const admin_route *found = NULL;
+  for (size_t i = 0; i < N_ROUTES; i++) {
+    if (!matches(&routes[i], path)) continue;
+    found = &routes[i];
+    if (found->method == -1 || (int)req->method == found->method) {
+      if (found->full)
+        found->full(gw, c, req, path);
+      else
+        found->simple(gw, c);
+      return;
+    }
+  }
+  if (found)
+    gw_conn_error(c, 405,
+                  found->method == HTTP_POST ? "method not allowed: use POST"
+                                             : "method not allowed: use GET",
+                  NULL, NULL, 0);
+  else
+    not_found(c);
 }
