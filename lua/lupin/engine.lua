@@ -613,11 +613,18 @@ function M.dry_run(gen)
   end
 end
 
+--- Calls a request-control point of every instance having it, in config
+--- order, under the point's error policy (counted and logged; the request
+--- proceeds): what drives a point of layer "request" in lupin.points.
+function M.point(r, name, ...)
+  for _, rec in ipairs(r.gen.points[name]) do
+    call(r, rec, name, nil, ...)
+  end
+end
+
 function M.response_header(r, status, headers)
   r.response = { status = status, headers = headers }
-  for _, rec in ipairs(r.gen.points.response_header) do
-    call(r, rec, "response_header", nil, r.response)
-  end
+  M.point(r, "response_header", r.response)
   if r.response_headers then
     local creq = r.creq
     for name, value in pairs(r.response_headers) do
@@ -629,17 +636,13 @@ end
 function M.response_chunk(r, chunk)
   local response = r.response or { status = 200, headers = {} }
   r.response = response
-  for _, rec in ipairs(r.gen.points.response_chunk) do
-    call(r, rec, "response_chunk", nil, response, chunk)
-  end
+  M.point(r, "response_chunk", response, chunk)
 end
 
 function M.response_complete(r)
   local response = r.response or { status = 200, headers = {} }
   r.response = response
-  for _, rec in ipairs(r.gen.points.response_complete) do
-    call(r, rec, "response_complete", nil, response)
-  end
+  M.point(r, "response_complete", response)
 end
 
 -- Request state needs nothing at the end (lupin.leaks): the core calls this

@@ -8,16 +8,9 @@ local schema = require "lupin.schema"
 
 local M = {}
 
--- request control: every instance having one, called in config order; the
--- instance hooks and finish do not make a plugin part of a request
-local REQUEST_POINTS, HOOKS = {}, { finish = true }
-for _, row in ipairs(require "lupin.points") do
-  if row.layer == "request" then
-    REQUEST_POINTS[#REQUEST_POINTS + 1] = row.name
-  elseif row.layer == "instance" then
-    HOOKS[row.name] = true
-  end
-end
+-- The extension points (lupin.points), read at each build: a row added to
+-- the table is a point of the next generation.
+local points = require "lupin.points"
 
 local function plugin_env(name, type_)
   return {
@@ -35,14 +28,16 @@ local function record(name, type_, obj, m, params, path, budgets)
     params = params, path = path, stats = {}, points = {}, cuts = 0,
     call_budget = budgets.call_ms / 1000, lifecycle_budget = budgets.lifecycle_ms / 1000,
     disable_after = budgets.disable_after }
-  for _, point in ipairs(loader.POINTS) do
+  for _, row in ipairs(points) do
+    local point = row.name
     local f = obj[point]
     if type(f) == "function" then
       rec[point] = f
       -- buckets: calls by duration (lupin.engine's PLUGIN_BOUNDS, the last: longer)
       rec.stats[point] = { calls = 0, errors = 0, ns = 0, cuts = 0,
         buckets = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 } }
-      if not HOOKS[point] then
+      -- the instance hooks and finish do not make a plugin part of a request
+      if row.layer ~= "instance" and point ~= "finish" then
         rec.points[#rec.points + 1] = point
       end
     end
@@ -268,14 +263,17 @@ end
 
 function Builder:index_points()
   local gen = self.gen
-  for _, point in ipairs(REQUEST_POINTS) do
-    local list = {}
-    for _, rec in ipairs(gen.instances) do
-      if rec[point] then
-        list[#list + 1] = rec
+  -- request control: every instance having the point, in config order
+  for _, row in ipairs(points) do
+    if row.layer == "request" then
+      local list = {}
+      for _, rec in ipairs(gen.instances) do
+        if rec[row.name] then
+          list[#list + 1] = rec
+        end
       end
+      gen.points[row.name] = list
     end
-    gen.points[point] = list
   end
   -- plugins with finish and no extension point observe every request
   for _, rec in ipairs(gen.instances) do

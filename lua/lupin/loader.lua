@@ -17,11 +17,6 @@ struct lupin_dirent *readdir(lupin_dir *dir);
 int closedir(lupin_dir *dir);
 ]]
 
---- The extension points and lifecycle hooks a plugin may define (lupin.points).
-M.POINTS = {}
-for i, row in ipairs(require "lupin.points") do
-  M.POINTS[i] = row.name
-end
 
 local function list_lua_files(dir)
   local d = ffi.C.opendir(dir)

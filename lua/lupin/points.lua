@@ -1,10 +1,11 @@
 -- The extension points, one row each, in request order, then the instance
--- hooks.  What a plugin may define (lupin.loader), the per-generation call
--- lists (lupin.generation), the LuaLS fields of lupin.Plugin
--- (lupin/sdk.lua) and the table in docs/design.md follow this list;
--- spec/core/points_spec.lua checks that they do.  A new point is a row
--- here, its driver in lupin.engine (and, when a host calls it, a hook in
--- core/), and its spec.
+-- hooks.  Each generation reads it when built (what a plugin's methods are
+-- recorded, the per-point call lists of request control); the plugin
+-- stats, the LuaLS fields of lupin.Plugin (lupin/sdk.lua) and the table in
+-- docs/design.md follow it, which spec/core/points_spec.lua checks.  A new
+-- point is a row here, the call that drives it (lupin.engine's point() for
+-- request control; a host-driven one also a C entry in core/request.c and
+-- lupin.h), and its spec.
 --
 -- layer:     "scheduler" (once per profile run, or the profile handler's),
 --            "request" (request control: a list of every instance having

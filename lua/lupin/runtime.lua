@@ -8,8 +8,8 @@ local explain = require "lupin.explain"
 local fallback = require "lupin.fallback"
 local generation = require "lupin.generation"
 local leaks = require "lupin.leaks"
-local loader = require "lupin.loader"
 local log = require "lupin.log"
+local points = require "lupin.points"
 local pool = require "lupin.pool"
 
 local M = {}
@@ -94,7 +94,8 @@ function M.init(ud, opts)
   function hooks.plugin_stats()
     local out = {}
     for _, rec in ipairs(M.current and M.current.instances or {}) do
-      for _, point in ipairs(loader.POINTS) do
+      for _, row in ipairs(points) do
+        local point = row.name
         local st = rec.stats[point]
         if st and st.calls + st.errors > 0 then
           out[#out + 1] = { plugin = rec.name, type = rec.type, point = point,

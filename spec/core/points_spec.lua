@@ -4,7 +4,6 @@
 -- the specs (each point is exercised by name in spec/core/).
 local support = require "support"
 local points = require "lupin.points"
-local loader = require "lupin.loader"
 
 local function read(path)
   local f = assert(io.open(support.ROOT .. "/" .. path, "rb"))
@@ -39,12 +38,45 @@ describe("the extension points table", function()
     end
   end)
 
-  it("is what a plugin may define", function()
-    local names = {}
-    for i, r in ipairs(points) do
-      names[i] = r.name
-    end
-    assert.same(names, loader.POINTS)
+  it("makes a new point one row plus the call that drives it", function()
+    -- a point added to the table in a live runtime: the next generation
+    -- records it, the engine calls it under the request-control policy, and
+    -- its calls and errors are counted like any other point's
+    local dir = support.tmpdir()
+    support.write(dir .. "/dummy-plugin.lua", [[
+      return { type = "dummy-plugin",
+        new = function() return { seen = {} } end,
+        dummy = function(self, ctx, x)
+          self.seen[#self.seen + 1] = x
+          if x == "boom" then error("dummy failed") end
+        end }]])
+    local rt = support.runtime({ plugin_dirs = { dir } })
+    support.eval(rt, [[
+      table.insert(require "lupin.points", { name = "dummy", layer = "request", args = "ctx, x",
+        returns = "nothing", on_error = "counted and logged", absent = "nothing",
+        driver = "none" })
+      return true]])
+    assert(rt:load_string(support.json.encode({
+      plugins = { { type = "dummy-plugin" }, { type = "max-score-picker" } },
+      schedulingProfiles = { { name = "d", plugins = { { pluginRef = "max-score-picker" } } } } }),
+      "dummy.json"))
+    local r = support.eval(rt, [[
+      local rt, ctx, engine = require "lupin.runtime", require "lupin.ctx", require "lupin.engine"
+      local gen = rt.current
+      local req = ctx.new_request(gen, nil, "d-1", "/v1/completions", nil, nil, {})
+      engine.point(req, "dummy", "hello")
+      engine.point(req, "dummy", "boom")
+      local rec = gen.by_name["dummy-plugin"]
+      local points = require "lupin.points"
+      table.remove(points)
+      return { seen = rec.obj.seen, calls = rec.stats.dummy.calls, errors = rec.stats.dummy.errors,
+        listed = #gen.points.dummy }]])
+    rt:free()
+    os.execute("rm -rf " .. dir)
+    assert.same({ "hello", "boom" }, r.seen)
+    assert.equal(1, r.listed)
+    assert.equal(2, r.calls)
+    assert.equal(1, r.errors)
   end)
 
   it("is what lupin.Plugin's LuaLS fields name", function()

@@ -134,9 +134,9 @@ describe("the plugin SDK's annotations", function()
     assert.same({}, missing)
   end)
 
-  it("annotate every extension point and hook of lupin.loader as a lupin.Plugin field", function()
-    for _, point in ipairs(require("lupin.loader").POINTS) do
-      assert.truthy(CLASSES["lupin.Plugin"][point], point)
+  it("annotate every extension point and hook of lupin.points as a lupin.Plugin field", function()
+    for _, row in ipairs(require("lupin.points")) do
+      assert.truthy(CLASSES["lupin.Plugin"][row.name], row.name)
     end
   end)
 
