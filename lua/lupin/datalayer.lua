@@ -162,12 +162,38 @@ function M.engines(configs)
   return out
 end
 
+--- Plugins that read another instance's data by name (upstream's
+--- prefixMatchInfoProducerName) must name an instance of a type that
+--- produces it: checked at load, as the EPP does, rather than at the first
+--- request.
+local PRODUCERS = { prefixMatchInfoProducerName = { ["approx-prefix-cache-producer"] = true } }
+
+local function check_producers(E, gen)
+  for _, rec in ipairs(gen.instances) do
+    for param, types in pairs(PRODUCERS) do
+      local ref = type(rec.params) == "table" and rec.params[param]
+      if ref then
+        local target = gen.by_name[ref]
+        if not target or not types[target.type] then
+          return E:at(rec.path .. ".parameters." .. param, "plugin %q (%s): %s %q names no"
+            .. " approx-prefix-cache-producer instance%s", rec.name, rec.type, param, ref,
+            target and (" (it is a %s)"):format(target.type) or "")
+        end
+      end
+    end
+  end
+end
+
 --- The data layer of a generation: the source and the extractor in use,
 --- from the config's data/dataLayer section or the plugins configured.
 --- Returns { path, engines, default, label_key }, or nil and an error at
 --- the config's line.
 function M.build(cfg, gen)
   local E = cfg.errors
+  local perr = check_producers(E, gen)
+  if perr then
+    return nil, perr
+  end
   local source, extractor
   local section = cfg.data
   if section and #section.sources > 0 then
