@@ -106,7 +106,9 @@ return {
   -- Before any profile runs, so filters and the profile handler can read the
   -- matches in ctx.shared.
   prepare = function(self, ctx, endpoints)
-    if not self.producer then
+    if self.producer then -- its prepare ran first: republish for readers of this name
+      ctx.shared[self.name] = ctx.shared[self.producer]
+    else
       state(self, ctx, endpoints)
     end
   end,

@@ -169,6 +169,30 @@ end
 local PRODUCERS = { prefixMatchInfoProducerName = { ["approx-prefix-cache-producer"] = true } }
 
 local function check_producers(E, gen)
+  -- the EPP runs data producers before anything else: their prepare first,
+  -- so a reader's prepare (or the profile handler) finds their data
+  local producers, others = {}, {}
+  for _, rec in ipairs(gen.points.prepare or {}) do
+    local list = rec.type == "approx-prefix-cache-producer" and producers or others
+    list[#list + 1] = rec
+  end
+  for _, rec in ipairs(others) do
+    producers[#producers + 1] = rec
+  end
+  gen.points.prepare = producers
+  -- a prefix-cache-scorer without a producer name reads the one producer
+  -- there is, as upstream's "empty selects the default producer"
+  local only
+  for _, rec in ipairs(gen.instances) do
+    if rec.type == "approx-prefix-cache-producer" then
+      only = only == nil and rec or false
+    end
+  end
+  for _, rec in ipairs(gen.instances) do
+    if only and rec.type == "prefix-cache-scorer" and not rec.obj.producer then
+      rec.obj.producer = only.name
+    end
+  end
   for _, rec in ipairs(gen.instances) do
     for param, types in pairs(PRODUCERS) do
       local ref = type(rec.params) == "table" and rec.params[param]

@@ -74,6 +74,22 @@ describe("approx-prefix-cache-producer", function()
     rt:free()
   end)
 
+  it("a scorer without a producer name reads the one producer, whatever the order", function()
+    local rt = S.loaded({
+      plugins = {
+        { type = "prefix-cache-scorer" },
+        { type = "approx-prefix-cache-producer", parameters = { blockSizeTokens = 1,
+          autoTune = false } },
+        { type = "max-score-picker" } },
+    })
+    S.endpoints(rt, 2)
+    local _, went = send(rt, "aaaabbbbccccdddd")
+    assert.equal(1, (send(rt, "aaaabbbbccccdddd"))[went])
+    assert.equal("approx-prefix-cache-producer", S.eval(rt, [[
+      return require("lupin.runtime").current.by_name["prefix-cache-scorer"].obj.producer]]))
+    rt:free()
+  end)
+
   it("a scorer naming no producer fails the load at its line", function()
     local rt = S.runtime()
     local ok, err = rt:load_string(S.json.encode({ plugins = {
