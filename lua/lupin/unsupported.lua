@@ -17,8 +17,11 @@ M.TYPES = {
     .. " of what it sent where)",
   ["precise-prefix-cache-producer"] = KV_EVENTS .. "; use approx-prefix-cache-producer, or"
     .. " prefix-cache-scorer alone",
-  ["token-producer"] = "lupin has no tokenizer and estimates tokens from characters (4 a token);"
-    .. " remove it",
+  ["endpoint-notification-source"] = KV_EVENTS .. " (it feeds the precise producer pod events);"
+    .. " remove it with the precise producer",
+  ["slo-request-tracker"] = LATENCY .. "; remove it",
+  ["slo-scorer"] = LATENCY .. "; use load-aware-scorer, or queue-scorer with"
+    .. " kv-cache-utilization-scorer",
 }
 
 --- The message for a refused type, or nil.
