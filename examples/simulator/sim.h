@@ -41,6 +41,7 @@ typedef struct sim_config {
   double slow_factor;
   size_t max_body_bytes;
   bool log_requests;
+  const char *engine; /* whose /metrics names to serve: vllm, sglang, tgi, triton, trtllm-serve */
 } sim_config;
 
 int config_parse(sim_config *cfg, int argc, char **argv); /* 0 ok, 1 help shown, -1 error */
@@ -128,6 +129,7 @@ struct endpoint;
 void metrics_init(counters *c);
 void metrics_free(counters *c);
 void metrics_render(struct endpoint *ep, strbuf *out);
+bool metrics_engine_known(const char *engine);
 
 /* ---- the engine (engine.c) -------------------------------------------------- */
 

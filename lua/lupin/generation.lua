@@ -5,6 +5,7 @@ local capi = require "lupin.capi"
 local loader = require "lupin.loader"
 local log = require "lupin.log"
 local schema = require "lupin.schema"
+local unsupported = require "lupin.unsupported"
 
 local M = {}
 
@@ -54,6 +55,9 @@ function Builder:module(type_, path)
     return m
   end
   local file = self.files[type_]
+  if not file and unsupported.why(type_) then
+    return nil, self.E:at(path ~= "" and path .. ".type" or "", "%s", unsupported.why(type_))
+  end
   if not file then
     return nil, self.E:at(path ~= "" and path .. ".type" or "", "unknown plugin type %q; known types: %s"
       .. " (plugin directories: %s)", type_, table.concat(self.types, ", "),
@@ -261,6 +265,32 @@ function Builder:handler()
   gen.handler = h
 end
 
+--- The saturationDetector section: GIE v1's thresholds become a
+--- saturation-detector instance (lupin's admission plugin for the same
+--- detector), llm-d-router's pluginRef must name one.
+function Builder:saturation(cfg)
+  local s = cfg.saturation
+  if not s then
+    return
+  end
+  if s.ref then
+    local rec = self.gen.by_name[s.ref]
+    if rec.type ~= "saturation-detector" then
+      return self.E:at(s.path .. ".pluginRef", "plugin %q (%s) is not a saturation detector;"
+        .. " lupin's is saturation-detector (the EPP's utilization-detector thresholds)",
+        rec.name, rec.type)
+    end
+    return
+  end
+  local rec = self.gen.by_name["saturation-detector"]
+  if rec then
+    return self.E:at(s.path, "saturationDetector thresholds and a %q plugin: they are the same"
+      .. " detector; keep one", rec.name)
+  end
+  local _, err = self:instantiate("saturation-detector", "saturation-detector", s.params, s.path)
+  return err
+end
+
 function Builder:index_points()
   local gen = self.gen
   -- request control: every instance having the point, in config order
@@ -357,7 +387,7 @@ function M.build(cfg, opts, number, previous)
       return nil, err
     end
   end
-  local err = b:profiles(cfg) or b:handler()
+  local err = b:saturation(cfg) or b:profiles(cfg) or b:handler()
   if err then
     return nil, err
   end
