@@ -135,8 +135,8 @@ describe("config", function()
     it("refuses unknown top-level fields, listing the known ones", function()
       fails('{\n "plugins": [],\n "schedulingProfile": []\n}',
         'cfg.json:3: schedulingProfile: unknown field "schedulingProfile" in the config',
-        "known fields: apiVersion, budgets, endpoints, featureGates, kind, pluginDirs, "
-          .. "plugins, schedulingProfiles")
+        "known fields: apiVersion, budgets, endpoints, featureGates, kind, parser, "
+          .. "pluginDirs, plugins, schedulingProfiles")
     end)
 
     it("refuses another kind", function()
