@@ -98,6 +98,11 @@ int gw_settings_read(lupin_runtime *rt, gw_settings *out, char *err, size_t errl
 /* Merges /v1/models answers (models.c); returns a malloc'd JSON text. */
 char *gw_models_merge(const gw_buf *bodies, size_t n);
 
+/* Replaces the model a request body names (a JSON object's "model", or a
+ * multipart/form-data body's "model" field, by content_type) with model,
+ * every other byte unchanged (rewrite.c); -1 when the body names none. */
+int gw_rewrite_model(gw_buf *body, const char *content_type, const char *model);
+
 /* --- endpoints: the gateway's view, its upstream pool, its scrape ---------- */
 
 #define GW_MAX_ADDRS 8
