@@ -173,13 +173,17 @@ function METHODS.set_response_header(c, name, value)
 end
 
 --- The request as plugins read it; body and prompt are decoded on first use.
+--- prompt, by route: completions the prompt (arrays joined by a space); chat
+--- the JSON of messages; embeddings, pooling, classify the input; responses
+--- the instructions and input; messages the system and messages; rerank and
+--- score the query; "" for tokenize, detokenize and audio.
 ---@class lupin.RequestView
 ---@field id string
 ---@field model string?
 ---@field path string
 ---@field headers table<string,string> lower-case names
 ---@field body table|false the decoded JSON body, false when it is not JSON
----@field prompt string what the prefix scorer hashes, by route (lupin.openai): completions: the prompt (arrays joined by a space); chat: the JSON of messages; embeddings, pooling: the input; responses: instructions and input; messages: system and messages; rerank, score: the query; "" for tokenize, detokenize and audio
+---@field prompt string what the prefix scorer hashes, by route (lupin.openai.prompt)
 ---@field stream boolean
 ---@field dry_run boolean? true for the synthetic request that checks a new generation before it serves
 

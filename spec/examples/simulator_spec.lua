@@ -347,6 +347,7 @@ describe("lupin-sim", function()
       -- chat: the role opens each choice
       status, text = http(sim.port, "POST", "/v1/chat/completions", { model = MODEL, stream = true,
         n = 2, max_tokens = 1, messages = { { role = "user", content = "hi" } } })
+      assert.equal(200, status)
       ev = events(text)
       assert.equal(5, #ev) -- 2 roles, 2 tokens, [DONE]
       assert.same({ role = "assistant", content = "" }, json.decode(ev[2]).choices[1].delta)
@@ -425,8 +426,10 @@ describe("lupin-sim", function()
         assert.equal(400, st)
         assert.equal("input", e.error.param)
         st, e = post(sim.port, "/v1/embeddings", { model = MODEL, input = "x", encoding_format = "int8" })
+        assert.equal(400, st)
         assert.equal("encoding_format", e.error.param)
         st, e = post(sim.port, "/v1/embeddings", { model = MODEL, input = "x", dimensions = 0 })
+        assert.equal(400, st)
         assert.equal("dimensions", e.error.param)
         st, e = post(sim.port, "/v1/embeddings", { model = "nope", input = "x" })
         assert.equal(404, st)
@@ -443,9 +446,11 @@ describe("lupin-sim", function()
       assert.equal(200, st)
       assert.is_string(r.prompt)
       st, r = post(sim.port, "/pooling", { input = "x" })
+      assert.equal(200, st)
       assert.equal("pooling", r.data[1].object)
       assert.equal(MODEL, r.model) -- vLLM's default: the model served
       st, r = post(sim.port, "/classify", { input = { "a", "b" } })
+      assert.equal(200, st)
       assert.equal(2, #r.data)
       assert.equal(2, r.data[1].num_classes)
       for _, path in ipairs({ "/score", "/v1/score" }) do
@@ -460,15 +465,18 @@ describe("lupin-sim", function()
         assert.is_true(r.results[1].relevance_score >= r.results[2].relevance_score)
       end
       st, r = post(sim.port, "/v1/responses", { model = MODEL, input = "hi" })
+      assert.equal(200, st)
       assert.equal("response", r.object)
       assert.equal("output_text", r.output[1].content[1].type)
       st, r = post(sim.port, "/v1/messages", { model = MODEL, max_tokens = 5,
         messages = { { role = "user", content = "hi" } } })
+      assert.equal(200, st)
       assert.equal("message", r.type)
       assert.equal("text", r.content[1].type)
       st, r = post(sim.port, "/v1/messages", { model = MODEL, stream = true, max_tokens = 5,
         messages = { { role = "user", content = "hi" } } })
       assert.equal(400, st) -- not streamed by the simulator
+      assert.equal("stream", r.error.param)
       local f = os.tmpname()
       S.write(f, "RIFF....WAVE")
       local out = sh(("%s -s -D - -F model=%s -F 'file=@%s;type=audio/wav' "
