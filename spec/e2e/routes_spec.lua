@@ -5,6 +5,7 @@
 -- rewrite and served-endpoint headers, llm-d's header names, and the
 -- config's parser section (lua/lupin/openai.lua, gateway/proxy.c).
 local P = require "e2e.procs"
+local support = require "support"
 local openai = require "lupin.openai"
 local json = P.json
 
@@ -232,7 +233,10 @@ describe("model-name rewrite and llm-d's headers", function()
   local up, sim, gw, gw_sim
   setup(function()
     up = P.upstream("--name A --model m")
-    gw = P.gateway(config({ { name = "a", address = "127.0.0.1", port = up.port } }))
+    gw = P.gateway(config({ { name = "a", address = "127.0.0.1", port = up.port } }, {
+      pluginDirs = { support.FIXTURES },
+      plugins = { { type = "prefix-cache-scorer" }, { type = "max-score-picker" },
+        { type = "spec-request-probe" } } }))
     sim = P.sim("--model m --lora rw --instant --seed 7", 1)
     gw_sim = P.gateway(config(eps(sim)))
   end)
@@ -292,6 +296,7 @@ describe("model-name rewrite and llm-d's headers", function()
     local _, h = P.post(gw.base, "/v1/completions", { model = "m", prompt = "hi" },
       "-H 'x-gateway-destination-endpoint-served: 10.0.0.1:1'") -- a client's is dropped
     assert.equal(up.hostport, h["x-gateway-destination-endpoint-served"])
+    assert.equal(up.hostport, h["x-probe-served"]) -- plugins see it among the response headers
   end)
 end)
 
