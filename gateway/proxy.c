@@ -102,7 +102,7 @@ static void objective_end(gw_exchange *x, lupin_outcome outcome, int status) {
     }
     return;
   }
-  if (!o) o = gw_objective_get(x->gw, x->model);
+  if (!o) o = gw_objective_get(x->gw, x->requested ? x->requested : x->model, x->model);
   if (o) o->errors[code]++;
 }
 
@@ -131,6 +131,7 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   gw_buf_free(&x->attempt_log);
   free(x->explain_summary);
   free(x->model);
+  free(x->requested);
   free(x);
   gw_check_drained(gw);
 }
@@ -440,7 +441,8 @@ static void observe_scheduling(lupin_gateway *gw, double seconds) {
 
 /* A request scheduled: counted, sized and running in the EPP's series. */
 static void objective_begin(gw_exchange *x) {
-  gw_objective *o = x->objective = gw_objective_get(x->gw, x->model);
+  gw_objective *o = x->objective =
+      gw_objective_get(x->gw, x->requested ? x->requested : x->model, x->model);
   if (!o) return;
   o->requests++;
   o->running++;
@@ -497,12 +499,15 @@ static void schedule(lupin_gateway *gw, gw_exchange *x) {
 
 /* The EPP's model-name rewrite, by llm-d's header or GIE's: the runtime
  * schedules the request for that model (lupin_request_model gives it back
- * when the body was read), and the body forwarded names it. */
-static void rewrite_model(gw_http_request *http, const char *model) {
+ * when the body was read), and the body forwarded names it.  Returns the
+ * name the body had (malloc'd), NULL when nothing was rewritten. */
+static char *rewrite_model(gw_http_request *http, const char *model) {
   const char *to = gw_headers_get(&http->headers, "x-llm-d-model-name-rewrite");
   if (!to) to = gw_headers_get(&http->headers, "x-gateway-model-name-rewrite");
+  char *was = NULL;
   if (to && *to && model && !strcmp(model, to))
-    gw_rewrite_model(&http->body, gw_headers_get(&http->headers, "content-type"), to);
+    gw_rewrite_model(&http->body, gw_headers_get(&http->headers, "content-type"), to, &was);
+  return was;
 }
 
 static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, const char *path) {
@@ -538,13 +543,14 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
     return;
   }
   const char *model = lupin_request_model(req);
-  rewrite_model(http, model);
+  char *requested = rewrite_model(http, model);
   gw_exchange *x = calloc(1, sizeof *x);
   *x = (gw_exchange){.gw = gw,
                      .conn = c,
                      .http = http,
                      .req = req,
                      .model = model ? strdup(model) : NULL,
+                     .requested = requested,
                      .stream = lupin_request_stream(req),
                      .started = http->started,
                      .path = path,

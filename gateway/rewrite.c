@@ -149,7 +149,7 @@ static int find_form_model(const char *text, size_t len, const char *content_typ
   return -1;
 }
 
-int gw_rewrite_model(gw_buf *body, const char *content_type, const char *model) {
+int gw_rewrite_model(gw_buf *body, const char *content_type, const char *model, char **was) {
   size_t at, n;
   int form = content_type && !strncasecmp(content_type, "multipart/form-data", 19);
   if (!body->data ||
@@ -164,6 +164,10 @@ int gw_rewrite_model(gw_buf *body, const char *content_type, const char *model) 
     gw_buf_json(&out, model);
   gw_buf_append(&out, body->data + at + n, body->len - at - n);
   if (!out.data) return -1;
+  /* the name replaced, for the metrics' model_name: a JSON string's escapes
+   * kept as they are (a label, not a key) */
+  size_t q = form ? 0 : 1;
+  *was = strndup(body->data + at + q, n - 2 * q);
   gw_buf_free(body);
   *body = out;
   return 0;

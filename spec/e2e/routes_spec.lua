@@ -266,6 +266,13 @@ describe("model-name rewrite and llm-d's headers", function()
     -- without the header, the body goes as it came
     _, _, body = P.post(gw.base, "/v1/completions", text)
     assert.equal(#text, json.decode(body).received.body_bytes)
+    -- the EPP's series: the model asked for, and the one it was sent as
+    assert.equal(2, P.metric(gw,
+      'inference_objective_request_total{model_name="m",target_model_name="lora-two"}'))
+    assert.equal(1, P.metric(gw,
+      'inference_objective_request_total{model_name="m",target_model_name="new"}'))
+    assert.equal(1, P.metric(gw, 'inference_objective_request_total{model_name="m",target_model_name="m"}'))
+    assert.equal(0, P.metric(gw, 'inference_objective_running_requests{model_name="m"}'))
   end)
 
   it("rewrites the model of every route, a multipart form's field too", function()
