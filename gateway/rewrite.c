@@ -27,9 +27,9 @@ static void ws(cursor *c) {
 static int skip_string(cursor *c) {
   if (c->p >= c->end || *c->p != '"') return -1;
   for (c->p++; c->p < c->end; c->p++) {
-    if (*c->p == '\\')
-      c->p++;
-    else if (*c->p == '"') {
+    if (*c->p == '\\') {
+      if (++c->p >= c->end) return -1;
+    } else if (*c->p == '"') {
       c->p++;
       return 0;
     }
