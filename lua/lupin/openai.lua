@@ -227,12 +227,18 @@ local HINTS = { prompt = "a string or a list of strings", input = "a string or a
   texts = "a string or a list of strings", tokens = "a list of token ids", integer = "an integer",
   either = "a string, or a list of messages" }
 
+-- each need's names as a list, once, so the check allocates nothing
+for _, route in pairs(M.ROUTES) do
+  for _, n in ipairs(route.need) do
+    if type(n[1]) == "string" then
+      n[1] = { n[1] }
+    end
+  end
+end
+
 local function check_need(body, route)
   for _, n in ipairs(route.need) do
     local names, kind = n[1], n[2]
-    if type(names) == "string" then
-      names = { names }
-    end
     local found
     for _, name in ipairs(names) do
       if body[name] ~= nil and body[name] ~= cjson.null then
