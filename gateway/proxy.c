@@ -668,11 +668,22 @@ static void models(lupin_gateway *gw, gw_conn *c) {
  * checked and parsed by the runtime's row for it (lua/lupin/openai.lua:
  * the model, the fields it needs, its prompt); a new route is a line here
  * and a row there. */
-static const char *const routes[] = {
-    "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/responses",
-    "/v1/messages",    "/v1/audio/transcriptions", "/v1/audio/translations",
-    "/tokenize",       "/detokenize", "/pooling", "/classify", "/score", "/v1/score",
-    "/rerank",         "/v1/rerank", "/v2/rerank"};
+static const char *const routes[] = {"/v1/completions",
+                                     "/v1/chat/completions",
+                                     "/v1/embeddings",
+                                     "/v1/responses",
+                                     "/v1/messages",
+                                     "/v1/audio/transcriptions",
+                                     "/v1/audio/translations",
+                                     "/tokenize",
+                                     "/detokenize",
+                                     "/pooling",
+                                     "/classify",
+                                     "/score",
+                                     "/v1/score",
+                                     "/rerank",
+                                     "/v1/rerank",
+                                     "/v2/rerank"};
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 
 static void not_allowed(lupin_gateway *gw, gw_conn *c, const char *path, const char *method) {

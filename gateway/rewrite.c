@@ -152,9 +152,8 @@ static int find_form_model(const char *text, size_t len, const char *content_typ
 int gw_rewrite_model(gw_buf *body, const char *content_type, const char *model, char **was) {
   size_t at, n;
   int form = content_type && !strncasecmp(content_type, "multipart/form-data", 19);
-  if (!body->data ||
-      (form ? find_form_model(body->data, body->len, content_type, &at, &n)
-            : find_model(body->data, body->len, &at, &n)))
+  if (!body->data || (form ? find_form_model(body->data, body->len, content_type, &at, &n)
+                           : find_model(body->data, body->len, &at, &n)))
     return -1;
   gw_buf out = {0};
   gw_buf_append(&out, body->data, at);

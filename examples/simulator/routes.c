@@ -18,14 +18,14 @@
 
 #include "sim.h"
 
-#define MAX_DIMENSIONS 4096
+#define MAX_DIMENSIONS     4096
 #define DEFAULT_DIMENSIONS 32
-#define VOCAB_SIZE 32000
+#define VOCAB_SIZE         32000
 
 typedef struct aux_call {
   endpoint *ep;
-  json_t *body;  /* the JSON body, or the form's text fields for multipart */
-  char *model;   /* as requested, or the base model */
+  json_t *body; /* the JSON body, or the form's text fields for multipart */
+  char *model;  /* as requested, or the base model */
   http_reply *out;
 } aux_call;
 
@@ -266,8 +266,7 @@ static bool rerank(aux_call *a) {
   json_int_t top = json_integer_value(json_object_get(a->body, "top_n"));
   json_t *results = json_array();
   for (i = 0; i < n; i++) {
-    if (top <= 0 || (json_int_t)i < top)
-      json_array_append(results, res[i]);
+    if (top <= 0 || (json_int_t)i < top) json_array_append(results, res[i]);
     json_decref(res[i]);
   }
   free(res);
@@ -319,8 +318,8 @@ static bool tokenize(aux_call *a) {
   return reply_json(a, o);
 }
 
-static const char *const words[] = {" the", " lupin", " sim", " data", " node", " fast",
-                                    " cache", " load"};
+static const char *const words[] = {" the",  " lupin", " sim",   " data",
+                                    " node", " fast",  " cache", " load"};
 
 /* /detokenize: a word per token id. */
 static bool detokenize(aux_call *a) {
@@ -369,13 +368,13 @@ static bool responses(aux_call *a) {
   json_object_del(o, "created");
   json_object_set_new(o, "created_at", json_integer((json_int_t)wall_seconds()));
   json_object_set_new(o, "status", json_string("completed"));
-  json_object_set_new(
-      o, "output",
-      json_pack("[{s:s, s:s, s:s, s:[{s:s, s:s, s:[]}]}]", "type", "message", "status",
-                "completed", "role", "assistant", "content", "type", "output_text", "text", text,
-                "annotations"));
-  json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i}", "input_tokens", prompt,
-                                            "output_tokens", 8, "total_tokens", prompt + 8));
+  json_object_set_new(o, "output",
+                      json_pack("[{s:s, s:s, s:s, s:[{s:s, s:s, s:[]}]}]", "type", "message",
+                                "status", "completed", "role", "assistant", "content", "type",
+                                "output_text", "text", text, "annotations"));
+  json_object_set_new(o, "usage",
+                      json_pack("{s:i, s:i, s:i}", "input_tokens", prompt, "output_tokens", 8,
+                                "total_tokens", prompt + 8));
   free(text);
   return reply_json(a, o);
 }
@@ -393,8 +392,8 @@ static bool messages(aux_call *a) {
   snprintf(id, sizeof id, "msg_%d_%llu", a->ep->index, (unsigned long long)++a->ep->seq);
   json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s}], s:s, s:n, s:{s:i, s:i}}", "id", id,
                         "type", "message", "role", "assistant", "model", a->model, "content",
-                        "type", "text", "text", text, "stop_reason", "max_tokens",
-                        "stop_sequence", "usage", "input_tokens", prompt, "output_tokens", 8);
+                        "type", "text", "text", text, "stop_reason", "max_tokens", "stop_sequence",
+                        "usage", "input_tokens", prompt, "output_tokens", 8);
   free(text);
   return reply_json(a, o);
 }
@@ -455,8 +454,8 @@ static bool audio(aux_call *a) {
   if (!json_is_object(file)) return fail(a, 400, "file", "Missing required form field 'file'");
   int prompt;
   char *text = short_text(a, file, &prompt);
-  json_t *o = json_pack("{s:s, s:{s:s, s:i}}", "text", text + 1, "usage", "type", "duration",
-                        "seconds", 1);
+  json_t *o =
+      json_pack("{s:s, s:{s:s, s:i}}", "text", text + 1, "usage", "type", "duration", "seconds", 1);
   free(text);
   return reply_json(a, o);
 }
@@ -470,11 +469,20 @@ static bool embeddings(aux_call *a) { return embed(a, false); }
 static bool pooling(aux_call *a) { return embed(a, true); }
 
 static const aux_route aux_routes[] = {
-    {"/v1/embeddings", embeddings},  {"/pooling", pooling},     {"/classify", classify},
-    {"/score", score},               {"/v1/score", score},      {"/rerank", rerank},
-    {"/v1/rerank", rerank},          {"/v2/rerank", rerank},    {"/tokenize", tokenize},
-    {"/detokenize", detokenize},     {"/v1/responses", responses}, {"/v1/messages", messages},
-    {"/v1/audio/transcriptions", audio}, {"/v1/audio/translations", audio},
+    {"/v1/embeddings", embeddings},
+    {"/pooling", pooling},
+    {"/classify", classify},
+    {"/score", score},
+    {"/v1/score", score},
+    {"/rerank", rerank},
+    {"/v1/rerank", rerank},
+    {"/v2/rerank", rerank},
+    {"/tokenize", tokenize},
+    {"/detokenize", detokenize},
+    {"/v1/responses", responses},
+    {"/v1/messages", messages},
+    {"/v1/audio/transcriptions", audio},
+    {"/v1/audio/translations", audio},
 };
 
 bool aux_route_known(const char *path, size_t len) {
