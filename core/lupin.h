@@ -308,7 +308,8 @@ enum {
 
 typedef struct lupin_request_desc {
   const char *id;   /* NULL or "": one is generated */
-  const char *path; /* "/v1/completions", "/v1/chat/completions"; NULL: the
+  const char *path; /* "/v1/completions", "/v1/embeddings", ... (one row per
+                       route vLLM serves: lua/lupin/openai.lua); NULL: the
                        body's, chat when it has "messages" (decoded for it) */
   const char *body; /* the JSON body, decoded only if a plugin asks */
   size_t body_len;
@@ -319,11 +320,15 @@ typedef struct lupin_request_desc {
    * (x-gateway-destination-endpoint-subset); NULL: all. */
   const char *const *subset;
   size_t n_subset;
-  /* 1: check the body as the OpenAI request path names (UTF-8, strict JSON,
-   * model, prompt or messages, numeric fields) and decode it once, at
-   * begin.  A body that fails reaches no plugin: lupin_request_schedule
+  /* 1: check the body as the request path's route names (UTF-8, strict
+   * JSON, the model, the route's fields, numeric fields; a multipart form
+   * for the audio routes, by the content-type header) and decode it once,
+   * at begin.  A body that fails reaches no plugin: lupin_request_schedule
    * answers 400 with the reason and the offending parameter.  0: the body
-   * is decoded only if a plugin reads it. */
+   * is decoded only if a plugin reads it.  The config's passthrough-parser
+   * turns the checks off.  x-llm-d-model-name-rewrite (or
+   * x-gateway-model-name-rewrite) among the headers names the model
+   * lupin_request_model gives back. */
   int check_body;
   unsigned flags; /* LUPIN_REQUEST_* */
 } lupin_request_desc;

@@ -9,7 +9,7 @@ local M = {}
 
 local TOP = { apiVersion = true, kind = true, plugins = true, schedulingProfiles = true,
   featureGates = true, pluginDirs = true, endpoints = true, budgets = true,
-  data = true, dataLayer = true, saturationDetector = true, flowControl = true }
+  data = true, dataLayer = true, saturationDetector = true, flowControl = true, parser = true }
 local PLUGIN = { type = true, name = true, parameters = true, maxCallMs = true,
   maxLifecycleMs = true }
 local PROFILE = { name = true, plugins = true }
@@ -677,6 +677,50 @@ local function parse_feature_gates(E, root, cfg)
   end
 end
 
+-- The EPP's "parser" section: {pluginRef: a plugin of type openai-parser
+-- (the default, also when absent) or passthrough-parser}.  cfg.parser: nil
+-- for openai, else { passthrough = true, model_header, model }.
+local PARSERS = { ["openai-parser"] = true, ["passthrough-parser"] = true }
+
+local function parse_parser(E, root, cfg)
+  local p = root.parser
+  if p == nil then
+    return
+  end
+  local err = need(E, "parser", "object", "parser")
+    or check_fields(E, p, "parser", { pluginRef = true }, "the parser section")
+  if err then
+    return err
+  end
+  if type(p.pluginRef) ~= "string" then
+    return E:at("parser", 'missing "pluginRef": name a plugin of type openai-parser or'
+      .. " passthrough-parser defined under \"plugins\"")
+  end
+  local plugin
+  for _, q in ipairs(cfg.plugins) do
+    if q.name == p.pluginRef then
+      plugin = q
+    end
+  end
+  if not plugin then
+    return E:at("parser.pluginRef", "undefined pluginRef %q: add {type: openai-parser} or"
+      .. " {type: passthrough-parser} to \"plugins\"", p.pluginRef)
+  end
+  if not PARSERS[plugin.type] then
+    return E:at("parser.pluginRef", "plugin %q is a %s, not a parser; lupin has openai-parser"
+      .. " and passthrough-parser", p.pluginRef, plugin.type)
+  end
+  if plugin.type == "passthrough-parser" then
+    local params = type(plugin.params) == "table" and plugin.params or {}
+    local header = params.modelHeader
+    if header == nil then
+      header = "x-gateway-model-name"
+    end
+    cfg.parser = { passthrough = true, model = type(params.model) == "string" and params.model
+      or nil, model_header = type(header) == "string" and header ~= "" and header:lower() or nil }
+  end
+end
+
 -- An endpoint's metrics: numbers ≥ 0, adapters a list of names or a
 -- comma-separated string (kept as the latter, lupin_metrics' form).
 local function parse_metrics(E, m, path)
@@ -885,6 +929,7 @@ function M.parse(text, source)
     or parse_profiles(E, root, cfg) or parse_sections(E, root, cfg) or parse_budgets(E, root, cfg)
     or parse_data(E, root, cfg) or parse_saturation(E, root, cfg)
     or parse_flow_control(E, root, cfg) or parse_feature_gates(E, root, cfg)
+    or parse_parser(E, root, cfg)
   if not err and root.endpoints ~= nil then
     cfg.endpoints, err = M.parse_endpoints(E, root.endpoints, "endpoints")
   end

@@ -379,7 +379,7 @@ function M.build(cfg, opts, number, previous)
       lifecycle_ms = budget.DEFAULT_LIFECYCLE_MS, disable_after = 0 },
     gen = { number = number, source = cfg.source, loaded_at = capi.now(), instances = {},
       by_name = {}, profiles = {}, profile_by_name = {}, profile_views = {}, points = {},
-      observers = {} } }, Builder)
+      observers = {}, parser = cfg.parser } }, Builder)
 
   for _, p in ipairs(cfg.plugins) do
     local rec, err = b:instantiate(p.name, p.type, p.params, p.path, p)

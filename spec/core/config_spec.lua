@@ -136,7 +136,7 @@ describe("config", function()
       fails('{\n "plugins": [],\n "schedulingProfile": []\n}',
         'cfg.json:3: schedulingProfile: unknown field "schedulingProfile" in the config',
         "known fields: apiVersion, budgets, data, dataLayer, endpoints, featureGates, flowControl,"
-          .. " kind, pluginDirs, plugins, saturationDetector, schedulingProfiles")
+          .. " kind, parser, pluginDirs, plugins, saturationDetector, schedulingProfiles")
     end)
 
     it("refuses another kind", function()
