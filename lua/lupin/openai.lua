@@ -101,11 +101,42 @@ local function join(p)
   return ""
 end
 
+-- JSON with object keys sorted: what the prefix scorer hashes must not
+-- depend on the order a table's keys happen to come in (it differs from one
+-- process to the next), or a gateway restart would miss every cache.
+local function canonical(v, out)
+  if type(v) ~= "table" then
+    out[#out + 1] = cjson.encode(v) or "null"
+  elseif v[1] ~= nil or next(v) == nil then
+    out[#out + 1] = "["
+    for i = 1, #v do
+      if i > 1 then
+        out[#out + 1] = ","
+      end
+      canonical(v[i], out)
+    end
+    out[#out + 1] = "]"
+  else
+    local keys = {}
+    for k in pairs(v) do
+      keys[#keys + 1] = tostring(k)
+    end
+    table.sort(keys)
+    out[#out + 1] = "{"
+    for i, k in ipairs(keys) do
+      out[#out + 1] = (i > 1 and "," or "") .. cjson.encode(k) .. ":"
+      canonical(v[k], out)
+    end
+    out[#out + 1] = "}"
+  end
+  return out
+end
+
 local function json_of(v)
   if v == nil then
     return ""
   end
-  return type(v) == "string" and v or cjson.encode(v) or ""
+  return type(v) == "string" and v or table.concat(canonical(v, {}))
 end
 
 local PROMPTS = {}
@@ -115,7 +146,7 @@ function PROMPTS.prompt(body)
 end
 
 function PROMPTS.messages(body)
-  return type(body.messages) == "table" and (cjson.encode(body.messages) or "") or ""
+  return type(body.messages) == "table" and json_of(body.messages) or ""
 end
 
 -- tokenize takes a prompt or messages: what it tokenizes runs no model, so

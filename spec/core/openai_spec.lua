@@ -97,11 +97,11 @@ describe("the route table", function()
   local VALID = {
     ["/v1/completions"] = { { model = "m", prompt = { "a", "b" } }, "a b" },
     ["/v1/chat/completions"] = { { model = "m", messages = { { role = "user", content = "x" } } },
-      '[{"role":"user","content":"x"}]' },
+      '[{"content":"x","role":"user"}]' },
     ["/v1/embeddings"] = { { model = "m", input = { "doc one", "doc two" } }, "doc one doc two" },
     ["/v1/responses"] = { { model = "m", instructions = "sys. ", input = "hi" }, "sys. hi" },
     ["/v1/messages"] = { { model = "m", max_tokens = 3, system = "sys",
-      messages = { { role = "user", content = "x" } } }, 'sys[{"role":"user","content":"x"}]' },
+      messages = { { role = "user", content = "x" } } }, 'sys[{"content":"x","role":"user"}]' },
     ["/tokenize"] = { { prompt = "count me" }, "" },
     ["/detokenize"] = { { tokens = { 1, 2 } }, "" },
     ["/pooling"] = { { input = "pool me" }, "pool me" },
@@ -112,6 +112,16 @@ describe("the route table", function()
     ["/v1/rerank"] = { { query = "rq", documents = { "a" } }, "rq" },
     ["/v2/rerank"] = { { model = "m", query = { "rq" }, documents = { "a" } }, "rq" },
   }
+
+  it("feeds the same prompt whatever order a message's keys come in", function()
+    local a = openai.check("/v1/chat/completions",
+      '{"model":"m","messages":[{"role":"system","content":"s","name":"n"},{"content":"q","role":"user"}]}')
+    local b = openai.check("/v1/chat/completions",
+      '{"messages":[{"name":"n","content":"s","role":"system"},{"role":"user","content":"q"}],"model":"m"}')
+    assert.equal(openai.prompt("/v1/chat/completions", a), openai.prompt("/v1/chat/completions", b))
+    assert.equal('[{"content":"s","name":"n","role":"system"},{"content":"q","role":"user"}]',
+      openai.prompt("/v1/chat/completions", b))
+  end)
 
   it("has a row for every route vLLM serves, each with a spec here", function()
     local paths = openai.paths()
