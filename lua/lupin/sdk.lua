@@ -73,6 +73,7 @@
 ---@field type string the plugin type
 ---@field now fun(): number seconds, monotonic
 ---@field log fun(level: lupin.Level, fmt: any, ...: any) logs with the instance's name
+---@field plugin fun(name: string): table?, string? another instance of the config and its type (from init on)
 
 --- A plugin file's table.  Extension points are methods: self is the
 --- instance new returned (the plugin table itself when there is no new),
