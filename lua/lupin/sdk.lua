@@ -97,4 +97,5 @@
 ---@field response_chunk (fun(self: table, ctx: lupin.Ctx, response: lupin.Response, chunk: string))?
 ---@field response_complete (fun(self: table, ctx: lupin.Ctx, response: lupin.Response))?
 ---@field finish (fun(self: table, ctx: lupin.Ctx, outcome: lupin.Outcome))? exactly once per request it reached
+---@field disaggregate (fun(self: table, ctx: lupin.Ctx, decode: lupin.Endpoint): boolean)? a decider: whether disagg-profile-handler runs the stage it is named for
 ---@field [string] any a plugin's own helpers and constants
