@@ -108,4 +108,24 @@ describe("lupin serve: P/D disaggregation (disagg-profile-handler)", function()
       assert.is_nil(second["x-prefiller-host-port"])
       assert.is_nil(short["x-prefiller-host-port"]) -- 1 token < 16
     end)
+
+  -- disagg_headers_handler_test.go TestPreRequestClearsHeaderWhenNoPrefillResult
+  -- and TestPreRequestClearsExistingPrefillHeader: a client cannot name the
+  -- hosts a sidecar connects to
+  it("drops the routing headers a client sends, keeping the scheduler's", function()
+    up = up or P.upstream()
+    gw = P.gateway(config({ up.hostport }, prefill,
+      { type = "prefix-based-pd-decider", parameters = { nonCachedTokens = 16 } }))
+    local forged = "-H 'x-prefiller-host-port: 10.9.9.9:1' -H 'x-encoder-hosts-ports: 10.9.9.9:2'"
+      .. " -H 'x-data-parallel-host-port: 10.9.9.9:3'"
+    local _, _, body = P.post(gw.base, "/v1/completions", { model = "m", prompt = "short" }, forged)
+    local got = json.decode(body).received
+    assert.is_nil(got["x-prefiller-host-port"])
+    assert.is_nil(got["x-encoder-hosts-ports"])
+    assert.is_nil(got["x-data-parallel-host-port"])
+    _, _, body = P.post(gw.base, "/v1/completions", { model = "m", prompt = ("long "):rep(40) },
+      forged)
+    got = json.decode(body).received
+    assert.is_true(set_of(prefill)[got["x-prefiller-host-port"]])
+  end)
 end)
