@@ -28,10 +28,17 @@
 #include <strings.h>
 #include <time.h>
 
+/* The P/D routing headers name hosts a sidecar connects to: only the
+ * scheduler sets them, never the client (llm-d's PreRequest clears them). */
+static int routing_header(const char *name) {
+  return !strcasecmp(name, "x-prefiller-host-port") || !strcasecmp(name, "x-encoder-hosts-ports") ||
+         !strcasecmp(name, "x-data-parallel-host-port");
+}
+
 /* Headers the EPP convention consumes at the gateway (REFERENCE.md), by
- * llm-d's names and GIE's older ones. */
+ * llm-d's names and GIE's older ones, and the routing headers. */
 static int consumed(const char *name) {
-  return !strcasecmp(name, "x-gateway-inference-objective") ||
+  return routing_header(name) || !strcasecmp(name, "x-gateway-inference-objective") ||
          !strcasecmp(name, "x-gateway-inference-fairness-id") ||
          !strcasecmp(name, "x-gateway-model-name-rewrite") ||
          !strcasecmp(name, "x-llm-d-inference-objective") ||

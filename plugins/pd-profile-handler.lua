@@ -6,7 +6,7 @@
 -- primary profile; when it found no endpoint the request fails with its reason.
 -- With primaryPort (data parallelism), the request goes to that port of the
 -- decode endpoint's address, and x-data-parallel-host-port names the rank.
-local DP_HEADER = "x-data-parallel-host-port"
+local DP_HEADER = require("lupin.disagg").DP_HEADER
 
 -- Every matched block is prompt text in lupin's hashes (the model is in the
 -- seed, not a block of its own), so no block is discounted.

@@ -13,11 +13,20 @@ local M = {}
 -- the table is a point of the next generation.
 local points = require "lupin.points"
 
-local function plugin_env(name, type_)
+-- plugin(ref): another instance of the generation by name, looked up when
+-- called, so a plugin may name one declared after it (upstream's deciders):
+-- call it from init on, not from new.
+local function plugin_env(name, type_, gen)
   return {
     name = name,
     type = type_,
     now = capi.now,
+    plugin = function(ref)
+      local rec = gen.by_name[ref]
+      if rec then
+        return rec.obj, rec.type
+      end
+    end,
     log = function(level, fmt, ...)
       log.log(level, "[" .. name .. "] " .. tostring(fmt), ...)
     end,
@@ -110,7 +119,7 @@ function Builder:instantiate(name, type_, raw_params, path, p)
   local obj = { params = params }
   if m.mod.new then
     local ok, res, cut = budget.pcall(budgets.lifecycle_ms / 1000, m.mod.new, params,
-      plugin_env(name, type_))
+      plugin_env(name, type_, self.gen))
     if cut then
       return nil, self.E:at(path, "plugin %q (%s) failed to start: new exceeded its budget of"
         .. " %g ms", name, type_, budgets.lifecycle_ms)

@@ -73,6 +73,7 @@
 ---@field type string the plugin type
 ---@field now fun(): number seconds, monotonic
 ---@field log fun(level: lupin.Level, fmt: any, ...: any) logs with the instance's name
+---@field plugin fun(name: string): table?, string? another instance of the config and its type (from init on)
 
 --- A plugin file's table.  Extension points are methods: self is the
 --- instance new returned (the plugin table itself when there is no new),
@@ -96,4 +97,5 @@
 ---@field response_chunk (fun(self: table, ctx: lupin.Ctx, response: lupin.Response, chunk: string))?
 ---@field response_complete (fun(self: table, ctx: lupin.Ctx, response: lupin.Response))?
 ---@field finish (fun(self: table, ctx: lupin.Ctx, outcome: lupin.Outcome))? exactly once per request it reached
+---@field disaggregate (fun(self: table, ctx: lupin.Ctx, decode: lupin.Endpoint): boolean)? a decider: whether disagg-profile-handler runs the stage it is named for
 ---@field [string] any a plugin's own helpers and constants

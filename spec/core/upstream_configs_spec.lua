@@ -31,11 +31,6 @@ local EXPECT = {
   ["router-core-metrics-extractor-readme.yaml"] = "loads",
 }
 
--- Plugin types issue 14's P/D work adds on another branch (item 2): until it
--- is merged, a fixture that stops on one of them is pending, not failed.
-local ELSEWHERE = { ["disagg-profile-handler"] = true, ["prefix-based-pd-decider"] = true,
-  ["disagg-headers-handler"] = true }
-
 local function files()
   local list = {}
   local p = io.popen("ls " .. DIR)
@@ -73,11 +68,6 @@ describe("upstream configs", function()
         local rt = S.runtime()
         finally(function() rt:free() end)
         local ok, err = rt:load(DIR .. "/" .. name)
-        local other = err and err:match('unknown plugin type "([^"]+)"')
-        if other and ELSEWHERE[other] then
-          pending(("%s comes with the P/D branch (issue 14 item 2)"):format(other))
-          return
-        end
         if want == "loads" then
           assert(ok, err)
           S.endpoints(rt, 2)
