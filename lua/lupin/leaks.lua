@@ -142,14 +142,11 @@ local function search(root, s, path, depth, nested)
   end
 end
 
---- Full GC, then names what holds state of ended requests.
----@param generations table<table, boolean> the live generations
----@return integer requests, string report
-function M.check(generations)
+-- The state of ended requests still alive after a full collection: a
+-- request has ended once its table is collected or has an outcome.
+local function survivors()
   collectgarbage()
   collectgarbage()
-  -- the state of ended requests still alive: a request has ended once its
-  -- table is collected or has an outcome
   local targets, owner, ids, n = {}, {}, {}, 0
   for i = 1, n_graves do
     local m = graves[i]
@@ -173,6 +170,20 @@ function M.check(generations)
         n = n + 1
       end
     end
+  end
+  return targets, owner, ids, n
+end
+
+--- Full GC, then names what holds state of ended requests.  A compiled
+--- trace can keep a table it ran on as a constant until it is flushed: not
+--- a plugin's doing, so a second look after jit.flush() decides.
+---@param generations table<table, boolean> the live generations
+---@return integer requests, string report
+function M.check(generations)
+  local targets, owner, ids, n = survivors()
+  if n > 0 then
+    jit.flush()
+    targets, owner, ids, n = survivors()
   end
   if n == 0 then
     return 0, ""
