@@ -2,6 +2,7 @@
 -- EndpointPickerConfig.  This file checks structure and names; what needs the
 -- plugins themselves (roles, parameters) is checked by lupin.generation.
 local cjson = require "cjson.safe"
+local flow_config = require "lupin.flow_config"
 local jsonpos = require "lupin.jsonpos"
 local yaml = require "lupin.yaml"
 
@@ -9,6 +10,7 @@ local M = {}
 
 local TOP = { apiVersion = true, kind = true, plugins = true, schedulingProfiles = true,
   featureGates = true, pluginDirs = true, endpoints = true, budgets = true }
+for k in pairs(flow_config.TOP) do TOP[k] = true end -- flowControl, saturationDetector, objectives
 local PLUGIN = { type = true, name = true, parameters = true, maxCallMs = true,
   maxLifecycleMs = true }
 local PROFILE = { name = true, plugins = true }
@@ -562,6 +564,7 @@ function M.parse(text, source)
   end
   err = err or parse_dirs(E, root, cfg) or parse_plugins(E, root, cfg)
     or parse_profiles(E, root, cfg) or parse_sections(E, root, cfg) or parse_budgets(E, root, cfg)
+    or flow_config.parse(E, root, cfg)
   if not err and root.endpoints ~= nil then
     cfg.endpoints, err = M.parse_endpoints(E, root.endpoints, "endpoints")
   end
