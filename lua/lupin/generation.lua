@@ -264,13 +264,15 @@ end
 -- Flow control's plugin references (lupin.flow_config): an instance of the
 -- config, or, as the EPP does, a default instance of the type so named.
 local FLOW_ROLES = { fairness = "pick_flow", ordering = "less", detector = "saturated" }
+local FLOW_WHAT = { fairness = "a fairness policy", ordering = "an ordering policy",
+  detector = "a saturation detector" }
 
 function Builder:flow_ref(name, path, role)
   local rec = self.gen.by_name[name]
   if not rec then
     if not self.files[name] then
       return nil, self.E:at(path or "flowControl", "no plugin named %q: add it to plugins"
-        .. " (a %s policy such as %s)", name, role, role == "detector"
+        .. " (%s such as %s)", name, FLOW_WHAT[role], role == "detector"
         and "utilization-detector, concurrency-detector"
         or role == "fairness" and "global-strict-fairness-policy, round-robin-fairness-policy"
         or "fcfs-ordering-policy, edf-ordering-policy")
@@ -282,8 +284,8 @@ function Builder:flow_ref(name, path, role)
     end
   end
   if type(rec.obj[FLOW_ROLES[role]]) ~= "function" then
-    return nil, self.E:at(path or "flowControl", "plugin %q (%s) is not a %s policy: it has no"
-      .. " %s method", rec.name, rec.type, role, FLOW_ROLES[role])
+    return nil, self.E:at(path or "flowControl", "plugin %q (%s) is not %s: it has no %s method",
+      rec.name, rec.type, FLOW_WHAT[role], FLOW_ROLES[role])
   end
   return rec
 end
