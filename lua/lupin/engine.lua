@@ -574,7 +574,7 @@ function M.schedule(r)
   local status, message, plugin, outcome, param = schedule(r)
   local x = r.explain
   if x and not x.status and status ~= 0 then
-    if r.fc and r.fc.waited > 0 then
+    if r.fc and r.fc.state ~= "through" then
       x.queue_wait = r.fc.waited
     end
     explain.done(x, r, status, message, plugin, outcome, now())
