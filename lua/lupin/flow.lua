@@ -43,7 +43,8 @@ local TTL_HEADER = "x-lupin-request-ttl"
 local hosted = false -- the host set a dispatch callback
 local conf -- the current generation's gen.flow, nil: off
 local bands, order = {}, {} -- priority -> band; bands by priority, highest first
-local ready, ready_head = {}, 1 -- evicted items not yet handed over
+-- evicted items not yet handed over, first in first out (ready[head..tail])
+local ready, ready_head, ready_tail = {}, 1, 0
 local queued_n, queued_bytes = 0, 0
 local inflight, marks = {}, {} -- endpoint name -> count; -> { at = scraped_at, n }
 local next_deadline = math.huge
@@ -221,7 +222,22 @@ local function evict(fc, outcome, message)
   end
   fc.r.failure = { status = status_of(fc), message = message, outcome = outcome }
   fc.state = "ready"
-  ready[#ready + 1] = fc
+  ready_tail = ready_tail + 1
+  ready[ready_tail] = fc
+end
+
+-- The next evicted item to hand over; one whose request ended meanwhile
+-- is skipped.
+local function pop_ready()
+  while ready_head <= ready_tail do
+    local fc = ready[ready_head]
+    ready[ready_head] = nil
+    ready_head = ready_head + 1
+    if fc.state == "ready" then
+      return fc
+    end
+  end
+  ready_head, ready_tail = 1, 0
 end
 
 local function expire(t)
@@ -449,13 +465,8 @@ function ops.next(sweep)
   if sweep then
     expire(t)
   end
-  local fc = ready[ready_head]
+  local fc = pop_ready()
   if fc then
-    ready[ready_head] = nil
-    ready_head = ready_head + 1
-    if ready_head > #ready then
-      ready, ready_head = {}, 1
-    end
     fc.state = "evicted"
     return creq_of(fc)
   end
@@ -489,13 +500,8 @@ ops["end"] = function(r)
   if fc.state == "queued" then
     take(fc)
     fc.band.cancelled = fc.band.cancelled + 1
-  elseif fc.state == "ready" then
-    for i = ready_head, #ready do
-      if ready[i] == fc then
-        table.remove(ready, i)
-        break
-      end
-    end
+  elseif fc.state == "ready" then -- pop_ready skips it
+    fc.state = "ended"
   elseif fc.ep then
     local n = (inflight[fc.ep] or 1) - 1
     inflight[fc.ep] = n > 0 and n or nil
@@ -576,7 +582,7 @@ end
 --- For specs: the controller's counters.
 function M.state()
   return { queued = queued_n, bytes = queued_bytes, inflight = inflight, bands = #order,
-    ready = #ready - ready_head + 1 }
+    ready = ready_tail - ready_head + 1 }
 end
 
 return M

@@ -278,6 +278,58 @@ describe("flow control", function()
     assert.equal(2, rt:flows()[1].ttl + rt:flows()[2].ttl)
   end)
 
+  it("hands over every one of many evicted requests, in order", function()
+    local rt, got = setup_rt({ defaultRequestTTL = "1ms" })
+    local first = begin(rt, "first")
+    first:schedule()
+    local reqs = {}
+    for i = 1, 100 do
+      reqs[i] = begin(rt, "r" .. i)
+      assert.equal(0, reqs[i]:schedule().status)
+    end
+    reqs[50]:finish("cancelled") -- gone before its eviction is handed over
+    os.execute("sleep 0.01")
+    rt:tick()
+    assert.equal(99, #got)
+    for i, g in ipairs(got) do
+      assert.equal("r" .. (i < 50 and i or i + 1), g.id)
+      assert.equal("queue_ttl", g.outcome)
+    end
+    -- and again, with the list emptied in between
+    local more = { begin(rt, "m1"), begin(rt, "m2") }
+    more[1]:schedule()
+    more[2]:schedule()
+    os.execute("sleep 0.01")
+    rt:tick()
+    assert.equal(101, #got)
+    for i, r in ipairs(reqs) do
+      if i ~= 50 then
+        r:finish("ok")
+      end
+    end
+    more[1]:finish("ok")
+    more[2]:finish("ok")
+    first:finish("ok")
+    assert.same({ ok = 1, cancelled = 1, queue_ttl = 101 }, counts(rt))
+    assert.equal(0, rt:stats().live_requests)
+  end)
+
+  it("hands over an eviction whose request ended before the pump: skipped", function()
+    local rt, got = setup_rt({ maxRequests = 1 })
+    local first = begin(rt, "first")
+    first:schedule()
+    local s1 = begin(rt, "s1", { ["x-gateway-inference-objective"] = "-5" })
+    s1:schedule()
+    local hi = begin(rt, "hi")
+    hi:schedule() -- sheds s1, handed over on the next pump
+    s1:finish("cancelled")
+    rt:tick()
+    assert.equal(0, #got)
+    first:finish("ok")
+    assert.equal("hi", ids(got))
+    hi:finish("ok")
+  end)
+
   it("answers queue_full at once when a band or the whole queue is full", function()
     local rt = setup_rt({ maxRequests = 2, defaultPriorityBand = { maxBytes = "1Ki" } })
     local first = begin(rt, "first")
