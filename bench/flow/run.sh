@@ -149,7 +149,7 @@ if command -v gnuplot >/dev/null; then
   gnuplot <<GP || true
 set terminal pngcairo size 900,420
 set output "$OUT/flow-queues.png"
-set title "queued requests over time (maxConcurrency 4 x 2 endpoints, ~2x capacity offered)"
+set title "queued requests over time (maxConcurrency 4 x 2 endpoints, about 2x capacity offered)"
 set xlabel "seconds"; set ylabel "queued"; set key top left
 plot "< awk '\$2==0 && \$3==\"heavy\"' $OUT/queue-fair-rr.tsv" u 1:4 w l t "fair-rr: heavy tenant", \
      "< awk '\$2==0 && \$3==\"light\"' $OUT/queue-fair-rr.tsv" u 1:4 w l t "fair-rr: light tenant", \
