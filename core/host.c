@@ -188,3 +188,58 @@ void lupin_runtime_set_memory_limit(lupin_runtime *rt, size_t bytes) {
   lua_pushnumber(rt->L, (lua_Number)bytes);
   lupin__call(rt, 2, 0, NULL, 0);
 }
+
+/* One spec of a metric_source table (lua/lupin/datalayer.lua's compiled
+ * form: { name, legacy, labels = { k, v, ... } }) at the top of the stack.
+ * The strings are anchored by the generation. */
+static void read_spec(lua_State *L, int t, const char *key, lupin_metric_spec *s) {
+  *s = (lupin_metric_spec){0};
+  lua_getfield(L, t, key);
+  int spec = lua_gettop(L);
+  if (lua_istable(L, spec)) {
+    lua_getfield(L, spec, "name");
+    s->name = lua_tostring(L, -1);
+    lua_getfield(L, spec, "legacy");
+    s->legacy = lua_tostring(L, -1);
+    lua_getfield(L, spec, "labels");
+    size_t n = lua_istable(L, -1) ? lua_objlen(L, -1) / 2 : 0;
+    for (size_t i = 0; i < n && i < LUPIN_METRIC_LABELS; i++) {
+      lua_rawgeti(L, -1, (int)(2 * i + 1));
+      lua_rawgeti(L, -2, (int)(2 * i + 2));
+      s->labels[i] = (lupin_header){lua_tostring(L, -2), lua_tostring(L, -1)};
+      lua_pop(L, 2);
+    }
+    s->n_labels = n < LUPIN_METRIC_LABELS ? n : LUPIN_METRIC_LABELS;
+  }
+  lua_settop(L, spec - 1);
+}
+
+int lupin_runtime_metric_source(lupin_runtime *rt, const char *endpoint, lupin_metric_source *out) {
+  lua_State *L = rt->L;
+  int base = lua_gettop(L);
+  push_op(rt, "metric_source");
+  lua_pushstring(L, endpoint);
+  if (lupin__call(rt, 2, 1, NULL, 0) || !lua_istable(L, base + 1)) {
+    lua_settop(L, base);
+    return -1;
+  }
+  int t = base + 1;
+  lua_getfield(L, t, "engine");
+  out->engine = lua_tostring(L, -1);
+  lua_getfield(L, t, "path");
+  out->path = lua_tostring(L, -1);
+  lua_getfield(L, t, "block_size_label");
+  out->block_size_label = lua_tostring(L, -1);
+  lua_getfield(L, t, "num_blocks_label");
+  out->num_blocks_label = lua_tostring(L, -1);
+  lua_settop(L, t);
+  read_spec(L, t, "queue", &out->queue);
+  read_spec(L, t, "running", &out->running);
+  read_spec(L, t, "kv_usage", &out->kv_usage);
+  read_spec(L, t, "lora", &out->lora);
+  read_spec(L, t, "cache_info", &out->cache_info);
+  read_spec(L, t, "block_size", &out->block_size);
+  read_spec(L, t, "num_blocks", &out->num_blocks);
+  lua_settop(L, base);
+  return 0;
+}

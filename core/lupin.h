@@ -240,6 +240,52 @@ int lupin_endpoint_set_metrics(lupin_runtime *rt, const char *name, const lupin_
  * for an unknown name. */
 int lupin_endpoint_set_healthy(lupin_runtime *rt, const char *name, int healthy);
 
+/* --- the data layer: what a host scrapes --------------------------------- */
+
+#define LUPIN_METRIC_LABELS 4
+
+/* One quantity as an engine publishes it on its Prometheus page: the
+ * series of family `name` carrying every label of `labels` (more labels
+ * are fine).  `legacy`: an older family name read only when the page has
+ * no `name` series (vLLM's gpu_cache_usage_perc), or NULL.  name NULL: the
+ * engine does not publish it, the value stays 0. */
+typedef struct lupin_metric_spec {
+  const char *name;
+  const char *legacy;
+  lupin_header labels[LUPIN_METRIC_LABELS];
+  size_t n_labels;
+} lupin_metric_spec;
+
+/* Where an endpoint's metrics are and under which names, from the current
+ * generation's data layer (the config's metrics-data-source and
+ * core-metrics-extractor plugins, its data/dataLayer section; without them,
+ * vLLM's names on /metrics).  The endpoint's engine is its engine label
+ * (core-metrics-extractor's engineLabelKey, "llm-d.ai/engine-type"), else
+ * the default engine (docs/metrics.md, "Engines"). */
+typedef struct lupin_metric_source {
+  const char *engine; /* "vllm", "sglang", "tgi", "triton-tensorrt-llm", ... */
+  const char *path;   /* the page to GET: "/metrics" */
+  lupin_metric_spec queue;    /* -> waiting_queue_size */
+  lupin_metric_spec running;  /* -> running_requests */
+  lupin_metric_spec kv_usage; /* -> kv_cache_usage, 0..1 */
+  /* -> the adapter lists and max_lora: vLLM's lora_requests_info
+   * convention (labels running_lora_adapters, waiting_lora_adapters,
+   * max_lora; the series with the largest value, a timestamp, wins) */
+  lupin_metric_spec lora;
+  /* -> cache_block_size, num_blocks: the labels block_size_label and
+   * num_blocks_label of the cache_info series, or the values of the
+   * block_size and num_blocks series */
+  lupin_metric_spec cache_info;
+  const char *block_size_label, *num_blocks_label;
+  lupin_metric_spec block_size, num_blocks;
+} lupin_metric_source;
+
+/* Fills out for the endpoint of that name (or the default engine's mapping
+ * for a name not in the pool).  The pointers stay valid until the next
+ * successful load or reload: a host asks again for each scrape.  -1: no
+ * config loaded. */
+int lupin_runtime_metric_source(lupin_runtime *rt, const char *endpoint, lupin_metric_source *out);
+
 /* Monotonic clock in seconds, the one metrics timestamps use. */
 double lupin_now(void);
 
@@ -262,7 +308,8 @@ enum {
 
 typedef struct lupin_request_desc {
   const char *id;   /* NULL or "": one is generated */
-  const char *path; /* "/v1/completions", "/v1/chat/completions"; NULL: the
+  const char *path; /* "/v1/completions", "/v1/embeddings", ... (one row per
+                       route vLLM serves: lua/lupin/openai.lua); NULL: the
                        body's, chat when it has "messages" (decoded for it) */
   const char *body; /* the JSON body, decoded only if a plugin asks */
   size_t body_len;
@@ -273,11 +320,15 @@ typedef struct lupin_request_desc {
    * (x-gateway-destination-endpoint-subset); NULL: all. */
   const char *const *subset;
   size_t n_subset;
-  /* 1: check the body as the OpenAI request path names (UTF-8, strict JSON,
-   * model, prompt or messages, numeric fields) and decode it once, at
-   * begin.  A body that fails reaches no plugin: lupin_request_schedule
+  /* 1: check the body as the request path's route names (UTF-8, strict
+   * JSON, the model, the route's fields, numeric fields; a multipart form
+   * for the audio routes, by the content-type header) and decode it once,
+   * at begin.  A body that fails reaches no plugin: lupin_request_schedule
    * answers 400 with the reason and the offending parameter.  0: the body
-   * is decoded only if a plugin reads it. */
+   * is decoded only if a plugin reads it.  The config's passthrough-parser
+   * turns the checks off.  x-llm-d-model-name-rewrite (or
+   * x-gateway-model-name-rewrite) among the headers names the model
+   * lupin_request_model gives back. */
   int check_body;
   unsigned flags; /* LUPIN_REQUEST_* */
 } lupin_request_desc;

@@ -182,19 +182,20 @@ static void metrics_runtime(lupin_gateway *gw, gw_expo *e) {
   gw_expo_sample(e, (const char *[]){LUPIN_VERSION, lupin_luajit_version()}, 1);
 }
 
-/* inference_objective_*: per model; target_model_name is the model itself
- * (lupin does not rewrite the model a request names). */
+/* inference_objective_*: per model as the client named it and as it was
+ * sent (target_model_name: the model-name rewrite's, else the same); the
+ * running gauge has the first label only, so it sums a model's targets. */
 static void metrics_objectives(lupin_gateway *gw, gw_expo *e) {
   static const gw_family_id hists[] = {GW_M_OBJ_DURATION, GW_M_OBJ_REQUEST_SIZES,
                                        GW_M_OBJ_RESPONSE_SIZES};
   gw_expo_family(e, GW_M_OBJ_REQUESTS);
   for (gw_objective *o = gw->objectives; o; o = o->next)
-    if (o->requests) gw_expo_sample(e, (const char *[]){o->model, o->model}, (double)o->requests);
+    if (o->requests) gw_expo_sample(e, (const char *[]){o->model, o->target}, (double)o->requests);
   gw_expo_family(e, GW_M_OBJ_ERRORS);
   for (gw_objective *o = gw->objectives; o; o = o->next)
     for (int c = 0; c < GW_ERRS; c++)
       if (o->errors[c])
-        gw_expo_sample(e, (const char *[]){o->model, o->model, gw_error_codes[c]},
+        gw_expo_sample(e, (const char *[]){o->model, o->target, gw_error_codes[c]},
                        (double)o->errors[c]);
   for (int k = 0; k < 3; k++) {
     gw_expo_family(e, hists[k]);
@@ -202,12 +203,24 @@ static void metrics_objectives(lupin_gateway *gw, gw_expo *e) {
       const gw_histogram *h = k == 0   ? &o->duration
                               : k == 1 ? &o->request_sizes
                                        : &o->response_sizes;
-      if (h->count) gw_expo_histogram(e, (const char *[]){o->model, o->model}, h);
+      if (h->count) gw_expo_histogram(e, (const char *[]){o->model, o->target}, h);
     }
   }
   gw_expo_family(e, GW_M_OBJ_RUNNING);
-  for (gw_objective *o = gw->objectives; o; o = o->next)
-    if (o->requests) gw_expo_sample(e, (const char *[]){o->model}, (double)o->running);
+  for (gw_objective *o = gw->objectives; o; o = o->next) {
+    gw_objective *p = gw->objectives;
+    while (p != o && strcmp(p->model, o->model))
+      p = p->next;
+    if (p != o) continue; /* the model's first record sums them */
+    uint64_t running = 0;
+    int any = 0;
+    for (; p; p = p->next)
+      if (!strcmp(p->model, o->model)) {
+        running += p->running;
+        any |= p->requests > 0;
+      }
+    if (any) gw_expo_sample(e, (const char *[]){o->model}, (double)running);
+  }
 }
 
 /* inference_pool_*: over the endpoints with fresh metrics, as the EPP

@@ -98,6 +98,12 @@ int gw_settings_read(lupin_runtime *rt, gw_settings *out, char *err, size_t errl
 /* Merges /v1/models answers (models.c); returns a malloc'd JSON text. */
 char *gw_models_merge(const gw_buf *bodies, size_t n);
 
+/* Replaces the model a request body names (a JSON object's "model", or a
+ * multipart/form-data body's "model" field, by content_type) with model,
+ * every other byte unchanged (rewrite.c); *was gets the name replaced
+ * (malloc'd).  -1 when the body names none. */
+int gw_rewrite_model(gw_buf *body, const char *content_type, const char *model, char **was);
+
 /* --- endpoints: the gateway's view, its upstream pool, its scrape ---------- */
 
 #define GW_MAX_ADDRS 8
@@ -357,15 +363,17 @@ extern const char *const gw_error_codes[GW_ERRS];
 #define GW_MAX_MODELS 100 /* series kept per model name; more share "<other>" */
 
 typedef struct gw_objective {
-  char *model;
+  char *model;  /* as the client named it */
+  char *target; /* as it was sent (the model-name rewrite's) */
   uint64_t requests, errors[GW_ERRS];
   uint64_t running;
   gw_histogram duration, request_sizes, response_sizes;
   struct gw_objective *next;
 } gw_objective;
 
-/* The series of model (created on first use; "<other>" past GW_MAX_MODELS). */
-gw_objective *gw_objective_get(lupin_gateway *gw, const char *model);
+/* The series of model sent as target (NULL: model); created on first use,
+ * "<other>" past GW_MAX_MODELS. */
+gw_objective *gw_objective_get(lupin_gateway *gw, const char *model, const char *target);
 void gw_objectives_free(lupin_gateway *gw);
 
 /* --- the process (process.c) ---------------------------------------------- */
@@ -588,7 +596,8 @@ struct gw_exchange {
   size_t pick;
   gw_endpoint *ep;
   gw_upstream *up;
-  char *model;
+  char *model;     /* the model scheduled for (the model-name rewrite's) */
+  char *requested; /* the body's, when a rewrite replaced it */
   gw_objective *objective; /* set once scheduled: counted as running */
   uint64_t response_bytes;
   int stream;

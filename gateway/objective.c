@@ -1,5 +1,7 @@
 /* The EPP's per-model request series (inference_objective_*): one record
- * per model name a request asked for, kept for the life of the process.
+ * per model name a request asked for and the model it was sent as (the
+ * target: the model-name rewrite's, else the same), kept for the life of
+ * the process.
  *
  * The model name comes from the client, so the records are bounded: past
  * GW_MAX_MODELS names every new one is counted under "<other>", and a client
@@ -13,15 +15,16 @@
 const char *const gw_error_codes[GW_ERRS] = {"BadRequest", "InferencePoolResourceExhausted",
                                              "Internal", "ModelServerError"};
 
-static gw_objective *find(lupin_gateway *gw, const char *model) {
+static gw_objective *find(lupin_gateway *gw, const char *model, const char *target) {
   for (gw_objective *o = gw->objectives; o; o = o->next)
-    if (!strcmp(o->model, model)) return o;
+    if (!strcmp(o->model, model) && !strcmp(o->target, target)) return o;
   return NULL;
 }
 
-static gw_objective *add(lupin_gateway *gw, const char *model) {
+static gw_objective *add(lupin_gateway *gw, const char *model, const char *target) {
   gw_objective *o = calloc(1, sizeof *o);
-  if (!o || !(o->model = strdup(model))) {
+  if (!o || !(o->model = strdup(model)) || !(o->target = strdup(target))) {
+    if (o) free(o->model);
     free(o);
     return NULL;
   }
@@ -34,12 +37,13 @@ static gw_objective *add(lupin_gateway *gw, const char *model) {
   return o;
 }
 
-gw_objective *gw_objective_get(lupin_gateway *gw, const char *model) {
+gw_objective *gw_objective_get(lupin_gateway *gw, const char *model, const char *target) {
   model = model ? model : "";
-  gw_objective *o = find(gw, model);
+  target = target ? target : model;
+  gw_objective *o = find(gw, model, target);
   if (o) return o;
-  if (gw->n_objectives >= GW_MAX_MODELS) model = "<other>";
-  return find(gw, model) ? find(gw, model) : add(gw, model);
+  if (gw->n_objectives >= GW_MAX_MODELS) model = target = "<other>";
+  return find(gw, model, target) ? find(gw, model, target) : add(gw, model, target);
 }
 
 void gw_objectives_free(lupin_gateway *gw) {
@@ -47,6 +51,7 @@ void gw_objectives_free(lupin_gateway *gw) {
     gw_objective *o = gw->objectives;
     gw->objectives = o->next;
     free(o->model);
+    free(o->target);
     free(o);
   }
   gw->n_objectives = 0;

@@ -1,8 +1,9 @@
 /* The public API: one client request through the runtime and to an endpoint.
  *
- *   POST /v1/completions, POST /v1/chat/completions
- *     check the body (lua-cjson) -> lupin_request_begin -> schedule ->
- *     forward the body unchanged to the primary pick -> relay the response as
+ *   POST on every OpenAI-style route vLLM serves (the routes table below)
+ *     check the body (in the runtime, per route) -> lupin_request_begin ->
+ *     schedule -> forward the body (unchanged, but for the EPP's model-name
+ *     rewrite) to the primary pick -> relay the response as
  *     it arrives, each piece to the runtime -> lupin_request_end, on every
  *     path, with its outcome
  *
@@ -27,11 +28,15 @@
 #include <strings.h>
 #include <time.h>
 
-/* Headers the EPP convention consumes at the gateway (REFERENCE.md). */
+/* Headers the EPP convention consumes at the gateway (REFERENCE.md), by
+ * llm-d's names and GIE's older ones. */
 static int consumed(const char *name) {
   return !strcasecmp(name, "x-gateway-inference-objective") ||
          !strcasecmp(name, "x-gateway-inference-fairness-id") ||
          !strcasecmp(name, "x-gateway-model-name-rewrite") ||
+         !strcasecmp(name, "x-llm-d-inference-objective") ||
+         !strcasecmp(name, "x-llm-d-inference-fairness-id") ||
+         !strcasecmp(name, "x-llm-d-model-name-rewrite") ||
          !strncasecmp(name, "x-gateway-destination-endpoint", 30) ||
          !strcasecmp(name, "x-request-id") || gw_explain_header(name);
 }
@@ -101,7 +106,7 @@ static void objective_end(gw_exchange *x, lupin_outcome outcome, int status) {
     }
     return;
   }
-  if (!o) o = gw_objective_get(x->gw, x->model);
+  if (!o) o = gw_objective_get(x->gw, x->requested ? x->requested : x->model, x->model);
   if (o) o->errors[code]++;
 }
 
@@ -139,6 +144,7 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   gw_buf_free(&x->attempt_log);
   free(x->explain_summary);
   free(x->model);
+  free(x->requested);
   free(x);
   gw_check_drained(gw);
 }
@@ -188,16 +194,26 @@ void gw_proxy_cancel_all(lupin_gateway *gw) {
 
 /* --- the upstream response ----------------------------------------------- */
 
+/* The endpoint that served the request (the EPP protocol's
+ * x-gateway-destination-endpoint-served, which the data plane reports):
+ * plugins see it among the response headers, the client gets it too. */
+#define SERVED "x-gateway-destination-endpoint-served"
+
 static void on_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
   gw_exchange *x = ud;
   x->status = status;
-  lupin_request_response_header(x->req, status, h->v, h->n);
+  lupin_header seen[h->n + 1];
+  size_t n_seen = 0;
+  for (size_t i = 0; i < h->n; i++)
+    if (strcasecmp(h->v[i].name, SERVED)) seen[n_seen++] = h->v[i];
+  seen[n_seen++] = (lupin_header){SERVED, x->ep->hostport};
+  lupin_request_response_header(x->req, status, seen, n_seen);
   const lupin_header *extra;
   size_t n_extra = lupin_request_client_headers(x->req, &extra);
-  lupin_header out[h->n + n_extra + 4];
+  lupin_header out[n_seen + n_extra + 4];
   size_t n = 0;
-  for (size_t i = 0; i < h->n; i++)
-    if (strcasecmp(h->v[i].name, "x-request-id")) out[n++] = h->v[i];
+  for (size_t i = 0; i < n_seen; i++)
+    if (strcasecmp(seen[i].name, "x-request-id")) out[n++] = seen[i];
   for (size_t i = 0; i < n_extra; i++)
     out[n++] = extra[i];
   out[n++] = (lupin_header){"x-request-id", lupin_request_id(x->req)};
@@ -438,7 +454,8 @@ static void observe_scheduling(lupin_gateway *gw, double seconds) {
 
 /* A request scheduled: counted, sized and running in the EPP's series. */
 static void objective_begin(gw_exchange *x) {
-  gw_objective *o = x->objective = gw_objective_get(x->gw, x->model);
+  gw_objective *o = x->objective =
+      gw_objective_get(x->gw, x->requested ? x->requested : x->model, x->model);
   if (!o) return;
   o->requests++;
   o->running++;
@@ -513,6 +530,19 @@ static void scheduled(lupin_gateway *gw, gw_exchange *x, int status) {
   fail(x, status, msg, o);
 }
 
+/* The EPP's model-name rewrite, by llm-d's header or GIE's: the runtime
+ * schedules the request for that model (lupin_request_model gives it back
+ * when the body was read), and the body forwarded names it.  Returns the
+ * name the body had (malloc'd), NULL when nothing was rewritten. */
+static char *rewrite_model(gw_http_request *http, const char *model) {
+  const char *to = gw_headers_get(&http->headers, "x-llm-d-model-name-rewrite");
+  if (!to) to = gw_headers_get(&http->headers, "x-gateway-model-name-rewrite");
+  char *was = NULL;
+  if (to && *to && model && !strcmp(model, to))
+    gw_rewrite_model(&http->body, gw_headers_get(&http->headers, "content-type"), to, &was);
+  return was;
+}
+
 static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, const char *path) {
   char msg[1024];
   char *subset_text = NULL;
@@ -546,12 +576,14 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
     return;
   }
   const char *model = lupin_request_model(req);
+  char *requested = rewrite_model(http, model);
   gw_exchange *x = calloc(1, sizeof *x);
   *x = (gw_exchange){.gw = gw,
                      .conn = c,
                      .http = http,
                      .req = req,
                      .model = model ? strdup(model) : NULL,
+                     .requested = requested,
                      .stream = lupin_request_stream(req),
                      .started = http->started,
                      .path = path,
@@ -666,37 +698,66 @@ static void models(lupin_gateway *gw, gw_conn *c) {
 
 /* --- routing ------------------------------------------------------------- */
 
+/* The POST routes proxied: every OpenAI-style route vLLM serves.  Each is
+ * checked and parsed by the runtime's row for it (lua/lupin/openai.lua:
+ * the model, the fields it needs, its prompt); a new route is a line here
+ * and a row there. */
+static const char *const routes[] = {"/v1/completions",
+                                     "/v1/chat/completions",
+                                     "/v1/embeddings",
+                                     "/v1/responses",
+                                     "/v1/messages",
+                                     "/v1/audio/transcriptions",
+                                     "/v1/audio/translations",
+                                     "/tokenize",
+                                     "/detokenize",
+                                     "/pooling",
+                                     "/classify",
+                                     "/score",
+                                     "/v1/score",
+                                     "/rerank",
+                                     "/v1/rerank",
+                                     "/v2/rerank"};
+#define N_ROUTES (sizeof routes / sizeof routes[0])
+
+static void not_allowed(lupin_gateway *gw, gw_conn *c, const char *path, const char *method) {
+  char msg[64];
+  snprintf(msg, sizeof msg, "method not allowed: use %s", method);
+  lupin_header allow = {"allow", method};
+  answered(gw, c, path, 405);
+  gw_conn_error(c, 405, msg, NULL, &allow, 1);
+}
+
+static void unknown_route(lupin_gateway *gw, gw_conn *c, gw_http_request *req, const char *path) {
+  gw_buf msg = {0};
+  gw_buf_printf(&msg, "unknown route %s %.300s: this gateway serves POST ",
+                http_method_str(req->method), path);
+  for (size_t i = 0; i < N_ROUTES; i++)
+    gw_buf_printf(&msg, "%s%s", i ? ", " : "", routes[i]);
+  gw_buf_printf(&msg, " and GET /v1/models");
+  reply_error(gw, c, path, 404, msg.data ? msg.data : "unknown route", NULL);
+  gw_buf_free(&msg);
+}
+
 void gw_proxy_handle(void *ud, gw_conn *c, gw_http_request *req) {
   lupin_gateway *gw = ud;
   char path[512];
   snprintf(path, sizeof path, "%s", req->url);
   path[strcspn(path, "?")] = 0;
-  static const char *const api[] = {"/v1/completions", "/v1/chat/completions"};
-  for (int i = 0; i < 2; i++) {
-    if (strcmp(path, api[i])) continue;
-    if (req->method == HTTP_POST) {
-      proxy_post(gw, c, req, api[i]);
-      return;
-    }
-    lupin_header allow = {"allow", "POST"};
-    answered(gw, c, path, 405);
-    gw_conn_error(c, 405, "method not allowed: use POST", NULL, &allow, 1);
+  for (size_t i = 0; i < N_ROUTES; i++) {
+    if (strcmp(path, routes[i])) continue;
+    if (req->method == HTTP_POST)
+      proxy_post(gw, c, req, routes[i]);
+    else
+      not_allowed(gw, c, path, "POST");
     return;
   }
   if (!strcmp(path, "/v1/models")) {
-    if (req->method == HTTP_GET) {
+    if (req->method == HTTP_GET)
       models(gw, c);
-      return;
-    }
-    lupin_header allow = {"allow", "GET"};
-    answered(gw, c, path, 405);
-    gw_conn_error(c, 405, "method not allowed: use GET", NULL, &allow, 1);
+    else
+      not_allowed(gw, c, path, "GET");
     return;
   }
-  char msg[700];
-  snprintf(msg, sizeof msg,
-           "unknown route %s %s: this gateway serves POST /v1/completions, POST "
-           "/v1/chat/completions and GET /v1/models",
-           http_method_str(req->method), path);
-  reply_error(gw, c, path, 404, msg, NULL);
+  unknown_route(gw, c, req, path);
 }

@@ -163,6 +163,54 @@ static int l_declare_section(lua_State *L) {
   return 1;
 }
 
+/* A lupin_metric_spec as "name{k=v,...}" (legacy after a "|"), or nil. */
+static void push_spec(lua_State *L, const lupin_metric_spec *sp) {
+  if (!sp->name) {
+    lua_pushnil(L);
+    return;
+  }
+  luaL_Buffer buf;
+  luaL_buffinit(L, &buf);
+  luaL_addstring(&buf, sp->name);
+  for (size_t i = 0; i < sp->n_labels; i++) {
+    luaL_addstring(&buf, i ? "," : "{");
+    luaL_addstring(&buf, sp->labels[i].name);
+    luaL_addchar(&buf, '=');
+    luaL_addstring(&buf, sp->labels[i].value);
+  }
+  if (sp->n_labels) luaL_addchar(&buf, '}');
+  if (sp->legacy) {
+    luaL_addchar(&buf, '|');
+    luaL_addstring(&buf, sp->legacy);
+  }
+  luaL_pushresult(&buf);
+}
+
+/* rt:metric_source(endpoint): lupin_runtime_metric_source as a table */
+static int l_metric_source(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  lupin_metric_source s;
+  if (lupin_runtime_metric_source(b->rt, luaL_checkstring(L, 2), &s)) return fail(L, "no config");
+  lua_createtable(L, 0, 12);
+  lua_pushstring(L, s.engine);
+  lua_setfield(L, -2, "engine");
+  lua_pushstring(L, s.path);
+  lua_setfield(L, -2, "path");
+  lua_pushstring(L, s.block_size_label);
+  lua_setfield(L, -2, "block_size_label");
+  lua_pushstring(L, s.num_blocks_label);
+  lua_setfield(L, -2, "num_blocks_label");
+  const lupin_metric_spec *specs[] = {&s.queue,      &s.running,    &s.kv_usage,  &s.lora,
+                                      &s.cache_info, &s.block_size, &s.num_blocks};
+  const char *names[] = {"queue",      "running",    "kv_usage",  "lora",
+                         "cache_info", "block_size", "num_blocks"};
+  for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+    push_spec(L, specs[i]);
+    lua_setfield(L, -2, names[i]);
+  }
+  return 1;
+}
+
 /* rt:section(name, n): the current generation's values, a list */
 static int l_section(lua_State *L) {
   runtime_box *b = check_rt(L);
@@ -688,6 +736,7 @@ static const luaL_Reg rt_methods[] = {
     {"load_string", l_load_string},
     {"declare_section", l_declare_section},
     {"section", l_section},
+    {"metric_source", l_metric_source},
     {"read_endpoints", l_read_endpoints},
     {"dry_run", l_dry_run},
     {"reload", l_reload},

@@ -63,9 +63,29 @@ return {
       fallback = 31250, description = "block hashes remembered per endpoint (LRU)" },
     autoTune = { type = "boolean", default = true,
       description = "use the endpoints' reported cache block size and number of blocks" },
+    prefixMatchInfoProducerName = { type = "string",
+      description = "score the matches this approx-prefix-cache-producer found (newer EPPs'"
+        .. " producer/scorer split) instead of hashing here" },
+    mode = { type = "string", description = "\"approximate\" only (lupin's own index)" },
+    kvEventsConfig = { type = "any", description = "not supported: KV events" },
+    indexerConfig = { type = "any", description = "not supported: KV events" },
   },
 
   new = function(p, env)
+    for _, k in ipairs({ "kvEventsConfig", "indexerConfig" }) do
+      if p[k] ~= nil then
+        error(("%s is not supported: precise prefix matching needs the model servers' KV-cache"
+          .. " events, which lupin does not subscribe to; remove it (lupin's prefix-cache-scorer"
+          .. " is the approximate mode)"):format(k), 0)
+      end
+    end
+    if p.mode ~= nil and p.mode ~= "approximate" then
+      error(("mode %q is not supported: lupin has no KV-event index; use mode \"approximate\""
+        .. " (the default here)"):format(p.mode), 0)
+    end
+    if p.prefixMatchInfoProducerName then
+      return { name = env.name, producer = p.prefixMatchInfoProducerName }
+    end
     if p.blockSize and p.hashBlockSize and p.blockSize ~= p.hashBlockSize then
       error(("blockSize (%d) and hashBlockSize (%d) are the same parameter; give one"):format(
         p.blockSize, p.hashBlockSize), 0)
@@ -77,7 +97,7 @@ return {
 
   -- Keep what the index learned across a reload when its meaning is unchanged.
   migrate = function(self, old)
-    if old.index and old.block == self.block and old.capacity == self.capacity
+    if self.index and old.index and old.block == self.block and old.capacity == self.capacity
         and old.auto == self.auto then
       self.index = old.index
     end
@@ -86,12 +106,27 @@ return {
   -- Before any profile runs, so filters and the profile handler can read the
   -- matches in ctx.shared.
   prepare = function(self, ctx, endpoints)
-    state(self, ctx, endpoints)
+    if self.producer then -- its prepare ran first: republish for readers of this name
+      ctx.shared[self.name] = ctx.shared[self.producer]
+    else
+      state(self, ctx, endpoints)
+    end
   end,
 
   score = function(self, ctx, endpoints)
-    local st = state(self, ctx, endpoints)
-    local total, matches, out = st.hashes.n, st.matches, new_table(#endpoints, 0)
+    local total, matches
+    if self.producer then -- the producer hashed and matched in its prepare
+      local info = ctx.shared[self.producer]
+      if not info then
+        error(("no prefix match info from %q: name an approx-prefix-cache-producer instance in"
+          .. " prefixMatchInfoProducerName"):format(self.producer), 0)
+      end
+      total, matches = info.total, info.matches
+    else
+      local st = state(self, ctx, endpoints)
+      total, matches = st.hashes.n, st.matches
+    end
+    local out = new_table(#endpoints, 0)
     for i, ep in ipairs(endpoints) do
       out[i] = total > 0 and (matches[ep.id] or 0) / total or 0
     end
@@ -103,7 +138,7 @@ return {
   -- will hold its blocks.
   pre_request = function(self, ctx, result)
     local st = ctx.plugin
-    if not st.hashes or st.hashes.n == 0 then
+    if self.producer or not st.hashes or st.hashes.n == 0 then
       return
     end
     local primary = result.profiles[result.primary]

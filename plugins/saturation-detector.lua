@@ -5,12 +5,13 @@
 -- fresh when scraped at most metricsStalenessThreshold ago; never-scraped
 -- endpoints are stale.
 --
--- Priority: the EPP reads `x-gateway-inference-objective`, looks up the
+-- Priority: the EPP reads `x-llm-d-inference-objective` (llm-d's name; GIE's
+-- `x-gateway-inference-objective` as its alias), looks up the
 -- InferenceObjective it names and takes its priority, 0 when the header is
 -- absent or names no objective; requests with priority ≥ 0 are never shed.
 -- lupin has no InferenceObjective store, so the header's value is the
 -- priority when it is an integer ("-1"), and anything else means 0.
-local HEADER = "x-gateway-inference-objective"
+local HEADER, OLD_HEADER = "x-llm-d-inference-objective", "x-gateway-inference-objective"
 local UNITS = { ns = 1e-9, us = 1e-6, ["µs"] = 1e-6, ms = 1e-3, s = 1, m = 60, h = 3600 }
 
 -- metricsStalenessThreshold in seconds: a number of milliseconds, or a Go
@@ -38,7 +39,8 @@ local function seconds(v)
 end
 
 local function priority(ctx)
-  local v = ctx.request.headers[HEADER]
+  local h = ctx.request.headers
+  local v = h[HEADER] or h[OLD_HEADER]
   return v and tonumber(v:match("^%s*([-+]?%d+)%s*$")) or 0
 end
 

@@ -48,6 +48,9 @@ static const flag flags[] = {
     {"slow-factor", F_DOUBLE, OFF(slow_factor), "latency multiplier of --slow-endpoints"},
     {"max-body-bytes", F_SIZE, OFF(max_body_bytes), "request body limit (413 above)"},
     {"log-requests", F_BOOL, OFF(log_requests), "log each generation request to stderr"},
+    {"engine", F_STRING, OFF(engine),
+     "whose /metrics names to serve: vllm, sglang, tgi, triton (TensorRT-LLM backend),"
+     " trtllm-serve"},
 };
 
 static void config_defaults(sim_config *c) {
@@ -67,6 +70,7 @@ static void config_defaults(sim_config *c) {
   c->itl_ms = 10;
   c->slow_factor = 10;
   c->max_body_bytes = 16u << 20;
+  c->engine = "vllm";
 }
 
 static void flag_value(const sim_config *c, const flag *f, char *buf, size_t n) {
@@ -200,6 +204,8 @@ static int validate(sim_config *c) {
     bad = "latencies must not be negative";
   else if (c->slow_factor <= 0)
     bad = "--slow-factor must be positive";
+  else if (!metrics_engine_known(c->engine))
+    bad = "--engine must be one of vllm, sglang, tgi, triton, trtllm-serve";
   if (bad) fprintf(stderr, "lupin-sim: %s\n", bad);
   return bad ? -1 : 0;
 }

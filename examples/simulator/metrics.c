@@ -1,4 +1,6 @@
-/* /metrics: the Prometheus text page vLLM serves, with vLLM's names and labels.
+/* /metrics: the Prometheus text page vLLM serves, with vLLM's names and labels,
+ * or (--engine) the names SGLang, TGI, Triton's TensorRT-LLM backend or
+ * trtllm-serve give the same quantities.
  *
  * The gateway scrapes these to score endpoints, so the names (current and
  * legacy), label sets and the lora_requests_info timestamp convention follow
@@ -48,7 +50,7 @@ static void num(strbuf *out, double v) {
 }
 
 static void sample(strbuf *out, const char *name, const char *labels, double v) {
-  sb_printf(out, "%s{%s} ", name, labels);
+  sb_printf(out, *labels ? "%s{%s} " : "%s ", name, labels);
   num(out, v);
   sb_adds(out, "\n");
 }
@@ -197,7 +199,96 @@ void metrics_free(counters *c) {
   c->nlora_old = 0;
 }
 
+/* --- the other engines: waiting, running, KV-cache usage, cache geometry,
+ * under the names their metrics references give (docs/metrics.md, "Engines") */
+
+static void sglang_page(endpoint *ep, strbuf *out) {
+  const sim_config *cfg = &ep->sim->cfg;
+  char labels[512];
+  snprintf(labels, sizeof labels,
+           "engine_type=\"unified\",model_name=\"%s\",moe_ep_rank=\"0\",pp_rank=\"0\","
+           "tp_rank=\"0\"",
+           cfg->model);
+  double usage = (double)kv_in_use(ep->kv) / kv_capacity(ep->kv);
+  metric(out, "sglang:num_running_reqs", "gauge", "The number of running requests.", labels,
+         ep->running.count);
+  metric(out, "sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.",
+         labels, ep->waiting.count);
+  metric(out, "sglang:token_usage", "gauge", "The token usage.", labels, usage);
+  metric(out, "sglang:page_size", "gauge", "KV cache page size in tokens.", labels,
+         cfg->block_size);
+  metric(out, "sglang:num_pages", "gauge", "Number of KV cache pages.", labels,
+         cfg->num_gpu_blocks);
+}
+
+static void tgi_page(endpoint *ep, strbuf *out) {
+  metric(out, "tgi_queue_size", "gauge", "Current queue size", "", ep->waiting.count);
+  metric(out, "tgi_batch_current_size", "gauge", "Current batch size", "", ep->running.count);
+}
+
+static void triton_page(endpoint *ep, strbuf *out) {
+  const sim_config *cfg = &ep->sim->cfg;
+  double used = (double)kv_in_use(ep->kv), cap = (double)kv_capacity(ep->kv);
+  const char *req = "nv_trt_llm_request_metrics", *kv = "nv_trt_llm_kv_cache_block_metrics";
+  sb_printf(out, "# HELP %s TRT LLM request metrics\n# TYPE %s gauge\n", req, req);
+  const char *types[] = {"waiting", "scheduled", "active", "max"};
+  double v[] = {ep->waiting.count, ep->running.count, ep->running.count, cfg->max_num_seqs};
+  char labels[160];
+  for (int i = 0; i < 4; i++) {
+    snprintf(labels, sizeof labels, "model=\"tensorrt_llm\",request_type=\"%s\",version=\"1\"",
+             types[i]);
+    sample(out, req, labels, v[i]);
+  }
+  sb_printf(out, "# HELP %s TRT LLM KV cache block metrics\n# TYPE %s gauge\n", kv, kv);
+  const char *kinds[] = {"max", "free", "used", "tokens_per", "fraction"};
+  double k[] = {cfg->num_gpu_blocks, cap - used, used, cfg->block_size, used / cap};
+  for (int i = 0; i < 5; i++) {
+    snprintf(labels, sizeof labels,
+             "kv_cache_block_type=\"%s\",model=\"tensorrt_llm\",version=\"1\"", kinds[i]);
+    sample(out, kv, labels, k[i]);
+  }
+  metric(out, "nv_inference_pending_request_count", "gauge",
+         "Instantaneous number of pending requests awaiting execution per-model.",
+         "model=\"ensemble\",version=\"1\"", ep->waiting.count);
+}
+
+static void trtllm_page(endpoint *ep, strbuf *out) {
+  const sim_config *cfg = &ep->sim->cfg;
+  char labels[320];
+  snprintf(labels, sizeof labels, "engine_type=\"pytorch\",model_name=\"%s\"", cfg->model);
+  double used = (double)kv_in_use(ep->kv), cap = (double)kv_capacity(ep->kv);
+  metric(out, "trtllm_num_requests_waiting", "gauge", "Number of waiting requests", labels,
+         ep->waiting.count);
+  metric(out, "trtllm_num_requests_running", "gauge", "Number of running requests", labels,
+         ep->running.count);
+  metric(out, "trtllm_kv_cache_utilization", "gauge", "KV cache utilization", labels, used / cap);
+  metric(out, "trtllm_kv_cache_tokens_per_block", "gauge", "Number of tokens per KV cache block",
+         labels, cfg->block_size);
+  metric(out, "trtllm_kv_cache_max_blocks", "gauge", "Maximum number of KV cache blocks", labels,
+         cfg->num_gpu_blocks);
+}
+
+static const struct {
+  const char *name;
+  void (*page)(endpoint *ep, strbuf *out);
+} engines[] = {
+    {"vllm", NULL}, {"sglang", sglang_page}, {"tgi", tgi_page},
+    {"triton", triton_page}, {"trtllm-serve", trtllm_page},
+};
+
+bool metrics_engine_known(const char *engine) {
+  for (size_t i = 0; i < sizeof engines / sizeof *engines; i++)
+    if (!strcmp(engines[i].name, engine)) return true;
+  return false;
+}
+
 void metrics_render(endpoint *ep, strbuf *out) {
+  for (size_t i = 1; i < sizeof engines / sizeof *engines; i++) {
+    if (strcmp(engines[i].name, ep->sim->cfg.engine)) continue;
+    engines[i].page(ep, out);
+    sim_counters(ep, out);
+    return;
+  }
   char labels[512];
   snprintf(labels, sizeof labels, "engine=\"0\",model_name=\"%s\"", ep->sim->cfg.model);
   engine_gauges(ep, out, labels);

@@ -153,6 +153,22 @@ static bool get_max_tokens(json_t *body, const char *key, int *out, http_reply *
   return true;
 }
 
+/* n: how many choices, 1 to 128 (each as long as the first: the engine runs
+ * the request once and the choices differ by their token seed). */
+static bool get_n(json_t *body, int *out, http_reply *err) {
+  json_t *v = json_object_get(body, "n");
+  if (!v || json_is_null(v)) return true;
+  if (!json_is_integer(v)) return bad_type(err, "n", "an integer", v);
+  json_int_t n = json_integer_value(v);
+  if (n < 1 || n > 128) {
+    openai_error(err, 400, "invalid_request_error", "n", NULL,
+                 "'n' must be from 1 to 128, got %lld", (long long)n);
+    return false;
+  }
+  *out = (int)n;
+  return true;
+}
+
 static bool stream_flags(json_t *body, job *j, http_reply *err) {
   if (!get_bool(body, "stream", &j->stream, err)) return false;
   json_t *so = json_object_get(body, "stream_options");
@@ -238,6 +254,8 @@ static bool parse_body(endpoint *ep, json_t *body, job *j, strbuf *text, http_re
   if (!(j->kind == JOB_CHAT ? chat_prompt(body, text, err) : completion_prompt(body, text, err)))
     return false;
   if (!stream_flags(body, j, err)) return false;
+  j->n = 1;
+  if (!get_n(body, &j->n, err)) return false;
   j->max_tokens = ep->sim->cfg.default_max_tokens;
   if (!get_max_tokens(body, "max_tokens", &j->max_tokens, err)) return false;
   if (j->kind == JOB_CHAT && !get_max_tokens(body, "max_completion_tokens", &j->max_tokens, err))
@@ -298,15 +316,20 @@ static const char *const vocab[] = {
     " a",     " is",    " on",   " by",    " it",   " we",   ".",      ",",
 };
 
-const char *openai_token(const job *j, int index) {
-  uint64_t s = j->text_seed + (uint64_t)index * 0x9e3779b97f4a7c15ULL;
+/* Token index of choice c: choice 0 is the text openai_token gives. */
+static const char *choice_token(const job *j, int c, int index) {
+  uint64_t s = j->text_seed + (uint64_t)c * 0xd1b54a32d192ed03ULL +
+               (uint64_t)index * 0x9e3779b97f4a7c15ULL;
   return vocab[rng_next(&s) % (sizeof vocab / sizeof vocab[0])];
 }
 
+const char *openai_token(const job *j, int index) { return choice_token(j, 0, index); }
+
 static json_t *usage_json(const job *j) {
+  int completion = j->generated * j->n;
   return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", j->prompt_tokens,
-                   "completion_tokens", j->generated, "total_tokens",
-                   j->prompt_tokens + j->generated, "prompt_tokens_details", "cached_tokens",
+                   "completion_tokens", completion, "total_tokens",
+                   j->prompt_tokens + completion, "prompt_tokens_details", "cached_tokens",
                    j->cached_tokens);
 }
 
@@ -325,30 +348,35 @@ static void add_event(strbuf *out, json_t *o) {
   json_decref(o);
 }
 
-static json_t *chunk_choice(const job *j, const char *text, bool role, bool last) {
+static json_t *chunk_choice(const job *j, int c, const char *text, bool role, bool last) {
   json_t *reason = last ? json_string("length") : json_null();
   if (j->kind == JOB_COMPLETION)
-    return json_pack("{s:i, s:s, s:n, s:o}", "index", 0, "text", text, "logprobs", "finish_reason",
+    return json_pack("{s:i, s:s, s:n, s:o}", "index", c, "text", text, "logprobs", "finish_reason",
                      reason);
   json_t *delta = role ? json_pack("{s:s, s:s}", "role", "assistant", "content", text)
                        : json_pack("{s:s}", "content", text);
-  return json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason",
+  return json_pack("{s:i, s:o, s:n, s:o}", "index", c, "delta", delta, "logprobs", "finish_reason",
                    reason);
 }
 
-static void add_chunk(strbuf *out, const job *j, const char *text, bool role, bool last) {
+static void add_chunk(strbuf *out, const job *j, int c, const char *text, bool role, bool last) {
   json_t *o = envelope(j, j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion");
-  json_object_set_new(o, "choices", json_pack("[o]", chunk_choice(j, text, role, last)));
+  json_object_set_new(o, "choices", json_pack("[o]", chunk_choice(j, c, text, role, last)));
   add_event(out, o);
 }
 
+/* Each token step as one chunk per choice, choices in order (as vLLM
+ * interleaves them). */
 void openai_stream_tokens(job *j, int from, int to, bool finished) {
   if (!j->conn) return;
   strbuf out = {0};
   /* vLLM's chat stream opens with the assistant role and empty content. */
-  if (from == 0 && j->kind == JOB_CHAT) add_chunk(&out, j, "", true, false);
+  if (from == 0 && j->kind == JOB_CHAT)
+    for (int c = 0; c < j->n; c++)
+      add_chunk(&out, j, c, "", true, false);
   for (int i = from; i < to; i++)
-    add_chunk(&out, j, openai_token(j, i), false, finished && i == to - 1);
+    for (int c = 0; c < j->n; c++)
+      add_chunk(&out, j, c, choice_token(j, c, i), false, finished && i == to - 1);
   if (out.len) conn_stream_chunk(j->conn, out.data, out.len);
   sb_free(&out);
 }
@@ -366,17 +394,26 @@ static void finish_stream(job *j) {
   sb_free(&out);
 }
 
-static void finish_body(job *j) {
-  const char *text = j->text.data ? j->text.data : "";
-  json_t *choice;
+static json_t *full_choice(const job *j, int c, const char *text) {
   if (j->kind == JOB_CHAT)
-    choice = json_pack("{s:i, s:{s:s, s:s}, s:n, s:s}", "index", 0, "message", "role", "assistant",
-                       "content", text, "logprobs", "finish_reason", "length");
-  else
-    choice = json_pack("{s:i, s:s, s:n, s:s}", "index", 0, "text", text, "logprobs",
-                       "finish_reason", "length");
+    return json_pack("{s:i, s:{s:s, s:s}, s:n, s:s}", "index", c, "message", "role", "assistant",
+                     "content", text, "logprobs", "finish_reason", "length");
+  return json_pack("{s:i, s:s, s:n, s:s}", "index", c, "text", text, "logprobs", "finish_reason",
+                   "length");
+}
+
+static void finish_body(job *j) {
+  json_t *choices = json_array();
+  json_array_append_new(choices, full_choice(j, 0, j->text.data ? j->text.data : ""));
+  for (int c = 1; c < j->n; c++) { /* the first choice's text was kept as it was generated */
+    strbuf text = {0};
+    for (int i = 0; i < j->generated; i++)
+      sb_adds(&text, choice_token(j, c, i));
+    json_array_append_new(choices, full_choice(j, c, text.data ? text.data : ""));
+    sb_free(&text);
+  }
   json_t *o = envelope(j, j->kind == JOB_CHAT ? "chat.completion" : "text_completion");
-  json_object_set_new(o, "choices", json_pack("[o]", choice));
+  json_object_set_new(o, "choices", choices);
   json_object_set_new(o, "usage", usage_json(j));
   char *s = json_dumps(o, JSON_COMPACT);
   conn_reply(j->conn, 200, "application/json", s, strlen(s));

@@ -26,6 +26,7 @@ typedef struct conn {
   bool expect_continue;
   char *request_id;  /* x-request-id, received or generated */
   char *destination; /* x-gateway-destination-endpoint, echoed as x-sim-destination */
+  char *content_type; /* the request's, for the multipart audio routes */
   bool keep_alive;
   bool busy; /* a request is being answered; input waits in `pending` */
   bool closing;
@@ -224,6 +225,22 @@ static void dispatch(conn *c, int id) {
   }
 }
 
+/* The routes that generate no tokens (routes.c): answered at once; the
+ * model served comes back in x-sim-model, so specs can see what arrived. */
+static void serve_aux(conn *c, size_t plen) {
+  http_reply r = {0};
+  strbuf model = {0};
+  aux_serve(c->ep, c->url.data, plen, c->content_type, c->body.data ? c->body.data : "",
+            c->body.len, &r, &model);
+  strbuf extra = {0};
+  if (model.len) sb_printf(&extra, "x-sim-model: %s\r\n", model.data);
+  reply_with(c, r.status ? r.status : 500, "application/json", r.body.data ? r.body.data : "",
+             r.body.len, extra.data);
+  sb_free(&r.body);
+  sb_free(&model);
+  sb_free(&extra);
+}
+
 static void route_request(conn *c) {
   const char *method = http_method_str((enum http_method)c->parser.method);
   size_t plen = strcspn(c->url.data ? c->url.data : "", "?");
@@ -250,9 +267,21 @@ static void route_request(conn *c) {
     reply_error(c, &err, allow);
     return;
   }
+  if (aux_route_known(c->url.data, plen)) {
+    if (strcmp(method, "POST")) {
+      openai_error(&err, 405, "invalid_request_error", NULL, NULL,
+                   "Method %s is not allowed on %.*s: use POST", method, (int)plen, c->url.data);
+      reply_error(c, &err, "allow: POST\r\n");
+      return;
+    }
+    serve_aux(c, plen);
+    return;
+  }
   openai_error(&err, 404, "invalid_request_error", NULL, NULL,
                "Unknown route %s %.*s: this server serves POST /v1/completions, "
-               "POST /v1/chat/completions, GET /v1/models, GET /metrics and GET /health",
+               "POST /v1/chat/completions, GET /v1/models, GET /metrics and GET /health, and "
+               "minimally POST /v1/embeddings, /v1/responses, /v1/messages, /v1/audio/*, "
+               "/tokenize, /detokenize, /pooling, /classify, /score, /rerank",
                method, (int)plen, c->url.data ? c->url.data : "");
   reply_error(c, &err, NULL);
 }
@@ -274,6 +303,9 @@ static void header_done(conn *c) {
   } else if (strcasecmp(f, "x-gateway-destination-endpoint") == 0) {
     free(c->destination);
     c->destination = strdup(v);
+  } else if (strcasecmp(f, "content-type") == 0) {
+    free(c->content_type);
+    c->content_type = strdup(v);
   }
   c->hfield.len = c->hvalue.len = 0;
   if (c->hfield.data) c->hfield.data[0] = '\0';
@@ -286,7 +318,8 @@ static int on_message_begin(http_parser *p) {
   c->in_value = c->too_large = c->expect_continue = false;
   free(c->request_id);
   free(c->destination);
-  c->request_id = c->destination = NULL;
+  free(c->content_type);
+  c->request_id = c->destination = c->content_type = NULL;
   return 0;
 }
 
@@ -395,6 +428,7 @@ static void on_conn_closed(uv_handle_t *h) {
   sb_free(&c->pending);
   free(c->request_id);
   free(c->destination);
+  free(c->content_type);
   free(c);
 }
 

@@ -41,6 +41,7 @@ typedef struct sim_config {
   double slow_factor;
   size_t max_body_bytes;
   bool log_requests;
+  const char *engine; /* whose /metrics names to serve: vllm, sglang, tgi, triton, trtllm-serve */
 } sim_config;
 
 int config_parse(sim_config *cfg, int argc, char **argv); /* 0 ok, 1 help shown, -1 error */
@@ -128,6 +129,7 @@ struct endpoint;
 void metrics_init(counters *c);
 void metrics_free(counters *c);
 void metrics_render(struct endpoint *ep, strbuf *out);
+bool metrics_engine_known(const char *engine);
 
 /* ---- the engine (engine.c) -------------------------------------------------- */
 
@@ -149,6 +151,7 @@ typedef struct job {
   char *id;
   int prompt_tokens;
   int max_tokens;
+  int n; /* choices: sampled together, one engine sequence (their tokens differ by seed) */
   int generated;
   int cached_tokens;
   int drop_at; /* token count after which the connection is dropped; -1 never */
@@ -191,6 +194,14 @@ void openai_models(const struct endpoint *ep, strbuf *out);
 const char *openai_token(const job *j, int index);
 void openai_stream_tokens(job *j, int from, int to, bool finished); /* SSE chunks */
 void openai_finish(job *j); /* the full response, or the stream's tail */
+
+/* ---- the routes that generate no tokens (routes.c) ---------------------------- */
+
+bool aux_route_known(const char *path, size_t len);
+/* Answers POST path (embeddings, pooling, score, rerank, tokenize, ...): the
+ * status and JSON in out, the model served appended to model on success. */
+void aux_serve(struct endpoint *ep, const char *path, size_t plen, const char *content_type,
+               const char *body, size_t len, http_reply *out, strbuf *model);
 
 /* ---- HTTP (server.c) ------------------------------------------------------- */
 

@@ -9,8 +9,9 @@ local yaml = require "lupin.yaml"
 local M = {}
 
 local TOP = { apiVersion = true, kind = true, plugins = true, schedulingProfiles = true,
-  featureGates = true, pluginDirs = true, endpoints = true, budgets = true }
-for k in pairs(flow_config.TOP) do TOP[k] = true end -- flowControl, saturationDetector, objectives
+  featureGates = true, pluginDirs = true, endpoints = true, budgets = true,
+  data = true, dataLayer = true, saturationDetector = true, flowControl = true, parser = true,
+  objectives = true }
 local PLUGIN = { type = true, name = true, parameters = true, maxCallMs = true,
   maxLifecycleMs = true }
 local PROFILE = { name = true, plugins = true }
@@ -358,6 +359,369 @@ local function parse_budgets(E, root, cfg)
     disable_after = out.disableAfterCuts }
 end
 
+-- --- the EPP's data, saturation, flow-control sections and feature gates ---
+-- (docs/epp-compatibility.md, "Config sections").  Checked here in the
+-- EPP's shape; what the referenced plugins are is checked by the generation.
+
+local function plugin_ref(E, cfg, obj, path, what)
+  if type(obj) ~= "table" or type(obj.pluginRef) ~= "string" or obj.pluginRef == "" then
+    return E:at(path, 'missing "pluginRef": name the %s, a plugin defined under "plugins"', what)
+  end
+  if not cfg.plugin_paths[obj.pluginRef] then
+    return E:at(path .. ".pluginRef", "undefined pluginRef %q: no plugin of that name under"
+      .. ' "plugins"', obj.pluginRef)
+  end
+end
+
+local NOT_SUPPORTED_DATA = {
+  discovery = "lupin reads endpoints from the config's \"endpoints\" or an --endpoints file;"
+    .. " use those",
+  crossReplica = "lupin runs one picker per gateway process and shares no state between"
+    .. " replicas; remove it",
+}
+local DATA = { sources = true, injectDefaults = true, discovery = true, crossReplica = true }
+
+-- data (GIE) or dataLayer (llm-d-router): { sources = [{pluginRef,
+-- extractors = [{pluginRef}]}], injectDefaults } -> cfg.data.
+local function parse_data(E, root, cfg)
+  local key = root.dataLayer ~= nil and "dataLayer" or "data"
+  if root.data ~= nil and root.dataLayer ~= nil then
+    return E:at("dataLayer", 'both "data" and "dataLayer": they are the same section (GIE\'s and'
+      .. " llm-d-router's name); keep one")
+  end
+  local d = root[key]
+  if d == nil then
+    return
+  end
+  local err = need(E, key, "object", key) or check_fields(E, d, key, DATA, "the " .. key
+    .. " section")
+  if err then
+    return err
+  end
+  for field, why in pairs(NOT_SUPPORTED_DATA) do
+    if d[field] ~= nil then
+      return E:at(key .. "." .. field, "not supported: %s", why)
+    end
+  end
+  if d.injectDefaults ~= nil and type(d.injectDefaults) ~= "boolean" then
+    return E:at(key .. ".injectDefaults", "injectDefaults must be true or false")
+  end
+  local out = { key = key, sources = {}, inject_defaults = d.injectDefaults ~= false }
+  if d.sources ~= nil then
+    err = need(E, key .. ".sources", "array", "sources")
+    if err then
+      return err
+    end
+    for i, s in ipairs(d.sources) do
+      local p = ("%s.sources[%d]"):format(key, i - 1)
+      err = need(E, p, "object", "each source")
+        or check_fields(E, s, p, { pluginRef = true, extractors = true }, "a source")
+        or plugin_ref(E, cfg, s, p, "data source")
+      if err then
+        return err
+      end
+      local src = { ref = s.pluginRef, path = p, extractors = {} }
+      if s.extractors ~= nil then
+        err = need(E, p .. ".extractors", "array", "extractors")
+        if err then
+          return err
+        end
+      end
+      for j, x in ipairs(s.extractors or {}) do
+        local xp = ("%s.extractors[%d]"):format(p, j - 1)
+        err = need(E, xp, "object", "each extractor")
+          or check_fields(E, x, xp, { pluginRef = true }, "an extractor")
+          or plugin_ref(E, cfg, x, xp, "extractor")
+        if err then
+          return err
+        end
+        src.extractors[#src.extractors + 1] = { ref = x.pluginRef, path = xp }
+      end
+      out.sources[#out.sources + 1] = src
+    end
+  end
+  cfg.data = out
+end
+
+local SATURATION = { queueDepthThreshold = true, kvCacheUtilThreshold = true,
+  metricsStalenessThreshold = true, pluginRef = true }
+
+-- saturationDetector: GIE v1's thresholds (made a saturation-detector
+-- plugin by the generation) or llm-d-router's { pluginRef }.
+local function parse_saturation(E, root, cfg)
+  local s = root.saturationDetector
+  if s == nil then
+    return
+  end
+  local err = need(E, "saturationDetector", "object", "saturationDetector")
+    or check_fields(E, s, "saturationDetector", SATURATION, "the saturationDetector section")
+  if err then
+    return err
+  end
+  if s.pluginRef ~= nil then
+    if next(s, nil) ~= "pluginRef" or next(s, "pluginRef") ~= nil then
+      return E:at("saturationDetector", "give either pluginRef or the thresholds"
+        .. " (queueDepthThreshold, kvCacheUtilThreshold, metricsStalenessThreshold), not both")
+    end
+    err = plugin_ref(E, cfg, s, "saturationDetector", "saturation detector")
+    if err then
+      return err
+    end
+    cfg.saturation = { ref = s.pluginRef, path = "saturationDetector" }
+  else
+    local params = {}
+    for k, v in pairs(s) do
+      params[k] = v
+    end
+    cfg.saturation = { params = params, path = "saturationDetector" }
+  end
+end
+
+local QUANTITY = { [""] = 1, k = 1e3, M = 1e6, G = 1e9, T = 1e12, P = 1e15, E = 1e18,
+  Ki = 2 ^ 10, Mi = 2 ^ 20, Gi = 2 ^ 30, Ti = 2 ^ 40, Pi = 2 ^ 50, Ei = 2 ^ 60, m = 1e-3 }
+
+--- A Kubernetes resource quantity ("100", "1k", "5Gi", 1000) as a number.
+function M.quantity(v)
+  if type(v) == "number" then
+    return v >= 0 and v or nil
+  elseif type(v) ~= "string" then
+    return nil
+  end
+  local num, suffix = v:match("^%+?(%d*%.?%d+)([%a]*)$")
+  local mult = num and QUANTITY[suffix]
+  if not mult then
+    local mant, exp = v:match("^%+?(%d*%.?%d+)[eE]([-+]?%d+)$")
+    return mant and tonumber(mant) * 10 ^ tonumber(exp)
+  end
+  return tonumber(num) * mult
+end
+
+local DURATION = { ns = 1e-9, us = 1e-6, ["µs"] = 1e-6, ms = 1e-3, s = 1, m = 60, h = 3600 }
+
+--- A Go duration ("30s", "1m0s", "500ms", "0") in seconds.
+function M.duration(v)
+  if v == "0" or v == 0 then
+    return 0
+  elseif type(v) ~= "string" or v == "" then
+    return nil
+  end
+  local total, rest = 0, v
+  while rest ~= "" do
+    local num, unit, tail = rest:match("^(%d*%.?%d+)([%aµ]+)(.*)$")
+    if not num or not DURATION[unit] then
+      return nil
+    end
+    total, rest = total + tonumber(num) * DURATION[unit], tail
+  end
+  return total
+end
+
+local BAND = { priority = true, maxBytes = true, maxRequests = true, defaultRequestTTL = true,
+  fairnessPolicyRef = true, orderingPolicyRef = true }
+local FLOW = { maxBytes = true, maxRequests = true, defaultRequestTTL = true,
+  noEndpointRequestTTL = true, defaultPriorityBand = true, defaultNegativePriorityBand = true,
+  priorityBands = true, usageLimitPolicyPluginRef = true, bandSelectionPolicyPluginRef = true,
+  saturationDetector = true, enableEviction = true }
+
+-- The value fields flow control and its bands share: quantities, durations,
+-- names.
+local function flow_values(E, obj, path, out)
+  for _, k in ipairs({ "maxBytes", "maxRequests" }) do
+    if obj[k] ~= nil then
+      out[k] = M.quantity(obj[k])
+      if not out[k] then
+        return E:at(path .. "." .. k, '%s must be a quantity ≥ 0 such as 1000, "1k" or "5Gi",'
+          .. " got %s", k, cjson.encode(obj[k]) or tostring(obj[k]))
+      end
+    end
+  end
+  for _, k in ipairs({ "defaultRequestTTL", "noEndpointRequestTTL" }) do
+    if obj[k] ~= nil then
+      out[k] = M.duration(obj[k])
+      if not out[k] then
+        return E:at(path .. "." .. k, '%s must be a duration such as "30s" or "1m0s", got %s',
+          k, cjson.encode(obj[k]) or tostring(obj[k]))
+      end
+    end
+  end
+  for _, k in ipairs({ "fairnessPolicyRef", "orderingPolicyRef" }) do
+    if obj[k] ~= nil and (type(obj[k]) ~= "string" or obj[k] == "") then
+      return E:at(path .. "." .. k, "%s must be a policy name", k)
+    end
+    out[k] = obj[k]
+  end
+end
+
+local function parse_band(E, b, path, need_priority)
+  local err = need(E, path, "object", "a priority band") or check_fields(E, b, path, BAND,
+    "a priority band")
+  if err then
+    return nil, err
+  end
+  local out = {}
+  if b.priority ~= nil or need_priority then
+    if type(b.priority) ~= "number" or b.priority ~= math.floor(b.priority) then
+      return nil, E:at(path .. ".priority", "priority must be an integer, got %s",
+        cjson.encode(b.priority) or "nothing")
+    end
+    out.priority = b.priority
+  end
+  err = flow_values(E, b, path, out)
+  if err then
+    return nil, err
+  end
+  return out
+end
+
+-- flowControl, in llm-d-router's shape: checked and kept as cfg.flow_control;
+-- lupin.flow_config makes it what lupin.flow runs (docs/flow-control.md).
+local function parse_flow_control(E, root, cfg)
+  local f = root.flowControl
+  if f == nil then
+    return
+  end
+  local err = need(E, "flowControl", "object", "flowControl")
+    or check_fields(E, f, "flowControl", FLOW, "the flowControl section")
+  if err then
+    return err
+  end
+  local out = { priority_bands = {} }
+  err = flow_values(E, f, "flowControl", out)
+  if err then
+    return err
+  end
+  for _, k in ipairs({ "usageLimitPolicyPluginRef", "bandSelectionPolicyPluginRef" }) do
+    if f[k] ~= nil then
+      if type(f[k]) ~= "string" or not cfg.plugin_paths[f[k]] then
+        return E:at("flowControl." .. k, '%s must name a plugin defined under "plugins", got %s',
+          k, cjson.encode(f[k]) or tostring(f[k]))
+      end
+      out[k] = f[k]
+    end
+  end
+  if f.saturationDetector ~= nil then
+    err = need(E, "flowControl.saturationDetector", "object", "saturationDetector")
+      or check_fields(E, f.saturationDetector, "flowControl.saturationDetector",
+        { pluginRef = true }, "flowControl.saturationDetector")
+      or plugin_ref(E, cfg, f.saturationDetector, "flowControl.saturationDetector",
+        "saturation detector")
+    if err then
+      return err
+    end
+    out.saturationDetector = f.saturationDetector.pluginRef
+  end
+  if f.enableEviction ~= nil and type(f.enableEviction) ~= "boolean" then
+    return E:at("flowControl.enableEviction", "enableEviction must be true or false")
+  end
+  out.enableEviction = f.enableEviction == true
+  for _, k in ipairs({ "defaultPriorityBand", "defaultNegativePriorityBand" }) do
+    if f[k] ~= nil then
+      out[k], err = parse_band(E, f[k], "flowControl." .. k, false)
+      if err then
+        return err
+      end
+    end
+  end
+  if f.priorityBands ~= nil then
+    err = need(E, "flowControl.priorityBands", "array", "priorityBands")
+    if err then
+      return err
+    end
+    local seen = {}
+    for i, b in ipairs(f.priorityBands) do
+      local p = ("flowControl.priorityBands[%d]"):format(i - 1)
+      local band
+      band, err = parse_band(E, b, p, true)
+      if err then
+        return err
+      end
+      if seen[band.priority] then
+        return E:at(p .. ".priority", "duplicate priority %d (also %s)", band.priority,
+          seen[band.priority])
+      end
+      seen[band.priority] = p
+      out.priority_bands[#out.priority_bands + 1] = band
+    end
+  end
+  cfg.flow_control = out
+end
+
+--- The feature gates upstream knows, and what lupin does with each
+--- (docs/epp-compatibility.md, "featureGates").
+M.FEATURE_GATES = {
+  dataLayer = "lupin's data layer is always on: accepted, no effect",
+  prepareDataPlugins = "lupin always runs prepare plugins: accepted, no effect",
+  flowControl = "turns flow control on (docs/flow-control.md), as a flowControl section does",
+}
+
+local function parse_feature_gates(E, root, cfg)
+  cfg.feature_gates = {}
+  local g = root.featureGates
+  if g == nil then
+    return
+  end
+  local err = need(E, "featureGates", "array", "featureGates")
+  if err then
+    return err
+  end
+  for i, name in ipairs(g) do
+    local p = ("featureGates[%d]"):format(i - 1)
+    if type(name) ~= "string" or name == "" then
+      return E:at(p, "each feature gate is a name such as \"flowControl\"")
+    end
+    cfg.feature_gates[name] = true
+    if not M.FEATURE_GATES[name] then
+      local log = require "lupin.log"
+      log.warn("%s", E:at(p, "feature gate %q is unknown to lupin and has no effect; known: %s",
+        name, sorted_keys(M.FEATURE_GATES)))
+    end
+  end
+end
+
+-- The EPP's "parser" section: {pluginRef: a plugin of type openai-parser
+-- (the default, also when absent) or passthrough-parser}.  cfg.parser: nil
+-- for openai, else { passthrough = true, model_header, model }.
+local PARSERS = { ["openai-parser"] = true, ["passthrough-parser"] = true }
+
+local function parse_parser(E, root, cfg)
+  local p = root.parser
+  if p == nil then
+    return
+  end
+  local err = need(E, "parser", "object", "parser")
+    or check_fields(E, p, "parser", { pluginRef = true }, "the parser section")
+  if err then
+    return err
+  end
+  if type(p.pluginRef) ~= "string" then
+    return E:at("parser", 'missing "pluginRef": name a plugin of type openai-parser or'
+      .. " passthrough-parser defined under \"plugins\"")
+  end
+  local plugin
+  for _, q in ipairs(cfg.plugins) do
+    if q.name == p.pluginRef then
+      plugin = q
+    end
+  end
+  if not plugin then
+    return E:at("parser.pluginRef", "undefined pluginRef %q: add {type: openai-parser} or"
+      .. " {type: passthrough-parser} to \"plugins\"", p.pluginRef)
+  end
+  if not PARSERS[plugin.type] then
+    return E:at("parser.pluginRef", "plugin %q is a %s, not a parser; lupin has openai-parser"
+      .. " and passthrough-parser", p.pluginRef, plugin.type)
+  end
+  if plugin.type == "passthrough-parser" then
+    local params = type(plugin.params) == "table" and plugin.params or {}
+    local header = params.modelHeader
+    if header == nil then
+      header = "x-gateway-model-name"
+    end
+    cfg.parser = { passthrough = true, model = type(params.model) == "string" and params.model
+      or nil, model_header = type(header) == "string" and header ~= "" and header:lower() or nil }
+  end
+end
+
 -- An endpoint's metrics: numbers ≥ 0, adapters a list of names or a
 -- comma-separated string (kept as the latter, lupin_metrics' form).
 local function parse_metrics(E, m, path)
@@ -564,7 +928,9 @@ function M.parse(text, source)
   end
   err = err or parse_dirs(E, root, cfg) or parse_plugins(E, root, cfg)
     or parse_profiles(E, root, cfg) or parse_sections(E, root, cfg) or parse_budgets(E, root, cfg)
-    or flow_config.parse(E, root, cfg)
+    or parse_data(E, root, cfg) or parse_saturation(E, root, cfg)
+    or parse_flow_control(E, root, cfg) or parse_feature_gates(E, root, cfg)
+    or parse_parser(E, root, cfg) or flow_config.parse(E, root, cfg)
   if not err and root.endpoints ~= nil then
     cfg.endpoints, err = M.parse_endpoints(E, root.endpoints, "endpoints")
   end

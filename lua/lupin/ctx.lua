@@ -25,6 +25,7 @@ local M = {}
 local cjson = require "cjson.safe"
 local new_table = require "table.new"
 local leaks = require "lupin.leaks"
+local openai = require "lupin.openai"
 local log = require "lupin.log"
 local weak = require "lupin.weak"
 
@@ -172,34 +173,19 @@ function METHODS.set_response_header(c, name, value)
 end
 
 --- The request as plugins read it; body and prompt are decoded on first use.
+--- prompt, by route: completions the prompt (arrays joined by a space); chat
+--- the JSON of messages; embeddings, pooling, classify the input; responses
+--- the instructions and input; messages the system and messages; rerank and
+--- score the query; "" for tokenize, detokenize and audio.
 ---@class lupin.RequestView
 ---@field id string
 ---@field model string?
 ---@field path string
 ---@field headers table<string,string> lower-case names
 ---@field body table|false the decoded JSON body, false when it is not JSON
----@field prompt string completions: the prompt (arrays joined by a space); chat: the JSON of messages
+---@field prompt string what the prefix scorer hashes, by route (lupin.openai.prompt)
 ---@field stream boolean
 ---@field dry_run boolean? true for the synthetic request that checks a new generation before it serves
-
-local function prompt_of(body)
-  if type(body) ~= "table" then
-    return ""
-  end
-  local p = body.prompt
-  if type(p) == "string" then
-    return p
-  elseif type(p) == "table" then
-    local parts = {}
-    for i, s in ipairs(p) do
-      parts[i] = tostring(s)
-    end
-    return table.concat(parts, " ")
-  elseif type(body.messages) == "table" then
-    return cjson.encode(body.messages) or ""
-  end
-  return ""
-end
 
 local LAZY = {}
 
@@ -210,7 +196,7 @@ function LAZY.body(v)
 end
 
 function LAZY.prompt(v)
-  return prompt_of(v.body)
+  return openai.prompt(rawget(v, "path"), v.body)
 end
 
 function LAZY.model(v)

@@ -190,10 +190,25 @@ function M.begin(gen, creq, id, path, body, model, headers, subset, check, bad_u
     id_seq = id_seq + 1
     id = id_prefix .. "-" .. id_seq
   end
+  local parser = gen.parser
+  local passthrough = parser and parser.passthrough
+  if passthrough then -- the config's parser: the body is not read
+    check = false
+    model = model or parser.model_header and headers[parser.model_header] or parser.model
+  end
   local decoded, message, param
   if check then
-    decoded, message, param = openai.check(path, body, bad_utf8)
+    decoded, message, param = openai.check(path, body, bad_utf8, headers["content-type"])
     model = model or (decoded and decoded.model)
+  end
+  -- the EPP's model rewrite: the model the request is scheduled for (and the
+  -- host forwards in the body) in place of the one it names
+  local rewrite = headers["x-llm-d-model-name-rewrite"] or headers["x-gateway-model-name-rewrite"]
+  if rewrite and rewrite ~= "" and not message then
+    model = rewrite
+    if decoded and decoded.model ~= nil then
+      decoded.model = rewrite
+    end
   end
   local r = ctx.new_request(gen, ffi.cast("void *", creq), id, path, body, model, headers)
   r.candidates = candidates(subset)
@@ -201,7 +216,9 @@ function M.begin(gen, creq, id, path, body, model, headers, subset, check, bad_u
   if flags ~= 0 then
     M.set_flags(r, flags)
   end
-  if decoded then
+  if passthrough then
+    rawset(r.request, "body", false) -- never decoded: the prompt is ""
+  elseif decoded then
     rawset(r.request, "body", decoded) -- decoded once, here
   elseif check then
     r.failure = { status = 400, message = message, param = param, outcome = INVALID }

@@ -136,7 +136,7 @@ local function conf_for(p)
       return b
     end
   end
-  return conf and conf.default_band
+  return conf and (p < 0 and conf.negative_band or conf.default_band)
 end
 
 local function band_of(p)
@@ -381,7 +381,7 @@ function M.arrive(r)
   end
   local p = M.priority(r)
   local headers = r.request.headers
-  local ttl = header_ttl(headers[TTL_HEADER]) or conf.ttl
+  local ttl = header_ttl(headers[TTL_HEADER]) or (conf_for(p) or {}).ttl or conf.ttl
   local t = now()
   seq = seq + 1
   local body = r.request.raw_body

@@ -1,73 +1,29 @@
--- The config's flow-control sections, in the EPP's shape (docs/flow-control.md):
+-- Flow control's configuration (docs/flow-control.md).  lupin.config checks
+-- the EPP's sections and keeps them (cfg.flow_control, cfg.saturation,
+-- cfg.feature_gates); this file adds the objectives (x-gateway-inference-
+-- objective -> priority) and makes cfg.flow, what lupin.generation resolves
+-- (plugin references) and lupin.flow runs:
 --
 --   flowControl:            # present (or featureGates: [flowControl]): on
 --     maxBytes: 0           # the whole queue; 0: no limit; "1Gi" and such
 --     maxRequests: 0
 --     defaultRequestTTL: 0s # how long a request may wait; 0: until its client leaves
---     defaultPriorityBand: { maxBytes, maxRequests, fairnessPolicyRef, orderingPolicyRef }
---     priorityBands: [ { priority, maxBytes, maxRequests, fairnessPolicyRef, orderingPolicyRef } ]
---   saturationDetector: { pluginRef: utilization-detector }
---   objectives: [ { name, priority } ]   # x-gateway-inference-objective -> priority
---
--- This file checks the shape and stores it as cfg.flow; lupin.generation
--- resolves the plugin references, lupin.flow runs it.
+--     defaultPriorityBand: { maxBytes, maxRequests, defaultRequestTTL, fairnessPolicyRef, orderingPolicyRef }
+--     defaultNegativePriorityBand: { ... }   # the template for priorities < 0
+--     priorityBands: [ { priority, maxBytes, ... } ]
+--     saturationDetector: { pluginRef }      # llm-d-router's place for it
+--   saturationDetector: { pluginRef }        # the EPP's
+--   objectives: [ { name, priority } ]
 local cjson = require "cjson.safe"
 
 local M = {}
-
-M.TOP = { flowControl = true, saturationDetector = true, objectives = true }
-
-local FLOW = { maxBytes = true, maxRequests = true, defaultRequestTTL = true,
-  defaultPriorityBand = true, priorityBands = true }
-local BAND = { priority = true, maxBytes = true, maxRequests = true, fairnessPolicyRef = true,
-  orderingPolicyRef = true }
-local DETECTOR = { pluginRef = true }
-local OBJECTIVE = { name = true, priority = true }
 
 M.DEFAULT_FAIRNESS = "global-strict-fairness-policy"
 M.DEFAULT_ORDERING = "fcfs-ordering-policy"
 M.DEFAULT_DETECTOR = "utilization-detector"
 M.DEFAULT_BAND_BYTES = 1024 ^ 3 -- the EPP's 1Gi
 
-local SUFFIX = { [""] = 1, k = 1e3, M = 1e6, G = 1e9, T = 1e12, Ki = 1024, Mi = 1024 ^ 2,
-  Gi = 1024 ^ 3, Ti = 1024 ^ 4 }
-local UNITS = { ns = 1e-9, us = 1e-6, ["µs"] = 1e-6, ms = 1e-3, s = 1, m = 60, h = 3600 }
-
---- A count or size: an integer ≥ 0, or a Kubernetes quantity ("512Mi", "1k").
-function M.quantity(v)
-  if type(v) == "number" then
-    return v >= 0 and v == math.floor(v) and v or nil
-  elseif type(v) ~= "string" then
-    return nil
-  end
-  local num, suf = v:match("^%s*(%d+%.?%d*)%s*(%a*)%s*$")
-  local m = num and SUFFIX[suf]
-  return m and math.floor(tonumber(num) * m) or nil
-end
-
---- A duration in seconds: a Go duration string ("30s", "1m30s", "250ms"),
---- "0", or a number of milliseconds.
-function M.seconds(v)
-  if type(v) == "number" then
-    return v == v and v >= 0 and v / 1000 or nil
-  elseif v == "0" then
-    return 0
-  elseif type(v) ~= "string" or v == "" then
-    return nil
-  end
-  local total, rest = 0, v
-  while rest ~= "" do
-    local num, unit, tail = rest:match("^(%d*%.?%d+)(%a+)(.*)$")
-    if not num then
-      num, unit, tail = rest:match("^(%d*%.?%d+)(µs)(.*)$")
-    end
-    if not num or not UNITS[unit] then
-      return nil
-    end
-    total, rest = total + tonumber(num) * UNITS[unit], tail
-  end
-  return total
-end
+local OBJECTIVE = { name = true, priority = true }
 
 local function keys(t)
   local list = {}
@@ -90,50 +46,16 @@ local function fields(E, obj, path, allowed, what)
   end
 end
 
-local function limit(E, obj, path, key, default)
-  local v = obj[key]
-  if v == nil then
-    return nil, default
-  end
-  local n = M.quantity(v)
-  if not n then
-    return E:at(path .. "." .. key, "%s must be an integer ≥ 0 or a quantity such as \"1Gi\","
-      .. " got %s", key, cjson.encode(v) or tostring(v))
-  end
-  return nil, n
-end
-
-local function ref(E, obj, path, key, default)
-  local v = obj[key]
-  if v == nil then
-    return nil, default
-  end
-  if type(v) ~= "string" or v == "" then
-    return E:at(path .. "." .. key, "%s must name a plugin, got %s", key,
-      cjson.encode(v) or tostring(v))
-  end
-  return nil, v
-end
-
--- A band (or the template): limits and policy references, the template's
--- values where it leaves them out.
-local function band(E, b, path, base)
-  local err = fields(E, b, path, BAND, "a priority band")
-  if err then
-    return err
-  end
-  local out = { path = path }
-  err, out.max_bytes = limit(E, b, path, "maxBytes", base.max_bytes)
-  if err then return err end
-  err, out.max_requests = limit(E, b, path, "maxRequests", base.max_requests)
-  if err then return err end
-  err, out.fairness = ref(E, b, path, "fairnessPolicyRef", base.fairness)
-  if err then return err end
-  err, out.ordering = ref(E, b, path, "orderingPolicyRef", base.ordering)
-  if err then return err end
-  out.fairness_path = b.fairnessPolicyRef and path .. ".fairnessPolicyRef" or base.fairness_path
-  out.ordering_path = b.orderingPolicyRef and path .. ".orderingPolicyRef" or base.ordering_path
-  return nil, out
+-- A band (or a template) from lupin.config's, the base's values where it
+-- leaves them out; paths name its policy references for errors.
+local function band(b, path, base)
+  b = b or {}
+  return { priority = b.priority,
+    max_bytes = b.maxBytes or base.max_bytes, max_requests = b.maxRequests or base.max_requests,
+    ttl = b.defaultRequestTTL or base.ttl,
+    fairness = b.fairnessPolicyRef or base.fairness, ordering = b.orderingPolicyRef or base.ordering,
+    fairness_path = b.fairnessPolicyRef and path .. ".fairnessPolicyRef" or base.fairness_path,
+    ordering_path = b.orderingPolicyRef and path .. ".orderingPolicyRef" or base.ordering_path }
 end
 
 local function integer(v)
@@ -170,91 +92,43 @@ local function parse_objectives(E, root)
   return nil, out
 end
 
-local function gated(root)
-  for _, g in ipairs(type(root.featureGates) == "table" and root.featureGates or {}) do
-    if g == "flowControl" then
-      return true
-    end
-  end
-end
-
---- Checks the sections; sets cfg.flow (nil: flow control off) and
---- cfg.objectives.  Returns an error "file:line: path: message", or nil.
+--- Adds cfg.objectives and, when flow control is on, cfg.flow.  Returns an
+--- error "file:line: path: message", or nil.
 function M.parse(E, root, cfg)
   local err, objectives = parse_objectives(E, root)
   if err then
     return err
   end
   cfg.objectives = objectives
-  local fc, sd = root.flowControl, root.saturationDetector
-  if sd ~= nil then
-    err = fields(E, sd, "saturationDetector", DETECTOR, "saturationDetector")
-    if err then
-      return err
-    end
-  end
-  if fc == nil and not gated(root) then
+  local fc = cfg.flow_control
+  if not fc and not (cfg.feature_gates and cfg.feature_gates.flowControl) then
     return nil
   end
-  fc = fc or {}
-  if E.index.kinds.flowControl ~= nil then
-    err = fields(E, fc, "flowControl", FLOW, "flowControl")
-    if err then
-      return err
-    end
-  end
-  local flow = { bands = {}, objectives = objectives }
-  err, flow.max_bytes = limit(E, fc, "flowControl", "maxBytes", 0)
-  if err then return err end
-  err, flow.max_requests = limit(E, fc, "flowControl", "maxRequests", 0)
-  if err then return err end
-  if fc.defaultRequestTTL ~= nil then
-    flow.ttl = M.seconds(fc.defaultRequestTTL)
-    if not flow.ttl then
-      return E:at("flowControl.defaultRequestTTL", "defaultRequestTTL must be a duration such as"
-        .. " \"30s\" or \"0s\" (no TTL), got %s", cjson.encode(fc.defaultRequestTTL))
-    end
-  end
-  flow.ttl = flow.ttl or 0
-  local base = { max_bytes = M.DEFAULT_BAND_BYTES, max_requests = 0,
-    fairness = M.DEFAULT_FAIRNESS, ordering = M.DEFAULT_ORDERING }
-  if fc.defaultPriorityBand ~= nil then
-    err, base = band(E, fc.defaultPriorityBand, "flowControl.defaultPriorityBand", base)
-    if err then
-      return err
-    end
-  end
+  fc = fc or { priority_bands = {} }
+  local flow = { bands = {}, objectives = objectives, max_bytes = fc.maxBytes or 0,
+    max_requests = fc.maxRequests or 0, ttl = fc.defaultRequestTTL or 0 }
+  local base = band(fc.defaultPriorityBand, "flowControl.defaultPriorityBand",
+    { max_bytes = M.DEFAULT_BAND_BYTES, max_requests = 0, fairness = M.DEFAULT_FAIRNESS,
+      ordering = M.DEFAULT_ORDERING })
   flow.default_band = base
-  if fc.priorityBands ~= nil then
-    if E.index.kinds["flowControl.priorityBands"] ~= "array" then
-      return E:at("flowControl.priorityBands", "priorityBands must be an array of bands")
-    end
-    local seen = {}
-    for i, b in ipairs(fc.priorityBands) do
-      local path = ("flowControl.priorityBands[%d]"):format(i - 1)
-      local out
-      err, out = band(E, b, path, base)
-      if err then
-        return err
-      end
-      if not integer(b.priority) then
-        return E:at(path .. ".priority", "priority must be an integer (higher: served first),"
-          .. " got %s", cjson.encode(b.priority) or "nothing")
-      end
-      if seen[b.priority] then
-        return E:at(path .. ".priority", "priority %d has a band already (%s)", b.priority,
-          seen[b.priority])
-      end
-      seen[b.priority] = path
-      out.priority = b.priority
-      flow.bands[#flow.bands + 1] = out
-    end
+  flow.negative_band = fc.defaultNegativePriorityBand
+    and band(fc.defaultNegativePriorityBand, "flowControl.defaultNegativePriorityBand", base)
+  for i, b in ipairs(fc.priority_bands) do
+    flow.bands[i] = band(b, ("flowControl.priorityBands[%d]"):format(i - 1),
+      b.priority < 0 and flow.negative_band or base)
   end
-  flow.detector = sd and sd.pluginRef or M.DEFAULT_DETECTOR
-  if type(flow.detector) ~= "string" or flow.detector == "" then
-    return E:at("saturationDetector.pluginRef", "pluginRef must name a plugin")
+  -- the detector: llm-d-router's place, the EPP's, or GIE v1's thresholds
+  -- (a utilization-detector with them), else the default
+  local sat = cfg.saturation
+  if fc.saturationDetector then
+    flow.detector, flow.detector_path = fc.saturationDetector, "flowControl.saturationDetector.pluginRef"
+  elseif sat and sat.ref then
+    flow.detector, flow.detector_path = sat.ref, "saturationDetector.pluginRef"
+  else
+    flow.detector = M.DEFAULT_DETECTOR
+    flow.detector_params = sat and sat.params
+    flow.detector_path = sat and "saturationDetector" or nil
   end
-  flow.detector_path = sd and sd.pluginRef and "saturationDetector.pluginRef" or nil
   cfg.flow = flow
 end
 

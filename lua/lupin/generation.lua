@@ -5,6 +5,7 @@ local capi = require "lupin.capi"
 local loader = require "lupin.loader"
 local log = require "lupin.log"
 local schema = require "lupin.schema"
+local unsupported = require "lupin.unsupported"
 
 local M = {}
 
@@ -54,6 +55,9 @@ function Builder:module(type_, path)
     return m
   end
   local file = self.files[type_]
+  if not file and unsupported.why(type_) then
+    return nil, self.E:at(path ~= "" and path .. ".type" or "", "%s", unsupported.why(type_))
+  end
   if not file then
     return nil, self.E:at(path ~= "" and path .. ".type" or "", "unknown plugin type %q; known types: %s"
       .. " (plugin directories: %s)", type_, table.concat(self.types, ", "),
@@ -298,12 +302,19 @@ function Builder:flow(cfg)
   local err
   local flow = { ttl = f.ttl, max_bytes = f.max_bytes, max_requests = f.max_requests,
     objectives = f.objectives, bands = {} }
+  if f.detector_params and not self.gen.by_name[f.detector] then -- GIE v1's thresholds
+    local _, ierr = self:instantiate(f.detector, f.detector, f.detector_params, f.detector_path)
+    if ierr then
+      return ierr
+    end
+  end
   flow.detector, err = self:flow_ref(f.detector, f.detector_path, "detector")
   if err then
     return err
   end
   local function resolve(b)
-    local out = { priority = b.priority, max_bytes = b.max_bytes, max_requests = b.max_requests }
+    local out = { priority = b.priority, max_bytes = b.max_bytes, max_requests = b.max_requests,
+      ttl = b.ttl }
     out.fairness, err = self:flow_ref(b.fairness, b.fairness_path, "fairness")
     if not err then
       out.ordering, err = self:flow_ref(b.ordering, b.ordering_path, "ordering")
@@ -311,6 +322,7 @@ function Builder:flow(cfg)
     return out
   end
   flow.default_band = resolve(f.default_band)
+  flow.negative_band = f.negative_band and resolve(f.negative_band)
   for i, b in ipairs(f.bands) do
     if err then
       break
@@ -321,6 +333,36 @@ function Builder:flow(cfg)
     return err
   end
   self.gen.flow = flow
+end
+
+--- The saturationDetector section: GIE v1's thresholds become a
+--- saturation-detector instance (lupin's admission plugin for the same
+--- detector), llm-d-router's pluginRef must name one.
+function Builder:saturation(cfg)
+  local s = cfg.saturation
+  if not s then
+    return
+  end
+  if s.ref then
+    local rec = self.gen.by_name[s.ref]
+    -- with flow control on, its gate's detector (lupin.flow); else admission's
+    if cfg.flow and type(rec.obj.saturated) == "function" then
+      return
+    end
+    if rec.type ~= "saturation-detector" then
+      return self.E:at(s.path .. ".pluginRef", "plugin %q (%s) is not a saturation detector;"
+        .. " lupin's is saturation-detector (the EPP's utilization-detector thresholds)",
+        rec.name, rec.type)
+    end
+    return
+  end
+  local rec = self.gen.by_name["saturation-detector"]
+  if rec then
+    return self.E:at(s.path, "saturationDetector thresholds and a %q plugin: they are the same"
+      .. " detector; keep one", rec.name)
+  end
+  local _, err = self:instantiate("saturation-detector", "saturation-detector", s.params, s.path)
+  return err
 end
 
 function Builder:index_points()
@@ -411,7 +453,7 @@ function M.build(cfg, opts, number, previous)
       lifecycle_ms = budget.DEFAULT_LIFECYCLE_MS, disable_after = 0 },
     gen = { number = number, source = cfg.source, loaded_at = capi.now(), instances = {},
       by_name = {}, profiles = {}, profile_by_name = {}, profile_views = {}, points = {},
-      observers = {}, objectives = cfg.objectives or {} } }, Builder)
+      observers = {}, parser = cfg.parser, objectives = cfg.objectives or {} } }, Builder)
 
   for _, p in ipairs(cfg.plugins) do
     local rec, err = b:instantiate(p.name, p.type, p.params, p.path, p)
@@ -419,7 +461,7 @@ function M.build(cfg, opts, number, previous)
       return nil, err
     end
   end
-  local err = b:profiles(cfg) or b:handler() or b:flow(cfg)
+  local err = b:saturation(cfg) or b:profiles(cfg) or b:handler() or b:flow(cfg)
   if err then
     return nil, err
   end

@@ -80,6 +80,16 @@ function M.remove(id)
   publish()
 end
 
+--- The labels of the endpoint of that name, nil when it is not in the pool.
+function M.labels_of(name)
+  for i = 1, #order do
+    local inf = info[order[i]]
+    if inf and inf.name == name then
+      return inf.labels
+    end
+  end
+end
+
 function M.set_labels(id, labels)
   info[id].labels = labels
 end

@@ -3,6 +3,7 @@
 local capi = require "lupin.capi"
 local cjson = require "cjson"
 local config = require "lupin.config"
+local datalayer = require "lupin.datalayer"
 local engine = require "lupin.engine"
 local explain = require "lupin.explain"
 local fallback = require "lupin.fallback"
@@ -65,12 +66,14 @@ function M.init(ud, opts)
       return nil, err
     end
     gen.errors = cfg.errors
-    err = dry_check(gen)
+    gen.data, err = datalayer.build(cfg, gen)
+    err = err or dry_check(gen)
     if err then
       generation.release(gen)
       return nil, err
     end
     gen.sections, gen.endpoints = cfg.sections, cfg.endpoints
+    gen.flow_control, gen.feature_gates = cfg.flow_control, cfg.feature_gates
     live[gen], M.current = true, gen
     flow.configure(gen)
     -- the sources go to the C side, which hashes them into the digest; the
@@ -141,6 +144,13 @@ function M.init(ud, opts)
       return config.endpoints_file(file)
     end
     return M.current and M.current.endpoints or {}
+  end
+
+  --- What the host scrapes from an endpoint and under which names
+  --- (lupin_runtime_metric_source): its engine's mapping.
+  function host.metric_source(name)
+    local gen = M.current
+    return gen and gen.data and datalayer.resolve(gen.data, pool.labels_of(name))
   end
 
   function host.plugin_dirs()

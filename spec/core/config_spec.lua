@@ -135,8 +135,8 @@ describe("config", function()
     it("refuses unknown top-level fields, listing the known ones", function()
       fails('{\n "plugins": [],\n "schedulingProfile": []\n}',
         'cfg.json:3: schedulingProfile: unknown field "schedulingProfile" in the config',
-        "known fields: apiVersion, budgets, endpoints, featureGates, flowControl, kind, "
-          .. "objectives, pluginDirs, plugins, saturationDetector, schedulingProfiles")
+        "known fields: apiVersion, budgets, data, dataLayer, endpoints, featureGates, flowControl,"
+          .. " kind, objectives, parser, pluginDirs, plugins, saturationDetector, schedulingProfiles")
     end)
 
     it("refuses another kind", function()
@@ -432,24 +432,43 @@ schedulingProfiles:
       rt:free()
     end)
 
+    it("gates with GIE v1's thresholds, llm-d-router's place, negative bands", function()
+      local rt, ok, err = load('{"plugins":[{"type":"test-scorer"},{"type":"concurrency-detector"}],'
+        .. '"saturationDetector":{"queueDepthThreshold":2},"flowControl":{'
+        .. '"defaultNegativePriorityBand":{"maxRequests":7}}}')
+      assert.is_true(ok, err)
+      assert.same({ "utilization-detector", 2, 7 }, S.eval(rt, [[
+        local f = require("lupin.runtime").current.flow
+        return { f.detector.type, f.detector.obj.params.queueDepthThreshold,
+          f.negative_band.max_requests }]]))
+      rt:free()
+      rt, ok, err = load('{"plugins":[{"type":"test-scorer"},{"type":"concurrency-detector"}],'
+        .. '"flowControl":{"saturationDetector":{"pluginRef":"concurrency-detector"}}}')
+      assert.is_true(ok, err)
+      assert.equal("concurrency-detector", S.eval(rt,
+        [[return require("lupin.runtime").current.flow.detector.type]]))
+      rt:free()
+    end)
+
     it("names file, line and field for each mistake", function()
       fails('{"plugins":[],\n"flowControl":{"maxByte":1}}',
-        'cfg.json:2: flowControl.maxByte: unknown field "maxByte" in flowControl')
+        'cfg.json:2: flowControl.maxByte: unknown field "maxByte" in the flowControl section')
       fails('{"plugins":[],\n"flowControl":{"maxBytes":"lots"}}',
-        "cfg.json:2: flowControl.maxBytes: maxBytes must be an integer ≥ 0 or a quantity")
+        'cfg.json:2: flowControl.maxBytes: maxBytes must be a quantity ≥ 0 such as 1000, "1k" or "5Gi"')
       fails('{"plugins":[],\n"flowControl":{"defaultRequestTTL":"soon"}}',
         "cfg.json:2: flowControl.defaultRequestTTL: defaultRequestTTL must be a duration")
       fails('{"plugins":[],"flowControl":{"priorityBands":[\n{"maxBytes":1}]}}',
         "cfg.json:2: flowControl.priorityBands[0].priority: priority must be an integer")
       fails('{"plugins":[],"flowControl":{"priorityBands":[{"priority":1},\n{"priority":1}]}}',
-        "cfg.json:2: flowControl.priorityBands[1].priority: priority 1 has a band already")
+        "cfg.json:2: flowControl.priorityBands[1].priority: duplicate priority 1")
       fails('{"plugins":[],"flowControl":{"priorityBands":[\n{"priority":1,"fairnessPolicyRef":"nope"}]}}',
         'cfg.json:2: flowControl.priorityBands[0].fairnessPolicyRef: no plugin named "nope"')
       fails('{"plugins":[{"type":"test-scorer"}],"flowControl":{"priorityBands":[\n'
         .. '{"priority":1,"orderingPolicyRef":"test-scorer"}]}}',
         'cfg.json:2: flowControl.priorityBands[0].orderingPolicyRef: plugin "test-scorer"'
         .. " (test-scorer) is not an ordering policy: it has no less method")
-      fails('{"plugins":[],"flowControl":{},\n"saturationDetector":{"pluginRef":"fcfs-ordering-policy"}}',
+      fails('{"plugins":[{"type":"fcfs-ordering-policy"}],"flowControl":{},\n'
+        .. '"saturationDetector":{"pluginRef":"fcfs-ordering-policy"}}',
         "cfg.json:2: saturationDetector.pluginRef:", "is not a saturation detector")
       fails('{"plugins":[],\n"objectives":[{"name":"a","priority":1.5}]}',
         "cfg.json:2: objectives[0].priority: priority must be an integer")

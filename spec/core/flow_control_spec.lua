@@ -89,7 +89,7 @@ end
 describe("flow control", function()
   it("is off without a flowControl section: a request is scheduled at once", function()
     local c = config()
-    c.flowControl = nil
+    c.flowControl, c.saturationDetector = nil, nil
     local rt = S.loaded(c, { plugin_dirs = { S.FIXTURES, dir } })
     S.endpoints(rt, 1)
     rt:set_dispatch(function() error("no dispatch expected") end)

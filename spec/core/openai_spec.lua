@@ -85,3 +85,309 @@ describe("check_body", function()
     assert.equal(before, finished(), "a plugin saw an invalid request")
   end)
 end)
+
+-- The route table (lua/lupin/openai.lua ROUTES): one row per API path vLLM
+-- serves, each with its required fields, whether the model is required, and
+-- the text it feeds ctx.request.prompt.
+describe("the route table", function()
+  local openai = require "lupin.openai"
+  local cjson = require "cjson"
+
+  -- a valid body per route, and the prompt it feeds the prefix scorer
+  local VALID = {
+    ["/v1/completions"] = { { model = "m", prompt = { "a", "b" } }, "a b" },
+    ["/v1/chat/completions"] = { { model = "m", messages = { { role = "user", content = "x" } } },
+      '[{"role":"user","content":"x"}]' },
+    ["/v1/embeddings"] = { { model = "m", input = { "doc one", "doc two" } }, "doc one doc two" },
+    ["/v1/responses"] = { { model = "m", instructions = "sys. ", input = "hi" }, "sys. hi" },
+    ["/v1/messages"] = { { model = "m", max_tokens = 3, system = "sys",
+      messages = { { role = "user", content = "x" } } }, 'sys[{"role":"user","content":"x"}]' },
+    ["/tokenize"] = { { prompt = "count me" }, "" },
+    ["/detokenize"] = { { tokens = { 1, 2 } }, "" },
+    ["/pooling"] = { { input = "pool me" }, "pool me" },
+    ["/classify"] = { { model = "m", input = { "c1" } }, "c1" },
+    ["/score"] = { { text_1 = "the query", text_2 = { "a" } }, "the query" },
+    ["/v1/score"] = { { queries = "q2", documents = { "a" } }, "q2" },
+    ["/rerank"] = { { query = "rq", documents = { "a", "b" } }, "rq" },
+    ["/v1/rerank"] = { { query = "rq", documents = { "a" } }, "rq" },
+    ["/v2/rerank"] = { { model = "m", query = { "rq" }, documents = { "a" } }, "rq" },
+  }
+
+  it("has a row for every route vLLM serves, each with a spec here", function()
+    local paths = openai.paths()
+    for _, p in ipairs(paths) do
+      assert.truthy(VALID[p] or p:find("^/v1/audio/"), "no valid body for " .. p)
+    end
+    for p in pairs(VALID) do
+      assert.truthy(openai.ROUTES[p], p)
+    end
+    assert.equal(16, #paths)
+  end)
+
+  for path, c in pairs(VALID) do
+    it(path .. ": a valid body passes and feeds its prompt", function()
+      local body, msg = openai.check(path, cjson.encode(c[1]))
+      assert.is_table(body, msg)
+      assert.equal(c[2], openai.prompt(path, body))
+    end)
+
+    local row = openai.ROUTES[path]
+    it(path .. ": each required field missing is a 400 naming it", function()
+      for _, need in ipairs(row.need) do
+        local names = type(need[1]) == "table" and need[1] or { need[1] }
+        local b = cjson.decode(cjson.encode(c[1]))
+        for _, n in ipairs(names) do
+          b[n] = nil
+        end
+        local ok, msg, param = openai.check(path, cjson.encode(b))
+        assert.is_nil(ok)
+        assert.equal(names[1], param)
+        assert.matches("missing", msg, 1, true)
+      end
+      local b = cjson.decode(cjson.encode(c[1]))
+      b.model = nil
+      local ok, _, param = openai.check(path, cjson.encode(b))
+      if row.model then -- the model is required where OpenAI requires it
+        assert.equal("model", param)
+      else -- optional where vLLM serves its one model by default
+        assert.is_table(ok)
+      end
+    end)
+  end
+
+  it("checks the types of what a route needs, naming the field", function()
+    local cases = {
+      { "/v1/embeddings", { model = "m", input = 3 }, "input", "input must be a string" },
+      { "/v1/embeddings", { model = "m", input = { true } }, "input", "input[0] must be a string" },
+      { "/v1/responses", { model = "m", input = 3 }, "input", '"input" must be a string or a list' },
+      { "/v1/messages", { model = "m", messages = {}, max_tokens = 1.5 }, "max_tokens",
+        '"max_tokens" must be an integer' },
+      { "/detokenize", { tokens = "12" }, "tokens", '"tokens" must be a list of token ids' },
+      { "/detokenize", { tokens = { 1.5 } }, "tokens", "tokens[0] must be an integer token id" },
+      { "/rerank", { query = 1, documents = {} }, "query", '"query" must be a string or a list' },
+      { "/tokenize", { messages = "hi" }, "messages", '"messages" must be a list' },
+      { "/pooling", { model = "", input = "x" }, "model", '"model" must be a non-empty string' },
+      { "/v1/responses", { model = "m", input = "x", max_output_tokens = "9" },
+        "max_output_tokens", '"max_output_tokens" must be a number' },
+    }
+    for _, c in ipairs(cases) do
+      local ok, msg, param = openai.check(c[1], cjson.encode(c[2]))
+      assert.is_nil(ok, c[1])
+      assert.equal(c[3], param, c[1])
+      assert.matches(c[4], msg, 1, true)
+    end
+  end)
+
+  it("reads a path no row names as a completion (the EPP's parser does too)", function()
+    assert.is_nil((openai.check("/v1/other", '{"model":"m"}')))
+    assert.is_table(openai.check("/v1/other", '{"model":"m","prompt":"x"}'))
+  end)
+
+  describe("multipart forms (the audio routes)", function()
+    local CT = "multipart/form-data; boundary=XyZ"
+    local function form(parts, boundary)
+      boundary = boundary or "XyZ"
+      local out = {}
+      for _, p in ipairs(parts) do
+        local file = p[3] and ('; filename="%s"'):format(p[3]) or ""
+        out[#out + 1] = ('--%s\r\nContent-Disposition: form-data; name="%s"%s\r\n\r\n%s\r\n'):format(
+          boundary, p[1], file, p[2])
+      end
+      return table.concat(out) .. "--" .. boundary .. "--\r\n"
+    end
+
+    it("reads the model and stream fields; the file is binary and need not be UTF-8", function()
+      local text = form({ { "model", "whisper" }, { "file", "\255\0\254binary", "a.wav" },
+        { "stream", "true" } })
+      local body = openai.check("/v1/audio/transcriptions", text, 40, CT)
+      assert.equal("whisper", body.model)
+      assert.is_true(body.stream)
+      assert.same({ filename = "a.wav", size = 9 }, body.file)
+      assert.equal("", openai.prompt("/v1/audio/transcriptions", body))
+      body = openai.check("/v1/audio/translations", form({ { "model", "w" }, { "file", "x", "f" } },
+        "b-1"), nil, 'multipart/form-data; boundary="b-1"')
+      assert.equal("w", body.model)
+    end)
+
+    it("refuses what is not a form, a form without model or file, a bad stream", function()
+      local cases = {
+        { form({ { "model", "w" }, { "file", "x", "f" } }), "application/json", nil,
+          "multipart/form-data" },
+        { form({ { "model", "w" }, { "file", "x", "f" } }), nil, nil, "got content-type none" },
+        { form({ { "file", "x", "f" } }), CT, "model", 'missing "model"' },
+        { form({ { "model", "w" } }), CT, "file", 'missing "file"' },
+        { form({ { "model", "" }, { "file", "x", "f" } }), CT, "model", "non-empty" },
+        { form({ { "model", "w" }, { "file", "x", "f" }, { "stream", "yes" } }), CT, "stream",
+          '"stream" must be true or false' },
+        { "--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nw", CT, nil,
+          "ends inside a part" },
+        { "no parts", CT, nil, "holds no part" },
+      }
+      for i, c in ipairs(cases) do
+        local ok, msg, param = openai.check("/v1/audio/transcriptions", c[1], nil, c[2])
+        assert.is_nil(ok, i)
+        assert.equal(c[3], param, i)
+        assert.matches(c[4], msg, 1, true)
+      end
+    end)
+  end)
+end)
+
+describe("routes through the runtime", function()
+  local K2 = require "plugins.kit"
+  local rt2
+  setup(function()
+    rt2 = S.loaded({
+      plugins = { { type = "spec-request-probe" }, { type = "max-score-picker" } },
+      schedulingProfiles = { { name = "d", plugins = { { pluginRef = "max-score-picker" } } } },
+    })
+    S.endpoints(rt2, 2)
+  end)
+  teardown(function()
+    rt2:free()
+  end)
+
+  local function run(d)
+    d.check_body = true
+    local req = assert(rt2:begin(d))
+    local model = req:model()
+    local res = req:schedule()
+    req:finish("ok")
+    return res, model, K2.instance(rt2, "spec-request-probe", "self.seen")[d.id]
+  end
+
+  it("schedules each route with its model and prompt as plugins see them", function()
+    local res, model, seen = run({ id = "e1", path = "/v1/embeddings",
+      body = '{"model":"emb","input":["x","y"]}' })
+    assert.equal(200, res.status)
+    assert.equal("emb", model)
+    assert.same({ model = "emb", prompt = "x y", stream = false, body_model = "emb", body = true },
+      seen)
+    res, model, seen = run({ id = "r1", path = "/rerank", body = '{"query":"q","documents":["a"]}' })
+    assert.equal(200, res.status)
+    assert.is_nil(model) -- vLLM's default model: none named
+    assert.equal("q", seen.prompt)
+  end)
+
+  it("takes the model-name rewrite (llm-d's name first) as the model scheduled for", function()
+    local _, model, seen = run({ id = "w1", path = "/v1/completions",
+      body = '{"model":"base","prompt":"x"}',
+      headers = { ["x-gateway-model-name-rewrite"] = "lora-a" } })
+    assert.equal("lora-a", model)
+    assert.same({ "lora-a", "lora-a" }, { seen.model, seen.body_model })
+    _, model = run({ id = "w2", path = "/v1/completions", body = '{"model":"base","prompt":"x"}',
+      headers = { ["x-llm-d-model-name-rewrite"] = "new", ["x-gateway-model-name-rewrite"] = "old" } })
+    assert.equal("new", model)
+    _, model = run({ id = "w3", path = "/v1/completions", body = '{"model":"base","prompt":"x"}',
+      headers = { ["x-llm-d-model-name-rewrite"] = "" } })
+    assert.equal("base", model) -- empty: no rewrite
+    local res = run({ id = "w4", path = "/v1/completions", body = '{"prompt":"x"}',
+      headers = { ["x-llm-d-model-name-rewrite"] = "m" } })
+    assert.equal(400, res.status) -- the body is still checked
+    assert.equal("model", res.param)
+  end)
+
+  it("reads a multipart form's model through the request's content-type", function()
+    local text = '--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper\r\n'
+      .. '--b\r\nContent-Disposition: form-data; name="file"; filename="a"\r\n\r\n\255\r\n--b--\r\n'
+    local res, model, seen = run({ id = "a1", path = "/v1/audio/transcriptions", body = text,
+      headers = { ["Content-Type"] = "multipart/form-data; boundary=b" } })
+    assert.equal(200, res.status)
+    assert.equal("whisper", model)
+    assert.equal("", seen.prompt)
+  end)
+end)
+
+describe("the parser section", function()
+  local K3 = require "plugins.kit"
+
+  local function cfg(parser, extra)
+    local c = {
+      plugins = { { type = "spec-request-probe" }, { type = "max-score-picker" },
+        { type = "openai-parser" }, { type = "passthrough-parser", name = "pt",
+          parameters = extra } },
+      schedulingProfiles = { { name = "d", plugins = { { pluginRef = "max-score-picker" } } } },
+      parser = parser,
+    }
+    return c
+  end
+
+  local function run_on(r, d)
+    d.check_body = true
+    local req = assert(r:begin(d))
+    local model = req:model()
+    local res = req:schedule()
+    req:finish("ok")
+    return res, model, K3.instance(r, "spec-request-probe", "self.seen")[d.id]
+  end
+
+  it("openai-parser (the default, also without the section) checks bodies", function()
+    for _, p in ipairs({ { pluginRef = "openai-parser" }, nil }) do
+      local prt = S.loaded(cfg(p))
+      S.endpoints(prt, 1)
+      local res = run_on(prt, { id = "o", path = "/v1/completions", body = "not json" })
+      assert.equal(400, res.status)
+      prt:free()
+    end
+  end)
+
+  it("passthrough-parser: no checks, the body unread, the model from a header or the config", function()
+    local prt = S.loaded(cfg({ pluginRef = "pt" }, { model = "cfg-model" }))
+    S.endpoints(prt, 1)
+    local res, model, seen = run_on(prt, { id = "p1", path = "/v1/completions", body = "not json",
+      headers = { ["X-Gateway-Model-Name"] = "hdr-model" } })
+    assert.equal(200, res.status)
+    assert.equal("hdr-model", model)
+    assert.same({ model = "hdr-model", prompt = "", stream = false, body_model = false,
+      body = false }, seen)
+    res, model, seen = run_on(prt, { id = "p2", path = "/v1/completions",
+      body = '{"model":"m","prompt":"never read"}' })
+    assert.equal(200, res.status)
+    assert.equal("cfg-model", model)
+    assert.equal("", seen.prompt)
+    prt:free()
+    prt = S.loaded(cfg({ pluginRef = "pt" }, { modelHeader = "X-Model" }))
+    S.endpoints(prt, 1)
+    local _
+    _, model = run_on(prt, { id = "p3", path = "/v1/completions", body = "x",
+      headers = { ["x-model"] = "mine" } })
+    assert.equal("mine", model)
+    _, model = run_on(prt, { id = "p4", path = "/v1/completions", body = "x" })
+    assert.is_nil(model)
+    prt:free()
+  end)
+
+  it("refuses a parser section that names no parser, with file, line and fix", function()
+    local cases = {
+      { { pluginRef = "nope" }, 'undefined pluginRef "nope"' },
+      { { pluginRef = "max-score-picker" }, "is a max-score-picker, not a parser" },
+      { { plugin = "pt" }, 'unknown field "plugin" in the parser section' },
+      { {}, 'missing "pluginRef"' },
+      { "pt", "parser must be an object" },
+    }
+    for _, c in ipairs(cases) do
+      local prt = S.runtime()
+      local ok, err = prt:load_string(require("cjson").encode(cfg(c[1])), "cfg.json")
+      prt:free()
+      assert.is_nil(ok)
+      assert.matches("cfg.json:1: parser", err, 1, true)
+      assert.matches(c[2], err, 1, true)
+    end
+    local prt = S.runtime()
+    local ok, err = prt:load_string(require("cjson").encode(cfg({ pluginRef = "pt" },
+      { modelHeader = 3 })), "cfg.json")
+    prt:free()
+    assert.is_nil(ok)
+    assert.matches("modelHeader", err, 1, true)
+  end)
+
+  it("refuses a parser plugin in a profile: it is no filter, scorer or picker", function()
+    local c = cfg(nil)
+    c.schedulingProfiles[1].plugins[2] = { pluginRef = "openai-parser" }
+    local prt = S.runtime()
+    local ok, err = prt:load_string(require("cjson").encode(c), "cfg.json")
+    prt:free()
+    assert.is_nil(ok)
+    assert.matches("is not a filter, scorer or picker", err, 1, true)
+  end)
+end)

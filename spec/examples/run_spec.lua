@@ -62,11 +62,24 @@ local function running()
   error("make run did not start in 5 tries")
 end
 
+-- The simulator make run started on p.sim, from /proc (pgrep was seen to
+-- hang on this machine, and a minimal Debian may lack it).
 local function sim_pid(p)
-  local f = io.popen(("pgrep -f -- '[l]upin-sim --endpoints 4 --port %d '"):format(p.sim))
-  local pid = tonumber(f:read("*l") or "")
-  f:close()
-  return pid
+  local want = ("lupin-sim\0--endpoints\0004\0--port\0%d\0"):format(p.sim)
+  local ls = io.popen("ls /proc")
+  for name in ls:lines() do
+    local f = name:match("^%d+$") and io.open("/proc/" .. name .. "/cmdline", "rb")
+    if f then
+      local cmd = f:read("*a") or ""
+      f:close()
+      if cmd:find(want, 1, true) then
+        ls:close()
+        return tonumber(name)
+      end
+    end
+  end
+  ls:close()
+  return nil
 end
 
 describe("make run (examples/run.sh)", function()

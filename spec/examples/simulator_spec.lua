@@ -195,6 +195,9 @@ describe("lupin-sim", function()
       assert.matches("rc=2", out, 1, true)
       out = sh(BIN .. " --itl-ms fast 2>&1; echo rc=$?")
       assert.matches("--itl-ms: bad value 'fast'", out, 1, true)
+      out = sh(BIN .. " --engine ollama 2>&1; echo rc=$?")
+      assert.matches("--engine must be one of vllm, sglang, tgi, triton, trtllm-serve", out, 1, true)
+      assert.matches("rc=2", out, 1, true)
       out = sh(BIN .. " --endpoints 2 --slow-endpoints 5 2>&1; echo rc=$?")
       assert.matches("'5' is not an endpoint index (0..1)", out, 1, true)
       assert.matches("rc=2", out, 1, true)
@@ -297,6 +300,193 @@ describe("lupin-sim", function()
       end
       assert.equal("length", json.decode(ev[4]).choices[1].finish_reason)
       assert.equal("[DONE]", ev[5])
+    end)
+
+    it("honours n: n choices with different texts, usage counting each", function()
+      local body = { model = MODEL, prompt = ("abcd"):rep(8), max_tokens = 4 }
+      local _, one = post(sim.port, "/v1/completions", body)
+      body.n = 3
+      local status, r = post(sim.port, "/v1/completions", body)
+      assert.equal(200, status)
+      assert.equal(3, #r.choices)
+      for i, c in ipairs(r.choices) do
+        assert.equal(i - 1, c.index)
+        assert.equal("length", c.finish_reason)
+      end
+      assert.equal(one.choices[1].text, r.choices[1].text) -- choice 0 is the n = 1 text
+      assert.not_equal(r.choices[1].text, r.choices[2].text)
+      assert.not_equal(r.choices[2].text, r.choices[3].text)
+      assert.equal(12, r.usage.completion_tokens)
+      status, r = post(sim.port, "/v1/chat/completions", { model = MODEL, n = 2, max_tokens = 2,
+        messages = { { role = "user", content = "hi" } } })
+      assert.equal(200, status)
+      assert.equal(2, #r.choices)
+      assert.equal(1, r.choices[2].index)
+      assert.equal("assistant", r.choices[2].message.role)
+      for _, bad in ipairs({ 0, 129, "2", 1.5 }) do
+        local st, e = post(sim.port, "/v1/completions", { model = MODEL, prompt = "x", n = bad })
+        assert.equal(400, st)
+        assert.equal("n", e.error.param)
+      end
+    end)
+
+    it("streams n choices: a chunk per choice per token, each choice's text as unstreamed", function()
+      local body = { model = MODEL, prompt = ("abcd"):rep(8), max_tokens = 3, n = 2 }
+      local _, whole = post(sim.port, "/v1/completions", body)
+      body.stream = true
+      local status, text = http(sim.port, "POST", "/v1/completions", body)
+      assert.equal(200, status)
+      local ev = events(text)
+      assert.equal(7, #ev) -- 3 tokens x 2 choices, [DONE]
+      local joined, last = { [0] = "", [1] = "" }, {}
+      for i = 1, 6 do
+        local c = json.decode(ev[i]).choices[1]
+        joined[c.index] = joined[c.index] .. c.text
+        last[c.index] = c.finish_reason
+      end
+      assert.equal(whole.choices[1].text, joined[0])
+      assert.equal(whole.choices[2].text, joined[1])
+      assert.same({ [0] = "length", [1] = "length" }, last)
+      -- chat: the role opens each choice
+      status, text = http(sim.port, "POST", "/v1/chat/completions", { model = MODEL, stream = true,
+        n = 2, max_tokens = 1, messages = { { role = "user", content = "hi" } } })
+      assert.equal(200, status)
+      ev = events(text)
+      assert.equal(5, #ev) -- 2 roles, 2 tokens, [DONE]
+      assert.same({ role = "assistant", content = "" }, json.decode(ev[2]).choices[1].delta)
+      assert.equal(1, json.decode(ev[2]).choices[1].index)
+    end)
+
+    describe("embeddings", function()
+      -- the base64 form the OpenAI Python SDK asks for: little-endian float32s
+      local ffi = require "ffi"
+      local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+      local function floats(b64)
+        local bytes = {}
+        local bits, n = 0, 0
+        for ch in b64:gmatch("[^=]") do
+          bits = bits * 64 + (B64:find(ch, 1, true) - 1)
+          n = n + 6
+          if n >= 8 then
+            n = n - 8
+            bytes[#bytes + 1] = string.char(math.floor(bits / 2 ^ n) % 256)
+            bits = bits % 2 ^ n
+          end
+        end
+        local raw = table.concat(bytes)
+        local f = ffi.cast("const float *", raw)
+        local out = {}
+        for i = 0, #raw / 4 - 1 do
+          out[#out + 1] = f[i]
+        end
+        return out
+      end
+      local function norm(v)
+        local s = 0
+        for _, x in ipairs(v) do
+          s = s + x * x
+        end
+        return math.sqrt(s)
+      end
+
+      it("answers a vector per input, unit length, the same for the same text", function()
+        local status, r, h = post(sim.port, "/v1/embeddings", { model = MODEL,
+          input = { "hello", "world", "hello" } })
+        assert.equal(200, status)
+        assert.equal("list", r.object)
+        assert.equal(MODEL, r.model)
+        assert.equal(MODEL, h["x-sim-model"])
+        assert.equal(3, #r.data)
+        for i, d in ipairs(r.data) do
+          assert.equal("embedding", d.object)
+          assert.equal(i - 1, d.index)
+          assert.equal(32, #d.embedding)
+          assert.near(1, norm(d.embedding), 1e-5)
+        end
+        assert.same(r.data[1].embedding, r.data[3].embedding)
+        assert.not_same(r.data[1].embedding, r.data[2].embedding)
+        assert.equal(r.usage.prompt_tokens, r.usage.total_tokens)
+        local _, again = post(sim.port, "/v1/embeddings", { model = MODEL, input = "hello",
+          dimensions = 8 })
+        assert.equal(8, #again.data[1].embedding)
+      end)
+
+      it("answers the OpenAI SDK's call: encoding_format base64, the same vector", function()
+        local _, plain = post(sim.port, "/v1/embeddings", { model = "sql-lora", input = "hi there" })
+        local status, r = post(sim.port, "/v1/embeddings", { model = "sql-lora", input = "hi there",
+          encoding_format = "base64" })
+        assert.equal(200, status)
+        assert.is_string(r.data[1].embedding)
+        local v = floats(r.data[1].embedding)
+        assert.equal(32, #v)
+        for i = 1, 32 do
+          assert.near(plain.data[1].embedding[i], v[i], 1e-6)
+        end
+      end)
+
+      it("refuses a missing input, a bad encoding_format or dimensions, an unknown model", function()
+        local st, e = post(sim.port, "/v1/embeddings", { model = MODEL })
+        assert.equal(400, st)
+        assert.equal("input", e.error.param)
+        st, e = post(sim.port, "/v1/embeddings", { model = MODEL, input = "x", encoding_format = "int8" })
+        assert.equal(400, st)
+        assert.equal("encoding_format", e.error.param)
+        st, e = post(sim.port, "/v1/embeddings", { model = MODEL, input = "x", dimensions = 0 })
+        assert.equal(400, st)
+        assert.equal("dimensions", e.error.param)
+        st, e = post(sim.port, "/v1/embeddings", { model = "nope", input = "x" })
+        assert.equal(404, st)
+        assert.equal("model_not_found", e.error.code)
+      end)
+    end)
+
+    it("answers the other vLLM routes minimally, in their response shapes", function()
+      local st, r = post(sim.port, "/tokenize", { prompt = "abcdefgh" })
+      assert.equal(200, st)
+      assert.equal(2, r.count)
+      assert.equal(2, #r.tokens)
+      st, r = post(sim.port, "/detokenize", { tokens = { 1, 2 } })
+      assert.equal(200, st)
+      assert.is_string(r.prompt)
+      st, r = post(sim.port, "/pooling", { input = "x" })
+      assert.equal(200, st)
+      assert.equal("pooling", r.data[1].object)
+      assert.equal(MODEL, r.model) -- vLLM's default: the model served
+      st, r = post(sim.port, "/classify", { input = { "a", "b" } })
+      assert.equal(200, st)
+      assert.equal(2, #r.data)
+      assert.equal(2, r.data[1].num_classes)
+      for _, path in ipairs({ "/score", "/v1/score" }) do
+        st, r = post(sim.port, path, { text_1 = "q", text_2 = { "a", "b" } })
+        assert.equal(200, st)
+        assert.equal("score", r.data[2].object)
+      end
+      for _, path in ipairs({ "/rerank", "/v1/rerank", "/v2/rerank" }) do
+        st, r = post(sim.port, path, { query = "q", documents = { "a", "b", "c" }, top_n = 2 })
+        assert.equal(200, st)
+        assert.equal(2, #r.results)
+        assert.is_true(r.results[1].relevance_score >= r.results[2].relevance_score)
+      end
+      st, r = post(sim.port, "/v1/responses", { model = MODEL, input = "hi" })
+      assert.equal(200, st)
+      assert.equal("response", r.object)
+      assert.equal("output_text", r.output[1].content[1].type)
+      st, r = post(sim.port, "/v1/messages", { model = MODEL, max_tokens = 5,
+        messages = { { role = "user", content = "hi" } } })
+      assert.equal(200, st)
+      assert.equal("message", r.type)
+      assert.equal("text", r.content[1].type)
+      st, r = post(sim.port, "/v1/messages", { model = MODEL, stream = true, max_tokens = 5,
+        messages = { { role = "user", content = "hi" } } })
+      assert.equal(400, st) -- not streamed by the simulator
+      assert.equal("stream", r.error.param)
+      local f = os.tmpname()
+      S.write(f, "RIFF....WAVE")
+      local out = sh(("%s -s -D - -F model=%s -F 'file=@%s;type=audio/wav' "
+        .. "http://127.0.0.1:%d/v1/audio/transcriptions"):format(CURL, "sql-lora", f, sim.port))
+      os.remove(f)
+      assert.matches("x-sim-model: sql-lora", out, 1, true)
+      assert.matches('"text":', out, 1, true)
     end)
 
     it("lists the base model and its adapters", function()

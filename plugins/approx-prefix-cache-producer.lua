@@ -1,0 +1,99 @@
+-- llm-d-router's approx-prefix-cache-producer: the hashing and matching half
+-- of prefix-cache-scorer, for configs that split producer and scorer
+-- (prefix-cache-scorer / prefix-cache-affinity-filter with
+-- prefixMatchInfoProducerName).  Before the profiles run it hashes the
+-- prompt's leading blocks and matches them against its index of what was sent
+-- where, publishing { block_size, total, matches, prompt_length } in
+-- ctx.shared under its name; after scheduling it records the picks.
+--
+-- Upstream hashes token IDs; lupin has no tokenizer, so a block of
+-- blockSizeTokens tokens is blockSizeTokens × 4 characters (upstream's own
+-- estimate) and maxPrefixTokensToMatch caps the blocks at
+-- maxPrefixTokensToMatch / blockSizeTokens (docs/epp-compatibility.md).
+local prefix = require "lupin.prefix"
+
+local CHARS_PER_TOKEN = 4
+local DEFAULT_TOKENS = 16 -- upstream's block size without autoTune or metrics
+local DEFAULT_CAPACITY = 31250
+
+local function block_chars(self, endpoints)
+  if self.auto then
+    for _, ep in ipairs(endpoints) do
+      if ep.cache_block_size > 0 then
+        return math.floor(ep.cache_block_size) * CHARS_PER_TOKEN
+      end
+    end
+  end
+  return self.block
+end
+
+local function record(self, ep, hashes)
+  if not ep then
+    return
+  end
+  if self.auto and ep.num_blocks > 0 then
+    self.index:set_capacity(ep.id, math.floor(ep.num_blocks))
+  end
+  self.index:record(ep.id, hashes)
+end
+
+---@type lupin.Plugin
+return {
+  type = "approx-prefix-cache-producer",
+  schema = {
+    autoTune = { type = "boolean", default = true,
+      description = "block size and capacity from the endpoints' reported cache geometry" },
+    blockSizeTokens = { type = "integer", default = 0, min = 0, max = 262144,
+      description = "tokens per block (0: 16), hashed as 4 characters a token" },
+    maxPrefixBlocksToMatch = { type = "integer", default = 0, min = 0, max = 1048576,
+      description = "blocks matched at most (0: no limit but maxPrefixTokensToMatch)" },
+    maxPrefixTokensToMatch = { type = "integer", default = 131072, min = 0, max = 16777216,
+      description = "tokens matched at most; wins over maxPrefixBlocksToMatch when > 0" },
+    lruCapacityPerServer = { type = "integer", default = 0, min = 0, max = 2147483647,
+      description = "block hashes remembered per endpoint without metrics (0: 31250)" },
+    blockSize = { type = "integer", min = 1, max = 1048576,
+      description = "deprecated upstream: characters per block" },
+  },
+
+  new = function(p, env)
+    local tokens = p.blockSizeTokens > 0 and p.blockSizeTokens or DEFAULT_TOKENS
+    local block = p.blockSize or tokens * CHARS_PER_TOKEN
+    local max_blocks = p.maxPrefixTokensToMatch > 0
+      and math.max(1, math.floor(p.maxPrefixTokensToMatch / tokens))
+      or (p.maxPrefixBlocksToMatch > 0 and p.maxPrefixBlocksToMatch or 1048576)
+    local capacity = p.lruCapacityPerServer > 0 and p.lruCapacityPerServer or DEFAULT_CAPACITY
+    return { name = env.name, block = block, max_blocks = max_blocks, capacity = capacity,
+      auto = p.autoTune, index = prefix.index(capacity) }
+  end,
+
+  migrate = function(self, old)
+    if old.index and old.block == self.block and old.capacity == self.capacity
+        and old.auto == self.auto then
+      self.index = old.index
+    end
+  end,
+
+  prepare = function(self, ctx, endpoints)
+    local st, bs = ctx.plugin, block_chars(self, endpoints)
+    local req = ctx.request
+    local body = req.body
+    local salt = body and type(body.cache_salt) == "string" and body.cache_salt or ""
+    st.hashes = prefix.hashes(req.prompt, req.model, salt, bs, self.max_blocks)
+    st.matches = self.index:match(st.hashes)
+    ctx.shared[self.name] = { block_size = bs, total = st.hashes.n, matches = st.matches,
+      prompt_length = #req.prompt }
+  end,
+
+  -- As prefix-cache-scorer: the primary profile's pick and, in P/D, the
+  -- prefill pick hold the prompt's blocks from now on.
+  pre_request = function(self, ctx, result)
+    local st = ctx.plugin
+    if not st.hashes or st.hashes.n == 0 then
+      return
+    end
+    local primary = result.profiles[result.primary]
+    record(self, primary and primary.endpoints[1], st.hashes)
+    local prefill = result.primary ~= "prefill" and result.profiles.prefill
+    record(self, prefill and prefill.endpoints[1], st.hashes)
+  end,
+}

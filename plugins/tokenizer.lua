@@ -1,0 +1,23 @@
+-- llm-d's tokenizer PrepareData plugin (token IDs from a local or remote
+-- tokenizer).  lupin has no tokenizer: its plugins estimate tokens from
+-- characters (4 a token), so the plugin loads so configs port, and does
+-- nothing (docs/epp-compatibility.md).
+---@type lupin.Plugin
+return {
+  type = "tokenizer",
+  schema = {
+    modelName = { type = "string", description = "accepted, ignored" },
+    backend = { type = "string", description = "accepted, ignored" },
+    vllm = { type = "object", description = "accepted, ignored" },
+    sglang = { type = "object", description = "accepted, ignored" },
+    hf = { type = "object", description = "accepted, ignored" },
+    ["local"] = { type = "object", description = "accepted, ignored" },
+    tokenizersPoolConfig = { type = "object", description = "accepted, ignored" },
+  },
+
+  new = function(_, env)
+    env.log("info", "%s: lupin has no tokenizer; tokens are estimated from characters",
+      env.type)
+    return {}
+  end,
+}
