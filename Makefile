@@ -18,7 +18,7 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx gnuplot-nox
 
-CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/endpoint.c core/generation.c core/host.c \
+CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/endpoint.c core/flow.c core/generation.c core/host.c \
             core/prefix_index.c core/request.c core/runtime.c
 CORE_HDR  = core/lupin.h core/internal.h
 # the gateway host `lupin serve` (DESIGN.md §9)
@@ -184,7 +184,7 @@ bench: all bench-deps
 	@exit $$(cat $(B)/bench.status)
 
 bench-all: bench-lifecycle bench-prefix bench-core bench-soak bench-gateway bench-soak-gateway \
-           bench-routing bench-reload
+           bench-routing bench-reload bench-flow
 
 bench-lifecycle: all
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/minimal.json 16 200000 100
@@ -212,6 +212,11 @@ bench-soak: $(B)/bench-soak
 # lupin serve against wrk straight to lupin-sim --instant (the floor) and nginx
 # over the same endpoints: req/s, p50/p99, full and half load (about 3 min;
 # DURATION=s per run, PERF=1 adds a perf profile of the gateway).
+# Flow control under ~2x overload (bench/flow/run.sh, docs/flow-control.md):
+# tenant fairness and priority bands, every request accounted for (~3 min).
+bench-flow: $(B)/lupin $(B)/lupin-sim
+	B=$(B) bash bench/flow/run.sh
+
 bench-gateway: bench-deps $(B)/lupin $(B)/lupin-sim
 	B=$(B) bash bench/gateway/run.sh
 
@@ -267,11 +272,11 @@ clean:
 	rm -rf build build-asan build-fuzz
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-fresh | lint | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | bench-reload | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-fresh | lint | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | bench-reload | bench-flow | install PREFIX=... | clean"
 
 .PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan test-fresh lint bench bench-core bench-prefix \
 
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | bench-reload | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | bench-reload | bench-flow | install PREFIX=... | clean"
 
 .PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan lint fuzz fuzz-replay bench bench-core bench-prefix \
-        bench-soak bench-gateway bench-soak-gateway bench-routing bench-reload install clean help
+        bench-soak bench-gateway bench-soak-gateway bench-routing bench-reload bench-flow install clean help

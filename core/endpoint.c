@@ -184,7 +184,9 @@ int lupin_endpoint_set_metrics(lupin_runtime *rt, const char *name, const lupin_
   ep->load = (lupin_load){m->waiting_queue_size, m->running_requests, m->kv_cache_usage,
                           m->max_lora,           m->cache_block_size, m->num_blocks,
                           m->scraped_at > 0 ? m->scraped_at : lupin_now()};
-  return set_adapters(rt, ep, m);
+  int rc = set_adapters(rt, ep, m);
+  lupin__flow_pump(rt, 0); /* fresh metrics may open the gate */
+  return rc;
 }
 
 int lupin_endpoint_set_healthy(lupin_runtime *rt, const char *name, int healthy) {

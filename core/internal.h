@@ -199,6 +199,7 @@ enum lupin_hook {
   LUPIN_HOOK_ENDPOINT_HEALTH,
   LUPIN_HOOK_FALLBACKS,
   LUPIN_HOOK_EXPLAIN,
+  LUPIN_HOOK_FLOW, /* flow control (core/flow.c) */
   LUPIN_HOOK_COUNT
 };
 
@@ -226,6 +227,11 @@ struct lupin_runtime {
   /* requests */
   lupin_request *requests, *requests_tail; /* live, oldest first */
   uint64_t requests_begun, requests_ended;
+  /* flow control (flow.c) */
+  lupin_dispatch_fn dispatch;
+  void *dispatch_ud;
+  uint64_t flow_requests; /* live requests flow control knows of */
+  int pumping, pump_again;
 };
 
 /* runtime.c */
@@ -252,6 +258,11 @@ int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep);
 int lupin__result_add_header(lupin_request *req, const char *name, const char *value);
 int lupin__client_add_header(lupin_request *req, const char *name, const char *value);
 void lupin__requests_cancel_all(lupin_runtime *rt);
+/* Runs scheduling (or reads its answer again) into *out. */
+int lupin__request_schedule_into(lupin_request *req, lupin_result *out);
+
+/* flow.c: hands the queue's final results to the host's callback. */
+void lupin__flow_pump(lupin_runtime *rt, int sweep);
 /* The number of the generation a request is pinned to (the gateway's
  * /admin/requests shows it). */
 

@@ -360,7 +360,11 @@ typedef enum lupin_outcome {
   LUPIN_UPSTREAM_ERROR, /* the model server failed */
   LUPIN_CANCELLED,      /* the client went away */
   LUPIN_TIMEOUT,
-  LUPIN_INVALID_REQUEST /* the body failed lupin_request_desc.check_body */
+  LUPIN_INVALID_REQUEST, /* the body failed lupin_request_desc.check_body */
+  /* flow control (docs/flow-control.md): answered without being scheduled */
+  LUPIN_QUEUE_TTL,  /* waited in the queue past its TTL */
+  LUPIN_QUEUE_FULL, /* its band or the whole queue was full */
+  LUPIN_SHED        /* evicted from the queue: room for a higher priority, or a drain */
 } lupin_outcome;
 
 const char *lupin_outcome_name(lupin_outcome o);
@@ -375,8 +379,16 @@ uint64_t lupin_request_generation(const lupin_request *req);
 const char *lupin_request_model(const lupin_request *req);
 int lupin_request_stream(const lupin_request *req);
 /* Runs admit, prepare, the scheduling profiles and pre_request.  Returns the
- * HTTP status (also in out->status); 200 means forward to out->picks[0]. */
+ * HTTP status (also in out->status); 200 means forward to out->picks[0].
+ * With flow control on (the config's "flowControl", docs/flow-control.md)
+ * and a dispatch callback set, it may answer LUPIN_QUEUED instead: the
+ * request waits in the runtime's queue and its final result comes later
+ * through the callback. */
 int lupin_request_schedule(lupin_request *req, lupin_result *out);
+/* A host's own pointer, kept with the request (the dispatch callback's way
+ * back to the host's object). */
+void lupin_request_set_data(lupin_request *req, void *data);
+void *lupin_request_data(const lupin_request *req);
 int lupin_request_response_header(lupin_request *req, int status, const lupin_header *headers,
                                   size_t n);
 /* The headers plugins set for the client's response (ctx:set_response_header)
@@ -406,6 +418,63 @@ const char *lupin_request_explain(lupin_request *req, lupin_explain_format forma
 /* Ends the request: finish hooks run exactly once, the state is dropped and
  * req is freed.  When scheduling failed, its outcome wins over this one. */
 void lupin_request_end(lupin_request *req, lupin_outcome outcome);
+
+/* --- flow control (docs/flow-control.md) -------------------------------- */
+
+/* lupin_request_schedule's answer for a request held in the queue: no
+ * result yet, nothing to answer; the dispatch callback brings it. */
+#define LUPIN_QUEUED 0
+
+/* Called once per queued request with its final result: 200 and picks
+ * (admit ran before it was queued; prepare, the profiles and pre_request
+ * ran now), or 429/503 with a message and the outcome LUPIN_QUEUE_TTL,
+ * LUPIN_QUEUE_FULL or LUPIN_SHED, or any failure of scheduling.  res and
+ * its pointers are valid until lupin_request_end.  The runtime calls it only
+ * from inside lupin_request_end, lupin_endpoint_set_metrics,
+ * lupin_runtime_tick and lupin_runtime_flow_drain: never from inside
+ * lupin_request_schedule.  It may call any lupin_ function, including
+ * lupin_request_end on req. */
+typedef void (*lupin_dispatch_fn)(void *ud, lupin_request *req, const lupin_result *res);
+/* Sets the callback (NULL: none).  Without one, flow control holds nothing:
+ * every request is scheduled at once, as when flowControl is absent. */
+void lupin_runtime_set_dispatch(lupin_runtime *rt, lupin_dispatch_fn fn, void *ud);
+/* What a host calls from a timer of its own (every 100 ms or so): requests
+ * past their TTL are answered, and the gate is tried again (metrics that
+ * went stale, endpoints that came back). */
+void lupin_runtime_tick(lupin_runtime *rt);
+/* Answers every queued request now with 503 and message (a drain), outcome
+ * LUPIN_SHED.  Returns how many were queued. */
+size_t lupin_runtime_flow_drain(lupin_runtime *rt, const char *message);
+
+/* Where a request stands in flow control. */
+typedef struct lupin_flow_place {
+  int managed;     /* its generation has flow control */
+  int queued;      /* waiting now */
+  int priority;    /* its band */
+  const char *flow; /* its fairness id ("" for the default flow) */
+  double waited;   /* seconds in the queue (so far, or in all) */
+} lupin_flow_place;
+
+/* Fills *out; the pointers are valid until lupin_request_end. */
+void lupin_request_flow(const lupin_request *req, lupin_flow_place *out);
+
+/* One band (flow NULL) or one flow of it, as the queue holds it now. */
+typedef struct lupin_flow_info {
+  int priority;
+  const char *flow;  /* NULL: the band's totals */
+  uint64_t queued;   /* requests waiting */
+  uint64_t bytes;    /* their bodies' bytes */
+  /* bands only: counted since the runtime started */
+  uint64_t dispatched, ttl, full, shed, cancelled;
+  uint64_t max_requests, max_bytes; /* the band's limits, 0: none */
+  const char *fairness, *ordering;  /* the policies' plugin names */
+} lupin_flow_info;
+
+typedef void (*lupin_flow_fn)(void *ud, const lupin_flow_info *f);
+/* Calls fn for each band, highest priority first, each followed by its
+ * flows with requests waiting.  Returns 0, or -1 when flow control is off.
+ * *saturated (may be NULL) tells whether the gate is closed now. */
+int lupin_runtime_flows(lupin_runtime *rt, lupin_flow_fn fn, void *ud, int *saturated);
 
 #ifdef __cplusplus
 }

@@ -36,12 +36,15 @@ struct lupin_request {
   char *model;
   int stream;
   char *param; /* the parameter a failed body check names */
+  void *data;  /* the host's (lupin_request_set_data) */
+  int flow;    /* flow control knows of it: tell it of the end */
   lupin_request *prev, *next;
 };
 
 static const char *const outcome_names[] = {
     "ok",        "rejected", "no_endpoint",    "plugin_error",
     "upstream_error", "cancelled", "timeout", "invalid_request",
+    "queue_ttl",      "queue_full", "shed",
 };
 
 const char *lupin_outcome_name(lupin_outcome o) {
@@ -266,7 +269,11 @@ static char *dup_or_null(lua_State *L, int idx) {
   return lua_isstring(L, idx) ? strdup(lua_tostring(L, idx)) : NULL;
 }
 
-int lupin_request_schedule(lupin_request *req, lupin_result *out) {
+void lupin_request_set_data(lupin_request *req, void *data) { req->data = data; }
+
+void *lupin_request_data(const lupin_request *req) { return req->data; }
+
+int lupin__request_schedule_into(lupin_request *req, lupin_result *out) {
   lupin_runtime *rt = req->rt;
   lua_State *L = rt->L;
   char err[1024];
@@ -275,27 +282,54 @@ int lupin_request_schedule(lupin_request *req, lupin_result *out) {
   clear_result(req);
   lupin__push_hook(rt, LUPIN_HOOK_SCHEDULE);
   lua_rawgeti(L, LUA_REGISTRYINDEX, req->ref);
-  if (lupin__call(rt, 1, 6, err, sizeof err) == 0) {
-    status = (int)lua_tonumber(L, -6);
-    req->message = dup_or_null(L, -5);
-    req->plugin = dup_or_null(L, -4);
-    req->failed_outcome = (lupin_outcome)lua_tonumber(L, -3);
+  if (lupin__call(rt, 1, 7, err, sizeof err) == 0) {
+    status = (int)lua_tonumber(L, -7);
+    req->message = dup_or_null(L, -6);
+    req->plugin = dup_or_null(L, -5);
+    req->failed_outcome = (lupin_outcome)lua_tonumber(L, -4);
     /* response headers set by plugins are published by the response header hook */
-    if (lua_toboolean(L, -2)) req->response_hooks = 1;
-    req->param = dup_or_null(L, -1);
-    lua_pop(L, 6);
+    if (lua_toboolean(L, -3)) req->response_hooks = 1;
+    req->param = dup_or_null(L, -2);
+    /* flow control queued it or counts it in flight: it hears of the end */
+    if (lua_toboolean(L, -1) && !req->flow) {
+      req->flow = 1;
+      rt->flow_requests++;
+    }
+    lua_pop(L, 7);
   } else {
     lupin__log(rt, LUPIN_LOG_ERROR, "request %s: scheduling: %s", req->id, err);
     status = 500;
     req->message = strdup("internal error while scheduling");
     req->failed_outcome = LUPIN_PLUGIN_ERROR;
   }
-  req->failed = status != 200;
+  req->failed = status != 200 && status != LUPIN_QUEUED;
   *out = (lupin_result){status,           req->message,    req->plugin,
                         req->picks,       req->n_picks,    req->upstream.v,
                         req->upstream.n,  req->failed ? (int)req->failed_outcome : LUPIN_OK,
                         req->param};
   return status;
+}
+
+int lupin_request_schedule(lupin_request *req, lupin_result *out) {
+  return lupin__request_schedule_into(req, out);
+}
+
+void lupin_request_flow(const lupin_request *req, lupin_flow_place *out) {
+  *out = (lupin_flow_place){0};
+  out->flow = "";
+  if (!req->flow) return;
+  lua_State *L = req->rt->L;
+  lupin__push_hook(req->rt, LUPIN_HOOK_FLOW);
+  lua_pushstring(L, "place");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, req->ref);
+  if (lupin__call(req->rt, 2, 4, NULL, 0)) return;
+  out->managed = 1;
+  out->queued = lua_toboolean(L, -4);
+  out->priority = (int)lua_tonumber(L, -3);
+  /* the string is the request's own (r.fc.flow): alive until the end */
+  out->flow = lua_isstring(L, -2) ? lua_tostring(L, -2) : "";
+  out->waited = lua_tonumber(L, -1);
+  lua_pop(L, 4);
 }
 
 static int call_request(lupin_request *req, int nargs) {
@@ -403,6 +437,14 @@ static void free_fallbacks(lupin_request *req) {
 
 void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   lupin_runtime *rt = req->rt;
+  int flow = req->flow;
+  if (flow) { /* out of the queue at once, out of the in-flight counts */
+    lupin__push_hook(rt, LUPIN_HOOK_FLOW);
+    lua_pushstring(rt->L, "end");
+    lua_rawgeti(rt->L, LUA_REGISTRYINDEX, req->ref);
+    lupin__call(rt, 2, 0, NULL, 0);
+    rt->flow_requests--;
+  }
   const char *name = req->flags & LUPIN_REQUEST_DRY_RUN
                          ? "dry_run"
                          : lupin_outcome_name(req->failed ? req->failed_outcome : outcome);
@@ -442,6 +484,7 @@ void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   free(req->id);
   free(req->model);
   free(req);
+  if (flow) lupin__flow_pump(rt, 0); /* its place is free for a queued one */
 }
 
 void lupin__requests_cancel_all(lupin_runtime *rt) {

@@ -35,6 +35,7 @@ static const char *const hook_names[LUPIN_HOOK_COUNT] = {
     "endpoint_health",
     "fallbacks",
     "explain",
+    "flow",
 };
 
 const char *lupin_luajit_version(void) { return LUAJIT_VERSION; }
@@ -278,6 +279,7 @@ int lupin_runtime_reload(lupin_runtime *rt, char *err, size_t errlen) {
 
 void lupin_runtime_free(lupin_runtime *rt) {
   if (!rt) return;
+  rt->dispatch = NULL; /* no callback while the requests are cancelled */
   lupin__requests_cancel_all(rt);
   lupin__generation_free_all(rt);
   close_state(rt); /* runs the endpoints' finalizers */

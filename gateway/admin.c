@@ -101,7 +101,7 @@ static void metrics_requests(lupin_gateway *gw, gw_expo *e) {
       gw_expo_sample(e, (const char *[]){status}, (double)s->by_status[i]);
     }
   gw_expo_family(e, GW_M_OUTCOMES);
-  for (int o = LUPIN_OK; o <= LUPIN_INVALID_REQUEST; o++)
+  for (int o = LUPIN_OK; o <= LUPIN_SHED; o++)
     gw_expo_sample(e, (const char *[]){lupin_outcome_name(o)}, (double)s->by_outcome[o]);
   gw_expo_family(e, GW_M_SCHEDULING);
   gw_expo_histogram(e, NULL, &s->sched);
@@ -262,6 +262,7 @@ static void metrics(lupin_gateway *gw, gw_conn *c) {
   gw_process_metrics(&e);
   metrics_objectives(gw, &e);
   metrics_pool(gw, &e);
+  gw_flow_metrics(gw, &e);
   reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
   gw_buf_free(&b);
 }
@@ -470,6 +471,7 @@ static const admin_route routes[] = {
     {HTTP_GET, "/admin/endpoints", 0, endpoints, NULL},
     {HTTP_GET, "/admin/requests", 0, requests, NULL},
     {HTTP_GET, "/admin/generations", 0, generations, NULL},
+    {HTTP_GET, "/admin/flows", 0, gw_flow_admin, NULL},
     {HTTP_POST, "/admin/reload", 0, reload, NULL},
     {HTTP_POST, "/admin/leaks", 0, leaks, NULL},
     {-1, "/admin/explain", 1, NULL, explain},

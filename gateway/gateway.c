@@ -261,6 +261,8 @@ static void drain(lupin_gateway *gw, const char *why) {
   gw->draining = 1;
   gw_log(gw, LUPIN_LOG_INFO, "%s: draining %zu requests in flight", why, gw->n_exchanges);
   gw_server_close(gw->server);
+  /* queued requests would only wait out the drain: answered now */
+  lupin_runtime_flow_drain(gw->rt, "the gateway is shutting down: retry on another instance");
   gw->drain_timer = malloc(sizeof *gw->drain_timer);
   uv_timer_init(gw->loop, gw->drain_timer);
   gw->drain_timer->data = gw;
@@ -318,6 +320,7 @@ static int open_runtime(lupin_gateway *gw, char *err, size_t errlen) {
   lupin_options o = {.log = runtime_log, .log_ud = gw, .log_level = gw->opts.log_level};
   gw->rt = lupin_runtime_new(&o, err, errlen);
   if (!gw->rt) return -1;
+  lupin_runtime_set_dispatch(gw->rt, gw_proxy_dispatched, gw);
   if (gw_settings_declare(gw->rt, err, errlen) ||
       lupin_runtime_load(gw->rt, gw->opts.config, err, errlen) ||
       gw_settings_read(gw->rt, &gw->set, err, errlen))
@@ -401,6 +404,7 @@ int gw_run(lupin_gateway *gw) {
   gw_server_free(gw->server);
   gw_server_free(gw->admin);
   gw_objectives_free(gw);
+  gw_flow_free(gw);
   gw_explain_free(gw);
   if (gw->loop) {
     uv_loop_close(gw->loop);

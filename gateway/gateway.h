@@ -310,6 +310,9 @@ typedef enum gw_family_id {
   GW_M_OBJ_REQUESTS, GW_M_OBJ_ERRORS, GW_M_OBJ_DURATION, GW_M_OBJ_REQUEST_SIZES,
   GW_M_OBJ_RESPONSE_SIZES, GW_M_OBJ_RUNNING, GW_M_POOL_KV, GW_M_POOL_QUEUE, GW_M_POOL_POD_QUEUE,
   GW_M_POOL_READY, GW_M_SCHEDULER_E2E, GW_M_PLUGIN_DURATION,
+  /* flow control (flow.c), the EPP's names where it has them */
+  GW_M_FC_QUEUE_SIZE, GW_M_FC_QUEUE_BYTES, GW_M_FC_QUEUE_DURATION, GW_M_FC_SATURATION,
+  GW_M_FC_REQUESTS,
   GW_FAMILIES
 } gw_family_id;
 // clang-format on
@@ -410,6 +413,18 @@ const char *gw_health_state_name(gw_health_state s);
 
 void gw_proxy_handle(void *gw, gw_conn *c, gw_http_request *req);
 void gw_proxy_cancel_all(lupin_gateway *gw);
+/* The runtime's dispatch callback: a queued request's final result. */
+void gw_proxy_dispatched(void *gw, lupin_request *req, const lupin_result *res);
+
+/* --- flow control's view (flow.c, docs/flow-control.md) ------------------- */
+
+/* How long a request waited in the queue of band priority, by how it left
+ * ("dispatched", "queue_ttl", "shed", "cancelled"). */
+void gw_flow_observe(lupin_gateway *gw, int priority, const char *outcome, double waited);
+void gw_flow_metrics(lupin_gateway *gw, gw_expo *e);
+/* GET /admin/flows */
+void gw_flow_admin(lupin_gateway *gw, gw_conn *c);
+void gw_flow_free(lupin_gateway *gw);
 void gw_admin_handle(void *gw, gw_conn *c, gw_http_request *req);
 /* Whether given is the admin token, in a time that does not tell how much
  * of it was right (admin.c). */
@@ -442,7 +457,7 @@ extern const char gw_explain_usage[];
 
 typedef struct gw_stats {
   uint64_t by_status[600];
-  uint64_t by_outcome[8];
+  uint64_t by_outcome[16]; /* by lupin_outcome */
   gw_histogram sched;     /* lupin_scheduling_seconds */
   gw_histogram sched_epp; /* the same times in the EPP's buckets */
 } gw_stats;
@@ -508,6 +523,8 @@ struct lupin_gateway {
   uint64_t ended_at_gc; /* requests ended at the last idle collection */
   gw_stats stats;
   gw_objective *objectives; /* by model, for the EPP's request families */
+  struct gw_flow_wait *flow_waits; /* flow.c: wait histograms by band and outcome */
+  size_t n_flow_waits;
   size_t n_objectives;
   int exit_code;
   /* memory bounds (server.c): requests handed to the proxy and not yet
@@ -603,6 +620,7 @@ struct gw_exchange {
   char *explain_summary;
   char explain_url[300];
   const char *path;
+  int queued; /* waiting in the runtime's flow-control queue */
   gw_exchange *prev, *next;
 };
 

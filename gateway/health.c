@@ -218,7 +218,7 @@ void gw_health_scrape(gw_endpoint *ep, int ok, const char *detail) {
 /* Idle: nothing in flight and requests ended since the last collection. */
 static void collect_when_idle(lupin_gateway *gw) {
   uint64_t ended = 0;
-  for (int i = 0; i < 8; i++)
+  for (int i = 0; i < 16; i++)
     ended += gw->stats.by_outcome[i];
   if (gw->n_exchanges || ended == gw->ended_at_gc) return;
   gw->ended_at_gc = ended;
@@ -231,6 +231,7 @@ static void tick(uv_timer_t *t) {
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
     evaluate(ep, now);
   check_outage(gw);
+  lupin_runtime_tick(gw->rt); /* flow control: TTLs, and the gate tried again */
   if (++gw->health_ticks % (1000 / TICK_MS) == 0) collect_when_idle(gw);
 }
 

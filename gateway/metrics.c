@@ -35,6 +35,10 @@ static const double epp_request_size_bounds[] = {
 static const double epp_response_size_bounds[] = {1,    8,    16,   32,   64,    128,   256,  512,
                                                   1024, 2048, 4096, 8192, 16384, 32778, 65536};
 
+/* the EPP's flow-control wait buckets */
+static const double fc_wait_bounds[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                        0.25,   0.5,    1.0,   2.5,   5.0,  10.0,  30.0, 60.0};
+
 #define N(a)    (sizeof(a) / sizeof((a)[0]))
 #define HIST(b) b, N(b)
 
@@ -264,6 +268,31 @@ const gw_family gw_families[GW_FAMILIES] = {
                               "instance (EPP name).",
                               {"extension_point", "plugin_type", "plugin_name"},
                               HIST(plugin_bounds)},
+    [GW_M_FC_QUEUE_SIZE] = {"inference_extension_flow_control_queue_size",
+                            GW_GAUGE,
+                            "Requests waiting in the flow-control queue, by priority band.",
+                            {"priority"}},
+    [GW_M_FC_QUEUE_BYTES] = {"inference_extension_flow_control_queue_bytes",
+                             GW_GAUGE,
+                             "Bytes of the request bodies waiting in the flow-control queue, by "
+                             "priority band.",
+                             {"priority"}},
+    [GW_M_FC_QUEUE_DURATION] = {"inference_extension_flow_control_request_queue_duration_seconds",
+                                GW_HISTOGRAM,
+                                "Time requests spent in the flow-control queue, by band and by "
+                                "how they left it.",
+                                {"priority", "outcome"},
+                                HIST(fc_wait_bounds)},
+    [GW_M_FC_SATURATION] = {"inference_extension_flow_control_pool_saturation",
+                            GW_GAUGE,
+                            "1 when the saturation detector holds the queue closed, else 0.",
+                            {NULL}},
+    [GW_M_FC_REQUESTS] = {"lupin_flow_control_requests_total",
+                          GW_COUNTER,
+                          "Requests that went through the flow-control queue, by band and by "
+                          "how they left it (dispatched, queue_ttl, queue_full, shed, "
+                          "cancelled).",
+                          {"priority", "outcome"}},
 };
 
 void gw_histogram_observe(gw_histogram *h, gw_family_id id, double v) {

@@ -92,6 +92,10 @@ static int error_code(const gw_exchange *x, lupin_outcome outcome, int status) {
     return GW_ERR_INTERNAL;
   case LUPIN_INVALID_REQUEST:
     return GW_ERR_BAD_REQUEST;
+  case LUPIN_QUEUE_TTL: /* flow control: the pool stayed saturated */
+  case LUPIN_QUEUE_FULL:
+  case LUPIN_SHED:
+    return GW_ERR_EXHAUSTED;
   default: /* scheduled: the endpoint's answer, or none */
     return x->objective && outcome == LUPIN_OK && status == 200 ? -1 : GW_ERR_MODEL_SERVER;
   }
@@ -113,10 +117,19 @@ static void objective_end(gw_exchange *x, lupin_outcome outcome, int status) {
   if (o) o->errors[code]++;
 }
 
+/* A request left the flow-control queue: its wait, by band and why. */
+static void flow_left(gw_exchange *x, const char *why) {
+  lupin_flow_place p;
+  lupin_request_flow(x->req, &p);
+  gw_flow_observe(x->gw, p.priority, why, p.waited);
+  x->queued = 0;
+}
+
 static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   lupin_gateway *gw = x->gw;
   if (x->conn) gw_conn_on_abort(x->conn, NULL, NULL);
-  gw->stats.by_outcome[outcome & 7]++;
+  gw->stats.by_outcome[outcome & 15]++;
+  if (x->queued) flow_left(x, "cancelled");
   count(gw, status);
   objective_end(x, outcome, status);
   /* an endpoint's own error status, relayed, is the request's outcome "ok"
@@ -480,12 +493,32 @@ static void reply_error(lupin_gateway *gw, gw_conn *c, const char *path, int sta
   gw_conn_error(c, status, msg, param, NULL, 0);
 }
 
+static void scheduled(lupin_gateway *gw, gw_exchange *x, int status);
+
 static void schedule(lupin_gateway *gw, gw_exchange *x) {
   double t0 = lupin_now();
   int status = lupin_request_schedule(x->req, &x->result);
   double dt = lupin_now() - t0;
   x->sched_us = dt * 1e6;
   observe_scheduling(gw, dt);
+  if (status == LUPIN_QUEUED) { /* flow control holds it: gw_proxy_dispatched answers */
+    x->queued = 1;
+    return;
+  }
+  scheduled(gw, x, status);
+}
+
+/* The flow-control queue let a request go, or answered it (TTL, full, shed,
+ * drain): on as if scheduling had just answered. */
+void gw_proxy_dispatched(void *ud, lupin_request *req, const lupin_result *res) {
+  gw_exchange *x = lupin_request_data(req);
+  if (!x) return;
+  x->result = *res;
+  flow_left(x, res->status == 200 ? "dispatched" : lupin_outcome_name(res->outcome));
+  scheduled(ud, x, res->status);
+}
+
+static void scheduled(lupin_gateway *gw, gw_exchange *x, int status) {
   gw_explain_scheduled(x);
   if (status == 200) {
     objective_begin(x);
@@ -567,6 +600,7 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
   gw->exchanges = x;
   gw->n_exchanges++;
   gw_conn_on_abort(c, on_client_abort, x);
+  lupin_request_set_data(req, x);
   schedule(gw, x);
 }
 

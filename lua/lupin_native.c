@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <lauxlib.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@ typedef struct {
   lupin_runtime *rt;
   int logs_ref; /* a table collecting log lines, in the caller's state */
   lua_State *L;
+  int dispatch_ref; /* rt:set_dispatch's function, LUA_NOREF: none */
 } runtime_box;
 
 typedef struct {
@@ -22,7 +24,7 @@ typedef struct {
 
 static const char *const outcomes[] = {
     "ok",        "rejected", "no_endpoint", "plugin_error", "upstream_error",
-    "cancelled", "timeout",  NULL};
+    "cancelled", "timeout",  "invalid_request", "queue_ttl", "queue_full", "shed", NULL};
 
 static runtime_box *check_rt(lua_State *L) {
   runtime_box *b = luaL_checkudata(L, 1, RT_MT);
@@ -98,6 +100,7 @@ static int l_new(lua_State *L) {
   lua_newtable(L);
   b->logs_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   b->L = L;
+  b->dispatch_ref = LUA_NOREF;
   o.log = collect_log;
   o.log_ud = b;
   char err[1024];
@@ -112,6 +115,7 @@ static int l_free(lua_State *L) {
     lupin_runtime_free(b->rt);
     b->rt = NULL;
     luaL_unref(L, LUA_REGISTRYINDEX, b->logs_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, b->dispatch_ref);
   }
   return 0;
 }
@@ -498,10 +502,8 @@ static int l_req_model(lua_State *L) {
   return 2;
 }
 
-static int l_schedule(lua_State *L) {
-  request_box *rb = check_req(L);
-  lupin_result r;
-  lupin_request_schedule(rb->req, &r);
+static void push_result(lua_State *L, const lupin_result *res) {
+  lupin_result r = *res;
   lua_createtable(L, 0, 5);
   lua_pushinteger(L, r.status);
   lua_setfield(L, -2, "status");
@@ -537,6 +539,117 @@ static int l_schedule(lua_State *L) {
     lua_setfield(L, -2, r.headers[i].name);
   }
   lua_setfield(L, -2, "headers");
+}
+
+static int l_schedule(lua_State *L) {
+  request_box *rb = check_req(L);
+  lupin_result r;
+  lupin_request_schedule(rb->req, &r);
+  push_result(L, &r);
+  return 1;
+}
+
+/* The dispatch callback: the spec's function gets the request's id and its
+ * final result. */
+static void on_dispatch(void *ud, lupin_request *req, const lupin_result *res) {
+  runtime_box *b = ud;
+  lua_State *L = b->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, b->dispatch_ref);
+  lua_pushstring(L, lupin_request_id(req));
+  push_result(L, res);
+  if (lua_pcall(L, 2, 0, 0)) {
+    fprintf(stderr, "dispatch callback: %s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+}
+
+/* rt:set_dispatch(fn | nil) */
+static int l_set_dispatch(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  luaL_unref(L, LUA_REGISTRYINDEX, b->dispatch_ref);
+  b->dispatch_ref = LUA_NOREF;
+  if (lua_isfunction(L, 2)) {
+    lua_pushvalue(L, 2);
+    b->dispatch_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lupin_runtime_set_dispatch(b->rt, on_dispatch, b);
+  } else {
+    lupin_runtime_set_dispatch(b->rt, NULL, NULL);
+  }
+  return 0;
+}
+
+static int l_tick(lua_State *L) {
+  lupin_runtime_tick(check_rt(L)->rt);
+  return 0;
+}
+
+static int l_flow_drain(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  lua_pushnumber(L, (lua_Number)lupin_runtime_flow_drain(b->rt, luaL_optstring(L, 2, NULL)));
+  return 1;
+}
+
+static void add_flow(void *ud, const lupin_flow_info *f) {
+  lua_State *L = ud;
+  lua_createtable(L, 0, 12);
+  lua_pushinteger(L, f->priority);
+  lua_setfield(L, -2, "priority");
+  if (f->flow) {
+    lua_pushstring(L, f->flow);
+    lua_setfield(L, -2, "flow");
+  }
+#define NUM(k)                          \
+  lua_pushnumber(L, (lua_Number)f->k); \
+  lua_setfield(L, -2, #k)
+  NUM(queued);
+  NUM(bytes);
+  NUM(dispatched);
+  NUM(ttl);
+  NUM(full);
+  NUM(shed);
+  NUM(cancelled);
+  NUM(max_requests);
+  NUM(max_bytes);
+#undef NUM
+  if (f->fairness) {
+    lua_pushstring(L, f->fairness);
+    lua_setfield(L, -2, "fairness");
+  }
+  if (f->ordering) {
+    lua_pushstring(L, f->ordering);
+    lua_setfield(L, -2, "ordering");
+  }
+  lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
+}
+
+/* rt:flows() -> list, saturated; nil when flow control is off */
+static int l_flows(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  int saturated = 0;
+  lua_newtable(L);
+  if (lupin_runtime_flows(b->rt, add_flow, L, &saturated)) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushboolean(L, saturated);
+  return 2;
+}
+
+/* req:flow() -> {managed, queued, priority, flow, waited} */
+static int l_req_flow(lua_State *L) {
+  lupin_flow_place p;
+  lupin_request_flow(check_req(L)->req, &p);
+  lua_createtable(L, 0, 5);
+  lua_pushboolean(L, p.managed);
+  lua_setfield(L, -2, "managed");
+  lua_pushboolean(L, p.queued);
+  lua_setfield(L, -2, "queued");
+  lua_pushinteger(L, p.priority);
+  lua_setfield(L, -2, "priority");
+  lua_pushstring(L, p.flow);
+  lua_setfield(L, -2, "flow");
+  lua_pushnumber(L, p.waited);
+  lua_setfield(L, -2, "waited");
   return 1;
 }
 
@@ -639,6 +752,10 @@ static const luaL_Reg rt_methods[] = {
     {"eval", l_eval},
     {"logs", l_logs},
     {"begin", l_begin},
+    {"set_dispatch", l_set_dispatch},
+    {"tick", l_tick},
+    {"flow_drain", l_flow_drain},
+    {"flows", l_flows},
     {"free", l_free},
     {NULL, NULL},
 };
@@ -647,6 +764,7 @@ static const luaL_Reg req_methods[] = {
     {"id", l_req_id},
     {"model", l_req_model},
     {"schedule", l_schedule},
+    {"flow", l_req_flow},
     {"fallbacks", l_fallbacks},
     {"explain", l_explain},
     {"response_header", l_response_header},

@@ -81,4 +81,18 @@ return {
     end
     return false, 429, "system saturated, sheddable request dropped"
   end,
+
+  -- As flow control's detector (docs/flow-control.md), utilization-detector's
+  -- test with these thresholds: requests sent since a scrape count as waiting.
+  saturated = function(self, endpoints, load)
+    local p, now = self.params, self.now()
+    for _, ep in ipairs(endpoints) do
+      if ep.scraped_at > 0 and now - ep.scraped_at <= self.stale
+        and ep.waiting_queue_size + load.since_scrape(ep) <= p.queueDepthThreshold
+        and ep.kv_cache_usage <= p.kvCacheUtilThreshold then
+        return false
+      end
+    end
+    return true
+  end,
 }

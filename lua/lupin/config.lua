@@ -2,6 +2,7 @@
 -- EndpointPickerConfig.  This file checks structure and names; what needs the
 -- plugins themselves (roles, parameters) is checked by lupin.generation.
 local cjson = require "cjson.safe"
+local flow_config = require "lupin.flow_config"
 local jsonpos = require "lupin.jsonpos"
 local yaml = require "lupin.yaml"
 
@@ -9,7 +10,8 @@ local M = {}
 
 local TOP = { apiVersion = true, kind = true, plugins = true, schedulingProfiles = true,
   featureGates = true, pluginDirs = true, endpoints = true, budgets = true,
-  data = true, dataLayer = true, saturationDetector = true, flowControl = true, parser = true }
+  data = true, dataLayer = true, saturationDetector = true, flowControl = true, parser = true,
+  objectives = true }
 local PLUGIN = { type = true, name = true, parameters = true, maxCallMs = true,
   maxLifecycleMs = true }
 local PROFILE = { name = true, plugins = true }
@@ -571,8 +573,8 @@ local function parse_band(E, b, path, need_priority)
   return out
 end
 
--- flowControl, in llm-d-router's shape: checked and kept on the generation
--- (cfg.flow_control); lupin has no flow control yet (the next issue).
+-- flowControl, in llm-d-router's shape: checked and kept as cfg.flow_control;
+-- lupin.flow_config makes it what lupin.flow runs (docs/flow-control.md).
 local function parse_flow_control(E, root, cfg)
   local f = root.flowControl
   if f == nil then
@@ -649,8 +651,7 @@ end
 M.FEATURE_GATES = {
   dataLayer = "lupin's data layer is always on: accepted, no effect",
   prepareDataPlugins = "lupin always runs prepare plugins: accepted, no effect",
-  flowControl = "the flowControl section is kept on the generation; lupin has no flow"
-    .. " control yet, so requests are not queued",
+  flowControl = "turns flow control on (docs/flow-control.md), as a flowControl section does",
 }
 
 local function parse_feature_gates(E, root, cfg)
@@ -929,7 +930,7 @@ function M.parse(text, source)
     or parse_profiles(E, root, cfg) or parse_sections(E, root, cfg) or parse_budgets(E, root, cfg)
     or parse_data(E, root, cfg) or parse_saturation(E, root, cfg)
     or parse_flow_control(E, root, cfg) or parse_feature_gates(E, root, cfg)
-    or parse_parser(E, root, cfg)
+    or parse_parser(E, root, cfg) or flow_config.parse(E, root, cfg)
   if not err and root.endpoints ~= nil then
     cfg.endpoints, err = M.parse_endpoints(E, root.endpoints, "endpoints")
   end

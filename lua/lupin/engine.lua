@@ -5,6 +5,7 @@ local budget = require "lupin.budget"
 local capi = require "lupin.capi"
 local ctx = require "lupin.ctx"
 local explain = require "lupin.explain"
+local flow = require "lupin.flow"
 local leaks = require "lupin.leaks"
 local log = require "lupin.log"
 local openai = require "lupin.openai"
@@ -507,7 +508,9 @@ end
 -- the request.  Returns nothing with r.result set, or the failure.
 local function decide(r)
   local gen, eps = r.gen, r.candidates
-  for _, rec in ipairs(gen.points.admit) do
+  -- a request leaving the flow-control queue was admitted before it waited
+  local released = gen.flow and flow.released(r)
+  for _, rec in ipairs(released and {} or gen.points.admit) do
     local ok, verdict, status, reason = call(r, rec, "admit", nil, eps)
     if r.explain then
       explain.step(r.explain, rec, "admit", last_dt, { admitted = not (ok and verdict == false) })
@@ -515,6 +518,14 @@ local function decide(r)
     if ok and verdict == false then
       return fail(r, tonumber(status) or 429, reason and budget.describe(reason)
         or ("rejected by %s"):format(rec.name), rec.name, REJECTED)
+    end
+  end
+  if gen.flow and not released then -- flow control (lupin.flow): wait, or not fit
+    local status, message, outcome = flow.arrive(r)
+    if status == 0 then
+      return 0
+    elseif status then
+      return fail(r, status, message, nil, outcome)
     end
   end
   for _, rec in ipairs(gen.points.prepare) do
@@ -545,7 +556,9 @@ end
 
 local function schedule(r)
   -- scheduling runs once per request; a repeated call gets the same answer
-  if r.failure then
+  if r.fc and flow.waiting(r) then
+    return 0
+  elseif r.failure then
     return failed(r.failure)
   elseif r.result then
     return publish(r)
@@ -563,20 +576,27 @@ local function schedule(r)
       explain.step(r.explain, rec, "pre_request", last_dt)
     end
   end
+  if r.fc then
+    flow.started(r)
+  end
   return publish(r)
 end
 
---- Schedules; returns status, message, plugin, outcome, and whether the
---- request has response headers to publish: the core calls the response
---- hooks only then, or when a plugin of the generation would see them
---- (M.flags).
+--- Schedules; returns status (0: queued by flow control), message, plugin,
+--- outcome, whether the request has response headers to publish (the core
+--- calls the response hooks only then, or when a plugin of the generation
+--- would see them, M.flags), the parameter at fault, and whether flow
+--- control holds or counts it (the core then tells it of the end).
 function M.schedule(r)
   local status, message, plugin, outcome, param = schedule(r)
   local x = r.explain
-  if x and not x.status then
+  if x and not x.status and status ~= 0 then
+    if r.fc and r.fc.state ~= "through" then
+      x.queue_wait = r.fc.waited
+    end
     explain.done(x, r, status, message, plugin, outcome, now())
   end
-  return status, message, plugin, outcome, r.response_headers ~= nil, param
+  return status, message, plugin, outcome, r.response_headers ~= nil, param, r.fc ~= nil
 end
 
 -- mirrors LUPIN_GEN_* in core/internal.h

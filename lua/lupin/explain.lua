@@ -19,7 +19,7 @@ local M = {}
 local null = cjson.null
 local ORDER = {}
 for i, k in ipairs({ "request_id", "path", "model", "generation", "dry_run", "status",
-  "outcome", "message", "plugin", "primary", "picks", "fallbacks", "scheduling_us", "name",
+  "outcome", "message", "plugin", "primary", "picks", "fallbacks", "scheduling_us", "queue_wait_us", "name",
   "point", "type", "address", "endpoint", "weight", "us", "admitted", "profiles", "in", "kept",
   "removed", "raw", "weighted", "total", "candidates", "steps", "cycles", "filters", "scorers",
   "totals", "picker", "failure", "errors", "traceback", "waiting_queue_size",
@@ -226,9 +226,15 @@ end
 function M.done(x, r, status, message, plugin, outcome, t1)
   x.status, x.message, x.plugin = status, message or null, plugin or null
   -- names as lupin_outcome_name's (core/request.c)
-  x.outcome = ({ [0] = "ok", "rejected", "no_endpoint", "plugin_error", [7] = "invalid_request" })
-    [outcome] or "ok"
-  x.scheduling_us = us(t1 - x.started)
+  x.outcome = ({ [0] = "ok", "rejected", "no_endpoint", "plugin_error", [7] = "invalid_request",
+    [8] = "queue_ttl", [9] = "queue_full", [10] = "shed" })[outcome] or "ok"
+  -- the time in the flow-control queue (lupin.flow) is not scheduling's
+  local wait = x.queue_wait
+  x.queue_wait = nil
+  if wait then
+    x.queue_wait_us = us(wait)
+  end
+  x.scheduling_us = us(t1 - x.started - (wait or 0))
   local res = r.result
   if status == 200 and res then
     x.primary = res.primary
@@ -301,6 +307,9 @@ function M.summary(x)
   end
   parts[#parts + 1] = ("errors=%d"):format(#x.errors)
   parts[#parts + 1] = ("us=%s"):format(g(x.scheduling_us))
+  if x.queue_wait_us then
+    parts[#parts + 1] = ("queued_us=%s"):format(g(x.queue_wait_us))
+  end
   return clean(table.concat(parts, "; "), 480)
 end
 
@@ -397,8 +406,10 @@ function M.text(x)
   local out = {}
   out[#out + 1] = ("request %s %s model %s, generation %s%s"):format(x.request_id, x.path,
     x.model == null and "(none)" or x.model, g(x.generation), x.dry_run and ", dry run" or "")
-  out[#out + 1] = ("status %s (%s)%s, scheduling %s us"):format(x.status, x.outcome,
-    x.message ~= null and ": " .. x.message or "", g(x.scheduling_us))
+  out[#out + 1] = ("status %s (%s)%s, scheduling %s us%s"):format(x.status, x.outcome,
+    x.message ~= null and ": " .. x.message or "", g(x.scheduling_us),
+    x.queue_wait_us and (", after %s us in the flow-control queue"):format(g(x.queue_wait_us))
+      or "")
   out[#out + 1] = ("candidates (%d):"):format(#x.candidates)
   for _, c in ipairs(x.candidates) do
     local labels = {}

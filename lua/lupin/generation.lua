@@ -274,6 +274,76 @@ function Builder:handler()
   gen.handler = h
 end
 
+-- Flow control's plugin references (lupin.flow_config): an instance of the
+-- config, or, as the EPP does, a default instance of the type so named.
+local FLOW_ROLES = { fairness = "pick_flow", ordering = "less", detector = "saturated" }
+local FLOW_WHAT = { fairness = "a fairness policy", ordering = "an ordering policy",
+  detector = "a saturation detector" }
+
+function Builder:flow_ref(name, path, role)
+  local rec = self.gen.by_name[name]
+  if not rec then
+    if not self.files[name] then
+      return nil, self.E:at(path or "flowControl", "no plugin named %q: add it to plugins"
+        .. " (%s such as %s)", name, FLOW_WHAT[role], role == "detector"
+        and "utilization-detector, concurrency-detector"
+        or role == "fairness" and "global-strict-fairness-policy, round-robin-fairness-policy"
+        or "fcfs-ordering-policy, edf-ordering-policy")
+    end
+    local err
+    rec, err = self:default(name)
+    if not rec then
+      return nil, err
+    end
+  end
+  if type(rec.obj[FLOW_ROLES[role]]) ~= "function" then
+    return nil, self.E:at(path or "flowControl", "plugin %q (%s) is not %s: it has no %s method",
+      rec.name, rec.type, FLOW_WHAT[role], FLOW_ROLES[role])
+  end
+  return rec
+end
+
+function Builder:flow(cfg)
+  local f = cfg.flow
+  if not f then
+    return
+  end
+  local err
+  local flow = { ttl = f.ttl, max_bytes = f.max_bytes, max_requests = f.max_requests,
+    objectives = f.objectives, bands = {} }
+  if f.detector_params and not self.gen.by_name[f.detector] then -- GIE v1's thresholds
+    local _, ierr = self:instantiate(f.detector, f.detector, f.detector_params, f.detector_path)
+    if ierr then
+      return ierr
+    end
+  end
+  flow.detector, err = self:flow_ref(f.detector, f.detector_path, "detector")
+  if err then
+    return err
+  end
+  local function resolve(b)
+    local out = { priority = b.priority, max_bytes = b.max_bytes, max_requests = b.max_requests,
+      ttl = b.ttl }
+    out.fairness, err = self:flow_ref(b.fairness, b.fairness_path, "fairness")
+    if not err then
+      out.ordering, err = self:flow_ref(b.ordering, b.ordering_path, "ordering")
+    end
+    return out
+  end
+  flow.default_band = resolve(f.default_band)
+  flow.negative_band = f.negative_band and resolve(f.negative_band)
+  for i, b in ipairs(f.bands) do
+    if err then
+      break
+    end
+    flow.bands[i] = resolve(b)
+  end
+  if err then
+    return err
+  end
+  self.gen.flow = flow
+end
+
 --- The saturationDetector section: GIE v1's thresholds become a
 --- saturation-detector instance (lupin's admission plugin for the same
 --- detector), llm-d-router's pluginRef must name one.
@@ -284,6 +354,10 @@ function Builder:saturation(cfg)
   end
   if s.ref then
     local rec = self.gen.by_name[s.ref]
+    -- with flow control on, its gate's detector (lupin.flow); else admission's
+    if cfg.flow and type(rec.obj.saturated) == "function" then
+      return
+    end
     if rec.type ~= "saturation-detector" then
       return self.E:at(s.path .. ".pluginRef", "plugin %q (%s) is not a saturation detector;"
         .. " lupin's is saturation-detector (the EPP's utilization-detector thresholds)",
@@ -388,7 +462,7 @@ function M.build(cfg, opts, number, previous)
       lifecycle_ms = budget.DEFAULT_LIFECYCLE_MS, disable_after = 0 },
     gen = { number = number, source = cfg.source, loaded_at = capi.now(), instances = {},
       by_name = {}, profiles = {}, profile_by_name = {}, profile_views = {}, points = {},
-      observers = {}, parser = cfg.parser } }, Builder)
+      observers = {}, parser = cfg.parser, objectives = cfg.objectives or {} } }, Builder)
 
   for _, p in ipairs(cfg.plugins) do
     local rec, err = b:instantiate(p.name, p.type, p.params, p.path, p)
@@ -396,7 +470,7 @@ function M.build(cfg, opts, number, previous)
       return nil, err
     end
   end
-  local err = b:saturation(cfg) or b:profiles(cfg) or b:handler()
+  local err = b:saturation(cfg) or b:profiles(cfg) or b:handler() or b:flow(cfg)
   if err then
     return nil, err
   end

@@ -7,6 +7,7 @@ local datalayer = require "lupin.datalayer"
 local engine = require "lupin.engine"
 local explain = require "lupin.explain"
 local fallback = require "lupin.fallback"
+local flow = require "lupin.flow"
 local generation = require "lupin.generation"
 local leaks = require "lupin.leaks"
 local log = require "lupin.log"
@@ -41,6 +42,7 @@ function M.init(ud, opts)
     endpoint_health = pool.set_health,
     fallbacks = fallback.ranked,
     explain = explain.render,
+    flow = flow.hook,
   }
 
   --- The dry scheduling cycle a reload runs before it swaps, over the
@@ -73,6 +75,7 @@ function M.init(ud, opts)
     gen.sections, gen.endpoints = cfg.sections, cfg.endpoints
     gen.flow_control, gen.feature_gates = cfg.flow_control, cfg.feature_gates
     live[gen], M.current = true, gen
+    flow.configure(gen)
     -- the sources go to the C side, which hashes them into the digest; the
     -- generation does not keep the texts
     local sources = gen.sources

@@ -136,7 +136,7 @@ describe("config", function()
       fails('{\n "plugins": [],\n "schedulingProfile": []\n}',
         'cfg.json:3: schedulingProfile: unknown field "schedulingProfile" in the config',
         "known fields: apiVersion, budgets, data, dataLayer, endpoints, featureGates, flowControl,"
-          .. " kind, parser, pluginDirs, plugins, saturationDetector, schedulingProfiles")
+          .. " kind, objectives, parser, pluginDirs, plugins, saturationDetector, schedulingProfiles")
     end)
 
     it("refuses another kind", function()
@@ -346,6 +346,134 @@ describe("config", function()
       req:finish("ok")
       assert.equal(1, rt:stats().generations_alive)
       rt:free()
+    end)
+  end)
+
+  describe("flowControl, in the EPP's shape", function()
+    -- the upstream configuration guide's example, with a profile
+    local UPSTREAM = [[
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+featureGates:
+- flowControl
+plugins:
+- type: round-robin-fairness-policy
+- type: fcfs-ordering-policy
+- type: global-strict-fairness-policy
+- type: utilization-detector
+- type: queue-scorer
+saturationDetector:
+  pluginRef: utilization-detector
+flowControl:
+  maxBytes: 0
+  maxRequests: 0
+  defaultRequestTTL: "0s"
+  defaultPriorityBand:
+    maxBytes: "1Gi"
+    maxRequests: 0
+    orderingPolicyRef: fcfs-ordering-policy
+    fairnessPolicyRef: global-strict-fairness-policy
+  priorityBands:
+  - priority: 100
+    maxBytes: "5Gi"
+    maxRequests: 500
+    fairnessPolicyRef: round-robin-fairness-policy
+  - priority: 50
+    maxBytes: "2Gi"
+    maxRequests: 200
+objectives:
+- name: critical
+  priority: 100
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+]]
+
+    local function yaml_load(text)
+      local rt = S.runtime()
+      local ok, err = rt:load_string(text, "cfg.yaml")
+      return rt, ok, err
+    end
+
+    it("loads the upstream example: bands, limits, policies by reference", function()
+      local rt, ok, err = yaml_load(UPSTREAM)
+      assert.is_true(ok, err)
+      local f = S.eval(rt, [[
+        local f = require("lupin.runtime").current.flow
+        local b = f.bands
+        return { ttl = f.ttl, max_bytes = f.max_bytes, detector = f.detector.name,
+          b1 = { b[1].priority, b[1].max_bytes, b[1].max_requests, b[1].fairness.name,
+            b[1].ordering.name },
+          b2 = { b[2].priority, b[2].max_bytes, b[2].fairness.name },
+          default = { f.default_band.max_bytes, f.default_band.fairness.name },
+          critical = f.objectives.critical }]])
+      assert.same({ ttl = 0, max_bytes = 0, detector = "utilization-detector",
+        b1 = { 100, 5 * 1024 ^ 3, 500, "round-robin-fairness-policy", "fcfs-ordering-policy" },
+        b2 = { 50, 2 * 1024 ^ 3, "global-strict-fairness-policy" },
+        default = { 1024 ^ 3, "global-strict-fairness-policy" }, critical = 100 }, f)
+      rt:free()
+    end)
+
+    it("is off without the section or the feature gate", function()
+      local rt = load('{"plugins":[{"type":"test-scorer"}]}')
+      assert.equal("off", S.eval(rt, [[return require("lupin.runtime").current.flow and "on"
+        or "off"]]))
+      rt:free()
+    end)
+
+    it("adds the default policies and detector as the EPP does", function()
+      local rt, ok, err = load('{"plugins":[{"type":"test-scorer"}],"flowControl":{}}')
+      assert.is_true(ok, err)
+      assert.same({ "utilization-detector", "global-strict-fairness-policy",
+        "fcfs-ordering-policy" }, S.eval(rt, [[
+        local f = require("lupin.runtime").current.flow
+        return { f.detector.type, f.default_band.fairness.type, f.default_band.ordering.type }]]))
+      rt:free()
+    end)
+
+    it("gates with GIE v1's thresholds, llm-d-router's place, negative bands", function()
+      local rt, ok, err = load('{"plugins":[{"type":"test-scorer"},{"type":"concurrency-detector"}],'
+        .. '"saturationDetector":{"queueDepthThreshold":2},"flowControl":{'
+        .. '"defaultNegativePriorityBand":{"maxRequests":7}}}')
+      assert.is_true(ok, err)
+      assert.same({ "utilization-detector", 2, 7 }, S.eval(rt, [[
+        local f = require("lupin.runtime").current.flow
+        return { f.detector.type, f.detector.obj.params.queueDepthThreshold,
+          f.negative_band.max_requests }]]))
+      rt:free()
+      rt, ok, err = load('{"plugins":[{"type":"test-scorer"},{"type":"concurrency-detector"}],'
+        .. '"flowControl":{"saturationDetector":{"pluginRef":"concurrency-detector"}}}')
+      assert.is_true(ok, err)
+      assert.equal("concurrency-detector", S.eval(rt,
+        [[return require("lupin.runtime").current.flow.detector.type]]))
+      rt:free()
+    end)
+
+    it("names file, line and field for each mistake", function()
+      fails('{"plugins":[],\n"flowControl":{"maxByte":1}}',
+        'cfg.json:2: flowControl.maxByte: unknown field "maxByte" in the flowControl section')
+      fails('{"plugins":[],\n"flowControl":{"maxBytes":"lots"}}',
+        'cfg.json:2: flowControl.maxBytes: maxBytes must be a quantity ≥ 0 such as 1000, "1k" or "5Gi"')
+      fails('{"plugins":[],\n"flowControl":{"defaultRequestTTL":"soon"}}',
+        "cfg.json:2: flowControl.defaultRequestTTL: defaultRequestTTL must be a duration")
+      fails('{"plugins":[],"flowControl":{"priorityBands":[\n{"maxBytes":1}]}}',
+        "cfg.json:2: flowControl.priorityBands[0].priority: priority must be an integer")
+      fails('{"plugins":[],"flowControl":{"priorityBands":[{"priority":1},\n{"priority":1}]}}',
+        "cfg.json:2: flowControl.priorityBands[1].priority: duplicate priority 1")
+      fails('{"plugins":[],"flowControl":{"priorityBands":[\n{"priority":1,"fairnessPolicyRef":"nope"}]}}',
+        'cfg.json:2: flowControl.priorityBands[0].fairnessPolicyRef: no plugin named "nope"')
+      fails('{"plugins":[{"type":"test-scorer"}],"flowControl":{"priorityBands":[\n'
+        .. '{"priority":1,"orderingPolicyRef":"test-scorer"}]}}',
+        'cfg.json:2: flowControl.priorityBands[0].orderingPolicyRef: plugin "test-scorer"'
+        .. " (test-scorer) is not an ordering policy: it has no less method")
+      fails('{"plugins":[{"type":"fcfs-ordering-policy"}],"flowControl":{},\n'
+        .. '"saturationDetector":{"pluginRef":"fcfs-ordering-policy"}}',
+        "cfg.json:2: saturationDetector.pluginRef:", "is not a saturation detector")
+      fails('{"plugins":[],\n"objectives":[{"name":"a","priority":1.5}]}',
+        "cfg.json:2: objectives[0].priority: priority must be an integer")
+      fails('{"plugins":[],\n"objectives":[{"name":"a"},{"name":"a"}]}',
+        'duplicate objective "a"')
     end)
   end)
 end)

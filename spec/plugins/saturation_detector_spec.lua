@@ -140,4 +140,14 @@ describe(T, function()
     assert.equal(1, #names)
     assert.equal(0, (rt:check_leaks()))
   end)
+
+  it("serves flow control as its detector, counting what was sent since a scrape", function()
+    local P = dofile("plugins/saturation-detector.lua")
+    local now = 1000
+    local d = P.new({ queueDepthThreshold = 2, kvCacheUtilThreshold = 0.8,
+      metricsStalenessThreshold = 200 }, { now = function() return now end })
+    local ep = { waiting_queue_size = 1, kv_cache_usage = 0.1, scraped_at = now }
+    assert.is_false(P.saturated(d, { ep }, { since_scrape = function() return 1 end }))
+    assert.is_true(P.saturated(d, { ep }, { since_scrape = function() return 2 end }))
+  end)
 end)

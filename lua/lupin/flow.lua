@@ -1,0 +1,588 @@
+-- Flow control (docs/flow-control.md): between admission and scheduling,
+-- requests wait in priority bands, in flows keyed by fairness id, while the
+-- pool is saturated, and leave as it frees — the EPP's flow-control layer.
+--
+-- One controller for the runtime: its limits and policies are the current
+-- generation's, and a queued request stays pinned to the generation it
+-- began on (its scheduling runs with that generation's plugins when it
+-- leaves).  The C core asks it, one request at a time, for the next one
+-- whose scheduling is final (core/flow.c): an evicted one first, then, while
+-- the saturation detector says the pool has room, the best queued one —
+-- highest band, the fairness policy's flow, the ordering policy's head.
+--
+-- The policies are plugins (plugins/*-fairness-policy.lua,
+-- *-ordering-policy.lua, *-detector.lua) written against this queue API:
+--
+--   fairness:  pick_flow(self, band, flows) -> one of flows
+--              band.priority, band.state (a table the policy keeps things in),
+--              band:less(a, b) (the band's ordering); flows: the band's flows
+--              with requests waiting, by id; flow.id, flow.len, flow.bytes,
+--              flow:head() (the item its ordering serves next)
+--   ordering:  less(self, a, b) -> a is served before b
+--              item.id, item.seq (arrival order), item.enqueued_at,
+--              item.deadline (math.huge: none), item.bytes, item.priority,
+--              item.flow (the fairness id)
+--   detector:  saturated(self, endpoints, load) -> saturated[, level 0..1]
+--              load.inflight(ep): requests this runtime has in flight there,
+--              load.since_scrape(ep): of those, sent since its last scrape
+local capi = require "lupin.capi"
+local ffi = require "ffi"
+local log = require "lupin.log"
+local pool = require "lupin.pool"
+
+local M = {}
+
+-- mirrors enum lupin_outcome in core/lupin.h
+local QUEUE_TTL, QUEUE_FULL, SHED = 8, 9, 10
+M.QUEUE_TTL, M.QUEUE_FULL, M.SHED = QUEUE_TTL, QUEUE_FULL, SHED
+
+local OBJECTIVE = "x-gateway-inference-objective"
+local FAIRNESS = "x-gateway-inference-fairness-id"
+local TTL_HEADER = "x-lupin-request-ttl"
+
+local hosted = false -- the host set a dispatch callback
+local conf -- the current generation's gen.flow, nil: off
+local bands, order = {}, {} -- priority -> band; bands by priority, highest first
+-- evicted items not yet handed over, first in first out (ready[head..tail])
+local ready, ready_head, ready_tail = {}, 1, 0
+local queued_n, queued_bytes = 0, 0
+local inflight, marks = {}, {} -- endpoint name -> count; -> { at = scraped_at, n }
+local next_deadline = math.huge
+local seq = 0
+
+local function now()
+  return capi.now()
+end
+
+-- --- the policies' calls: an error is logged and the default used ----------
+
+local function policy(rec, method, ...)
+  local ok, a, b = pcall(rec.obj[method], rec.obj, ...)
+  if not ok then
+    log.limited("flow/" .. rec.name, "error", "flow control: plugin %s (%s) failed in %s: %s",
+      rec.name, rec.type, method, tostring(a))
+    return nil
+  end
+  return true, a, b
+end
+
+-- --- items in a flow: a binary heap by the band's ordering ----------------
+
+local Band = {}
+Band.__index = Band
+
+function Band:less(a, b)
+  local ok, v = policy(self.conf.ordering, "less", a, b)
+  if ok then
+    return v == true
+  end
+  return a.seq < b.seq
+end
+
+local Flow = {}
+Flow.__index = Flow
+
+function Flow:head()
+  return self.heap[1]
+end
+
+local function swap(h, i, j)
+  h[i], h[j] = h[j], h[i]
+  h[i].index, h[j].index = i, j
+end
+
+local function up(band, h, i)
+  while i > 1 do
+    local p = math.floor(i / 2)
+    if not band:less(h[i], h[p]) then
+      return
+    end
+    swap(h, i, p)
+    i = p
+  end
+end
+
+local function down(band, h, i)
+  local n = #h
+  while true do
+    local l, r, m = 2 * i, 2 * i + 1, i
+    if l <= n and band:less(h[l], h[m]) then m = l end
+    if r <= n and band:less(h[r], h[m]) then m = r end
+    if m == i then
+      return
+    end
+    swap(h, i, m)
+    i = m
+  end
+end
+
+local function heap_remove(band, h, i)
+  local n = #h
+  if i ~= n then
+    swap(h, i, n)
+  end
+  h[n] = nil
+  if i < n then
+    up(band, h, i)
+    down(band, h, i)
+  end
+end
+
+-- --- bands ----------------------------------------------------------------
+
+local function conf_for(p)
+  for _, b in ipairs(conf and conf.bands or {}) do
+    if b.priority == p then
+      return b
+    end
+  end
+  return conf and (p < 0 and conf.negative_band or conf.default_band)
+end
+
+local function band_of(p)
+  local b = bands[p]
+  if b then
+    return b
+  end
+  b = setmetatable({ priority = p, flows = {}, list = {}, n = 0, bytes = 0, state = {},
+    conf = conf_for(p), dispatched = 0, ttl = 0, full = 0, shed = 0, cancelled = 0 }, Band)
+  bands[p] = b
+  order[#order + 1] = b
+  table.sort(order, function(x, y) return x.priority > y.priority end)
+  return b
+end
+
+local function flow_of(band, id)
+  local f = band.flows[id]
+  if not f then
+    f = setmetatable({ id = id, band = band, heap = {}, len = 0, bytes = 0 }, Flow)
+    band.flows[id] = f
+  end
+  if f.len == 0 then -- back among the flows with requests waiting, in id order
+    local list, i = band.list, #band.list
+    list[i + 1] = f
+    while i > 0 and list[i].id > id do
+      list[i], list[i + 1] = f, list[i]
+      i = i - 1
+    end
+  end
+  return f
+end
+
+local function unlist(band, f)
+  for i, x in ipairs(band.list) do
+    if x == f then
+      table.remove(band.list, i)
+      return
+    end
+  end
+end
+
+local function take(fc)
+  local f, band = fc.flow_rec, fc.band
+  heap_remove(band, f.heap, fc.index)
+  f.len, f.bytes = f.len - 1, f.bytes - fc.bytes
+  band.n, band.bytes = band.n - 1, band.bytes - fc.bytes
+  queued_n, queued_bytes = queued_n - 1, queued_bytes - fc.bytes
+  if f.len == 0 then
+    unlist(band, f)
+  end
+  fc.waited = now() - fc.enqueued_at
+end
+
+local function put(fc)
+  local band = fc.band
+  local f = flow_of(band, fc.flow)
+  fc.flow_rec = f
+  local h = f.heap
+  h[#h + 1] = fc
+  fc.index = #h
+  up(band, h, #h)
+  f.len, f.bytes = f.len + 1, f.bytes + fc.bytes
+  band.n, band.bytes = band.n + 1, band.bytes + fc.bytes
+  queued_n, queued_bytes = queued_n + 1, queued_bytes + fc.bytes
+  if fc.deadline < next_deadline then
+    next_deadline = fc.deadline
+  end
+end
+
+-- --- eviction -------------------------------------------------------------
+
+local function status_of(fc)
+  return fc.priority < 0 and 429 or 503
+end
+
+local function evict(fc, outcome, message)
+  take(fc)
+  local band = fc.band
+  if outcome == QUEUE_TTL then
+    band.ttl = band.ttl + 1
+  else
+    band.shed = band.shed + 1
+  end
+  fc.r.failure = { status = status_of(fc), message = message, outcome = outcome }
+  fc.state = "ready"
+  ready_tail = ready_tail + 1
+  ready[ready_tail] = fc
+end
+
+-- The next evicted item to hand over; one whose request ended meanwhile
+-- is skipped.
+local function pop_ready()
+  while ready_head <= ready_tail do
+    local fc = ready[ready_head]
+    ready[ready_head] = nil
+    ready_head = ready_head + 1
+    if fc.state == "ready" then
+      return fc
+    end
+  end
+  ready_head, ready_tail = 1, 0
+end
+
+local function expire(t)
+  if t < next_deadline then
+    return
+  end
+  next_deadline = math.huge
+  local late = {}
+  for _, band in ipairs(order) do
+    for _, f in ipairs(band.list) do
+      for _, fc in ipairs(f.heap) do
+        if fc.deadline <= t then
+          late[#late + 1] = fc
+        elseif fc.deadline < next_deadline then
+          next_deadline = fc.deadline
+        end
+      end
+    end
+  end
+  table.sort(late, function(a, b) return a.seq < b.seq end)
+  for _, fc in ipairs(late) do
+    evict(fc, QUEUE_TTL, ("the request waited %.3gs in the flow-control queue (priority %d)"
+      .. " past its TTL of %gs: the pool is saturated; retry later"):format(t - fc.enqueued_at,
+      fc.priority, fc.ttl))
+  end
+end
+
+-- --- the gate -------------------------------------------------------------
+
+local LOAD = {
+  inflight = function(ep)
+    return inflight[ep.name] or 0
+  end,
+  since_scrape = function(ep)
+    local m = marks[ep.name]
+    return m and m.at == ep.scraped_at and m.n or 0
+  end,
+}
+
+--- Whether the pool is saturated now (false when flow control is off).
+function M.saturated()
+  if not conf then
+    return false
+  end
+  local ok, sat = policy(conf.detector, "saturated", pool.list, LOAD)
+  return ok and sat and true or false -- a failing detector does not hold traffic
+end
+
+local function waiting_from(p)
+  for _, band in ipairs(order) do
+    if band.priority < p then
+      return false
+    end
+    if band.n > 0 then
+      return true
+    end
+  end
+  return false
+end
+
+-- --- a request's way through ----------------------------------------------
+
+local function header_ttl(v)
+  if not v then
+    return nil
+  end
+  local n = tonumber(v)
+  if n then
+    return n >= 0 and n or nil -- seconds
+  end
+  local total, rest = 0, v
+  local units = { ms = 1e-3, s = 1, m = 60, h = 3600 }
+  while rest ~= "" do
+    local num, unit, tail = rest:match("^(%d*%.?%d+)(%a+)(.*)$")
+    if not num or not units[unit] then
+      return nil
+    end
+    total, rest = total + tonumber(num) * units[unit], tail
+  end
+  return total
+end
+
+--- The request's priority: its objective's (x-gateway-inference-objective
+--- naming one of the config's objectives), else the header's value when an
+--- integer (as saturation-detector reads it), else 0.
+function M.priority(r)
+  local v = r.request.headers[OBJECTIVE]
+  if not v then
+    return 0
+  end
+  local p = r.gen.objectives[v]
+  if p then
+    return p
+  end
+  return tonumber(v:match("^%s*([-+]?%d+)%s*$")) or 0
+end
+
+local function over(band, bytes)
+  local c = band.conf
+  return (c.max_requests > 0 and band.n + 1 > c.max_requests)
+    or (c.max_bytes > 0 and band.bytes + bytes > c.max_bytes)
+end
+
+local function over_all(bytes)
+  return (conf.max_requests > 0 and queued_n + 1 > conf.max_requests)
+    or (conf.max_bytes > 0 and queued_bytes + bytes > conf.max_bytes)
+end
+
+-- Room for a request of priority p when the whole queue is full: the newest
+-- sheddable request (priority < 0) of the lowest band below p leaves.
+local function shed_for(p)
+  for i = #order, 1, -1 do
+    local band = order[i]
+    if band.priority >= p or band.priority >= 0 then
+      return false
+    end
+    if band.n > 0 then
+      local newest
+      for _, f in ipairs(band.list) do
+        for _, fc in ipairs(f.heap) do
+          if not newest or fc.seq > newest.seq then
+            newest = fc
+          end
+        end
+      end
+      evict(newest, SHED, ("shed from the flow-control queue (priority %d) to make room for a"
+        .. " request of priority %d; retry later"):format(band.priority, p))
+      return true
+    end
+  end
+  return false
+end
+
+--- After admission: nil to go on scheduling now, 0 when the request waits
+--- in the queue, or a failure (status, message, outcome) when it does not
+--- fit.  Requests of a generation without flow control, dry runs, and hosts
+--- without a dispatch callback go on at once.
+function M.arrive(r)
+  if not (hosted and conf and r.gen.flow) or r.dry or not r.creq then
+    return nil
+  end
+  local p = M.priority(r)
+  local headers = r.request.headers
+  local ttl = header_ttl(headers[TTL_HEADER]) or (conf_for(p) or {}).ttl or conf.ttl
+  local t = now()
+  seq = seq + 1
+  local body = r.request.raw_body
+  local fc = { r = r, id = r.id, seq = seq, priority = p, flow = headers[FAIRNESS] or "",
+    bytes = body and #body or 0, enqueued_at = t, ttl = ttl,
+    deadline = ttl > 0 and t + ttl or math.huge, state = "through", waited = 0 }
+  r.fc = fc
+  if not waiting_from(p) and not M.saturated() then
+    return nil
+  end
+  local band = band_of(p)
+  fc.band = band
+  local full = over(band, fc.bytes)
+  while not full and over_all(fc.bytes) do
+    if not shed_for(p) then
+      full = true
+    end
+  end
+  if full then
+    band.full = band.full + 1
+    r.fc = nil
+    local c = band.conf
+    return status_of(fc), ("the flow-control queue is full for priority %d (band: %d requests,"
+      .. " %d bytes, limits %s/%s; all bands: %d requests, %d bytes, limits %s/%s); retry later")
+      :format(p, band.n, band.bytes, c.max_requests > 0 and c.max_requests or "none",
+      c.max_bytes > 0 and c.max_bytes or "none", queued_n, queued_bytes,
+      conf.max_requests > 0 and conf.max_requests or "none",
+      conf.max_bytes > 0 and conf.max_bytes or "none"), QUEUE_FULL
+  end
+  fc.state = "queued"
+  put(fc)
+  return 0
+end
+
+--- Whether scheduling must wait (the request is queued, or evicted and not
+--- yet handed over).
+function M.waiting(r)
+  local fc = r.fc
+  return fc ~= nil and (fc.state == "queued" or fc.state == "ready")
+end
+
+--- Whether admission already ran (the request left the queue).
+function M.released(r)
+  local fc = r.fc
+  return fc ~= nil and fc.state == "released"
+end
+
+--- A request scheduled to an endpoint: counted in flight there until it ends.
+function M.started(r)
+  local fc = r.fc
+  local ep = r.result and r.result.endpoints[1]
+  if not (fc and ep) then
+    return
+  end
+  local name = ep.name
+  fc.ep = name
+  inflight[name] = (inflight[name] or 0) + 1
+  local m = marks[name]
+  if m and m.at == ep.scraped_at then
+    m.n = m.n + 1
+  else
+    marks[name] = { at = ep.scraped_at, n = 1 }
+  end
+end
+
+local function creq_of(fc)
+  return tonumber(ffi.cast("uintptr_t", fc.r.creq))
+end
+
+-- --- what the core calls (core/flow.c, core/request.c) ---------------------
+
+local ops = {}
+
+function ops.hosted(on)
+  hosted = on
+end
+
+--- The next request whose scheduling is final, as the C pointer's number.
+function ops.next(sweep)
+  local t = now()
+  if sweep then
+    expire(t)
+  end
+  local fc = pop_ready()
+  if fc then
+    fc.state = "evicted"
+    return creq_of(fc)
+  end
+  if queued_n == 0 or M.saturated() then
+    return nil
+  end
+  local band
+  for _, b in ipairs(order) do
+    if b.n > 0 then
+      band = b
+      break
+    end
+  end
+  local ok, f = policy(band.conf.fairness, "pick_flow", band, band.list)
+  if not (ok and type(f) == "table" and f.band == band and f.len and f.len > 0) then
+    f = band.list[1]
+  end
+  fc = f.heap[1]
+  take(fc)
+  band.dispatched = band.dispatched + 1
+  fc.state = "released"
+  return creq_of(fc)
+end
+
+--- The request ends: out of the queue at once, out of the in-flight counts.
+ops["end"] = function(r)
+  local fc = r.fc
+  if not fc then
+    return
+  end
+  if fc.state == "queued" then
+    take(fc)
+    fc.band.cancelled = fc.band.cancelled + 1
+  elseif fc.state == "ready" then -- pop_ready skips it
+    fc.state = "ended"
+  elseif fc.ep then
+    local n = (inflight[fc.ep] or 1) - 1
+    inflight[fc.ep] = n > 0 and n or nil
+  end
+  fc.state, fc.r = "ended", nil
+end
+
+function ops.place(r)
+  local fc = r.fc
+  if not fc then
+    return false, 0, "", 0
+  end
+  local queued = fc.state == "queued"
+  return queued, fc.priority, fc.flow, queued and now() - fc.enqueued_at or fc.waited
+end
+
+function ops.drain(message)
+  local all = {}
+  for _, band in ipairs(order) do
+    for _, f in ipairs(band.list) do
+      for _, fc in ipairs(f.heap) do
+        all[#all + 1] = fc
+      end
+    end
+  end
+  table.sort(all, function(a, b) return a.seq < b.seq end)
+  for _, fc in ipairs(all) do
+    evict(fc, SHED, message)
+  end
+  return #all
+end
+
+local function name_of(rec)
+  return rec and rec.name or nil
+end
+
+function ops.list()
+  if not conf and #order == 0 then
+    return nil
+  end
+  local out = {}
+  for _, b in ipairs(order) do
+    local c = b.conf or {}
+    out[#out + 1] = { priority = b.priority, queued = b.n, bytes = b.bytes,
+      dispatched = b.dispatched, ttl = b.ttl, full = b.full, shed = b.shed,
+      cancelled = b.cancelled, max_requests = c.max_requests, max_bytes = c.max_bytes,
+      fairness = name_of(c.fairness), ordering = name_of(c.ordering) }
+    for _, f in ipairs(b.list) do
+      out[#out + 1] = { priority = b.priority, flow = f.id, queued = f.len, bytes = f.bytes }
+    end
+  end
+  return out, M.saturated()
+end
+
+function M.hook(op, ...)
+  return ops[op](...)
+end
+
+--- A new generation swapped in: its limits and policies from now on, for
+--- the requests already waiting too (their heaps are rebuilt when the
+--- ordering changed).  Without flow control in it, what waits is let go.
+function M.configure(gen)
+  conf = gen.flow
+  for _, band in ipairs(order) do
+    local old = band.conf and band.conf.ordering
+    band.conf = conf_for(band.priority) or band.conf
+    if band.conf.ordering ~= old then
+      for _, f in ipairs(band.list) do
+        local h = f.heap
+        for i = math.floor(#h / 2), 1, -1 do
+          down(band, h, i)
+        end
+      end
+    end
+  end
+end
+
+--- For specs: the controller's counters.
+function M.state()
+  return { queued = queued_n, bytes = queued_bytes, inflight = inflight, bands = #order,
+    ready = ready_tail - ready_head + 1 }
+end
+
+return M

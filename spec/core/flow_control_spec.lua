@@ -1,0 +1,494 @@
+-- Flow control (lua/lupin/flow.lua, core/flow.c): requests wait between
+-- admission and scheduling while the pool is saturated and leave by band,
+-- fairness and ordering; every way out answers once and runs finish once.
+local S = require "support"
+
+local dir
+setup(function()
+  dir = S.tmpdir()
+  -- counts finish per outcome, in the runtime's own state
+  S.write(dir .. "/finish-count.lua", [[
+local counts = {}
+return {
+  type = "finish-count",
+  finish = function(_, ctx, outcome)
+    if outcome ~= "dry_run" then counts[outcome] = (counts[outcome] or 0) + 1 end
+  end,
+  counts = counts,
+}
+]])
+  -- a fairness policy written against the queue API: always the flow with
+  -- the longest queue (what a spec author would write)
+  S.write(dir .. "/longest-queue-fairness.lua", [[
+return {
+  type = "longest-queue-fairness",
+  pick_flow = function(_, band, flows)
+    local best = flows[1]
+    for _, f in ipairs(flows) do
+      if f.len > best.len then best = f end
+    end
+    return best
+  end,
+}
+]])
+  S.write(dir .. "/broken-fairness.lua", [[
+return { type = "broken-fairness", pick_flow = function() error("broken on purpose") end }
+]])
+end)
+
+-- One endpoint taking one request at a time (concurrency-detector), so
+-- the second request waits.
+local function config(fc, extra)
+  local c = {
+    plugins = {
+      { type = "queue-scorer" }, { type = "max-score-picker" }, { type = "finish-count" },
+      { type = "concurrency-detector", parameters = { maxConcurrency = 1 } },
+      { type = "round-robin-fairness-policy" }, { type = "edf-ordering-policy" },
+      { type = "longest-queue-fairness" }, { type = "broken-fairness" },
+    },
+    schedulingProfiles = { { name = "default", plugins = {
+      { pluginRef = "queue-scorer" }, { pluginRef = "max-score-picker" } } } },
+    saturationDetector = { pluginRef = "concurrency-detector" },
+    flowControl = fc or {},
+  }
+  for k, v in pairs(extra or {}) do
+    c[k] = v
+  end
+  return c
+end
+
+-- A runtime with one endpoint and a dispatch callback recording results.
+local function setup_rt(fc, extra)
+  local rt = S.loaded(config(fc, extra), { plugin_dirs = { S.FIXTURES, dir } })
+  S.endpoints(rt, 1)
+  local got = {}
+  rt:set_dispatch(function(id, res)
+    got[#got + 1] = { id = id, status = res.status, outcome = res.outcome, message = res.message,
+      picks = res.picks }
+  end)
+  return rt, got
+end
+
+local function begin(rt, id, headers, body)
+  return assert(rt:begin({ id = id, path = "/v1/completions", headers = headers,
+    body = body or '{"model":"m","prompt":"hello"}' }))
+end
+
+local function counts(rt)
+  return S.eval(rt, "return require('lupin.runtime').current.by_name['finish-count'].obj.counts")
+end
+
+local function ids(got)
+  local out = {}
+  for i, g in ipairs(got) do
+    out[i] = g.id
+  end
+  return table.concat(out, " ")
+end
+
+describe("flow control", function()
+  it("is off without a flowControl section: a request is scheduled at once", function()
+    local c = config()
+    c.flowControl, c.saturationDetector = nil, nil
+    local rt = S.loaded(c, { plugin_dirs = { S.FIXTURES, dir } })
+    S.endpoints(rt, 1)
+    rt:set_dispatch(function() error("no dispatch expected") end)
+    local a, b = begin(rt, "a"), begin(rt, "b")
+    assert.equal(200, a:schedule().status)
+    assert.equal(200, b:schedule().status) -- nothing held, though the endpoint is busy
+    assert.is_nil(rt:flows())
+    a:finish("ok")
+    b:finish("ok")
+  end)
+
+  it("holds nothing without a dispatch callback", function()
+    local rt = S.loaded(config(), { plugin_dirs = { S.FIXTURES, dir } })
+    S.endpoints(rt, 1)
+    local a, b = begin(rt, "a"), begin(rt, "b")
+    assert.equal(200, a:schedule().status)
+    assert.equal(200, b:schedule().status)
+    a:finish("ok")
+    b:finish("ok")
+  end)
+
+  it("queues while saturated and dispatches on the end of a request", function()
+    local rt, got = setup_rt()
+    local a, b = begin(rt, "a"), begin(rt, "b")
+    assert.equal(200, a:schedule().status)
+    local res = b:schedule()
+    assert.equal(0, res.status) -- LUPIN_QUEUED
+    assert.is_true(b:flow().queued)
+    assert.equal(0, b:schedule().status) -- asking again changes nothing
+    assert.equal(0, #got)
+    a:finish("ok")
+    assert.equal("b", ids(got))
+    assert.equal(200, got[1].status)
+    assert.equal("ep1", got[1].picks[1].name)
+    assert.is_false(b:flow().queued)
+    assert.equal(200, b:schedule().status) -- the same answer, read again
+    b:finish("ok")
+    assert.same({ ok = 2 }, counts(rt))
+  end)
+
+  it("dispatches on a metrics update and on a tick once the gate opens", function()
+    local rt, got = setup_rt({}, { plugins = {
+      { type = "queue-scorer" }, { type = "max-score-picker" }, { type = "finish-count" },
+      { type = "utilization-detector", parameters = { queueDepthThreshold = 1,
+        metricsStalenessThreshold = "1h" } } },
+      saturationDetector = { pluginRef = "utilization-detector" } })
+    rt:set_metrics("ep1", { waiting_queue_size = 5, kv_cache_usage = 0.1 })
+    local a = begin(rt, "a")
+    assert.equal(0, a:schedule().status)
+    rt:tick()
+    assert.equal(0, #got) -- still saturated
+    rt:set_metrics("ep1", { waiting_queue_size = 0, kv_cache_usage = 0.1 })
+    assert.equal("a", ids(got))
+    -- sent since the scrape counts as waiting: the next waits for a scrape
+    local b, c = begin(rt, "b"), begin(rt, "c")
+    assert.equal(200, b:schedule().status)
+    assert.equal(0, c:schedule().status)
+    rt:tick()
+    assert.equal("a", ids(got))
+    rt:set_metrics("ep1", { waiting_queue_size = 0, kv_cache_usage = 0.1 })
+    assert.equal("a c", ids(got))
+    for _, r in ipairs({ a, b, c }) do
+      r:finish("ok")
+    end
+  end)
+
+  it("serves bands by priority, objectives naming them", function()
+    local rt, got = setup_rt({}, { objectives = { { name = "critical", priority = 10 },
+      { name = "batch", priority = -1 } } })
+    local first = begin(rt, "first")
+    assert.equal(200, first:schedule().status)
+    local low = begin(rt, "low", { ["x-gateway-inference-objective"] = "batch" })
+    local mid = begin(rt, "mid")
+    local high = begin(rt, "high", { ["x-gateway-inference-objective"] = "critical" })
+    for _, r in ipairs({ low, mid, high }) do
+      assert.equal(0, r:schedule().status)
+    end
+    assert.equal(10, high:flow().priority)
+    assert.equal(-1, low:flow().priority)
+    first:finish("ok")
+    assert.equal("high", ids(got))
+    high:finish("ok")
+    mid:finish("ok")
+    low:finish("ok")
+    assert.equal("high mid low", ids(got))
+    local flows = rt:flows()
+    assert.equal(10, flows[1].priority)
+    assert.equal(1, flows[1].dispatched)
+  end)
+
+  it("round-robin serves flows in turn; global-strict serves the oldest", function()
+    for _, case in ipairs({ { "round-robin-fairness-policy", "a1 b1 a2 b2 a3" },
+      { "global-strict-fairness-policy", "a1 a2 a3 b1 b2" } }) do
+      local rt, got = setup_rt({ defaultPriorityBand = { fairnessPolicyRef = case[1] } })
+      local first = begin(rt, "first")
+      assert.equal(200, first:schedule().status)
+      local reqs = {}
+      for _, id in ipairs({ "a1", "a2", "a3", "b1", "b2" }) do
+        local r = begin(rt, id, { ["x-gateway-inference-fairness-id"] = id:sub(1, 1) })
+        assert.equal(0, r:schedule().status)
+        reqs[id] = r
+      end
+      first:finish("ok")
+      while #got < 5 do
+        reqs[got[#got].id]:finish("ok")
+      end
+      reqs[got[#got].id]:finish("ok")
+      assert.equal(case[2], ids(got), case[1])
+    end
+  end)
+
+  it("edf serves the earliest deadline first; fcfs the first come", function()
+    for _, case in ipairs({ { "edf-ordering-policy", "short long none" },
+      { "fcfs-ordering-policy", "none long short" } }) do
+      local rt, got = setup_rt({ defaultPriorityBand = { orderingPolicyRef = case[1] } })
+      local first = begin(rt, "first")
+      assert.equal(200, first:schedule().status)
+      local reqs = {}
+      for _, x in ipairs({ { "none" }, { "long", "60s" }, { "short", "30" } }) do
+        reqs[x[1]] = begin(rt, x[1], { ["x-lupin-request-ttl"] = x[2] })
+        assert.equal(0, reqs[x[1]]:schedule().status)
+      end
+      first:finish("ok")
+      while #got < 3 do
+        reqs[got[#got].id]:finish("ok")
+      end
+      reqs[got[#got].id]:finish("ok")
+      assert.equal(case[2], ids(got), case[1])
+    end
+  end)
+
+  it("runs a fairness policy written in Lua against the queue API", function()
+    local rt, got = setup_rt({ defaultPriorityBand = { fairnessPolicyRef = "longest-queue-fairness" } })
+    local first = begin(rt, "first")
+    assert.equal(200, first:schedule().status)
+    local reqs = {}
+    for _, id in ipairs({ "a1", "b1", "b2", "b3" }) do
+      reqs[id] = begin(rt, id, { ["x-gateway-inference-fairness-id"] = id:sub(1, 1) })
+      reqs[id]:schedule()
+    end
+    first:finish("ok")
+    assert.equal("b1", ids(got))
+    for _, r in pairs(reqs) do
+      r:finish("ok")
+    end
+  end)
+
+  it("falls back to the first flow when a policy fails, and logs it", function()
+    local rt, got = setup_rt({ defaultPriorityBand = { fairnessPolicyRef = "broken-fairness" } })
+    local first = begin(rt, "first")
+    first:schedule()
+    local b = begin(rt, "b", { ["x-gateway-inference-fairness-id"] = "z" })
+    b:schedule()
+    first:finish("ok")
+    assert.equal("b", ids(got))
+    local logs = table.concat((function()
+      local out = {}
+      for _, l in ipairs(rt:logs()) do
+        out[#out + 1] = l[2]
+      end
+      return out
+    end)(), "\n")
+    assert.matches("broken on purpose", logs, 1, true)
+    b:finish("ok")
+  end)
+
+  it("answers 503 queue_ttl past the TTL (429 when sheddable), finish once", function()
+    local rt, got = setup_rt({ defaultRequestTTL = "1ms" })
+    local first = begin(rt, "first")
+    first:schedule()
+    local a = begin(rt, "a")
+    local s = begin(rt, "s", { ["x-gateway-inference-objective"] = "-1" })
+    assert.equal(0, a:schedule().status)
+    assert.equal(0, s:schedule().status)
+    os.execute("sleep 0.01")
+    rt:tick()
+    assert.equal("a s", ids(got))
+    assert.equal(503, got[1].status)
+    assert.equal("queue_ttl", got[1].outcome)
+    assert.matches("past its TTL", got[1].message)
+    assert.equal(429, got[2].status)
+    a:finish("ok") -- the host's outcome: the queue's wins
+    s:finish("ok")
+    first:finish("ok")
+    assert.same({ ok = 1, queue_ttl = 2 }, counts(rt))
+    assert.equal(2, rt:flows()[1].ttl + rt:flows()[2].ttl)
+  end)
+
+  it("hands over every one of many evicted requests, in order", function()
+    local rt, got = setup_rt({ defaultRequestTTL = "1ms" })
+    local first = begin(rt, "first")
+    first:schedule()
+    local reqs = {}
+    for i = 1, 100 do
+      reqs[i] = begin(rt, "r" .. i)
+      assert.equal(0, reqs[i]:schedule().status)
+    end
+    reqs[50]:finish("cancelled") -- gone before its eviction is handed over
+    os.execute("sleep 0.01")
+    rt:tick()
+    assert.equal(99, #got)
+    for i, g in ipairs(got) do
+      assert.equal("r" .. (i < 50 and i or i + 1), g.id)
+      assert.equal("queue_ttl", g.outcome)
+    end
+    -- and again, with the list emptied in between
+    local more = { begin(rt, "m1"), begin(rt, "m2") }
+    more[1]:schedule()
+    more[2]:schedule()
+    os.execute("sleep 0.01")
+    rt:tick()
+    assert.equal(101, #got)
+    for i, r in ipairs(reqs) do
+      if i ~= 50 then
+        r:finish("ok")
+      end
+    end
+    more[1]:finish("ok")
+    more[2]:finish("ok")
+    first:finish("ok")
+    assert.same({ ok = 1, cancelled = 1, queue_ttl = 101 }, counts(rt))
+    assert.equal(0, rt:stats().live_requests)
+  end)
+
+  it("hands over an eviction whose request ended before the pump: skipped", function()
+    local rt, got = setup_rt({ maxRequests = 1 })
+    local first = begin(rt, "first")
+    first:schedule()
+    local s1 = begin(rt, "s1", { ["x-gateway-inference-objective"] = "-5" })
+    s1:schedule()
+    local hi = begin(rt, "hi")
+    hi:schedule() -- sheds s1, handed over on the next pump
+    s1:finish("cancelled")
+    rt:tick()
+    assert.equal(0, #got)
+    first:finish("ok")
+    assert.equal("hi", ids(got))
+    hi:finish("ok")
+  end)
+
+  it("answers queue_full at once when a band or the whole queue is full", function()
+    local rt = setup_rt({ maxRequests = 2, defaultPriorityBand = { maxBytes = "1Ki" } })
+    local first = begin(rt, "first")
+    first:schedule()
+    local big = begin(rt, "big", nil, '{"model":"m","prompt":"' .. ("x"):rep(2000) .. '"}')
+    local res = big:schedule()
+    assert.equal(503, res.status)
+    assert.equal("queue_full", res.outcome)
+    assert.matches("queue is full for priority 0", res.message)
+    local a, b, c = begin(rt, "a"), begin(rt, "b"), begin(rt, "c")
+    assert.equal(0, a:schedule().status)
+    assert.equal(0, b:schedule().status)
+    res = c:schedule()
+    assert.equal("queue_full", res.outcome)
+    for _, r in ipairs({ first, big, a, b, c }) do
+      r:finish("ok")
+    end
+    local n = counts(rt)
+    assert.equal(2, n.queue_full)
+    assert.equal(2, rt:flows()[1].full)
+  end)
+
+  it("sheds the newest sheddable request for a higher priority when full", function()
+    local rt, got = setup_rt({ maxRequests = 2 })
+    local first = begin(rt, "first")
+    first:schedule()
+    local s1 = begin(rt, "s1", { ["x-gateway-inference-objective"] = "-5" })
+    local s2 = begin(rt, "s2", { ["x-gateway-inference-objective"] = "-5" })
+    s1:schedule()
+    s2:schedule()
+    local hi = begin(rt, "hi")
+    assert.equal(0, hi:schedule().status)
+    assert.equal(0, #got) -- handed over on the next pump, never inside schedule
+    rt:tick()
+    assert.equal("s2", ids(got))
+    assert.equal(429, got[1].status)
+    assert.equal("shed", got[1].outcome)
+    -- a sheddable request finds no one lower to shed: full
+    local s3 = begin(rt, "s3", { ["x-gateway-inference-objective"] = "-5" })
+    assert.equal("queue_full", s3:schedule().outcome)
+    for _, r in ipairs({ first, s1, s2, hi, s3 }) do
+      r:finish("ok")
+    end
+    assert.same({ ok = 3, shed = 1, queue_full = 1 }, counts(rt))
+  end)
+
+  it("removes a cancelled request from the queue at once, finish cancelled", function()
+    local rt, got = setup_rt()
+    local first = begin(rt, "first")
+    first:schedule()
+    local a, b = begin(rt, "a"), begin(rt, "b")
+    a:schedule()
+    b:schedule()
+    assert.equal(2, rt:flows()[1].queued)
+    a:finish("cancelled")
+    assert.equal(1, rt:flows()[1].queued)
+    assert.equal(1, rt:flows()[1].cancelled)
+    first:finish("ok")
+    assert.equal("b", ids(got))
+    b:finish("ok")
+    assert.same({ ok = 2, cancelled = 1 }, counts(rt))
+  end)
+
+  it("drains: every queued request answered 503 shed with the message", function()
+    local rt, got = setup_rt()
+    local first = begin(rt, "first")
+    first:schedule()
+    local a, b = begin(rt, "a"), begin(rt, "b")
+    a:schedule()
+    b:schedule()
+    assert.equal(2, rt:flow_drain("shutting down"))
+    assert.equal("a b", ids(got))
+    assert.equal(503, got[1].status)
+    assert.equal("shutting down", got[1].message)
+    for _, r in ipairs({ first, a, b }) do
+      r:finish("ok")
+    end
+    assert.same({ ok = 1, shed = 2 }, counts(rt))
+  end)
+
+  it("lets a callback end the request it is given, and others begin", function()
+    local rt = S.loaded(config(), { plugin_dirs = { S.FIXTURES, dir } })
+    S.endpoints(rt, 1)
+    local reqs, order = {}, {}
+    rt:set_dispatch(function(id)
+      order[#order + 1] = id
+      reqs[id]:finish("ok") -- ends at once: the next one is dispatched after
+    end)
+    local first = begin(rt, "first")
+    first:schedule()
+    for _, id in ipairs({ "a", "b", "c" }) do
+      reqs[id] = begin(rt, id)
+      reqs[id]:schedule()
+    end
+    first:finish("ok")
+    assert.equal("a b c", table.concat(order, " "))
+    assert.same({ ok = 4 }, counts(rt))
+    assert.equal(0, rt:stats().live_requests)
+  end)
+
+  it("keeps queued requests on their generation over a reload", function()
+    local rt, got = setup_rt()
+    local first = begin(rt, "first")
+    first:schedule()
+    local a = begin(rt, "a")
+    a:schedule()
+    local c = config()
+    c.plugins[#c.plugins + 1] = { type = "random-picker", name = "other" }
+    assert(rt:load_string(S.json.encode(c), "spec2.json"))
+    local gens = {}
+    for _, g in ipairs(rt:generations()) do
+      gens[#gens + 1] = g.number .. ":" .. g.pinned
+    end
+    assert.equal("2:0 1:2", table.concat(gens, " "))
+    first:finish("ok")
+    assert.equal("a", ids(got))
+    assert.equal(200, got[1].status)
+    a:finish("ok")
+    assert.equal(1, #rt:generations())
+  end)
+
+  it("lets everything waiting go when a reload turns flow control off", function()
+    local rt, got = setup_rt()
+    local first = begin(rt, "first")
+    first:schedule()
+    local a = begin(rt, "a")
+    a:schedule()
+    local c = config()
+    c.flowControl, c.saturationDetector = nil, nil
+    assert(rt:load_string(S.json.encode(c), "off.json"))
+    rt:tick()
+    assert.equal("a", ids(got))
+    first:finish("ok")
+    a:finish("ok")
+  end)
+
+  it("shows the wait in the explain record, apart from scheduling's time", function()
+    local rt, got = setup_rt()
+    local first = begin(rt, "first")
+    first:schedule()
+    local a = assert(rt:begin({ id = "a", path = "/v1/completions", explain = true,
+      body = '{"model":"m","prompt":"hello"}' }))
+    assert.equal(0, a:schedule().status)
+    first:finish("ok")
+    assert.equal("a", ids(got))
+    local x = S.json.decode(a:explain("json"))
+    assert.equal(200, x.status)
+    assert.is_number(x.queue_wait_us)
+    assert.matches("after [%d.e+]+ us in the flow%-control queue", a:explain("text"))
+    a:finish("ok")
+  end)
+
+  it("ends queued requests as cancelled when the runtime is freed, no callback", function()
+    local rt, got = setup_rt()
+    local first = begin(rt, "first")
+    first:schedule()
+    local a = begin(rt, "a")
+    a:schedule()
+    rt:free()
+    assert.equal(0, #got)
+  end)
+end)

@@ -1,0 +1,233 @@
+-- Flow control through the real gateway and lupin-sim: a saturated pool
+-- holds requests on their connections and releases them as it frees, by
+-- fairness; a request that waits too long, a full queue, a client that
+-- leaves and a drain each get their answer.  One endpoint that takes one
+-- request at a time (concurrency-detector) makes "saturated" exact.
+local P = require "e2e.procs"
+local json = P.json
+
+local SLOW = "--model m --itl-ms 100 --default-max-tokens 8 --seed 1" -- ~0.8 s a request
+
+local function config(sim, fc, extra)
+  local cfg = {
+    plugins = { { type = "queue-scorer" }, { type = "max-score-picker" },
+      { type = "concurrency-detector", parameters = { maxConcurrency = 1 } },
+      { type = "round-robin-fairness-policy" } },
+    schedulingProfiles = { { name = "default", plugins = {
+      { pluginRef = "queue-scorer" }, { pluginRef = "max-score-picker" } } } },
+    saturationDetector = { pluginRef = "concurrency-detector" },
+    flowControl = fc or {},
+    endpoints = { { name = "e1", address = "127.0.0.1", port = sim.ports[1] } },
+  }
+  for k, v in pairs(extra or {}) do
+    cfg[k] = v
+  end
+  return cfg
+end
+
+-- A request in the background: curl as its own process.
+local function send(gw, id, headers, max_time)
+  local h = ""
+  for k, v in pairs(headers or {}) do
+    h = h .. (" -H %s"):format(P.quote(k .. ": " .. v))
+  end
+  local body = P.dir .. "/fc-" .. id .. ".json"
+  local out = P.dir .. "/fc-" .. id .. ".out"
+  local f = assert(io.open(body, "w"))
+  f:write(json.encode({ model = "m", prompt = "hello " .. id }))
+  f:close()
+  local p = P.start(("curl -sS -o %s -w '%%{http_code}' --max-time %s -H 'x-request-id: %s'"
+    .. " -H 'content-type: application/json'%s --data-binary @%s %s"):format(out,
+    max_time or 30, id, h, body, P.quote(gw.base .. "/v1/completions")))
+  p.body_file = out
+  return p
+end
+
+local function result(p)
+  P.wait(p)
+  local code = tonumber((P.read(p.out) or ""):match("%d+")) or 0
+  return code, P.read(p.body_file) or ""
+end
+
+local function flows(gw)
+  local _, _, body = P.get(gw.admin .. "/admin/flows")
+  return json.decode(body)
+end
+
+-- Polls /admin/flows until band priority holds n requests waiting.
+local function until_queued(gw, n, priority)
+  return P.poll(function()
+    for _, b in ipairs(flows(gw).bands) do
+      if b.priority == (priority or 0) and b.queued == n then
+        return b
+      end
+    end
+  end, n .. " queued")
+end
+
+-- Polls the admin's in-flight list until the request is at the endpoint.
+local function until_running(gw, id)
+  P.poll(function()
+    local _, _, body = P.get(gw.admin .. "/admin/requests")
+    for _, r in ipairs(json.decode(body).requests) do
+      if r.id == id and r.endpoint ~= "" then
+        return true
+      end
+    end
+  end, id .. " running")
+end
+
+-- The ids of the access log's lines, in order.
+local function log_order(gw)
+  local ids = {}
+  for line in (P.read(gw.out) or ""):gmatch("[^\n]+") do
+    local ok, rec = pcall(json.decode, line)
+    if ok and type(rec) == "table" and rec.id and rec.path then
+      ids[#ids + 1] = rec.id
+    end
+  end
+  return table.concat(ids, " ")
+end
+
+describe("flow control through lupin serve", function()
+  local sim
+  setup(function()
+    sim = P.sim(SLOW, 1)
+  end)
+  teardown(function()
+    P.stop(sim)
+  end)
+
+  it("holds a request while the endpoint is busy and sends it when it frees", function()
+    local gw = P.gateway(config(sim))
+    local a = send(gw, "a")
+    until_running(gw, "a")
+    local b = send(gw, "b")
+    local band = until_queued(gw, 1)
+    assert.equal("global-strict-fairness-policy", band.fairness)
+    assert.equal("fcfs-ordering-policy", band.ordering)
+    assert.is_true(flows(gw).saturated)
+    assert.equal(200, (result(a)))
+    local code, body = result(b)
+    assert.equal(200, code, body)
+    assert.equal("a b", log_order(gw))
+    assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="0",outcome="dispatched"}'))
+    assert.equal(1, P.metric(gw,
+      'inference_extension_flow_control_request_queue_duration_seconds_count{priority="0",outcome="dispatched"}'))
+    assert.equal(0, P.metric(gw, 'inference_extension_flow_control_queue_size{priority="0"}'))
+    P.stop(gw)
+  end)
+
+  it("answers 503 past the TTL and 429 for a sheddable request, with a message", function()
+    local gw = P.gateway(config(sim, { defaultRequestTTL = "100ms" }))
+    local a = send(gw, "a")
+    until_running(gw, "a")
+    local b = send(gw, "b")
+    local s = send(gw, "s", { ["x-gateway-inference-objective"] = "-1" })
+    local code, body = result(b)
+    assert.equal(503, code)
+    local err = json.decode(body).error
+    assert.matches("past its TTL of 0.1s", err.message, 1, true)
+    code, body = result(s)
+    assert.equal(429, code)
+    assert.matches("past its TTL", json.decode(body).error.message, 1, true)
+    assert.equal(200, (result(a)))
+    assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="0",outcome="queue_ttl"}'))
+    assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="-1",outcome="queue_ttl"}'))
+    assert.equal(2, P.metric(gw, 'lupin_request_outcomes_total{outcome="queue_ttl"}'))
+    P.stop(gw)
+  end)
+
+  it("answers queue_full at once when the band is full", function()
+    local gw = P.gateway(config(sim, { defaultPriorityBand = { maxRequests = 1 } }))
+    local a = send(gw, "a")
+    until_running(gw, "a")
+    local b = send(gw, "b")
+    until_queued(gw, 1)
+    local c = send(gw, "c")
+    local code, body = result(c)
+    assert.equal(503, code)
+    assert.matches("flow-control queue is full for priority 0", json.decode(body).error.message,
+      1, true)
+    assert.equal(200, (result(a)))
+    assert.equal(200, (result(b)))
+    assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="0",outcome="queue_full"}'))
+    P.stop(gw)
+  end)
+
+  it("serves tenants in turn with round-robin, in arrival order without it", function()
+    for _, case in ipairs({ { "round-robin-fairness-policy", "first a1 b1 a2 a3" },
+      { "global-strict-fairness-policy", "first a1 a2 a3 b1" } }) do
+      local gw = P.gateway(config(sim, { defaultPriorityBand = { fairnessPolicyRef = case[1] } }))
+      local procs = { send(gw, "first") }
+      until_running(gw, "first")
+      for i, id in ipairs({ "a1", "a2", "a3", "b1" }) do
+        procs[#procs + 1] = send(gw, id, { ["x-gateway-inference-fairness-id"] = id:sub(1, 1) })
+        until_queued(gw, i)
+      end
+      local f = flows(gw).bands[1].flows
+      assert.same({ { id = "a", queued = 3 }, { id = "b", queued = 1 } },
+        { { id = f[1].id, queued = f[1].queued }, { id = f[2].id, queued = f[2].queued } })
+      for _, p in ipairs(procs) do
+        assert.equal(200, (result(p)))
+      end
+      assert.equal(case[2], log_order(gw), case[1])
+      P.stop(gw)
+    end
+  end)
+
+  it("serves the higher band first", function()
+    local gw = P.gateway(config(sim, {}, { objectives = { { name = "gold", priority = 5 } } }))
+    local procs = { send(gw, "first") }
+    until_running(gw, "first")
+    procs[#procs + 1] = send(gw, "plain")
+    until_queued(gw, 1)
+    procs[#procs + 1] = send(gw, "gold", { ["x-gateway-inference-objective"] = "gold" })
+    until_queued(gw, 1, 5)
+    for _, p in ipairs(procs) do
+      assert.equal(200, (result(p)))
+    end
+    assert.equal("first gold plain", log_order(gw))
+    P.stop(gw)
+  end)
+
+  it("drops a queued request whose client leaves, at once", function()
+    local gw = P.gateway(config(sim))
+    local a = send(gw, "a")
+    until_running(gw, "a")
+    local b = send(gw, "b", nil, 0.3)
+    until_queued(gw, 1)
+    assert.is_not.equal(200, (result(b))) -- curl gave up
+    P.poll(function()
+      local band = flows(gw).bands[1]
+      return band.queued == 0 and band.evicted.cancelled == 1
+    end, "the queue to drop b")
+    assert.equal(200, (result(a)))
+    assert.matches('"id":"b".-"status":499.-"outcome":"cancelled"', P.read(gw.out))
+    P.stop(gw)
+  end)
+
+  it("answers the queue 503 on SIGTERM and finishes what runs", function()
+    local gw = P.gateway(config(sim))
+    local a = send(gw, "a")
+    until_running(gw, "a")
+    local b = send(gw, "b")
+    until_queued(gw, 1)
+    P.signal(gw, "TERM")
+    local code, body = result(b)
+    assert.equal(503, code)
+    assert.matches("shutting down", json.decode(body).error.message, 1, true)
+    assert.equal(200, (result(a)))
+    assert.equal(0, P.wait(gw))
+  end)
+
+  it("reports flow control off at /admin/flows without the section", function()
+    local cfg = config(sim)
+    cfg.flowControl, cfg.saturationDetector = nil, nil
+    local gw = P.gateway(cfg)
+    assert.same({ enabled = false, bands = {} }, flows(gw))
+    local _, _, text = P.get(gw.admin .. "/metrics")
+    assert.is_nil(text:find("flow_control", 1, true))
+    P.stop(gw)
+  end)
+end)
