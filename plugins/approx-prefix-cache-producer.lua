@@ -27,16 +27,6 @@ local function block_chars(self, endpoints)
   return self.block
 end
 
-local function record(self, ep, hashes)
-  if not ep then
-    return
-  end
-  if self.auto and ep.num_blocks > 0 then
-    self.index:set_capacity(ep.id, math.floor(ep.num_blocks))
-  end
-  self.index:record(ep.id, hashes)
-end
-
 ---@type lupin.Plugin
 return {
   type = "approx-prefix-cache-producer",
@@ -91,9 +81,6 @@ return {
     if not st.hashes or st.hashes.n == 0 then
       return
     end
-    local primary = result.profiles[result.primary]
-    record(self, primary and primary.endpoints[1], st.hashes)
-    local prefill = result.primary ~= "prefill" and result.profiles.prefill
-    record(self, prefill and prefill.endpoints[1], st.hashes)
+    prefix.record_result(self.index, result, st.hashes, self.auto)
   end,
 }

@@ -53,6 +53,30 @@ end
 local Index = {}
 Index.__index = Index
 
+local function record_on(index, ep, h, auto)
+  if ep then
+    if auto and ep.num_blocks > 0 then
+      index:set_capacity(ep.id, math.floor(ep.num_blocks))
+    end
+    index:record(ep.id, h)
+  end
+end
+
+--- Records the blocks of h on the endpoints a scheduling result sends the
+--- request to: the primary profile's pick and, in P/D serving, the prefill
+--- profile's pick (its prompt is prefilled there too).  auto: capacities
+--- follow the endpoints' reported cache size (num_blocks).
+---@param index lupin.PrefixIndex
+---@param result lupin.Result
+---@param h lupin.Hashes
+---@param auto boolean
+function M.record_result(index, result, h, auto)
+  local primary = result.profiles[result.primary]
+  local prefill = result.primary ~= "prefill" and result.profiles.prefill
+  record_on(index, primary and primary.endpoints[1], h, auto)
+  record_on(index, prefill and prefill.endpoints[1], h, auto)
+end
+
 --- A new prefix index; entries per endpoint are capped at capacity (LRU).
 --- Removing an endpoint from the pool purges its entries.
 ---@param capacity integer default capacity per endpoint, in blocks

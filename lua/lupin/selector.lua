@@ -63,4 +63,31 @@ function M.compile(sel)
   end
 end
 
+-- The label-selector filter's parts (llm-d's by-label-selector and
+-- label-selector-filter are the same filter under two names).
+
+M.SCHEMA = {
+  matchLabels = { type = "object", default = {}, description = "label -> value, all equal" },
+  matchExpressions = { type = "array", items = "object", default = {},
+    description = "{key, operator, values}, all true" },
+}
+
+function M.new(params)
+  local match, err = M.compile(params)
+  if not match then
+    error(err, 0)
+  end
+  return { match = match }
+end
+
+function M.filter(self, _, endpoints)
+  local kept = {}
+  for _, ep in ipairs(endpoints) do
+    if self.match(ep.labels) then
+      kept[#kept + 1] = ep
+    end
+  end
+  return kept
+end
+
 return M
