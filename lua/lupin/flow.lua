@@ -25,6 +25,7 @@
 --   detector:  saturated(self, endpoints, load) -> saturated[, level 0..1]
 --              load.inflight(ep): requests this runtime has in flight there,
 --              load.since_scrape(ep): of those, sent since its last scrape
+local config = require "lupin.config"
 local capi = require "lupin.capi"
 local ffi = require "ffi"
 local log = require "lupin.log"
@@ -308,16 +309,7 @@ local function header_ttl(v)
   if n then
     return n >= 0 and n or nil -- seconds
   end
-  local total, rest = 0, v
-  local units = { ms = 1e-3, s = 1, m = 60, h = 3600 }
-  while rest ~= "" do
-    local num, unit, tail = rest:match("^(%d*%.?%d+)(%a+)(.*)$")
-    if not num or not units[unit] then
-      return nil
-    end
-    total, rest = total + tonumber(num) * units[unit], tail
-  end
-  return total
+  return config.duration(v) -- "500ms", "5s", "1m30s"
 end
 
 --- The request's priority: its objective's (x-gateway-inference-objective
