@@ -95,11 +95,16 @@ cat <<MSG
   shared-prefix workload.  Ctrl-C stops everything.
 MSG
 
-# Whichever ends first ends the run; say which and why.
+# Whichever ends first ends the run; say which and why.  Both exit 0 only
+# when told to stop (Ctrl-C reaches the whole process group, and they may
+# stop before this shell runs its trap): that is a stop, not a failure.
 wait -n "${!names[@]}"
 status=$?
 for p in "${!names[@]}"; do
   if ! kill -0 "$p" 2>/dev/null; then
-    fail "${names[$p]} exited (status $status); stopping the other"
+    case $status in
+    0 | 130 | 143) echo "make run: ${names[$p]} was stopped; stopping the other"; exit 130 ;;
+    *) fail "${names[$p]} exited (status $status); stopping the other" ;;
+    esac
   fi
 done

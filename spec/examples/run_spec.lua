@@ -134,6 +134,17 @@ describe("make run (examples/run.sh)", function()
     assert.is_nil(sim_pid(p))
   end)
 
+  it("takes a process stopped by a signal for a stop, not a failure", function()
+    -- Ctrl-C reaches the simulator and the gateway too; one may end first
+    local p, proc = running()
+    os.execute("kill -INT " .. assert(sim_pid(p)))
+    assert.equal(130, P.wait(proc))
+    local out = output(proc)
+    assert.truthy(out:find("lupin-sim was stopped; stopping the other", 1, true), out)
+    assert.falsy(out:find("exited (status", 1, true), out)
+    assert.truthy(free(p.port) and free(p.admin))
+  end)
+
   it("says which process died later, stops the other, and exits 1", function()
     local p, proc = running()
     local pid = assert(sim_pid(p), "no lupin-sim on port " .. p.sim)
