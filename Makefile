@@ -16,7 +16,7 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
             lua-busted lua-check lua-yaml libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
             python3 procps libutf8proc-dev clang libclang-rt-dev prometheus
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
-BENCH_PKGS = nginx gnuplot-nox
+BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox
 
 CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/endpoint.c core/flow.c core/generation.c core/host.c \
             core/prefix_index.c core/request.c core/runtime.c
