@@ -7,4 +7,4 @@ exclude_files = { "spec/fixtures/plugins/test-broken-syntax.lua" }
 files["bench/gateway/post.lua"] = { globals = { "wrk", "init", "delay", "done", "request", "response" } }
 files["bench/gateway/failover.lua"] = { globals = { "wrk", "init", "request" } }
 -- the OpenResty peer runs in lua-nginx-module
-files["bench/openresty/peer.lua"] = { read_globals = { "ngx" } }
+files["bench/openresty/peer.lua"] = { globals = { "ngx" } }
