@@ -102,6 +102,9 @@ echo
 echo "lupin: serve --config examples/configs/epp-default.yaml; peer: bench/openresty/peer.lua in nginx"
 echo "1.22 + lua-nginx-module; nginx: proxy_pass round-robin.  One worker each; sums over $REPS interleaved"
 echo "${DURATION} s runs; CPU = the proxy's user+system time; non-2xx or socket errors: $bad_total"
+curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '
+  /^lupin_scheduling_seconds_sum/ { s = $2 } /^lupin_scheduling_seconds_count/ { c = $2 }
+  END { if (c > 0) printf "lupin_scheduling_seconds: %.1f µs mean over %d requests\n", s / c * 1e6, c }'
 
 if [ "$PERF" = 1 ]; then
   for target in lupin peer nginx; do
