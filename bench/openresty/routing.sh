@@ -7,6 +7,8 @@
 # question of every group first).  Prints per target: requests per endpoint,
 # the simulators' prefix-cache hit rate, and how concentrated the groups are
 # (the share of a group's requests on its most used endpoint, mean over groups).
+# Fails when a request fails or the peer's hit rate or concentration falls
+# more than 5 points below lupin's (ties are broken at random in both).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NGROUPS=${NGROUPS:-8}; QUESTIONS=${QUESTIONS:-10}; CONCURRENCY=${CONCURRENCY:-8}
@@ -48,6 +50,7 @@ counter() { # a counter summed over the endpoints
 
 requests >"$WORK/requests"
 bad=0
+declare -A RATE CONC
 printf '%-8s %-20s %-9s %s\n' target "requests/endpoint" "hit rate" "group concentration"
 for target in lupin peer; do
   start_sim 1
@@ -63,9 +66,13 @@ for target in lupin peer; do
       for (k in n) { split(k, a, " "); if (n[k] > m[a[1]]) m[a[1]] = n[k] }
       for (g in t) s += m[g] / t[g]; printf "%.0f%%", 100 * s / length(t) }' "$WORK/$target.results")
   bad=$((bad + $(awk '$3 != 200' "$WORK/$target.results" | wc -l)))
-  printf '%-8s %-20s %-9s %s\n' "$target" "$per" \
-    "$(awk -v h="$h" -v q="$q" 'BEGIN { printf "%.1f%%", q ? 100 * h / q : 0 }')" "$conc"
+  rate=$(awk -v h="$h" -v q="$q" 'BEGIN { printf "%.1f", q ? 100 * h / q : 0 }')
+  printf '%-8s %-20s %-9s %s\n' "$target" "$per" "$rate%" "$conc"
+  RATE[$target]=$rate; CONC[$target]=${conc%\%}
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   PIDS=(); LUPIN_PID=""
 done
 [ "$bad" = 0 ] || { echo "routing check: $bad requests failed" >&2; exit 1; }
+awk -v a="${RATE[lupin]}" -v b="${RATE[peer]}" -v c="${CONC[lupin]}" -v d="${CONC[peer]}" \
+  'BEGIN { exit !(b >= a - 5 && d >= c - 5) }' ||
+  { echo "routing check: the peer does not route like lupin" >&2; exit 1; }
