@@ -16,7 +16,7 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
             lua-busted lua-check lua-yaml libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
             python3 procps libutf8proc-dev clang libclang-rt-dev prometheus
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
-BENCH_PKGS = nginx gnuplot-nox
+BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox
 
 CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/endpoint.c core/flow.c core/generation.c core/host.c \
             core/prefix_index.c core/request.c core/runtime.c
@@ -183,7 +183,7 @@ bench: all bench-deps
 	@bash bench/summary.sh $(B)/bench.log
 	@exit $$(cat $(B)/bench.status)
 
-bench-all: bench-lifecycle bench-prefix bench-core bench-soak bench-gateway bench-soak-gateway \
+bench-all: bench-lifecycle bench-prefix bench-core bench-soak bench-gateway bench-openresty bench-soak-gateway \
            bench-routing bench-reload bench-flow
 
 bench-lifecycle: all
@@ -221,6 +221,11 @@ bench-gateway: bench-deps $(B)/lupin $(B)/lupin-sim
 	B=$(B) bash bench/gateway/run.sh
 
 # lupin serve under wrk for SOAK_SECONDS (600): RSS and Lua heap every 10 s.
+# lupin serve (epp-default.yaml) against the OpenResty peer doing the same
+# routing and plain nginx, per CPU second (bench/openresty/run.sh; ~5 min).
+bench-openresty: bench-deps $(B)/lupin $(B)/lupin-sim
+	B=$(B) bash bench/openresty/run.sh
+
 bench-soak-gateway: bench-deps $(B)/lupin $(B)/lupin-sim
 	B=$(B) bash bench/gateway/soak.sh
 
@@ -272,11 +277,11 @@ clean:
 	rm -rf build build-asan build-fuzz
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-fresh | lint | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | bench-reload | bench-flow | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-fresh | lint | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-openresty | bench-soak-gateway | bench-routing | bench-reload | bench-flow | install PREFIX=... | clean"
 
 .PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan test-fresh lint bench bench-core bench-prefix \
 
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-soak-gateway | bench-routing | bench-reload | bench-flow | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-openresty | bench-soak-gateway | bench-routing | bench-reload | bench-flow | install PREFIX=... | clean"
 
 .PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan lint fuzz fuzz-replay bench bench-core bench-prefix \
-        bench-soak bench-gateway bench-soak-gateway bench-routing bench-reload bench-flow install clean help
+        bench-soak bench-gateway bench-openresty bench-soak-gateway bench-routing bench-reload bench-flow install clean help

@@ -38,6 +38,12 @@ awk -F'|' '/^\| (plain|stream) \| (full|half)/ { gsub(/^ +| +$/, "", $2); gsub(/
   printf "| gateway (bench-gateway) | %s, %s load | lupin %s req/s, nginx %s req/s, floor %s req/s; lupin/nginx %s |\n",
     $2, $3, $11 + 0, $7 + 0, $4 + 0, $15 + 0 }' "$log"
 
+# bench-openresty: "| plain | lupin | req/s | CPU | req per CPU-s | ..." per target
+awk -F'|' '/^\| (plain|stream) \| (lupin|peer|nginx) \|/ { gsub(/ /, "", $2); gsub(/ /, "", $3); e[$2, $3] = $6 + 0 }
+  END { for (m = 1; m <= 2; m++) { k = m == 1 ? "plain" : "stream"; if (!((k, "lupin") in e)) continue
+    printf "| OpenResty peer (bench-openresty) | %s, req per CPU-s | lupin %d, peer %d, nginx %d; lupin/peer %.2f |\n",
+      k, e[k, "lupin"], e[k, "peer"], e[k, "nginx"], e[k, "peer"] ? e[k, "lupin"] / e[k, "peer"] : 0 } }' "$log"
+
 v=$(grep -m1 -E 'first vs last third after' "$log")
 row "gateway soak" "RSS and Lua heap after warm-up" "$v"
 v=$(grep -m1 -E '^after a full collection' "$log" | sed 's/^after a full collection (POST \/admin\/leaks): //')

@@ -70,11 +70,11 @@ start_sim() {
   printf ']\n' >>"$WORK/endpoints.json"
 }
 
-# start_lupin CPU: lupin serve, default config, on LUPIN_PORT (admin ADMIN_PORT).
+# start_lupin CPU: lupin serve, LUPIN_CONFIG (default.json), on LUPIN_PORT (admin ADMIN_PORT).
 # --log-level warn: no access-log line per request (nginx runs with access_log off).
 start_lupin() {
   LUPIN_PORT=$(free_ports 1); ADMIN_PORT=$(free_ports 1)
-  LUPIN_HOME=$PWD taskset -c "$1" "$B/lupin" serve --config examples/configs/default.json \
+  LUPIN_HOME=$PWD taskset -c "$1" "$B/lupin" serve --config "${LUPIN_CONFIG:-examples/configs/default.json}" \
     --endpoints "$WORK/endpoints.json" --listen "127.0.0.1:$LUPIN_PORT" \
     --admin "127.0.0.1:$ADMIN_PORT" --log-level warn >"$WORK/lupin.log" 2>&1 &
   LUPIN_PID=$!; PIDS+=("$LUPIN_PID")
