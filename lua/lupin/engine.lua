@@ -11,6 +11,7 @@ local log = require "lupin.log"
 local openai = require "lupin.openai"
 local pool = require "lupin.pool"
 local traceback = require "lupin.traceback"
+local new_table = require "table.new"
 
 local M = {}
 
@@ -111,7 +112,9 @@ local function call(r, rec, point, profile, x, y)
   local c = ctx.of(r, rec)
   if rawget(c, "profile") ~= profile then
     rawset(c, "profile", profile)
-    rawset(c, "cycle", nil)
+    if rawget(c, "cycle") ~= nil then -- (a nil store would still add the key)
+      rawset(c, "cycle", nil)
+    end
   end
   local st = rec.stats[point]
   local t0 = now()
@@ -306,7 +309,7 @@ local function run_profile(r, prof, eps)
     end
   end
   local n = #eps
-  local total = {}
+  local total = new_table(n, 0)
   for i = 1, n do
     total[i] = 0
   end
@@ -364,9 +367,12 @@ local function run_profile(r, prof, eps)
   return { endpoints = picks, scores = total, candidates = eps }
 end
 
+-- the list of no profile: read, never written, so one serves every request
+local NONE = {}
+
 local function profile_list(gen, v)
-  if v == nil then
-    return {}
+  if v == nil or (type(v) == "table" and next(v) == nil) then
+    return NONE
   elseif type(v) ~= "table" then
     return nil, ("pick_profiles must return a list of profile names, got %s"):format(type(v))
   end

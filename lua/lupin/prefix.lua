@@ -7,6 +7,7 @@
 ---   local matches = index:match(h)    -- { [ep.id] = matched blocks }
 local ffi = require "ffi"
 local capi = require "lupin.capi"
+local new_table = require "table.new"
 
 ---@class lupin.prefix
 local M = {}
@@ -114,12 +115,12 @@ function Index:match(h)
     self.ids = ffi.new("uint32_t[?]", self.cap)
     self.counts = ffi.new("uint32_t[?]", self.cap)
   end
-  local out = {}
   M.counters.matched = M.counters.matched + 1
   if h.n == 0 or need == 0 then
-    return out
+    return {}
   end
   local k = tonumber(api.prefix_match(x, h.h, h.n, self.ids, self.counts, self.cap))
+  local out = new_table(0, k) -- made at its size: no rehash as it fills
   for i = 0, k - 1 do
     out[self.ids[i]] = self.counts[i]
   end
