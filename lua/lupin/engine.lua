@@ -376,12 +376,23 @@ local function profile_list(gen, v)
   elseif type(v) ~= "table" then
     return nil, ("pick_profiles must return a list of profile names, got %s"):format(type(v))
   end
-  local list = {}
+  local list = v -- a list of names is used as it is
   if #v > 0 then
     for i, p in ipairs(v) do
-      list[i] = type(p) == "table" and rawget(p, "name") or p
+      if type(p) == "table" then
+        if list == v then
+          list = {}
+          for j = 1, i - 1 do
+            list[j] = v[j]
+          end
+        end
+        list[i] = rawget(p, "name")
+      elseif list ~= v then
+        list[i] = p
+      end
     end
   else
+    list = {}
     for k in pairs(v) do
       list[#list + 1] = k
     end
@@ -412,7 +423,9 @@ end
 
 local function run_profiles(r)
   local gen, handler = r.gen, r.gen.handler
-  local results, failures, ran = {}, {}, {}
+  -- a profile that ran has an entry in results (false when it failed): the
+  -- set of profiles that ran; failures is made at the first one
+  local results, failures = {}, nil
   while true do
     local ok, v = call(r, handler, "pick_profiles", nil, gen.profile_views, copy(results))
     local dt = last_dt
@@ -433,12 +446,11 @@ local function run_profiles(r)
       break
     end
     for _, name in ipairs(list) do
-      if ran[name] then
+      if results[name] ~= nil then
         err = ("pick_profiles asked to run profile %q twice"):format(name)
         plugin_error(r, handler, "pick_profiles", err)
         return handler_failed(r, "pick_profiles", err)
       end
-      ran[name] = true
       local res, f = run_profile(r, gen.profile_by_name[name], r.candidates)
       if f and r.explain then
         explain.failed(r.explain, f.message)
@@ -446,13 +458,17 @@ local function run_profiles(r)
       if f and f.fatal then
         return fail(r, f.status, f.message, f.plugin, f.outcome)
       end
-      results[name], failures[name] = res or false, f
+      results[name] = res or false
+      if f then
+        failures = failures or {}
+        failures[name] = f
+      end
     end
   end
-  return nil, results, failures, ran
+  return nil, results, failures
 end
 
-local function primary_of(r, results, ran)
+local function primary_of(r, results)
   local handler = r.gen.handler
   if handler.process_results then
     local ok, res = call(r, handler, "process_results", nil, copy(results))
@@ -463,7 +479,7 @@ local function primary_of(r, results, ran)
       return nil, res
     end
     local primary = type(res) == "table" and rawget(res, "primary") or res
-    if type(primary) ~= "string" or not ran[primary] then
+    if type(primary) ~= "string" or results[primary] == nil then
       local err = ("process_results must name a profile that ran as primary, got %s"):format(
         budget.describe(primary))
       plugin_error(r, handler, "process_results", err)
@@ -479,7 +495,7 @@ local function primary_of(r, results, ran)
     return primary, nil, port
   end
   local only
-  for name in pairs(ran) do
+  for name in pairs(results) do
     if only then
       return nil, "several profiles ran and the handler has no process_results"
     end
@@ -544,11 +560,11 @@ local function decide(r)
     return fail(r, 503, r.subset and "no endpoint matches x-gateway-destination-endpoint-subset"
       or "no endpoints in the pool", nil, NO_ENDPOINT)
   end
-  local status, results, failures, ran = run_profiles(r)
+  local status, results, failures = run_profiles(r)
   if status then
     return failed(r.failure)
   end
-  local primary, err, port = primary_of(r, results, ran)
+  local primary, err, port = primary_of(r, results)
   if not primary then
     return handler_failed(r, "process_results", err)
   end

@@ -120,7 +120,7 @@ function Index:match(h)
     return {}
   end
   local k = tonumber(api.prefix_match(x, h.h, h.n, self.ids, self.counts, self.cap))
-  local out = new_table(0, k) -- made at its size: no rehash as it fills
+  local out = new_table(k, 0) -- made at its size (ids are small: the array part)
   for i = 0, k - 1 do
     out[self.ids[i]] = self.counts[i]
   end
