@@ -31,12 +31,19 @@ local weak = require "lupin.weak"
 
 local FIELDS = {}
 
+-- The private and cycle tables are kept by name in tables of the request,
+-- made on first use like them.
 function FIELDS.plugin(r, c)
   local name = rawget(c, "name")
-  local t = r.plugins[name]
+  local all = r.plugins
+  if not all then
+    all = {}
+    r.plugins = all
+  end
+  local t = all[name]
   if not t then
     t = {}
-    r.plugins[name] = t
+    all[name] = t
     leaks.own(r, t, name)
   end
   rawset(c, "plugin", t)
@@ -48,29 +55,32 @@ function FIELDS.cycle(r, c)
   if not p then
     return nil
   end
-  local t = r.profiles[p]
+  local all = r.profiles
+  if not all then
+    all = {}
+    r.profiles = all
+  end
+  local t = all[p]
   if not t then
     t = {}
-    r.profiles[p] = t
+    all[p] = t
     leaks.own(r, t, false)
   end
   rawset(c, "cycle", t)
   return t
 end
 
-function FIELDS.shared(r, c)
+function FIELDS.shared(r)
   local t = r.shared
   if not t then
     t = {}
     r.shared = t
     leaks.own(r, t, false)
   end
-  rawset(c, "shared", t)
-  return t
+  return t -- not cached in the ctx: a fifth key would double its size
 end
 
-function FIELDS.request(r, c)
-  rawset(c, "request", r.request)
+function FIELDS.request(r)
   return r.request
 end
 
@@ -267,8 +277,8 @@ function M.new_request(gen, creq, id, path, body, model, headers)
     creq = creq,
     request = setmetatable({ id = id, path = path, raw_body = body, model = model,
       headers = headers }, VIEW),
-    plugins = {},
-    profiles = {},
+    plugins = false, -- made on first use (FIELDS.plugin, FIELDS.cycle)
+    profiles = false,
     ctxs = new_table(0, #gen.instances),
     outcome = false, -- set when the request ends (by the core: no allocation)
     manifest = false,
@@ -284,7 +294,7 @@ end
 function M.of(r, rec)
   local c = r.ctxs[rec]
   if not c then
-    -- room for the fields it caches (plugin, profile, cycle, request)
+    -- room for the fields it caches: name, profile, plugin, cycle
     c = setmetatable(new_table(0, 4), CTX)
     c.name = rec.name
     box_of[c] = r.manifest
