@@ -50,8 +50,15 @@ function FIELDS.plugin(r, c)
   return t
 end
 
-function FIELDS.cycle(r, c)
-  local p = rawget(c, "profile")
+-- The profile of the call under way is the request's (the engine sets it
+-- per call), not kept in each ctx: a ctx then holds its name and private
+-- table only.
+function FIELDS.profile(r)
+  return r.profile or nil
+end
+
+function FIELDS.cycle(r)
+  local p = r.profile
   if not p then
     return nil
   end
@@ -66,7 +73,6 @@ function FIELDS.cycle(r, c)
     all[p] = t
     leaks.own(r, t, false)
   end
-  rawset(c, "cycle", t)
   return t
 end
 
@@ -279,6 +285,7 @@ function M.new_request(gen, creq, id, path, body, model, headers)
       headers = headers }, VIEW),
     plugins = false, -- made on first use (FIELDS.plugin, FIELDS.cycle)
     profiles = false,
+    profile = false, -- the profile of the plugin call under way (engine.call)
     ctxs = new_table(0, #gen.instances),
     outcome = false, -- set when the request ends (by the core: no allocation)
     manifest = false,
@@ -294,8 +301,8 @@ end
 function M.of(r, rec)
   local c = r.ctxs[rec]
   if not c then
-    -- room for the fields it caches: name, profile, plugin, cycle
-    c = setmetatable(new_table(0, 4), CTX)
+    -- room for its name and the private table it caches
+    c = setmetatable(new_table(0, 2), CTX)
     c.name = rec.name
     box_of[c] = r.manifest
     r.ctxs[rec] = c

@@ -110,12 +110,7 @@ local function call(r, rec, point, profile, x, y)
     return false, rec.disabled
   end
   local c = ctx.of(r, rec)
-  if rawget(c, "profile") ~= profile then
-    rawset(c, "profile", profile)
-    if rawget(c, "cycle") ~= nil then -- (a nil store would still add the key)
-      rawset(c, "cycle", nil)
-    end
-  end
+  r.profile = profile or false -- ctx.profile and ctx.cycle read it
   local st = rec.stats[point]
   local t0 = now()
   if limit > 0 then
