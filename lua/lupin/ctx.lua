@@ -286,7 +286,7 @@ function M.new_request(gen, creq, id, path, body, model, headers)
     plugins = false, -- made on first use (FIELDS.plugin, FIELDS.cycle)
     profiles = false,
     profile = false, -- the profile of the plugin call under way (engine.call)
-    ctxs = new_table(0, #gen.instances),
+    ctxs = new_table(#gen.instances, 0), -- by the instance's slot: an array
     outcome = false, -- set when the request ends (by the core: no allocation)
     manifest = false,
     candidates = false,
@@ -299,13 +299,14 @@ end
 --- The ctx of one plugin instance for a request; creating it marks the
 --- plugin as reached, so its finish hook will run.
 function M.of(r, rec)
-  local c = r.ctxs[rec]
+  local slot = rec.slot or rec -- (an instance outside gen.instances: by itself)
+  local c = r.ctxs[slot]
   if not c then
     -- room for its name and the private table it caches
     c = setmetatable(new_table(0, 2), CTX)
     c.name = rec.name
     box_of[c] = r.manifest
-    r.ctxs[rec] = c
+    r.ctxs[slot] = c
     leaks.own(r, c, rec.name)
   end
   return c

@@ -706,7 +706,7 @@ function M.finish(r, outcome)
   r.outcome = outcome
   local ctxs = r.ctxs
   for _, rec in ipairs(r.gen.points.finish) do
-    if ctxs[rec] then
+    if ctxs[rec.slot or rec] then
       call(r, rec, "finish", nil, outcome)
     end
   end
