@@ -16,7 +16,7 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
             lua-busted lua-check lua-yaml libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
             python3 procps libutf8proc-dev clang libclang-rt-dev prometheus
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
-BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox
+BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox libsimdjson-dev
 
 CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/endpoint.c core/flow.c core/generation.c core/host.c \
             core/prefix_index.c core/request.c core/runtime.c
@@ -193,13 +193,15 @@ bench-lifecycle: all
 	done
 
 # The full lifecycle against the default algorithm written in plain C
-# (bench/core/native.c; libjansson decodes its bodies), 16-256 endpoints,
+# (bench/core/native.c; simdjson decodes its bodies, bench/core/decode.cpp), 16-256 endpoints,
 # 1-256 KB prompts; about 1.5 minutes.  Picks are checked to agree.
 BENCH_CORE_SRC = $(wildcard bench/core/*.c)
-$(B)/bench-core: $(BENCH_CORE_SRC) bench/core/bench.h $(B)/liblupin.a $(CORE_HDR)
-	$(CC) $(XCFLAGS) -Icore -o $@ $(BENCH_CORE_SRC) $(B)/liblupin.a $(LDLIBS) -ljansson
+$(B)/bench-core: $(BENCH_CORE_SRC) bench/core/decode.cpp bench/core/bench.h $(B)/liblupin.a $(CORE_HDR)
+	$(CXX) $(CFLAGS) -std=c++17 -Wall -Wextra -c -o $(B)/bench-core-decode.o bench/core/decode.cpp
+	$(CC) $(XCFLAGS) -Icore -o $@ $(BENCH_CORE_SRC) $(B)/bench-core-decode.o $(B)/liblupin.a \
+	  $(LDLIBS) -lsimdjson -lstdc++
 
-bench-core: all $(B)/bench-core
+bench-core: all bench-deps $(B)/bench-core
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-core examples/configs/epp-default.json
 
 # 10M lifecycles with failures injected at every stage, then 100k in flight.

@@ -7,9 +7,18 @@ return {
   type = "kv-cache-utilization-scorer",
   schema = {},
 
-  score = function(_, _, endpoints)
+  -- the engine reads the scores as they are returned and keeps none: one
+  -- list per instance serves every request
+  new = function()
+    return { scores = new_table(16, 0) }
+  end,
+
+  score = function(self, _, endpoints)
     local n = #endpoints
-    local scores = new_table(n, 0)
+    local scores = self.scores
+    for i = #scores, n + 1, -1 do -- fewer candidates than last time
+      scores[i] = nil
+    end
     for i = 1, n do
       local u = endpoints[i].kv_cache_usage
       u = u == u and u or 0 -- NaN: missing

@@ -3,7 +3,6 @@
 -- requests were sent there.  Parameters and behaviour follow the EPP's prefix
 -- plugin, so its configs port unchanged (hashBlockSize is its blockSize).
 local prefix = require "lupin.prefix"
-local new_table = require "table.new"
 
 local CHARS_PER_TOKEN = 4 -- autoTune: the EPP's estimate of characters per token
 
@@ -74,7 +73,7 @@ return {
         .. " (the default here)"):format(p.mode), 0)
     end
     if p.prefixMatchInfoProducerName then
-      return { name = env.name, producer = p.prefixMatchInfoProducerName }
+      return { name = env.name, producer = p.prefixMatchInfoProducerName, scores = {} }
     end
     if p.blockSize and p.hashBlockSize and p.blockSize ~= p.hashBlockSize then
       error(("blockSize (%d) and hashBlockSize (%d) are the same parameter; give one"):format(
@@ -82,7 +81,7 @@ return {
     end
     return { name = env.name, block = p.blockSize or p.hashBlockSize or 64,
       max_blocks = p.maxPrefixBlocksToMatch, capacity = p.lruCapacityPerServer,
-      auto = p.autoTune, index = prefix.index(p.lruCapacityPerServer) }
+      auto = p.autoTune, index = prefix.index(p.lruCapacityPerServer), scores = {} }
   end,
 
   -- Keep what the index learned across a reload when its meaning is unchanged.
@@ -116,7 +115,12 @@ return {
       local st = state(self, ctx, endpoints)
       total, matches = st.hashes.n, st.matches
     end
-    local out = new_table(#endpoints, 0)
+    -- the engine reads the scores as they are returned and keeps none: one
+    -- list per instance serves every request
+    local out = self.scores
+    for i = #out, #endpoints + 1, -1 do -- fewer candidates than last time
+      out[i] = nil
+    end
     for i, ep in ipairs(endpoints) do
       out[i] = total > 0 and (matches[ep.id] or 0) / total or 0
     end

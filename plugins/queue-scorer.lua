@@ -9,7 +9,13 @@ return {
   type = "queue-scorer",
   schema = {},
 
-  score = function(_, _, endpoints)
+  -- the engine reads the scores as they are returned and keeps none: one
+  -- list per instance serves every request
+  new = function()
+    return { scores = new_table(16, 0) }
+  end,
+
+  score = function(self, _, endpoints)
     local n, min, max = #endpoints, math.huge, -math.huge
     for i = 1, n do
       local v = endpoints[i].waiting_queue_size
@@ -17,7 +23,10 @@ return {
       min, max = math.min(min, v), math.max(max, v)
     end
     -- the queues are read again rather than kept in a table: one allocation less
-    local scores = new_table(n, 0)
+    local scores = self.scores
+    for i = #scores, n + 1, -1 do -- fewer candidates than last time
+      scores[i] = nil
+    end
     for i = 1, n do
       local v = endpoints[i].waiting_queue_size
       v = v == v and v or 0

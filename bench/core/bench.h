@@ -53,11 +53,34 @@ void workload_reset(workload *w);
 void workload_next(workload *w);
 void workload_free(workload *w);
 
+/* --- decode.cpp ---------------------------------------------------------- */
+
+/* simdjson's On-Demand parser, reused across bodies (one per native). */
+typedef struct native_json native_json;
+
+/* The fields the algorithm reads; "" when absent or not strings.  They point
+ * into the parser's buffers: valid until its next decode. */
+typedef struct native_fields {
+  const char *model, *salt, *prompt;
+  size_t model_len, salt_len, prompt_len;
+} native_fields;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+native_json *native_json_new(void);
+/* 0, or -1 when the text is not a JSON object (or out of memory). */
+int native_json_decode(native_json *j, const char *text, size_t len, native_fields *out);
+void native_json_free(native_json *j);
+#ifdef __cplusplus
+}
+#endif
+
 /* --- native.c ------------------------------------------------------------ */
 
 typedef struct native native;
 
-/* ns summed over lifecycles: json_loadb; block hashes, index match and record */
+/* ns summed over lifecycles: the simdjson decode; block hashes, index match and record */
 typedef struct native_times {
   double decode, index;
 } native_times;

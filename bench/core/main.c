@@ -38,7 +38,7 @@ typedef struct row {
   double l_median, l_p99, l_mean, n_median, n_p99, n_mean;
   double heap;
   breakdown b;
-  double n_decode; /* mean ns of jansson's decode per lifecycle */
+  double n_decode; /* mean ns of simdjson's decode per lifecycle */
   double n_index;  /* mean ns of native's hashing and index work */
   double n_rest;   /* mean ns of native less its decode (instrumented pass) */
   double n_imean;  /* mean ns of the instrumented pass */
@@ -165,7 +165,7 @@ static void print_row(const row *r) {
   pct(p, b->prefix, whole);
   pct(s, b->scoring, whole);
   pct(rt, b->runtime, whole);
-  /* lupin's mean without cjson's decode over native's without jansson's */
+  /* lupin's mean without cjson's decode over native's without simdjson's */
   double l_rest = r->l_mean - b->decode / r->c.timed, n_rest = r->n_rest;
   printf("| %3d | %6s | %8.2f | %8.2f | %7.0f | %8.2f | %8.2f | %7.0f | %5.2f | %5.2f | %5.2f "
          "| %9.0f | %4s | %4s | %4s | %4s | %4s | %3.0f%% | %d/%d (%d ties) |\n",
@@ -222,9 +222,9 @@ int main(int argc, char **argv) {
          "lupin/native;\nshares of lupin's timed lifecycles: decode = cjson.decode of the body (warm loop), "
          "hash+index = block\nhashes, index match and record (the C work, timed on the native "
          "side), prefix rest = the rest of the\nprefix plugin's prepare and pre_request, "
-         "scoring = 3 scorers + picker, runtime = the rest (see\nbench/core/lupin_side.c);\nnative decode = jansson's "
+         "scoring = 3 scorers + picker, runtime = the rest (see\nbench/core/lupin_side.c);\nnative decode = simdjson's "
          "share of native's mean (instrumented pass);\nratio w/o decode = lupin's mean less cjson's decode over "
-         "native's mean less jansson's\n(both from the instrumented native pass);\nsame pick = agreeing/compared, ties apart)\n\n");
+         "native's mean less simdjson's\n(both from the instrumented native pass);\nsame pick = agreeing/compared, ties apart)\n\n");
   header();
   for (size_t i = 0; i < n_rows; i++) print_row(&rows[i]);
   if (disagreements) printf("\n%d picks differ between lupin and native\n", disagreements);

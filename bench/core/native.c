@@ -2,18 +2,19 @@
  * directly in C, with no Lua -- what lupin's runtime is measured against.
  *
  * Per request, the work the plugins and the engine do:
- *   decode the JSON body (libjansson) and take model, prompt, cache_salt;
+ *   decode the JSON body (simdjson On-Demand, decode.cpp) and take model,
+ *   prompt, cache_salt;
  *   chained xxh64 block hashes of the prompt (core/blockhash.c: 64-character
  *   blocks, at most 256) and the prefix index lookup (core/prefix_index.c);
  *   prefix score matched/total blocks, queue score (max-q)/(max-min) with all
  *   equal -> 1, KV score 1-usage, each clamped to [0,1] and summed with weights
  *   3/2/2 in that order; the highest total wins;
  *   the hashes recorded against the pick (prefix-cache-scorer's pre_request);
- *   the request's state (its hashes, its decoded body) kept until it ends. */
+ *   the request's state (its hashes) kept until it ends; the decoded fields
+ *   live in the parser's buffer, used up by the hashing. */
 #include "bench.h"
 #include "../../core/internal.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +23,13 @@ struct native {
   int n;
   const double *queue, *kv; /* the pool's metrics, read in place */
   lupin_prefix_index *index;
+  native_json *json;
   uint32_t *ids, *counts; /* prefix_match output */
   double *matched, *total;
 };
 
 /* A request's state, from begin to end. */
 typedef struct request {
-  json_t *body;
   uint64_t *hashes;
   long n_hashes;
   int pick;
@@ -40,6 +41,7 @@ native *native_new(int n_endpoints, const double *queue, const double *kv) {
   nv->queue = queue;
   nv->kv = kv;
   nv->index = lupin_prefix_new(NULL, LRU_CAPACITY);
+  nv->json = native_json_new();
   nv->ids = malloc(n_endpoints * sizeof *nv->ids);
   nv->counts = malloc(n_endpoints * sizeof *nv->counts);
   nv->matched = malloc(n_endpoints * sizeof *nv->matched);
@@ -49,6 +51,7 @@ native *native_new(int n_endpoints, const double *queue, const double *kv) {
 
 void native_free(native *nv) {
   lupin_prefix_free(nv->index);
+  native_json_free(nv->json);
   free(nv->ids);
   free(nv->counts);
   free(nv->matched);
@@ -58,26 +61,17 @@ void native_free(native *nv) {
 
 static double clamp01(double v) { return v != v || v < 0 ? 0 : v > 1 ? 1 : v; }
 
-static const char *string_field(json_t *o, const char *k, size_t *len) {
-  json_t *v = json_object_get(o, k);
-  if (!json_is_string(v)) {
-    *len = 0;
-    return "";
-  }
-  *len = json_string_length(v);
-  return json_string_value(v);
-}
-
 /* Decode, hash, look up: the request's prefix matches (prefix-cache-scorer's
  * prepare).  Endpoint i is id i + 1 in the index. */
 static void prepare(native *nv, request *r, const char *text, size_t len, native_times *tm) {
   double t0 = tm ? now_ns() : 0;
-  r->body = json_loadb(text, len, 0, NULL);
+  native_fields f = {"", "", "", 0, 0, 0};
+  if (native_json_decode(nv->json, text, len, &f)) f = (native_fields){"", "", "", 0, 0, 0};
   double t1 = tm ? now_ns() : 0;
   lupin_hash_input in = {.block_size = BLOCK_SIZE, .max_blocks = MAX_BLOCKS};
-  in.model = string_field(r->body, "model", &in.model_len);
-  in.salt = string_field(r->body, "cache_salt", &in.salt_len);
-  in.prompt = string_field(r->body, "prompt", &in.prompt_len);
+  in.model = f.model, in.model_len = f.model_len;
+  in.salt = f.salt, in.salt_len = f.salt_len;
+  in.prompt = f.prompt, in.prompt_len = f.prompt_len;
   size_t n = in.prompt_len / BLOCK_SIZE;
   if (n > MAX_BLOCKS) n = MAX_BLOCKS;
   r->hashes = malloc((n ? n : 1) * sizeof *r->hashes);
@@ -140,7 +134,6 @@ int native_lifecycle(native *nv, const char *body, size_t len, int follow, int *
   /* response header, three chunks, complete: the default config has no
    * plugin there, so the native side has nothing to do */
   int pick = r->pick; /* end */
-  json_decref(r->body);
   free(r->hashes);
   free(r);
   return pick;

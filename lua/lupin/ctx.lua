@@ -31,46 +31,62 @@ local weak = require "lupin.weak"
 
 local FIELDS = {}
 
+-- The private and cycle tables are kept by name in tables of the request,
+-- made on first use like them.
 function FIELDS.plugin(r, c)
   local name = rawget(c, "name")
-  local t = r.plugins[name]
+  local all = r.plugins
+  if not all then
+    all = {}
+    r.plugins = all
+  end
+  local t = all[name]
   if not t then
     t = {}
-    r.plugins[name] = t
+    all[name] = t
     leaks.own(r, t, name)
   end
   rawset(c, "plugin", t)
   return t
 end
 
-function FIELDS.cycle(r, c)
-  local p = rawget(c, "profile")
+-- The profile of the call under way is the request's (the engine sets it
+-- per call), not kept in each ctx: a ctx then holds its name and private
+-- table only.
+function FIELDS.profile(r)
+  return r.profile or nil
+end
+
+function FIELDS.cycle(r)
+  local p = r.profile
   if not p then
     return nil
   end
-  local t = r.profiles[p]
+  local all = r.profiles
+  if not all then
+    all = {}
+    r.profiles = all
+  end
+  local t = all[p]
   if not t then
     t = {}
-    r.profiles[p] = t
+    all[p] = t
     leaks.own(r, t, false)
   end
-  rawset(c, "cycle", t)
   return t
 end
 
-function FIELDS.shared(r, c)
+function FIELDS.shared(r)
   local t = r.shared
   if not t then
     t = {}
     r.shared = t
     leaks.own(r, t, false)
   end
-  rawset(c, "shared", t)
-  return t
+  return t -- not cached in the ctx: a fifth key would double its size
 end
 
-function FIELDS.request(r, c)
-  rawset(c, "request", r.request)
+function FIELDS.request(r)
   return r.request
 end
 
@@ -267,9 +283,10 @@ function M.new_request(gen, creq, id, path, body, model, headers)
     creq = creq,
     request = setmetatable({ id = id, path = path, raw_body = body, model = model,
       headers = headers }, VIEW),
-    plugins = {},
-    profiles = {},
-    ctxs = new_table(0, #gen.instances),
+    plugins = false, -- made on first use (FIELDS.plugin, FIELDS.cycle)
+    profiles = false,
+    profile = false, -- the profile of the plugin call under way (engine.call)
+    ctxs = new_table(#gen.instances, 0), -- by the instance's slot: an array
     outcome = false, -- set when the request ends (by the core: no allocation)
     manifest = false,
     candidates = false,
@@ -282,13 +299,14 @@ end
 --- The ctx of one plugin instance for a request; creating it marks the
 --- plugin as reached, so its finish hook will run.
 function M.of(r, rec)
-  local c = r.ctxs[rec]
+  local slot = rec.slot or rec -- (an instance outside gen.instances: by itself)
+  local c = r.ctxs[slot]
   if not c then
-    -- room for the fields it caches (plugin, profile, cycle, request)
-    c = setmetatable(new_table(0, 4), CTX)
+    -- room for its name and the private table it caches
+    c = setmetatable(new_table(0, 2), CTX)
     c.name = rec.name
     box_of[c] = r.manifest
-    r.ctxs[rec] = c
+    r.ctxs[slot] = c
     leaks.own(r, c, rec.name)
   end
   return c

@@ -11,6 +11,7 @@ local log = require "lupin.log"
 local openai = require "lupin.openai"
 local pool = require "lupin.pool"
 local traceback = require "lupin.traceback"
+local new_table = require "table.new"
 
 local M = {}
 
@@ -109,10 +110,7 @@ local function call(r, rec, point, profile, x, y)
     return false, rec.disabled
   end
   local c = ctx.of(r, rec)
-  if rawget(c, "profile") ~= profile then
-    rawset(c, "profile", profile)
-    rawset(c, "cycle", nil)
-  end
+  r.profile = profile or false -- ctx.profile and ctx.cycle read it
   local st = rec.stats[point]
   local t0 = now()
   if limit > 0 then
@@ -306,7 +304,7 @@ local function run_profile(r, prof, eps)
     end
   end
   local n = #eps
-  local total = {}
+  local total = new_table(n, 0)
   for i = 1, n do
     total[i] = 0
   end
@@ -364,18 +362,32 @@ local function run_profile(r, prof, eps)
   return { endpoints = picks, scores = total, candidates = eps }
 end
 
+-- the list of no profile: read, never written, so one serves every request
+local NONE = {}
+
 local function profile_list(gen, v)
-  if v == nil then
-    return {}
+  if v == nil or (type(v) == "table" and next(v) == nil) then
+    return NONE
   elseif type(v) ~= "table" then
     return nil, ("pick_profiles must return a list of profile names, got %s"):format(type(v))
   end
-  local list = {}
+  local list = v -- a list of names is used as it is
   if #v > 0 then
     for i, p in ipairs(v) do
-      list[i] = type(p) == "table" and rawget(p, "name") or p
+      if type(p) == "table" then
+        if list == v then
+          list = {}
+          for j = 1, i - 1 do
+            list[j] = v[j]
+          end
+        end
+        list[i] = rawget(p, "name")
+      elseif list ~= v then
+        list[i] = p
+      end
     end
   else
+    list = {}
     for k in pairs(v) do
       list[#list + 1] = k
     end
@@ -406,7 +418,9 @@ end
 
 local function run_profiles(r)
   local gen, handler = r.gen, r.gen.handler
-  local results, failures, ran = {}, {}, {}
+  -- a profile that ran has an entry in results (false when it failed): the
+  -- set of profiles that ran; failures is made at the first one
+  local results, failures = {}, nil
   while true do
     local ok, v = call(r, handler, "pick_profiles", nil, gen.profile_views, copy(results))
     local dt = last_dt
@@ -427,12 +441,11 @@ local function run_profiles(r)
       break
     end
     for _, name in ipairs(list) do
-      if ran[name] then
+      if results[name] ~= nil then
         err = ("pick_profiles asked to run profile %q twice"):format(name)
         plugin_error(r, handler, "pick_profiles", err)
         return handler_failed(r, "pick_profiles", err)
       end
-      ran[name] = true
       local res, f = run_profile(r, gen.profile_by_name[name], r.candidates)
       if f and r.explain then
         explain.failed(r.explain, f.message)
@@ -440,13 +453,17 @@ local function run_profiles(r)
       if f and f.fatal then
         return fail(r, f.status, f.message, f.plugin, f.outcome)
       end
-      results[name], failures[name] = res or false, f
+      results[name] = res or false
+      if f then
+        failures = failures or {}
+        failures[name] = f
+      end
     end
   end
-  return nil, results, failures, ran
+  return nil, results, failures
 end
 
-local function primary_of(r, results, ran)
+local function primary_of(r, results)
   local handler = r.gen.handler
   if handler.process_results then
     local ok, res = call(r, handler, "process_results", nil, copy(results))
@@ -457,7 +474,7 @@ local function primary_of(r, results, ran)
       return nil, res
     end
     local primary = type(res) == "table" and rawget(res, "primary") or res
-    if type(primary) ~= "string" or not ran[primary] then
+    if type(primary) ~= "string" or results[primary] == nil then
       local err = ("process_results must name a profile that ran as primary, got %s"):format(
         budget.describe(primary))
       plugin_error(r, handler, "process_results", err)
@@ -473,7 +490,7 @@ local function primary_of(r, results, ran)
     return primary, nil, port
   end
   local only
-  for name in pairs(ran) do
+  for name in pairs(results) do
     if only then
       return nil, "several profiles ran and the handler has no process_results"
     end
@@ -538,11 +555,11 @@ local function decide(r)
     return fail(r, 503, r.subset and "no endpoint matches x-gateway-destination-endpoint-subset"
       or "no endpoints in the pool", nil, NO_ENDPOINT)
   end
-  local status, results, failures, ran = run_profiles(r)
+  local status, results, failures = run_profiles(r)
   if status then
     return failed(r.failure)
   end
-  local primary, err, port = primary_of(r, results, ran)
+  local primary, err, port = primary_of(r, results)
   if not primary then
     return handler_failed(r, "process_results", err)
   end
@@ -689,7 +706,7 @@ function M.finish(r, outcome)
   r.outcome = outcome
   local ctxs = r.ctxs
   for _, rec in ipairs(r.gen.points.finish) do
-    if ctxs[rec] then
+    if ctxs[rec.slot or rec] then
       call(r, rec, "finish", nil, outcome)
     end
   end

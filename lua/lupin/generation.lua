@@ -143,6 +143,7 @@ function Builder:instantiate(name, type_, raw_params, path, p)
   end
   local gen = self.gen
   gen.instances[#gen.instances + 1] = rec
+  rec.slot = #gen.instances -- where a request keeps its ctx (lupin.ctx)
   gen.by_name[name] = rec
   return rec
 end

@@ -56,10 +56,20 @@ function M.compact()
   graves = g
 end
 
+-- The most slots a manifest has used, seen on the one made before each new
+-- one: manifests are made at that size (a guess at the first).
+local most_used = 0
+
 --- Starts the manifest of a request table (a counted request unless dry),
---- sized for a ctx and a private table per plugin instance; returns it.
+--- sized as the largest seen so far, at first for a ctx and a private table
+--- per plugin instance; returns it.
 function M.track(r, id, dry, instances)
-  local m = setmetatable(new_table(8 + 4 * instances, 0), WEAK_VALUES)
+  local prev = graves[n_graves]
+  if prev and prev[3] > most_used then
+    most_used = prev[3]
+  end
+  local size = most_used > 0 and most_used or 8 + 4 * instances
+  local m = setmetatable(new_table(size, 0), WEAK_VALUES)
   m[1], m[2], m[3], m[4] = r, id, 4, not dry
   n_graves = n_graves + 1
   graves[n_graves] = m

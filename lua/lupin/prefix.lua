@@ -7,6 +7,7 @@
 ---   local matches = index:match(h)    -- { [ep.id] = matched blocks }
 local ffi = require "ffi"
 local capi = require "lupin.capi"
+local new_table = require "table.new"
 
 ---@class lupin.prefix
 local M = {}
@@ -16,10 +17,11 @@ M.counters = { hashed = 0, matched = 0 }
 
 local live = setmetatable({}, { __mode = "k" }) -- every index alive, for memory()
 
----@class lupin.Hashes
+---@class lupin.Hashes a cdata struct (one allocation per prompt)
 ---@field h ffi.cdata* uint64_t[n], h[0] is the first block's hash
 ---@field n integer the number of full blocks hashed
 ---@field block_size integer characters per block
+local HASHES = ffi.typeof("struct { int32_t n, block_size; uint64_t h[?]; }")
 
 local input = ffi.new("lupin_hash_input") -- reused: a runtime is single-threaded
 
@@ -34,18 +36,19 @@ function M.hashes(prompt, model, salt, block_size, max_blocks)
   assert(block_size >= 1 and block_size % 1 == 0, "block size must be a positive integer")
   model, salt = model or "", salt or ""
   local n = math.max(0, math.min(math.floor(#prompt / block_size), max_blocks))
-  local h = ffi.new("uint64_t[?]", math.max(n, 1))
+  local hs = HASHES(math.max(n, 1))
   input.prompt, input.prompt_len = prompt, #prompt
   input.model, input.model_len = model, #model
   input.salt, input.salt_len = salt, #salt
   input.block_size, input.max_blocks = block_size, math.max(max_blocks, 0)
-  local got = tonumber(capi.api.block_hashes(input, h, n))
+  local got = tonumber(capi.api.block_hashes(input, hs.h, n))
   input.prompt, input.model, input.salt = nil, nil, nil -- no pointers into freed strings
   if got < 0 then
     error("block hashing refused its input", 2)
   end
   M.counters.hashed = M.counters.hashed + 1
-  return { h = h, n = got, block_size = block_size }
+  hs.n, hs.block_size = got, block_size
+  return hs
 end
 
 ---@class lupin.PrefixIndex
@@ -114,12 +117,12 @@ function Index:match(h)
     self.ids = ffi.new("uint32_t[?]", self.cap)
     self.counts = ffi.new("uint32_t[?]", self.cap)
   end
-  local out = {}
   M.counters.matched = M.counters.matched + 1
   if h.n == 0 or need == 0 then
-    return out
+    return {}
   end
   local k = tonumber(api.prefix_match(x, h.h, h.n, self.ids, self.counts, self.cap))
+  local out = new_table(k, 0) -- made at its size (ids are small: the array part)
   for i = 0, k - 1 do
     out[self.ids[i]] = self.counts[i]
   end

@@ -307,8 +307,8 @@ function M.call(a)
       OUT[point](out, v1, v2, v3)
     end
   end
-  out.plugin = r.plugins[rec.name]
-  out.cycle = profile and r.profiles[profile]
+  out.plugin = r.plugins and r.plugins[rec.name] or nil
+  out.cycle = profile and r.profiles and r.profiles[profile] or nil
   out.shared = r.shared
   out.upstream_headers = r.upstream_headers or {}
   out.response_headers = r.response_headers or {}

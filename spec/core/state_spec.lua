@@ -79,8 +79,8 @@ describe("per-request state", function()
       local out = {}
       require("lupin.leaks").each_live(function(r)
         out.shared = r.shared ~= nil
-        out.plugins = next(r.plugins) ~= nil
-        out.profiles = next(r.profiles) ~= nil
+        out.plugins = r.plugins ~= false and next(r.plugins) ~= nil
+        out.profiles = r.profiles ~= false and next(r.profiles) ~= nil
       end)
       return out]])
     assert.same({ shared = false, plugins = false, profiles = false }, shape)
