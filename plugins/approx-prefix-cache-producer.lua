@@ -12,20 +12,8 @@
 -- maxPrefixTokensToMatch / blockSizeTokens (docs/epp-compatibility.md).
 local prefix = require "lupin.prefix"
 
-local CHARS_PER_TOKEN = 4
 local DEFAULT_TOKENS = 16 -- upstream's block size without autoTune or metrics
 local DEFAULT_CAPACITY = 31250
-
-local function block_chars(self, endpoints)
-  if self.auto then
-    for _, ep in ipairs(endpoints) do
-      if ep.cache_block_size > 0 then
-        return math.floor(ep.cache_block_size) * CHARS_PER_TOKEN
-      end
-    end
-  end
-  return self.block
-end
 
 ---@type lupin.Plugin
 return {
@@ -47,7 +35,7 @@ return {
 
   new = function(p, env)
     local tokens = p.blockSizeTokens > 0 and p.blockSizeTokens or DEFAULT_TOKENS
-    local block = p.blockSize or tokens * CHARS_PER_TOKEN
+    local block = p.blockSize or tokens * prefix.CHARS_PER_TOKEN
     local max_blocks = p.maxPrefixTokensToMatch > 0
       and math.max(1, math.floor(p.maxPrefixTokensToMatch / tokens))
       or (p.maxPrefixBlocksToMatch > 0 and p.maxPrefixBlocksToMatch or 1048576)
@@ -64,7 +52,7 @@ return {
   end,
 
   prepare = function(self, ctx, endpoints)
-    local st, bs = ctx.plugin, block_chars(self, endpoints)
+    local st, bs = ctx.plugin, prefix.block_chars(self.block, self.auto, endpoints)
     local req = ctx.request
     local body = req.body
     local salt = body and type(body.cache_salt) == "string" and body.cache_salt or ""

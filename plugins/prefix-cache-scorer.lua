@@ -4,26 +4,11 @@
 -- plugin, so its configs port unchanged (hashBlockSize is its blockSize).
 local prefix = require "lupin.prefix"
 
-local CHARS_PER_TOKEN = 4 -- autoTune: the EPP's estimate of characters per token
-
--- The block size for this request: with autoTune, the cache block size the
--- first reporting candidate announces (in tokens, hence the factor).
-local function block_size(self, endpoints)
-  if self.auto then
-    for _, ep in ipairs(endpoints) do
-      if ep.cache_block_size > 0 then
-        return math.floor(ep.cache_block_size) * CHARS_PER_TOKEN
-      end
-    end
-  end
-  return self.block
-end
-
 -- The request's hashes and matches, computed once per request and kept in the
 -- plugin's private request state; also published read-only in ctx.shared
 -- under this instance's name for the plugins that build on it.
 local function state(self, ctx, endpoints)
-  local st, bs = ctx.plugin, block_size(self, endpoints)
+  local st, bs = ctx.plugin, prefix.block_chars(self.block, self.auto, endpoints)
   if st.hashes and st.hashes.block_size == bs then
     return st
   end

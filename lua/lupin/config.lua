@@ -111,6 +111,12 @@ local function need(E, path, want, what)
   end
 end
 
+--- An object at path with only the allowed fields, or the error saying
+--- otherwise (for the modules that check sections of their own).
+function Errors:object(obj, path, allowed, what)
+  return need(self, path, "object", what) or check_fields(self, obj, path, allowed, what)
+end
+
 -- The first number of a decoded JSON value that is not finite (NaN,
 -- Infinity, or a literal out of range such as 1e309), with its path.
 local function non_finite(v, path)

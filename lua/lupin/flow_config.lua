@@ -25,27 +25,6 @@ M.DEFAULT_BAND_BYTES = 1024 ^ 3 -- the EPP's 1Gi
 
 local OBJECTIVE = { name = true, priority = true }
 
-local function keys(t)
-  local list = {}
-  for k in pairs(t) do
-    list[#list + 1] = k
-  end
-  table.sort(list)
-  return table.concat(list, ", ")
-end
-
-local function fields(E, obj, path, allowed, what)
-  if type(obj) ~= "table" or E.index.kinds[path] ~= "object" then
-    return E:at(path, "%s must be an object, got %s", what, E.index.kinds[path] or type(obj))
-  end
-  for k in pairs(obj) do
-    if not allowed[k] then
-      return E:at(path .. "." .. tostring(k), "unknown field %q in %s; known fields: %s",
-        tostring(k), what, keys(allowed))
-    end
-  end
-end
-
 -- A band (or a template) from lupin.config's, the base's values where it
 -- leaves them out; paths name its policy references for errors.
 local function band(b, path, base)
@@ -72,7 +51,7 @@ local function parse_objectives(E, root)
   end
   for i, o in ipairs(list) do
     local path = ("objectives[%d]"):format(i - 1)
-    local err = fields(E, o, path, OBJECTIVE, "an objective")
+    local err = E:object(o, path, OBJECTIVE, "an objective")
     if err then
       return err
     end

@@ -56,6 +56,26 @@ end
 local Index = {}
 Index.__index = Index
 
+--- The EPP's estimate of characters per token (blocks are in characters).
+M.CHARS_PER_TOKEN = 4
+
+--- The block size in characters for one request: with auto (autoTune), the
+--- cache block size the first reporting endpoint announces, in tokens, hence
+--- the factor; else block.
+---@param block integer
+---@param auto boolean
+---@param endpoints lupin.Endpoint[]
+function M.block_chars(block, auto, endpoints)
+  if auto then
+    for _, ep in ipairs(endpoints) do
+      if ep.cache_block_size > 0 then
+        return math.floor(ep.cache_block_size) * M.CHARS_PER_TOKEN
+      end
+    end
+  end
+  return block
+end
+
 local function record_on(index, ep, h, auto)
   if ep then
     if auto and ep.num_blocks > 0 then
