@@ -14,21 +14,28 @@ lupin_generation *lupin__generation_current(lupin_runtime *rt) {
   return g && g->current ? g : NULL;
 }
 
+static void release_ref(lupin_runtime *rt, int ref, uint64_t number) {
+  char err[512];
+  lupin__push_hook(rt, LUPIN_HOOK_RELEASE);
+  lua_rawgeti(rt->L, LUA_REGISTRYINDEX, ref);
+  if (lupin__call(rt, 1, 0, err, sizeof err))
+    lupin__log(rt, LUPIN_LOG_ERROR, "releasing generation %llu: %s", (unsigned long long)number,
+               err);
+  luaL_unref(rt->L, LUA_REGISTRYINDEX, ref);
+}
+
 static void release(lupin_runtime *rt, lupin_generation *g) {
   lupin_generation **p = &rt->generations;
   while (*p != g)
     p = &(*p)->next;
   *p = g->next;
-
-  char err[512];
-  lupin__push_hook(rt, LUPIN_HOOK_RELEASE);
-  lua_rawgeti(rt->L, LUA_REGISTRYINDEX, g->ref);
-  if (lupin__call(rt, 1, 0, err, sizeof err))
-    lupin__log(rt, LUPIN_LOG_ERROR, "releasing generation %llu: %s", (unsigned long long)g->number,
-               err);
-  luaL_unref(rt->L, LUA_REGISTRYINDEX, g->ref);
+  release_ref(rt, g->ref, g->number);
   free(g->source);
   free(g);
+}
+
+void lupin__generation_drop(lupin_runtime *rt, int ref) {
+  release_ref(rt, ref, rt->generation_seq + 1);
 }
 
 int lupin__generation_install(lupin_runtime *rt, int ref, int flags, const char *source,

@@ -200,8 +200,16 @@ enum lupin_hook {
   LUPIN_HOOK_FALLBACKS,
   LUPIN_HOOK_EXPLAIN,
   LUPIN_HOOK_FLOW, /* flow control (core/flow.c) */
+  LUPIN_HOOK_INSTALL, /* a built generation becomes current */
   LUPIN_HOOK_COUNT
 };
+
+/* A generation built and not yet installed (lupin_runtime_stage). */
+typedef struct lupin_staged {
+  int ref, flags;
+  uint64_t digest;
+  double seconds;
+} lupin_staged;
 
 struct lupin_runtime {
   lua_State *L;
@@ -217,6 +225,8 @@ struct lupin_runtime {
   /* generations: current first, then older ones still pinned */
   lupin_generation *generations;
   uint64_t generation_seq;
+  lupin_staged staged;
+  int has_staged;
   /* endpoints */
   lupin_endpoint **endpoints;
   size_t n_endpoints, cap_endpoints;
@@ -249,6 +259,8 @@ int lupin__generation_install(lupin_runtime *rt, int ref, int flags, const char 
                               uint64_t digest, double load_seconds);
 void lupin__generation_unpin(lupin_runtime *rt, lupin_generation *g);
 void lupin__generation_free_all(lupin_runtime *rt);
+/* Releases a generation table that was never installed. */
+void lupin__generation_drop(lupin_runtime *rt, int ref);
 
 /* endpoint.c */
 void lupin__endpoint_free(lupin_endpoint *ep);

@@ -4,7 +4,9 @@
  * A runtime owns one LuaJIT state, the endpoint pool and the loaded
  * generations of plugins.  It is single-threaded: every call on a runtime and
  * on its requests must come from one thread.  A multi-threaded host makes one
- * runtime per thread.
+ * runtime per thread and gives them one lupin_shared: the process-wide state
+ * (endpoint identities and in-flight counters, prefix indexes, plugins'
+ * shared dicts) that those runtimes see alike.
  *
  * Errors are returned, never printed: calls that can fail take an error buffer
  * (err, errlen) and return 0 on success, -1 on failure with a message in err.
@@ -40,6 +42,7 @@ const char *lupin_luajit_version(void);
 
 typedef struct lupin_runtime lupin_runtime;
 typedef struct lupin_request lupin_request;
+typedef struct lupin_shared lupin_shared;
 
 /* A name/value pair: HTTP headers, endpoint labels. */
 typedef struct lupin_header {
@@ -68,7 +71,26 @@ typedef struct lupin_options {
   int log_level;
   /* Seed for the plugins' random numbers (0: from the clock). */
   uint64_t seed;
+  /* The process-wide state this runtime shares with others, on any thread
+   * (NULL: a private one).  It must outlive the runtime. */
+  lupin_shared *shared;
 } lupin_options;
+
+/* --- state shared between runtimes (docs/workers.md) ----------------------
+ *
+ * Everything in a lupin_shared is thread-safe: runtimes on several threads
+ * read and write it at once.  What it holds:
+ *  - endpoint identities: an endpoint (name, address, port) has the same id
+ *    in every runtime, and one pair of in-flight counters (requests and
+ *    prompt tokens the runtimes' requests have there now), which plugins read
+ *    as ep.in_flight and ep.in_flight_tokens;
+ *  - prefix indexes: lupin.prefix's index of a plugin instance is one index
+ *    for the process, whichever runtime records or looks up;
+ *  - plugins' shared dicts (lupin.shared, as OpenResty's ngx.shared.DICT).
+ */
+lupin_shared *lupin_shared_new(char *err, size_t errlen);
+/* Frees it; every runtime made with it must have been freed first. */
+void lupin_shared_free(lupin_shared *s);
 
 /* Creates a runtime.  opts may be NULL for the defaults. */
 lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t errlen);
@@ -80,6 +102,14 @@ int lupin_runtime_load_string(lupin_runtime *rt, const char *json, const char *s
                               size_t errlen);
 /* Re-reads the file last given to lupin_runtime_load. */
 int lupin_runtime_reload(lupin_runtime *rt, char *err, size_t errlen);
+/* A reload in two steps, for a host that swaps several runtimes together:
+ * stage builds and checks the next generation from the file last loaded (the
+ * dry cycle included) without serving it; commit makes the staged one
+ * current, abort drops it (its plugins' shutdown hooks run).  A runtime holds
+ * at most one staged generation: staging again drops the previous one. */
+int lupin_runtime_stage(lupin_runtime *rt, char *err, size_t errlen);
+int lupin_runtime_commit(lupin_runtime *rt, char *err, size_t errlen);
+void lupin_runtime_abort(lupin_runtime *rt);
 /* Frees the runtime.  Requests still alive are ended as cancelled first. */
 void lupin_runtime_free(lupin_runtime *rt);
 

@@ -36,6 +36,7 @@ static const char *const hook_names[LUPIN_HOOK_COUNT] = {
     "fallbacks",
     "explain",
     "flow",
+    "install",
 };
 
 const char *lupin_luajit_version(void) { return LUAJIT_VERSION; }
@@ -235,7 +236,10 @@ static uint64_t digest_of(lua_State *L, int idx) {
   return h;
 }
 
-static int load(lupin_runtime *rt, const char *text, const char *source, char *err, size_t errlen) {
+/* Builds a generation (the load hook: read, check, instantiate, dry cycle)
+ * without installing it. */
+static int build(lupin_runtime *rt, const char *text, const char *source, lupin_staged *out,
+                 char *err, size_t errlen) {
   lua_State *L = rt->L;
   double t0 = lupin_now();
   lupin__push_hook(rt, LUPIN_HOOK_LOAD);
@@ -248,11 +252,31 @@ static int load(lupin_runtime *rt, const char *text, const char *source, char *e
     lua_pop(L, 3);
     return -1;
   }
-  int flags = (int)lua_tointeger(L, -1);
-  uint64_t digest = digest_of(L, lua_gettop(L) - 1);
+  out->flags = (int)lua_tointeger(L, -1);
+  out->digest = digest_of(L, lua_gettop(L) - 1);
   lua_pop(L, 2);
-  return lupin__generation_install(rt, luaL_ref(L, LUA_REGISTRYINDEX), flags, source, digest,
-                                   lupin_now() - t0);
+  out->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  out->seconds = lupin_now() - t0;
+  return 0;
+}
+
+/* Makes a built generation current, on both sides. */
+static int install(lupin_runtime *rt, const lupin_staged *g, const char *source) {
+  int ref = g->ref;
+  if (lupin__generation_install(rt, ref, g->flags, source, g->digest, g->seconds)) return -1;
+  lupin__push_hook(rt, LUPIN_HOOK_INSTALL);
+  lua_rawgeti(rt->L, LUA_REGISTRYINDEX, ref);
+  return lupin__call(rt, 1, 0, NULL, 0);
+}
+
+static int load(lupin_runtime *rt, const char *text, const char *source, char *err, size_t errlen) {
+  lupin_staged g;
+  if (build(rt, text, source, &g, err, errlen)) return -1;
+  if (install(rt, &g, source)) {
+    lupin__errf(err, errlen, "out of memory");
+    return -1;
+  }
+  return 0;
 }
 
 int lupin_runtime_load(lupin_runtime *rt, const char *path, char *err, size_t errlen) {
@@ -277,10 +301,43 @@ int lupin_runtime_reload(lupin_runtime *rt, char *err, size_t errlen) {
   return lupin_runtime_load(rt, rt->config_path, err, errlen);
 }
 
+int lupin_runtime_stage(lupin_runtime *rt, char *err, size_t errlen) {
+  lupin_runtime_abort(rt);
+  if (!rt->config_path) {
+    lupin__errf(err, errlen, "reload: no config file was loaded");
+    return -1;
+  }
+  if (build(rt, NULL, rt->config_path, &rt->staged, err, errlen)) return -1;
+  rt->has_staged = 1;
+  return 0;
+}
+
+int lupin_runtime_commit(lupin_runtime *rt, char *err, size_t errlen) {
+  if (!rt->has_staged) {
+    lupin__errf(err, errlen, "commit: no generation is staged");
+    return -1;
+  }
+  rt->has_staged = 0;
+  if (install(rt, &rt->staged, rt->config_path)) {
+    lupin__errf(err, errlen, "out of memory");
+    return -1;
+  }
+  return 0;
+}
+
+/* The staged generation was never current: releasing it runs its plugins'
+ * shutdown hooks, as for a generation that served. */
+void lupin_runtime_abort(lupin_runtime *rt) {
+  if (!rt->has_staged) return;
+  rt->has_staged = 0;
+  lupin__generation_drop(rt, rt->staged.ref);
+}
+
 void lupin_runtime_free(lupin_runtime *rt) {
   if (!rt) return;
   rt->dispatch = NULL; /* no callback while the requests are cancelled */
   lupin__requests_cancel_all(rt);
+  lupin_runtime_abort(rt);
   lupin__generation_free_all(rt);
   close_state(rt); /* runs the endpoints' finalizers */
   lupin__budget_stop(&rt->budget);

@@ -74,13 +74,20 @@ function M.init(ud, opts)
     end
     gen.sections, gen.endpoints = cfg.sections, cfg.endpoints
     gen.flow_control, gen.feature_gates = cfg.flow_control, cfg.feature_gates
-    live[gen], M.current = true, gen
-    flow.configure(gen)
+    live[gen] = true
     -- the sources go to the C side, which hashes them into the digest; the
     -- generation does not keep the texts
     local sources = gen.sources
     gen.sources = nil
     return gen, sources, engine.flags(gen)
+  end
+
+  -- A built generation becomes current (at once, or at a staged reload's
+  -- commit: until then the previous one serves and is what a build migrates
+  -- from).
+  function hooks.install(gen)
+    M.current = gen
+    flow.configure(gen)
   end
 
   function hooks.release(gen)
