@@ -77,7 +77,7 @@ static void endpoint_remove(lupin_gateway *gw, gw_endpoint *ep) {
   lupin_endpoint_remove(gw->rt, ep->name);
   gw_scrape_stop(ep);
   gw_pool_clear(ep);
-  gw_log(gw, LUPIN_LOG_INFO, "endpoint %s (%s) removed", ep->name, ep->hostport);
+  if (gw->worker == 0) gw_log(gw, LUPIN_LOG_INFO, "endpoint %s (%s) removed", ep->name, ep->hostport);
   gw_endpoint_unref(ep);
 }
 
@@ -116,13 +116,13 @@ static void endpoint_sync(void *ud, const lupin_endpoint_desc *d) {
     return;
   }
   if (added) {
-    gw_log(gw, LUPIN_LOG_INFO, "endpoint %s (%s) added", ep->name, ep->hostport);
-    if (!gw->draining) gw_scrape_start(ep);
+    if (gw->worker == 0) gw_log(gw, LUPIN_LOG_INFO, "endpoint %s (%s) added", ep->name, ep->hostport);
+    if (!gw->draining && gw->worker == 0) gw_scrape_start(ep); /* the leader scrapes for all */
   }
 }
 
 /* Makes the endpoints those of the config or of the endpoints file. */
-static int endpoints_load(lupin_gateway *gw, char *err, size_t errlen) {
+int gw_endpoints_load(lupin_gateway *gw, char *err, size_t errlen) {
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
     ep->seen = 0;
   if (lupin_runtime_read_endpoints(gw->rt, gw->opts.endpoints_file, endpoint_sync, gw, err, errlen))
@@ -149,13 +149,21 @@ size_t gw_fresh_endpoints(lupin_gateway *gw) {
 
 /* --- the endpoints file -------------------------------------------------- */
 
+static void reread_follower(lupin_gateway *gw, void *arg) {
+  (void)arg;
+  char err[1024];
+  gw_endpoints_load(gw, err, sizeof err); /* the leader logged the outcome */
+}
+
 static void reread(uv_timer_t *t) {
   lupin_gateway *gw = t->data;
   char err[1024];
-  if (endpoints_load(gw, err, sizeof err))
+  if (gw_endpoints_load(gw, err, sizeof err)) {
     gw_log(gw, LUPIN_LOG_ERROR, "endpoints file not applied, the current endpoints stay: %s", err);
-  else
-    gw_log(gw, LUPIN_LOG_INFO, "endpoints file re-read: %zu endpoints", gw->n_endpoints);
+    return;
+  }
+  gw_log(gw, LUPIN_LOG_INFO, "endpoints file re-read: %zu endpoints", gw->n_endpoints);
+  gw_workers_post(gw, reread_follower, NULL, NULL);
 }
 
 /* Editors replace files rather than write them: the directory is watched,
@@ -189,10 +197,47 @@ static int watch_file(lupin_gateway *gw, char *err, size_t errlen) {
 
 /* --- reload, drain, shutdown --------------------------------------------- */
 
+/* A reload over every worker: each stages the next generation (build,
+ * checks, dry cycle), and only when all of them could does each commit;
+ * else each drops its own.  The leader stages first: a config error costs
+ * the followers nothing. */
+typedef struct reload_run {
+  int failed;
+  char *err;
+  size_t errlen;
+} reload_run;
+
+static void stage_one(lupin_gateway *gw, void *arg) {
+  reload_run *r = arg;
+  if (r->failed) return;
+  char err[2048];
+  if (lupin_runtime_stage(gw->rt, err, sizeof err)) {
+    r->failed = 1;
+    if (gw->worker)
+      gw_errf(r->err, r->errlen, "worker %d: %s", gw->worker, err);
+    else
+      gw_errf(r->err, r->errlen, "%s", err);
+  }
+}
+
+static void commit_one(lupin_gateway *gw, void *arg) {
+  reload_run *r = arg;
+  char err[2048];
+  if (r->failed) {
+    lupin_runtime_abort(gw->rt);
+  } else if (lupin_runtime_commit(gw->rt, err, sizeof err)) {
+    gw_log(gw, LUPIN_LOG_ERROR, "worker %d: reload not committed: %s", gw->worker, err);
+  } else if (gw->worker && !gw->opts.endpoints_file && gw_endpoints_load(gw, err, sizeof err)) {
+    gw_log(gw, LUPIN_LOG_ERROR, "worker %d: the config's endpoints: %s", gw->worker, err);
+  }
+}
+
 int gw_reload(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint64_t *generation,
               double *seconds) {
   double t0 = lupin_now();
-  int rc = lupin_runtime_reload(gw->rt, err, errlen);
+  reload_run r = {0, err, errlen};
+  gw_workers_each(gw, stage_one, &r);
+  gw_workers_each(gw, commit_one, &r);
   double dt = lupin_now() - t0;
   if (seconds) *seconds = dt;
   gw->reloads.seconds_sum += dt;
@@ -200,7 +245,7 @@ int gw_reload(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint
   lupin_stats st;
   lupin_runtime_stats(gw->rt, &st);
   uint64_t n = st.generation;
-  if (rc) {
+  if (r.failed) {
     gw->reloads.error++;
     gw_log(gw, LUPIN_LOG_ERROR, "reload (%s) failed after %.1f ms, generation %llu keeps serving: %s",
            why, dt * 1e3, (unsigned long long)n, err);
@@ -208,10 +253,10 @@ int gw_reload(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint
   }
   gw->reloads.ok++;
   if (generation) *generation = n;
-  gw_log(gw, LUPIN_LOG_INFO, "reload (%s): generation %llu serving, built in %.1f ms", why,
-         (unsigned long long)n, dt * 1e3);
+  gw_log(gw, LUPIN_LOG_INFO, "reload (%s): generation %llu serving on %zu workers, built in %.1f ms",
+         why, (unsigned long long)n, gw_workers_count(gw), dt * 1e3);
   if (!gw->opts.no_watch) gw_watch_sync(gw); /* pluginDirs may have changed */
-  if (!gw->opts.endpoints_file && endpoints_load(gw, err, errlen)) return -1;
+  if (!gw->opts.endpoints_file && gw_endpoints_load(gw, err, errlen)) return -1;
   return 0;
 }
 
@@ -233,6 +278,7 @@ static void shutdown_all(lupin_gateway *gw) {
   close_handle(gw->sigint);
   close_handle(gw->sighup);
   close_handle(gw->drain_timer);
+  gw_inbox_close(gw);
   close_handle(gw->watch);
   close_handle(gw->rewatch);
   gw_watch_stop(gw);
@@ -256,10 +302,14 @@ static void on_drain_timeout(uv_timer_t *t) {
   gw_proxy_cancel_all(gw);
 }
 
-static void drain(lupin_gateway *gw, const char *why) {
+static void drain_follower(lupin_gateway *gw, void *arg) { gw_drain(gw, arg); }
+
+void gw_drain(lupin_gateway *gw, const char *why) {
   if (gw->draining) return;
   gw->draining = 1;
-  gw_log(gw, LUPIN_LOG_INFO, "%s: draining %zu requests in flight", why, gw->n_exchanges);
+  if (gw->worker == 0) gw_workers_post(gw, drain_follower, (void *)why, NULL);
+  gw_log(gw, LUPIN_LOG_INFO, "%s: draining %zu requests in flight%s", why, gw->n_exchanges,
+         gw->worker ? "" : " (worker 0)");
   gw_server_close(gw->server);
   /* queued requests would only wait out the drain: answered now */
   lupin_runtime_flow_drain(gw->rt, "the gateway is shutting down: retry on another instance");
@@ -278,7 +328,7 @@ static void on_signal(uv_signal_t *h, int signum) {
     gw_reload(gw, "SIGHUP", err, sizeof err, NULL, NULL);
     return;
   }
-  drain(gw, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  gw_drain(gw, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
 static uv_signal_t *watch_signal(lupin_gateway *gw, int signum) {
@@ -317,7 +367,8 @@ static int apply_memory_limit(lupin_gateway *gw, char *err, size_t errlen) {
 }
 
 static int open_runtime(lupin_gateway *gw, char *err, size_t errlen) {
-  lupin_options o = {.log = runtime_log, .log_ud = gw, .log_level = gw->opts.log_level};
+  lupin_options o = {
+      .log = runtime_log, .log_ud = gw, .log_level = gw->opts.log_level, .shared = gw->shared};
   gw->rt = lupin_runtime_new(&o, err, errlen);
   if (!gw->rt) return -1;
   lupin_runtime_set_dispatch(gw->rt, gw_proxy_dispatched, gw);
@@ -357,25 +408,37 @@ static int check_admin_address(lupin_gateway *gw, char *err, size_t errlen) {
   return -1;
 }
 
+static int open_loop(lupin_gateway *gw, char *err, size_t errlen) {
+  gw->loop = malloc(sizeof *gw->loop);
+  if (gw->loop && !uv_loop_init(gw->loop)) return 0;
+  free(gw->loop);
+  gw->loop = NULL;
+  gw_errf(err, errlen, "cannot create the event loop");
+  return -1;
+}
+
+/* The runtime and the endpoints of one worker. */
+static int open_worker(lupin_gateway *gw, char *err, size_t errlen) {
+  if (open_runtime(gw, err, errlen) || gw_endpoints_load(gw, err, errlen)) return -1;
+  /* the first load's dry cycle ran with no endpoints: run it as a reload would */
+  return lupin_runtime_dry_run(gw->rt, err, errlen);
+}
+
 int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   memset(gw, 0, sizeof *gw);
   gw->opts = *o;
-  gw->loop = malloc(sizeof *gw->loop);
-  if (!gw->loop || uv_loop_init(gw->loop)) {
-    gw_errf(err, errlen, "cannot create the event loop");
-    return -2;
-  }
+  if (open_loop(gw, err, errlen) || !(gw->shared = lupin_shared_new(err, errlen))) return -2;
   /* what the config decides fails with -1 (exit 1), the rest with -2 */
-  if (check_admin_address(gw, err, errlen) || open_runtime(gw, err, errlen)) return -1;
-  if (endpoints_load(gw, err, errlen)) return -1;
-  /* the first load's dry cycle ran with no endpoints: run it as a reload would */
-  if (lupin_runtime_dry_run(gw->rt, err, errlen)) return -1;
+  if (check_admin_address(gw, err, errlen) || open_worker(gw, err, errlen)) return -1;
+  size_t workers;
+  if (gw_workers_wanted(gw, &workers, err, errlen)) return -1;
   if (gw->opts.endpoints_file && watch_file(gw, err, errlen)) return -1;
   if (!gw->opts.no_watch) gw_watch_sync(gw);
-  gw->server = gw_server_listen(gw, o->listen, gw_proxy_handle, gw, err, errlen);
+  gw->server = gw_server_listen(gw, o->listen, workers > 1, gw_proxy_handle, gw, err, errlen);
   if (!gw->server) return -2;
-  gw->admin = gw_server_listen(gw, o->admin, gw_admin_handle, gw, err, errlen);
+  gw->admin = gw_server_listen(gw, o->admin, 0, gw_admin_handle, gw, err, errlen);
   if (!gw->admin) return -2;
+  if (workers > 1 && gw_workers_start(gw, workers, err, errlen)) return -1;
   gw_health_start(gw);
   gw->sigterm = watch_signal(gw, SIGTERM);
   gw->sigint = watch_signal(gw, SIGINT);
@@ -386,11 +449,30 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   char a[96] = "?", b[96] = "?";
   gw_server_address(gw->server, a, sizeof a);
   gw_server_address(gw->admin, b, sizeof b);
-  gw_log(gw, LUPIN_LOG_INFO, "serving on http://%s (admin http://%s), %zu endpoints", a, b,
-         gw->n_endpoints);
+  gw_log(gw, LUPIN_LOG_INFO, "serving on http://%s (admin http://%s), %zu endpoints, %zu workers",
+         a, b, gw->n_endpoints, workers);
   /* the start-up line on stdout, whatever the log level: scripts wait for it */
   printf("lupin serve: listening on http://%s admin http://%s\n", a, b);
   fflush(stdout);
+  return 0;
+}
+
+/* A follower: its own loop, runtime and listener on the leader's address;
+ * no admin, signals, watches or scrapes (the leader's). */
+int gw_open_follower(lupin_gateway *gw, const lupin_gateway *leader, char *err, size_t errlen) {
+  gw->opts = leader->opts;
+  gw->shared = leader->shared;
+  if (open_loop(gw, err, errlen)) return -2;
+  if (open_worker(gw, err, errlen)) return -1;
+  if (gw_inbox_open(gw, err, errlen)) return -2;
+  char listen[96];
+  if (gw_server_address(leader->server, listen, sizeof listen)) {
+    gw_errf(err, errlen, "the leader's listener has no address");
+    return -2;
+  }
+  gw->server = gw_server_listen(gw, listen, 1, gw_proxy_handle, gw, err, errlen);
+  if (!gw->server) return -2;
+  gw_health_start(gw);
   return 0;
 }
 
@@ -399,7 +481,7 @@ int gw_run(lupin_gateway *gw) {
   if (gw->loop && gw->server) uv_run(gw->loop, UV_RUN_DEFAULT);
   if (gw->draining != 2) shutdown_all(gw); /* a failed open or a drain timeout */
   if (gw->server) gw_server_close(gw->server);
-  uv_run(gw->loop, UV_RUN_DEFAULT); /* the close callbacks */
+  if (gw->loop) uv_run(gw->loop, UV_RUN_DEFAULT); /* the close callbacks */
   if (gw->rt) lupin_runtime_free(gw->rt);
   gw_server_free(gw->server);
   gw_server_free(gw->admin);
@@ -409,6 +491,11 @@ int gw_run(lupin_gateway *gw) {
   if (gw->loop) {
     uv_loop_close(gw->loop);
     free(gw->loop);
+  }
+  if (gw->worker == 0) { /* the followers' runtimes go before what they share */
+    int worst = gw_workers_join(gw);
+    if (worst > gw->exit_code) gw->exit_code = worst;
+    lupin_shared_free(gw->shared);
   }
   return gw->exit_code;
 }

@@ -2,9 +2,12 @@
  * its files share.  It embeds the runtime as any host does, through lupin.h
  * alone.
  *
- * One gateway object owns everything: the runtime, the loop's handles, the
- * endpoints and their upstream pools, the listeners, the stats.  There is no
- * global mutable state.  Everything runs on one libuv loop, one thread. */
+ * One gateway object owns everything of one worker: the runtime, the loop's
+ * handles, the endpoints and their upstream pools, the listener, the stats.
+ * There is no global mutable state.  A worker runs on one libuv loop, one
+ * thread; with several workers (workers.c) the first one, the leader, also
+ * owns what the process has once: the admin listener, the signals, the
+ * watches and the scrapes, whose results it hands to the others. */
 #ifndef LUPIN_GATEWAY_H
 #define LUPIN_GATEWAY_H
 
@@ -24,6 +27,8 @@ typedef struct gw_conn gw_conn;
 typedef struct gw_upstream gw_upstream;
 typedef struct gw_uconn gw_uconn;
 typedef struct gw_exchange gw_exchange;
+typedef struct gw_workers gw_workers;
+typedef struct gw_inbox gw_inbox;
 
 /* --- small buffers and header lists (buf.c) ------------------------------ */
 
@@ -88,6 +93,7 @@ typedef struct gw_settings {
   uint64_t consecutive_errors, base_ejection_time_ms, max_ejection_time_ms;
   uint64_t max_ejection_percent, stale_ejection_ms;
   uint64_t explain_without_token; /* x-lupin-explain without the admin token */
+  uint64_t workers;               /* event loops (threads), 0: one per core */
 } gw_settings;
 
 /* Reads the gateway section (settings.c): declare before loading a config,
@@ -196,8 +202,9 @@ typedef void (*gw_handler)(void *ud, gw_conn *c, gw_http_request *req);
  * the connection must not be used after. */
 typedef void (*gw_abort_fn)(void *owner);
 
-gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, gw_handler h, void *ud,
-                            char *err, size_t errlen);
+/* shared: several workers listen on hostport (SO_REUSEPORT). */
+gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, int shared, gw_handler h,
+                            void *ud, char *err, size_t errlen);
 /* Stops accepting and closes idle connections; busy ones close when done. */
 void gw_server_close(gw_server *s);
 size_t gw_server_connections(const gw_server *s);
@@ -475,6 +482,7 @@ typedef struct gw_options {
   int admin_insecure;         /* --admin-insecure: a non-loopback admin without a token */
   const char *resolve[16];    /* --resolve NAME=ADDR[,ADDR...] */
   int n_resolve;
+  const char *workers;        /* --workers N|auto: overrides gateway.workers */
 } gw_options;
 
 /* Reloads and their outcome, for /metrics. */
@@ -533,6 +541,11 @@ struct lupin_gateway {
   uint64_t body_bytes;
   uint64_t refused_in_flight, refused_body_bytes;
   gw_explain_ring *explain_ring; /* explain.c, made on first use */
+  /* workers (workers.c): this one's index, 0 for the leader */
+  int worker;
+  gw_workers *workers;
+  gw_inbox *inbox;
+  lupin_shared *shared; /* given to the runtime */
 };
 
 int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen);
@@ -623,6 +636,41 @@ struct gw_exchange {
   int queued; /* waiting in the runtime's flow-control queue */
   gw_exchange *prev, *next;
 };
+
+/* --- workers (workers.c, docs/workers.md) -------------------------------- */
+
+/* A task run on a worker's loop thread. */
+typedef void (*gw_task_fn)(lupin_gateway *gw, void *arg);
+
+/* Starts the followers once the leader is open: each opens its own loop,
+ * runtime (sharing the leader's lupin_shared) and listener on the leader's
+ * address (SO_REUSEPORT).  -1 with err when one could not start. */
+int gw_workers_start(lupin_gateway *leader, size_t n, char *err, size_t errlen);
+/* The leader's number of workers: --workers, else gateway.workers, 0: cores. */
+int gw_workers_wanted(lupin_gateway *gw, size_t *n, char *err, size_t errlen);
+size_t gw_workers_count(const lupin_gateway *gw);
+/* Runs fn on every worker's thread in turn, the leader's first, and waits
+ * for each: the admin API's way to read a follower's runtime and stats.
+ * Only from the leader's thread.  Workers that stopped are skipped. */
+void gw_workers_each(lupin_gateway *leader, gw_task_fn fn, void *arg);
+/* Queues fn on every follower without waiting; drop(arg) frees arg after the
+ * last one ran or was dropped (NULL: nothing to free). */
+void gw_workers_post(lupin_gateway *leader, gw_task_fn fn, void *arg, void (*drop)(void *));
+/* The leader's scrape result for ep, handed to the followers. */
+void gw_workers_scraped(gw_endpoint *ep, int ok, const char *detail);
+/* Waits for the followers to end; returns the worst exit code. */
+int gw_workers_join(lupin_gateway *leader);
+/* A follower's inbox, closed when its loop ends (shutdown_all). */
+int gw_inbox_open(lupin_gateway *gw, char *err, size_t errlen);
+void gw_inbox_close(lupin_gateway *gw);
+/* gateway.c's parts a follower runs. */
+void gw_drain(lupin_gateway *gw, const char *why);
+int gw_endpoints_load(lupin_gateway *gw, char *err, size_t errlen);
+int gw_open_follower(lupin_gateway *gw, const lupin_gateway *leader, char *err, size_t errlen);
+/* Merges the /metrics texts of the workers (admin.c): counters, histograms
+ * and the gauges the workers hold each their own share of are summed, the
+ * rest are the leader's. */
+void gw_metrics_merge(gw_buf *out, const gw_buf *texts, size_t n);
 
 /* `lupin test` (gateway/test.c): runs busted on plugin specs. */
 extern const char gw_test_usage[];

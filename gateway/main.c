@@ -30,7 +30,7 @@ static const char serve_usage[] =
     "                   [--admin-token TOKEN] [--endpoints FILE] [--no-watch]\n"
     "                   [--log-level error|warn|info|debug] [--log-format text|json]\n"
     "                   [--resolve NAME=ADDR[,ADDR...]]... [--max-lua-memory BYTES[k|m|g]]\n"
-    "                   [--admin-insecure]\n"
+    "                   [--admin-insecure] [--workers N|auto]\n"
     "\n"
     "The config is an EndpointPickerConfig (JSON or YAML) with two lupin extensions:\n"
     "\"endpoints\" (a list of {name, address, port, labels}) and \"gateway\" (limits,\n"
@@ -45,6 +45,9 @@ static const char serve_usage[] =
     "Port 0 picks a free port; the first line on stdout says which.  The access log\n"
     "goes to stdout (JSON lines), diagnostics to stderr (--log-format).\n"
     "--max-lua-memory caps the Lua state (0: no cap; overrides gateway.maxLuaMemoryBytes).\n"
+    "--workers runs N event loops, each a thread with its own runtime, sharing the\n"
+    "endpoints, their in-flight counts and the prefix indexes (auto: one per core;\n"
+    "overrides gateway.workers; docs/workers.md).\n"
     "An admin address off loopback needs --admin-token, or --admin-insecure to serve it\n"
     "open anyway.\n";
 
@@ -106,6 +109,7 @@ static int parse_args(int argc, char **argv, gw_options *o, const char **format)
                        : !strcmp(a, "--admin-token")    ? &o->admin_token
                        : !strcmp(a, "--endpoints")      ? &o->endpoints_file
                        : !strcmp(a, "--max-lua-memory") ? &o->max_lua_memory
+                       : !strcmp(a, "--workers")        ? &o->workers
                                                         : NULL;
     if (!strcmp(a, "--no-watch")) {
       o->no_watch = 1;

@@ -175,6 +175,7 @@ static void apply(gw_endpoint *ep) {
     ep->scrape_errors++;
     gw_log(ep->gw, LUPIN_LOG_DEBUG, "scrape %s: %s", ep->name, why);
     gw_health_scrape(ep, 0, why);
+    gw_workers_scraped(ep, 0, why);
   } else {
     if (running) {
       free(ep->running_lora);
@@ -192,6 +193,7 @@ static void apply(gw_endpoint *ep) {
     ep->scrapes++;
     if (!ep->removed) lupin_endpoint_set_metrics(ep->gw->rt, ep->name, &m);
     gw_health_scrape(ep, 1, NULL);
+    gw_workers_scraped(ep, 1, NULL);
   }
 }
 
@@ -204,7 +206,10 @@ static void on_done(void *ud, gw_upstream_error e, const char *detail) {
     ep->scrape_errors++;
     gw_log(ep->gw, LUPIN_LOG_DEBUG, "scrape %s: %s", ep->name,
            e ? detail : "the endpoint did not answer 200");
-    if (!ep->removed) gw_health_scrape(ep, 0, e ? detail : "the endpoint did not answer 200");
+    if (!ep->removed) {
+      gw_health_scrape(ep, 0, e ? detail : "the endpoint did not answer 200");
+      gw_workers_scraped(ep, 0, e ? detail : "the endpoint did not answer 200");
+    }
   }
   gw_buf_free(&ep->scrape_body);
   gw_endpoint_unref(ep);

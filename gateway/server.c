@@ -5,8 +5,10 @@
  *
  * A connection runs one request at a time: bytes that arrive while a response
  * is in progress (pipelining) wait in `pending` with the parser paused. */
+#define _DEFAULT_SOURCE /* SO_REUSEPORT */
 #include "gateway.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -634,17 +636,28 @@ int gw_parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, si
   return 0;
 }
 
-gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, gw_handler h, void *ud,
-                            char *err, size_t errlen) {
+/* Workers bind one address each (SO_REUSEPORT: the kernel spreads the
+ * connections).  Only then: a second `lupin serve` on a taken port must
+ * fail, not share its traffic. */
+static int reuse_port(uv_tcp_t *tcp) {
+  uv_os_fd_t fd;
+  int on = 1, rc = uv_fileno((uv_handle_t *)tcp, &fd);
+  if (!rc && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on)) rc = uv_translate_sys_error(errno);
+  return rc;
+}
+
+gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, int shared, gw_handler h,
+                            void *ud, char *err, size_t errlen) {
   struct sockaddr_storage ss;
   if (gw_parse_hostport(hostport, &ss, err, errlen)) return NULL;
   gw_server *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   *s = (gw_server){.gw = gw, .handler = h, .ud = ud, .started_ns = uv_hrtime()};
-  uv_tcp_init(gw->loop, &s->tcp);
+  uv_tcp_init_ex(gw->loop, &s->tcp, ss.ss_family);
   s->tcp.data = s;
   s->listener_open = 1;
-  int rc = uv_tcp_bind(&s->tcp, (struct sockaddr *)&ss, 0);
+  int rc = shared ? reuse_port(&s->tcp) : 0;
+  if (!rc) rc = uv_tcp_bind(&s->tcp, (struct sockaddr *)&ss, 0);
   if (!rc) rc = uv_listen((uv_stream_t *)&s->tcp, 511, on_connection);
   if (rc) {
     gw_errf(err, errlen, "cannot listen on %s: %s", hostport, uv_strerror(rc));

@@ -44,6 +44,9 @@ static const setting settings[] = {
     SETTING(stale_ejection_ms, "staleEjectionMs", 3000, 0, NONE),
     /* 1: any client may ask for an explain record (docs/explain.md) */
     SETTING(explain_without_token, "explainWithoutToken", 0, 0, 1),
+    /* event loops, each a thread with its own runtime (docs/workers.md); 0:
+     * one per core.  Read at start: a reload does not change it */
+    SETTING(workers, "workers", 0, 0, 256),
 };
 
 enum { N_SETTINGS = sizeof settings / sizeof *settings };
