@@ -105,6 +105,14 @@ static void metrics_requests(lupin_gateway *gw, gw_expo *e) {
     gw_expo_sample(e, (const char *[]){lupin_outcome_name(o)}, (double)s->by_outcome[o]);
   gw_expo_family(e, GW_M_SCHEDULING);
   gw_expo_histogram(e, NULL, &s->sched);
+  /* how the connections spread over the workers: one series each */
+  uint64_t answered = 0;
+  for (int i = 100; i < 600; i++)
+    answered += s->by_status[i];
+  char worker[16];
+  snprintf(worker, sizeof worker, "%d", gw->worker);
+  gw_expo_family(e, GW_M_WORKER_REQUESTS);
+  gw_expo_sample(e, (const char *[]){worker}, (double)answered);
 }
 
 /* One gauge or counter per endpoint. */
@@ -251,20 +259,34 @@ static void metrics_pool(lupin_gateway *gw, gw_expo *e) {
   gw_expo_histogram(e, NULL, &gw->stats.sched_epp);
 }
 
-static void metrics(lupin_gateway *gw, gw_conn *c) {
-  gw_buf b = {0};
-  gw_expo e = {&b, NULL};
+/* One worker's exposition, written on its thread into texts[worker]. */
+static void metrics_of(lupin_gateway *gw, void *texts) {
+  gw_expo e = {&((gw_buf *)texts)[gw->worker], NULL};
   metrics_requests(gw, &e);
   metrics_plugins(gw, &e);
   metrics_endpoints(gw, &e);
   metrics_reloads(gw, &e);
   metrics_runtime(gw, &e);
-  gw_process_metrics(&e);
+  if (gw->worker == 0) gw_process_metrics(&e); /* the process's: once */
   metrics_objectives(gw, &e);
   metrics_pool(gw, &e);
   gw_flow_metrics(gw, &e);
-  reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
-  gw_buf_free(&b);
+}
+
+static void metrics(lupin_gateway *gw, gw_conn *c) {
+  size_t n = gw_workers_count(gw);
+  gw_buf *texts = calloc(n, sizeof *texts), merged = {0};
+  if (!texts) {
+    gw_conn_error(c, 503, "out of memory", NULL, NULL, 0);
+    return;
+  }
+  gw_workers_each(gw, metrics_of, texts);
+  if (n > 1) gw_metrics_merge(&merged, texts, n);
+  reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", n > 1 ? &merged : &texts[0]);
+  for (size_t i = 0; i < n; i++)
+    gw_buf_free(&texts[i]);
+  free(texts);
+  gw_buf_free(&merged);
 }
 
 /* --- JSON views ---------------------------------------------------------- */
@@ -327,23 +349,29 @@ static void endpoints(lupin_gateway *gw, gw_conn *c) {
   gw_buf_free(&b);
 }
 
+/* One worker's requests in flight, appended to the list in b. */
+static void requests_of(lupin_gateway *gw, void *arg) {
+  gw_buf *b = arg;
+  double now = lupin_now();
+  for (gw_exchange *x = gw->exchanges; x; x = x->next) {
+    gw_buf_printf(b, "%s{\"id\":", b->data[b->len - 1] == '[' ? "" : ",");
+    gw_buf_json(b, lupin_request_id(x->req));
+    gw_buf_printf(b, ",\"model\":");
+    gw_buf_json(b, x->model);
+    gw_buf_printf(b, ",\"path\":");
+    gw_buf_json(b, x->path);
+    gw_buf_printf(b, ",\"endpoint\":");
+    gw_buf_json(b, x->ep ? x->ep->hostport : "");
+    gw_buf_printf(b, ",\"stream\":%s,\"age_seconds\":%.3f,\"generation\":%llu,\"worker\":%d}",
+                  x->stream ? "true" : "false", now - x->started,
+                  (unsigned long long)lupin_request_generation(x->req), gw->worker);
+  }
+}
+
 static void requests(lupin_gateway *gw, gw_conn *c) {
   gw_buf b = {0};
-  double now = lupin_now();
   gw_buf_printf(&b, "{\"requests\":[");
-  for (gw_exchange *x = gw->exchanges; x; x = x->next) {
-    gw_buf_printf(&b, "%s{\"id\":", x == gw->exchanges ? "" : ",");
-    gw_buf_json(&b, lupin_request_id(x->req));
-    gw_buf_printf(&b, ",\"model\":");
-    gw_buf_json(&b, x->model);
-    gw_buf_printf(&b, ",\"path\":");
-    gw_buf_json(&b, x->path);
-    gw_buf_printf(&b, ",\"endpoint\":");
-    gw_buf_json(&b, x->ep ? x->ep->hostport : "");
-    gw_buf_printf(&b, ",\"stream\":%s,\"age_seconds\":%.3f,\"generation\":%llu}",
-                  x->stream ? "true" : "false", now - x->started,
-                  (unsigned long long)lupin_request_generation(x->req));
-  }
+  gw_workers_each(gw, requests_of, &b);
   gw_buf_printf(&b, "]}\n");
   reply(c, 200, "application/json", &b);
   gw_buf_free(&b);
@@ -362,12 +390,27 @@ static void generation_json(void *ud, const lupin_generation_info *g) {
                 (unsigned long long)g->pinned);
 }
 
+/* {"worker", "current", "generations"} of one worker. */
+static void generations_of(lupin_gateway *gw, void *arg) {
+  gw_buf *b = arg;
+  lupin_stats st;
+  lupin_runtime_stats(gw->rt, &st);
+  gw_buf_printf(b, "%s{\"worker\":%d,\"current\":%llu,\"generations\":[", gw->worker ? "," : "",
+                gw->worker, (unsigned long long)st.generation);
+  lupin_runtime_generations(gw->rt, generation_json, b);
+  gw_buf_printf(b, "]}");
+}
+
+/* The leader's generations, as with one worker, then every worker's: a
+ * reload swaps them together, so they differ only while one is pinned. */
 static void generations(lupin_gateway *gw, gw_conn *c) {
   gw_buf b = {0};
   lupin_stats st;
   lupin_runtime_stats(gw->rt, &st);
   gw_buf_printf(&b, "{\"current\":%llu,\"generations\":[", (unsigned long long)st.generation);
   lupin_runtime_generations(gw->rt, generation_json, &b);
+  gw_buf_printf(&b, "],\"workers\":[");
+  gw_workers_each(gw, generations_of, &b);
   gw_buf_printf(&b, "]}\n");
   reply(c, 200, "application/json", &b);
   gw_buf_free(&b);
@@ -391,27 +434,53 @@ static void reload(lupin_gateway *gw, gw_conn *c) {
 /* A full collection, then whatever request state outlived its request: lets
  * an operator tell tables merely not yet collected (lupin_live_request_tables
  * counts those) from a leak.  Blocks the loop for the collection (ms). */
-static void leaks(lupin_gateway *gw, gw_conn *c) {
+typedef struct leak_run {
+  int leaked, failed;
+  lupin_stats st; /* summed */
+  gw_buf report;
+} leak_run;
+
+static void leaks_of(lupin_gateway *gw, void *arg) {
+  leak_run *r = arg;
   char report[4096];
   int n = lupin_runtime_check_leaks(gw->rt, report, sizeof report);
-  if (n < 0) {
-    char msg[4200];
-    snprintf(msg, sizeof msg, "the leak check failed: %s", report);
-    gw_conn_error(c, 500, msg, NULL, NULL, 0);
-    return;
-  }
+  if (n < 0) r->failed = 1;
+  if (n > 0) r->leaked += n;
+  if (n != 0 && gw_workers_count(gw) > 1) gw_buf_printf(&r->report, "worker %d: ", gw->worker);
+  if (n != 0) gw_buf_printf(&r->report, "%s\n", report);
   lupin_stats st;
   lupin_runtime_stats(gw->rt, &st);
+  r->st.live_requests += st.live_requests;
+  r->st.live_request_tables += st.live_request_tables;
+  r->st.lua_memory += st.lua_memory;
+}
+
+/* A full collection, then whatever request state outlived its request: lets
+ * an operator tell tables merely not yet collected (lupin_live_request_tables
+ * counts those) from a leak.  Blocks each worker's loop for its collection
+ * (ms). */
+static void leaks(lupin_gateway *gw, gw_conn *c) {
+  leak_run r = {0};
+  gw_workers_each(gw, leaks_of, &r);
+  if (r.failed) {
+    gw_buf msg = {0};
+    gw_buf_printf(&msg, "the leak check failed: %s", r.report.data ? r.report.data : "");
+    gw_conn_error(c, 500, msg.data, NULL, NULL, 0);
+    gw_buf_free(&msg);
+    gw_buf_free(&r.report);
+    return;
+  }
   gw_buf b = {0};
   gw_buf_printf(&b,
                 "{\"leaked\":%d,\"live_requests\":%llu,\"live_request_tables\":%llu,"
                 "\"lua_memory_bytes\":%llu,\"report\":",
-                n, (unsigned long long)st.live_requests, (unsigned long long)st.live_request_tables,
-                (unsigned long long)st.lua_memory);
-  gw_buf_json(&b, report);
+                r.leaked, (unsigned long long)r.st.live_requests,
+                (unsigned long long)r.st.live_request_tables, (unsigned long long)r.st.lua_memory);
+  gw_buf_json(&b, r.report.data ? r.report.data : "");
   gw_buf_printf(&b, "}\n");
   reply(c, 200, "application/json", &b);
   gw_buf_free(&b);
+  gw_buf_free(&r.report);
 }
 
 static void text(gw_conn *c, int status, const char *msg) {

@@ -367,8 +367,14 @@ static int apply_memory_limit(lupin_gateway *gw, char *err, size_t errlen) {
 }
 
 static int open_runtime(lupin_gateway *gw, char *err, size_t errlen) {
-  lupin_options o = {
-      .log = runtime_log, .log_ud = gw, .log_level = gw->opts.log_level, .shared = gw->shared};
+  /* each worker its own seed: runtimes started in the same second would
+   * otherwise break every tie alike and send their bursts to one endpoint */
+  uint64_t seed = uv_hrtime() ^ ((uint64_t)(gw->worker + 1) * 0x9E3779B97F4A7C15ull);
+  lupin_options o = {.log = runtime_log,
+                     .log_ud = gw,
+                     .log_level = gw->opts.log_level,
+                     .seed = seed ? seed : 1,
+                     .shared = gw->shared};
   gw->rt = lupin_runtime_new(&o, err, errlen);
   if (!gw->rt) return -1;
   lupin_runtime_set_dispatch(gw->rt, gw_proxy_dispatched, gw);
@@ -431,12 +437,12 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   /* what the config decides fails with -1 (exit 1), the rest with -2 */
   if (check_admin_address(gw, err, errlen) || open_worker(gw, err, errlen)) return -1;
   size_t workers;
-  if (gw_workers_wanted(gw, &workers, err, errlen)) return -1;
+  gw_workers_wanted(gw, &workers);
   if (gw->opts.endpoints_file && watch_file(gw, err, errlen)) return -1;
   if (!gw->opts.no_watch) gw_watch_sync(gw);
-  gw->server = gw_server_listen(gw, o->listen, workers > 1, gw_proxy_handle, gw, err, errlen);
+  gw->server = gw_server_listen(gw, o->listen, NULL, gw_proxy_handle, gw, err, errlen);
   if (!gw->server) return -2;
-  gw->admin = gw_server_listen(gw, o->admin, 0, gw_admin_handle, gw, err, errlen);
+  gw->admin = gw_server_listen(gw, o->admin, NULL, gw_admin_handle, gw, err, errlen);
   if (!gw->admin) return -2;
   if (workers > 1 && gw_workers_start(gw, workers, err, errlen)) return -1;
   gw_health_start(gw);
@@ -457,20 +463,16 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   return 0;
 }
 
-/* A follower: its own loop, runtime and listener on the leader's address;
- * no admin, signals, watches or scrapes (the leader's). */
+/* A follower: its own loop and runtime, polling the leader's listening
+ * socket; no admin, signals, watches or scrapes (the leader's). */
 int gw_open_follower(lupin_gateway *gw, const lupin_gateway *leader, char *err, size_t errlen) {
   gw->opts = leader->opts;
   gw->shared = leader->shared;
   if (open_loop(gw, err, errlen)) return -2;
   if (open_worker(gw, err, errlen)) return -1;
   if (gw_inbox_open(gw, err, errlen)) return -2;
-  char listen[96];
-  if (gw_server_address(leader->server, listen, sizeof listen)) {
-    gw_errf(err, errlen, "the leader's listener has no address");
-    return -2;
-  }
-  gw->server = gw_server_listen(gw, listen, 1, gw_proxy_handle, gw, err, errlen);
+  gw->server = gw_server_listen(gw, gw->opts.listen, leader->server, gw_proxy_handle, gw, err,
+                               errlen);
   if (!gw->server) return -2;
   gw_health_start(gw);
   return 0;

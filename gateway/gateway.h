@@ -202,9 +202,10 @@ typedef void (*gw_handler)(void *ud, gw_conn *c, gw_http_request *req);
  * the connection must not be used after. */
 typedef void (*gw_abort_fn)(void *owner);
 
-/* shared: several workers listen on hostport (SO_REUSEPORT). */
-gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, int shared, gw_handler h,
-                            void *ud, char *err, size_t errlen);
+/* share: another worker's server whose listening socket this one polls
+ * too (hostport is then only for messages); NULL: bind hostport. */
+gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, const gw_server *share,
+                            gw_handler h, void *ud, char *err, size_t errlen);
 /* Stops accepting and closes idle connections; busy ones close when done. */
 void gw_server_close(gw_server *s);
 size_t gw_server_connections(const gw_server *s);
@@ -278,7 +279,15 @@ int gw_prometheus_parse(const char *text, size_t len, gw_sample_fn fn, void *ud)
  * type, help text, label names, histogram bounds (docs/metrics.md lists
  * them).  The exposition (text format 0.0.4) is written through gw_expo, which
  * writes # HELP and # TYPE once per family and escapes every label value. */
-typedef enum gw_metric_type { GW_COUNTER, GW_GAUGE, GW_HISTOGRAM, GW_SUMMARY } gw_metric_type;
+/* GW_SUM_GAUGE: a gauge of which each worker holds a share (requests in
+ * flight, Lua memory): /metrics shows the sum over the workers. */
+typedef enum gw_metric_type {
+  GW_COUNTER,
+  GW_GAUGE,
+  GW_HISTOGRAM,
+  GW_SUMMARY,
+  GW_SUM_GAUGE
+} gw_metric_type;
 
 #define GW_MAX_LABELS 4
 #define GW_MAX_BOUNDS 40
@@ -296,7 +305,7 @@ typedef struct gw_family {
 // clang-format off
 typedef enum gw_family_id {
   /* requests through the gateway (proxy.c) */
-  GW_M_REQUESTS, GW_M_OUTCOMES, GW_M_SCHEDULING,
+  GW_M_REQUESTS, GW_M_OUTCOMES, GW_M_SCHEDULING, GW_M_WORKER_REQUESTS,
   /* plugins (the runtime's counters) */
   GW_M_PLUGIN_CALLS, GW_M_PLUGIN_ERRORS, GW_M_PLUGIN_SECONDS, GW_M_PLUGIN_CUTS,
   GW_M_PLUGIN_DISABLED,
@@ -325,6 +334,10 @@ typedef enum gw_family_id {
 // clang-format on
 
 extern const gw_family gw_families[GW_FAMILIES]; /* constant */
+
+/* A sample value as the text format spells it: NaN, +Inf, -Inf, else the
+ * shortest of 15 or 17 digits that reads back as v. */
+void gw_metric_number(char *out, size_t len, double v);
 
 /* Observations of one series of a histogram family; buckets not cumulative,
  * the last one above every bound. */
@@ -644,10 +657,10 @@ typedef void (*gw_task_fn)(lupin_gateway *gw, void *arg);
 
 /* Starts the followers once the leader is open: each opens its own loop,
  * runtime (sharing the leader's lupin_shared) and listener on the leader's
- * address (SO_REUSEPORT).  -1 with err when one could not start. */
+ * listening socket.  -1 with err when one could not start. */
 int gw_workers_start(lupin_gateway *leader, size_t n, char *err, size_t errlen);
 /* The leader's number of workers: --workers, else gateway.workers, 0: cores. */
-int gw_workers_wanted(lupin_gateway *gw, size_t *n, char *err, size_t errlen);
+void gw_workers_wanted(lupin_gateway *gw, size_t *n);
 size_t gw_workers_count(const lupin_gateway *gw);
 /* Runs fn on every worker's thread in turn, the leader's first, and waits
  * for each: the admin API's way to read a follower's runtime and stats.

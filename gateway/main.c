@@ -128,6 +128,11 @@ static int parse_args(int argc, char **argv, gw_options *o, const char **format)
     } else if (!strcmp(a, "--format") && !strcmp(cmd, "check") && v &&
                (!strcmp(v, "text") || !strcmp(v, "json"))) {
       *format = v;
+    } else if (!strcmp(a, "--workers") && v && strcmp(v, "auto") &&
+               (atoi(v) < 1 || atoi(v) > 256 || strspn(v, "0123456789") != strlen(v))) {
+      fprintf(stderr, "lupin %s: --workers %s: give a number of workers from 1 to 256, or auto\n",
+              cmd, v);
+      return -1;
     } else if (!dst || !v) {
       fprintf(stderr, "lupin %s: bad argument %s\n\n%s", cmd, a, help);
       return -1;

@@ -47,6 +47,10 @@ const gw_family gw_families[GW_FAMILIES] = {
                        GW_COUNTER,
                        "Responses the gateway answered on its public listener, by HTTP status.",
                        {"status"}},
+    [GW_M_WORKER_REQUESTS] = {"lupin_worker_requests_total",
+                              GW_COUNTER,
+                              "Responses answered on the public listener, by worker (event loop).",
+                              {"worker"}},
     [GW_M_OUTCOMES] = {"lupin_request_outcomes_total",
                        GW_COUNTER,
                        "Scheduled requests by how they ended for the plugins.",
@@ -144,16 +148,16 @@ const gw_family gw_families[GW_FAMILIES] = {
                           "Time the last reload took.",
                           {NULL}},
     [GW_M_LIVE_REQUESTS] = {"lupin_live_requests",
-                            GW_GAUGE,
+                            GW_SUM_GAUGE,
                             "Requests begun in the runtime and not yet ended.",
                             {NULL}},
     [GW_M_LIVE_TABLES] = {"lupin_live_request_tables",
-                          GW_GAUGE,
+                          GW_SUM_GAUGE,
                           "Request tables not yet collected by the Lua garbage collector.",
                           {NULL}},
-    [GW_M_LUA_MEMORY] = {"lupin_lua_memory_bytes", GW_GAUGE, "Bytes the Lua state holds.", {NULL}},
+    [GW_M_LUA_MEMORY] = {"lupin_lua_memory_bytes", GW_SUM_GAUGE, "Bytes the Lua state holds.", {NULL}},
     [GW_M_LUA_PEAK] = {"lupin_lua_memory_peak_bytes",
-                       GW_GAUGE,
+                       GW_SUM_GAUGE,
                        "Most bytes the Lua state has held.",
                        {NULL}},
     [GW_M_GENERATION] = {"lupin_generation",
@@ -166,11 +170,11 @@ const gw_family gw_families[GW_FAMILIES] = {
                                 {NULL}},
     [GW_M_ENDPOINTS] = {"lupin_endpoints", GW_GAUGE, "Endpoints in the pool.", {NULL}},
     [GW_M_IN_FLIGHT] = {"lupin_requests_in_flight",
-                        GW_GAUGE,
+                        GW_SUM_GAUGE,
                         "Requests handed to the proxy and not yet answered.",
                         {NULL}},
     [GW_M_BODY_BYTES] = {"lupin_buffered_body_bytes",
-                         GW_GAUGE,
+                         GW_SUM_GAUGE,
                          "Request body bytes the gateway holds.",
                          {NULL}},
     [GW_M_REFUSALS] = {"lupin_capacity_refusals_total",
@@ -237,7 +241,7 @@ const gw_family gw_families[GW_FAMILIES] = {
                                  {"model_name", "target_model_name"},
                                  HIST(epp_response_size_bounds)},
     [GW_M_OBJ_RUNNING] = {"inference_objective_running_requests",
-                          GW_GAUGE,
+                          GW_SUM_GAUGE,
                           "Requests scheduled and not yet ended, by model (EPP name).",
                           {"model_name"}},
     [GW_M_POOL_KV] = {"inference_pool_average_kv_cache_utilization",
@@ -269,11 +273,11 @@ const gw_family gw_families[GW_FAMILIES] = {
                               {"extension_point", "plugin_type", "plugin_name"},
                               HIST(plugin_bounds)},
     [GW_M_FC_QUEUE_SIZE] = {"inference_extension_flow_control_queue_size",
-                            GW_GAUGE,
+                            GW_SUM_GAUGE,
                             "Requests waiting in the flow-control queue, by priority band.",
                             {"priority"}},
     [GW_M_FC_QUEUE_BYTES] = {"inference_extension_flow_control_queue_bytes",
-                             GW_GAUGE,
+                             GW_SUM_GAUGE,
                              "Bytes of the request bodies waiting in the flow-control queue, by "
                              "priority band.",
                              {"priority"}},
@@ -305,7 +309,7 @@ void gw_histogram_observe(gw_histogram *h, gw_family_id id, double v) {
   h->sum += v;
 }
 
-static const char *const type_names[] = {"counter", "gauge", "histogram", "summary"};
+static const char *const type_names[] = {"counter", "gauge", "histogram", "summary", "gauge"};
 
 /* HELP text escapes backslash and newline (quotes stay as they are). */
 static void help_text(gw_buf *b, const char *s) {
@@ -344,7 +348,7 @@ static void labels(gw_expo *e, const char *const *values, const char *extra, con
 
 /* A number in the format's spelling: NaN, +Inf, -Inf, else the shortest
  * of 15 or 17 digits that reads back as v (0.1, not 0.10000000000000001). */
-static void number(char *out, size_t len, double v) {
+void gw_metric_number(char *out, size_t len, double v) {
   if (isnan(v))
     snprintf(out, len, "NaN");
   else if (isinf(v))
@@ -355,7 +359,7 @@ static void number(char *out, size_t len, double v) {
 
 static void value(gw_buf *b, double v) {
   char s[40];
-  number(s, sizeof s, v);
+  gw_metric_number(s, sizeof s, v);
   gw_buf_printf(b, " %s\n", s);
 }
 
@@ -380,7 +384,7 @@ void gw_expo_buckets(gw_expo *e, const char *const *values, const uint64_t *buck
   char le[32];
   for (size_t i = 0; i < e->f->n_bounds; i++) {
     cum += buckets[i];
-    number(le, sizeof le, e->f->bounds[i]);
+    gw_metric_number(le, sizeof le, e->f->bounds[i]);
     line(e, "_bucket", values, "le", le, (double)cum);
   }
   cum += buckets[e->f->n_bounds];

@@ -5,15 +5,16 @@
  *
  * A connection runs one request at a time: bytes that arrive while a response
  * is in progress (pipelining) wait in `pending` with the parser paused. */
-#define _DEFAULT_SOURCE /* SO_REUSEPORT */
 #include "gateway.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 struct gw_server {
   lupin_gateway *gw;
@@ -636,28 +637,32 @@ int gw_parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, si
   return 0;
 }
 
-/* Workers bind one address each (SO_REUSEPORT: the kernel spreads the
- * connections).  Only then: a second `lupin serve` on a taken port must
- * fail, not share its traffic. */
-static int reuse_port(uv_tcp_t *tcp) {
+/* Workers listen on one socket: each loop polls it, and whichever is free
+ * first accepts.  (SO_REUSEPORT would let a second `lupin serve` on the
+ * same port share its traffic instead of failing, and hashes connections
+ * to loops whether they are busy or not.) */
+static int adopt(uv_tcp_t *tcp, const gw_server *share) {
   uv_os_fd_t fd;
-  int on = 1, rc = uv_fileno((uv_handle_t *)tcp, &fd);
-  if (!rc && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on)) rc = uv_translate_sys_error(errno);
+  int rc = uv_fileno((const uv_handle_t *)&share->tcp, &fd);
+  if (rc) return rc;
+  int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return uv_translate_sys_error(errno);
+  rc = uv_tcp_open(tcp, copy);
+  if (rc) close(copy);
   return rc;
 }
 
-gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, int shared, gw_handler h,
-                            void *ud, char *err, size_t errlen) {
+gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, const gw_server *share,
+                            gw_handler h, void *ud, char *err, size_t errlen) {
   struct sockaddr_storage ss;
   if (gw_parse_hostport(hostport, &ss, err, errlen)) return NULL;
   gw_server *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   *s = (gw_server){.gw = gw, .handler = h, .ud = ud, .started_ns = uv_hrtime()};
-  uv_tcp_init_ex(gw->loop, &s->tcp, ss.ss_family);
+  uv_tcp_init(gw->loop, &s->tcp);
   s->tcp.data = s;
   s->listener_open = 1;
-  int rc = shared ? reuse_port(&s->tcp) : 0;
-  if (!rc) rc = uv_tcp_bind(&s->tcp, (struct sockaddr *)&ss, 0);
+  int rc = share ? adopt(&s->tcp, share) : uv_tcp_bind(&s->tcp, (struct sockaddr *)&ss, 0);
   if (!rc) rc = uv_listen((uv_stream_t *)&s->tcp, 511, on_connection);
   if (rc) {
     gw_errf(err, errlen, "cannot listen on %s: %s", hostport, uv_strerror(rc));

@@ -3,8 +3,7 @@
  * Each worker is a whole lupin_gateway: its loop, its runtime (all made with
  * one lupin_shared, so endpoint ids, in-flight counts, prefix indexes and
  * plugins' shared dicts are the process's), its upstream pools and its
- * listener, bound to the same address with SO_REUSEPORT: the kernel spreads
- * connections.  The leader (worker 0, the main thread) also has what the
+ * own handle on the one listening socket: whichever loop is free accepts.  The leader (worker 0, the main thread) also has what the
  * process has once: the admin listener, signals, file watches and the
  * scrapes; it hands every scrape's result to the others.
  *
@@ -237,22 +236,10 @@ void gw_workers_scraped(gw_endpoint *ep, int ok, const char *detail) {
 
 /* --- start and join ------------------------------------------------------ */
 
-int gw_workers_wanted(lupin_gateway *gw, size_t *n, char *err, size_t errlen) {
-  const char *cli = gw->opts.workers;
-  uint64_t want = gw->set.workers;
-  if (cli) {
-    char *end;
-    long v = strtol(cli, &end, 10);
-    if (!strcmp(cli, "auto"))
-      want = 0;
-    else if (end == cli || *end || v < 1 || v > 256) {
-      gw_errf(err, errlen, "--workers %s: give a number of workers from 1 to 256, or auto", cli);
-      return -1;
-    } else
-      want = (uint64_t)v;
-  }
-  *n = want ? (size_t)want : (size_t)uv_available_parallelism();
-  return 0;
+void gw_workers_wanted(lupin_gateway *gw, size_t *n) {
+  const char *cli = gw->opts.workers; /* checked by main.c: auto or 1..256 */
+  size_t want = cli ? (strcmp(cli, "auto") ? (size_t)atoi(cli) : 0) : (size_t)gw->set.workers;
+  *n = want ? want : (size_t)uv_available_parallelism();
 }
 
 static void follower_main(void *p) {

@@ -140,6 +140,11 @@ function M.gateway(config, args)
   local path = ("%s/config-%d.json"):format(dir, seq)
   support.write(path, type(config) == "string" and config or cjson.encode(config))
   local listen = (args or ""):find("--listen", 1, true) and "" or "--listen 127.0.0.1:0 "
+  -- LUPIN_TEST_WORKERS runs every gateway of the suite with that many
+  -- workers (make test-tsan: 2); else one, unless a spec asks
+  if not (args or ""):find("--workers", 1, true) then
+    listen = listen .. "--workers " .. (os.getenv("LUPIN_TEST_WORKERS") or "1") .. " "
+  end
   local p = M.start(("%s serve --config %s %s--admin 127.0.0.1:0 %s"):format(
     M.LUPIN, path, listen, args or ""))
   p.config = path

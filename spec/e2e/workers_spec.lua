@@ -1,0 +1,161 @@
+-- lupin serve --workers N (issue 16, docs/workers.md): N event loops behind
+-- one address, one scrape, one reload, one admin API, one drain.  Real
+-- lupin serve, lupin-sim and curl on loopback; every curl is a new
+-- connection, which the kernel hands to one of the workers.
+local P = require "e2e.procs"
+local json = P.json
+
+local MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+local function config(sim, extra)
+  local eps = {}
+  for i, hp in ipairs(sim.hostports) do
+    local host, port = hp:match("^(.*):(%d+)$")
+    eps[i] = { name = "sim-" .. i, address = host, port = tonumber(port) }
+  end
+  local cfg = {
+    kind = "EndpointPickerConfig",
+    plugins = { { type = "prefix-cache-scorer" }, { type = "queue-scorer" },
+      { type = "max-score-picker" } },
+    schedulingProfiles = { { name = "default", plugins = {
+      { pluginRef = "prefix-cache-scorer", weight = 3 }, { pluginRef = "queue-scorer" },
+      { pluginRef = "max-score-picker" } } } },
+    endpoints = eps,
+    gateway = { refreshIntervalMs = 20, explainWithoutToken = 1 },
+  }
+  for k, v in pairs(extra or {}) do
+    cfg[k] = v
+  end
+  return cfg
+end
+
+local function complete(gw, prompt, extra)
+  return P.post(gw.base, "/v1/completions", { model = MODEL, prompt = prompt, max_tokens = 2 },
+    extra)
+end
+
+local function worker_counts(gw)
+  local _, _, text = P.get(gw.admin .. "/metrics")
+  local counts = {}
+  for w, v in text:gmatch('lupin_worker_requests_total{worker="(%d+)"} (%S+)') do
+    counts[tonumber(w)] = tonumber(v)
+  end
+  return counts, text
+end
+
+describe("lupin serve --workers", function()
+  local sim, gw
+  before_each(function()
+    sim = P.sim("--instant", 4)
+  end)
+  after_each(function()
+    P.stop(gw)
+    P.stop(sim)
+    gw = nil
+  end)
+
+  it("spreads connections over every worker, and /metrics sums what they answered", function()
+    gw = P.gateway(config(sim), "--workers 3")
+    for i = 1, 60 do
+      local status = complete(gw, "spread " .. i)
+      assert.equal(200, status)
+    end
+    local counts, text = worker_counts(gw)
+    local total = 0
+    for w = 0, 2 do
+      assert.is_true((counts[w] or 0) > 0, "worker " .. w .. " answered nothing:\n" .. text)
+      total = total + counts[w]
+    end
+    assert.equal(60, total)
+    -- the families every worker counts are one sum (no per-worker duplicates)
+    assert.equal(60, P.metric(gw, 'lupin_requests_total{status="200"}'))
+    local _, seen = text:gsub("\n# TYPE lupin_requests_total ", "")
+    assert.equal(1, seen)
+  end)
+
+  it("scores a prefix another worker recorded: one prefix index for the process", function()
+    gw = P.gateway(config(sim), "--workers 2")
+    local prompt = ("You are a careful assistant. "):rep(40) .. "Question: what is lupin?"
+    local picks = {}
+    for i = 1, 25 do
+      local status, headers = complete(gw, prompt, "-H 'x-lupin-explain: 1'")
+      assert.equal(200, status)
+      picks[i] = (headers["x-lupin-explain"] or ""):match("picks=([^,;]+)")
+      assert.truthy(picks[i], headers["x-lupin-explain"])
+    end
+    local workers, eps = {}, {}
+    for i = 2, 25 do
+      eps[picks[i]] = true
+    end
+    -- every request after the first went where the first one's blocks are,
+    -- whichever worker scheduled it
+    local n = 0
+    for _ in pairs(eps) do
+      n = n + 1
+    end
+    assert.equal(1, n, json.encode(eps))
+    local counts = worker_counts(gw)
+    for w = 0, 1 do
+      workers[w] = counts[w] or 0
+      assert.is_true(workers[w] > 0, "worker " .. w .. " scheduled none of the 25")
+    end
+  end)
+
+  it("reloads every worker together, and a bad config on none", function()
+    gw = P.gateway(config(sim), "--workers 2")
+    local status, _, body = P.post(gw.admin, "/admin/reload", "")
+    assert.equal(200, status, body)
+    local _, _, text = P.get(gw.admin .. "/admin/generations")
+    local g = json.decode(text)
+    assert.equal(2, g.current)
+    assert.equal(2, #g.workers)
+    for i, w in ipairs(g.workers) do
+      assert.equal(i - 1, w.worker)
+      assert.equal(2, w.current)
+    end
+    local cfg = config(sim)
+    cfg.plugins[2].type = "no-such-scorer"
+    local f = assert(io.open(gw.config, "w"))
+    f:write(json.encode(cfg))
+    f:close()
+    status, _, body = P.post(gw.admin, "/admin/reload", "")
+    assert.equal(400, status)
+    assert.matches("no%-such%-scorer", body)
+    _, _, text = P.get(gw.admin .. "/admin/generations")
+    g = json.decode(text)
+    for _, w in ipairs(g.workers) do
+      assert.equal(2, w.current)
+    end
+    for i = 1, 10 do
+      assert.equal(200, (complete(gw, "still serving " .. i)))
+    end
+  end)
+
+  it("drains every worker on SIGTERM: requests in flight finish, then the process exits 0", function()
+    local slow = P.sim("--itl-ms 40", 2)
+    gw = P.gateway(config(slow), "--workers 2")
+    local outs = {}
+    for i = 1, 6 do
+      outs[i] = P.start(("curl -sS -N %s/v1/completions -H 'content-type: application/json' "
+        .. "-d '{\"model\":\"%s\",\"prompt\":\"drain %d\",\"max_tokens\":20,\"stream\":true}'")
+        :format(gw.base, MODEL, i))
+    end
+    P.poll(function()
+      local _, _, text = P.get(gw.admin .. "/admin/requests")
+      return #json.decode(text).requests == 6
+    end, "six requests in flight")
+    P.signal(gw, "TERM")
+    assert.equal(0, P.wait(gw))
+    for i = 1, 6 do
+      assert.equal(0, P.wait(outs[i]))
+      assert.matches("%[DONE%]", P.read(outs[i].out))
+    end
+    P.stop(slow)
+  end)
+
+  it("refuses a worker count it cannot run, naming the flag", function()
+    local p = P.start(("%s serve --config /dev/null --workers 0"):format(P.LUPIN))
+    assert.is_not.equal(0, P.wait(p))
+    assert.matches("%-%-workers", P.read(p.err) or "")
+  end)
+end)
