@@ -122,6 +122,14 @@ test-asan:
 	$(MAKE) B=build-asan CFLAGS="-O1 -g $(SANITIZE)" all
 	LUPIN_BUILD=build-asan LUPIN_ASAN=1 bash spec/run
 
+# The end-to-end specs with every gateway on 2 workers, its programs built
+# with ThreadSanitizer (busted loads the plain build's native module: a TSan
+# library cannot be loaded into luajit), and the thread specs of the core.
+TSAN_SPECS = spec/e2e
+test-tsan: all
+	$(MAKE) B=build-tsan CFLAGS="-O1 -g -fsanitize=thread" all
+	LUPIN_BUILD=$(B) LUPIN_PROGRAMS=build-tsan LUPIN_TSAN=1 LUPIN_TEST_WORKERS=2 bash spec/run $(TSAN_SPECS)
+
 lint:
 	luacheck lua plugins spec examples bench
 
@@ -276,14 +284,10 @@ install: all
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/lupin.pc
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-fresh | lint | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-openresty | bench-soak-gateway | bench-routing | bench-reload | bench-flow | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-openresty | bench-soak-gateway | bench-routing | bench-reload | bench-flow | install PREFIX=... | clean"
 
-.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan test-fresh lint bench bench-core bench-prefix \
-
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-openresty | bench-soak-gateway | bench-routing | bench-reload | bench-flow | install PREFIX=... | clean"
-
-.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan lint fuzz fuzz-replay bench bench-core bench-prefix \
+.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan test-tsan test-fresh lint fuzz fuzz-replay bench bench-core bench-prefix \
         bench-soak bench-gateway bench-openresty bench-soak-gateway bench-routing bench-reload bench-flow install clean help

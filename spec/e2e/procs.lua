@@ -6,7 +6,9 @@ local support = require "support"
 
 local M = {}
 
-local BUILD = support.BUILD
+-- the programs may come from another build than the native module busted
+-- loads (make test-tsan: a ThreadSanitizer build cannot be loaded into luajit)
+local BUILD = os.getenv("LUPIN_PROGRAMS") or support.BUILD
 M.LUPIN = support.ROOT .. "/" .. BUILD .. "/lupin"
 M.UPSTREAM = support.ROOT .. "/spec/fixtures/gateway/upstream.py"
 
