@@ -204,20 +204,26 @@ function M.count(r, ep, requests, tokens)
   if r.dry or not r.creq or r.outcome then
     return false
   end
+  -- r.held: the one endpoint, or a list once there are more (one table
+  -- less per request in the common case)
   local held = r.held
   if not held then
-    held = {}
-    r.held = held
-  end
-  local n = #held
-  for i = 1, n do
-    if held[i] == ep then
-      n = -1
-      break
+    r.held = ep
+  elseif type(held) ~= "table" then
+    if held ~= ep then
+      r.held = { held, ep }
     end
-  end
-  if n >= 0 then
-    held[n + 1] = ep
+  else
+    local n = #held
+    for i = 1, n do
+      if held[i] == ep then
+        n = -1
+        break
+      end
+    end
+    if n >= 0 then
+      held[n + 1] = ep
+    end
   end
   count = count or capi.api.request_count
   return count(r.creq, ep, requests or -1, tokens or -1) == 0
@@ -350,7 +356,7 @@ function M.new_request(gen, creq, id, path, body, model, headers)
     manifest = false,
     candidates = false,
     subset = false,
-    held = false, -- endpoints counted on (M.hold), kept alive until the end
+    held = false, -- the endpoint(s) counted on (M.count), kept alive until the end
   }
   r.manifest = leaks.track(r, id, creq == nil, #gen.instances)
   return r
