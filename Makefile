@@ -38,7 +38,8 @@ SIM_OBJ   = $(SIM_SRC:examples/simulator/%.c=$(B)/sim/%.o)
 SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson 2>/dev/null) -lhttp_parser -lm
 
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
-     $(B)/bench-prefix $(B)/bench-soak $(B)/bench-reload $(B)/lupin-sim $(B)/lupin
+     $(B)/bench-prefix $(B)/bench-soak $(B)/bench-reload $(B)/lupin-sim $(B)/lupin \
+     $(B)/shared-threads
 
 # The install prefix is compiled in (the default home): rebuild when it changes.
 $(B)/prefix.stamp: FORCE
@@ -76,6 +77,10 @@ $(B)/sim/%.o: examples/simulator/%.c examples/simulator/sim.h
 
 $(B)/lupin-sim: $(SIM_OBJ)
 	$(CC) $(XCFLAGS) -o $@ $^ $(SIM_LIBS)
+
+# several runtimes on one lupin_shared, one per thread (spec/core/shared_threads_spec.lua)
+$(B)/shared-threads: spec/core/shared_threads.c $(B)/liblupin.a $(CORE_HDR)
+	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
 $(B)/bench-lifecycle: bench/lifecycle.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)

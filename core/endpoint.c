@@ -66,6 +66,7 @@ static lupin_endpoint *find(lupin_runtime *rt, const char *name, size_t *index) 
 }
 
 void lupin__endpoint_free(lupin_endpoint *ep) {
+  if (ep->slot) lupin__shared_endpoint_unref(ep->shared, ep->slot);
   free((char *)ep->name);
   free((char *)ep->address);
   free(ep->running_lora);
@@ -139,14 +140,19 @@ int lupin_endpoint_upsert(lupin_runtime *rt, const lupin_endpoint_desc *d, char 
     return call_labels(rt, old, d, err, errlen);
 
   /* New, or moved: a fresh object, so requests holding the old one keep a
-   * consistent view of where they were sent. */
+   * consistent view of where they were sent.  Its identity is the shared
+   * registry's: the same (name, address, port) has the same id and
+   * counters in every runtime; a move makes another. */
   lupin_endpoint *ep = calloc(1, sizeof *ep);
-  if (!ep || !(ep->name = strdup(name)) || !(ep->address = strdup(d->address))) {
+  if (ep) ep->shared = rt->shared;
+  if (!ep || !(ep->name = strdup(name)) || !(ep->address = strdup(d->address)) ||
+      !(ep->slot = lupin__shared_endpoint_ref(rt->shared, name, d->address, d->port))) {
     if (ep) lupin__endpoint_free(ep);
     lupin__errf(err, errlen, "out of memory");
     return -1;
   }
-  ep->id = ++rt->endpoint_seq;
+  ep->id = lupin__shared_endpoint_id(ep->slot);
+  ep->counters = lupin__shared_endpoint_counters(ep->slot);
   ep->port = d->port;
   if (old) {
     ep->load = old->load;

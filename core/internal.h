@@ -61,19 +61,47 @@ typedef struct lupin_load {
   double scraped_at;
 } lupin_load;
 
-/* An endpoint.  The part up to `name` is mirrored in lua/lupin/capi.lua
+/* shared.c: an endpoint's requests and prompt tokens in flight through
+ * every runtime of the process.  Written only with __atomic builtins (the
+ * core, and plugins through capi's count functions); Lua reads the fields
+ * as plain aligned loads (ep.in_flight, ep.in_flight_tokens). */
+typedef struct lupin_counters {
+  int64_t in_flight;
+  int64_t in_flight_tokens;
+} lupin_counters;
+
+/* The registry's entry for one (name, address, port): its id and counters,
+ * at an address that does not change while referenced. */
+typedef struct lupin_endpoint_slot lupin_endpoint_slot;
+
+/* Finds or makes the slot and takes a reference; NULL: out of memory. */
+lupin_endpoint_slot *lupin__shared_endpoint_ref(lupin_shared *s, const char *name,
+                                                const char *address, int port);
+/* Drops a reference; the last one frees the slot (its id is not reused). */
+void lupin__shared_endpoint_unref(lupin_shared *s, lupin_endpoint_slot *e);
+uint32_t lupin__shared_endpoint_id(const lupin_endpoint_slot *e);
+lupin_counters *lupin__shared_endpoint_counters(lupin_endpoint_slot *e);
+/* Slots alive (specs). */
+size_t lupin__shared_endpoints(lupin_shared *s);
+void lupin__counters_add(lupin_counters *c, int64_t requests, int64_t tokens);
+
+/* An endpoint.  The part up to `counters` is mirrored in lua/lupin/capi.lua
  * (the load's fields flat: the same layout) and read by plugins through
  * FFI; its memory is released by the Lua GC finalizer of its endpoint
- * object, so requests holding it keep it valid. */
+ * object, so requests holding it keep it valid, and with it its slot in the
+ * shared registry (so `counters`). */
 typedef struct lupin_endpoint {
-  uint32_t id;
+  uint32_t id; /* the slot's: the same in every runtime of the process */
   int32_t port;
   lupin_load load;
   const char *name;
   const char *address;
+  lupin_counters *counters;
   /* private */
   char *running_lora;
   char *waiting_lora;
+  lupin_shared *shared;
+  lupin_endpoint_slot *slot;
 } lupin_endpoint;
 
 typedef struct lupin_generation lupin_generation;
@@ -147,6 +175,10 @@ typedef struct lupin_capi {
   void (*log)(lupin_runtime *rt, int level, const char *msg);
   void (*endpoint_free)(lupin_endpoint *ep);
   int (*result_add_pick)(lupin_request *req, const lupin_endpoint *ep);
+  /* sets the requests and tokens req counts in flight on ep until it ends
+   * (negative: unchanged) */
+  int (*request_count)(lupin_request *req, const lupin_endpoint *ep, int64_t requests,
+                       int64_t tokens);
   int (*result_add_header)(lupin_request *req, const char *name, const char *value);
   int (*client_add_header)(lupin_request *req, const char *name, const char *value);
   /* the prefix primitives (blockhash.c, prefix_index.c) */
@@ -213,6 +245,8 @@ typedef struct lupin_staged {
 
 struct lupin_runtime {
   lua_State *L;
+  lupin_shared *shared; /* the host's, or own_shared */
+  lupin_shared *own_shared; /* made for a runtime given none, freed with it */
   lupin_alloc alloc;
   lupin_budget budget;
   lupin_capi capi;
@@ -232,7 +266,6 @@ struct lupin_runtime {
   size_t n_endpoints, cap_endpoints;
   uint32_t *endpoint_names; /* by name: index + 1, 0 empty (endpoint.c); NULL: scan */
   size_t endpoint_names_mask;
-  uint32_t endpoint_seq;
   lupin_prefix_index *prefix_indexes; /* live indexes, purged on endpoint removal */
   /* requests */
   lupin_request *requests, *requests_tail; /* live, oldest first */
@@ -269,6 +302,8 @@ void lupin__endpoint_free(lupin_endpoint *ep);
 int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep);
 int lupin__result_add_header(lupin_request *req, const char *name, const char *value);
 int lupin__client_add_header(lupin_request *req, const char *name, const char *value);
+int lupin__request_count(lupin_request *req, const lupin_endpoint *ep, int64_t requests,
+                         int64_t tokens);
 void lupin__requests_cancel_all(lupin_runtime *rt);
 /* Runs scheduling (or reads its answer again) into *out. */
 int lupin__request_schedule_into(lupin_request *req, lupin_result *out);

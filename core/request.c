@@ -14,6 +14,12 @@ typedef struct {
   size_t n, cap;
 } header_list;
 
+/* What a request counts on an endpoint's shared counters until it ends. */
+typedef struct {
+  lupin_counters *c;
+  int64_t requests, tokens;
+} hold;
+
 struct lupin_request {
   lupin_runtime *rt;
   lupin_generation *gen;
@@ -38,6 +44,12 @@ struct lupin_request {
   char *param; /* the parameter a failed body check names */
   void *data;  /* the host's (lupin_request_set_data) */
   int flow;    /* flow control knows of it: tell it of the end */
+  /* in-flight counts to release at the end: holds_inline until more than
+   * it fits (a request is counted on one endpoint per profile at most) */
+  hold *holds;
+  size_t n_holds, cap_holds;
+  int released; /* the end released them: nothing more is counted */
+  hold holds_inline[2];
   lupin_request *prev, *next;
 };
 
@@ -165,6 +177,8 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
   req->flags = desc->flags;
   req->gen = gen;
   req->response_hooks = gen->flags & LUPIN_GEN_OBSERVES_RESPONSE;
+  req->holds = req->holds_inline;
+  req->cap_holds = sizeof req->holds_inline / sizeof *req->holds_inline;
   gen->pinned++;
   /* keep the live list oldest first */
   req->prev = rt->requests_tail;
@@ -199,6 +213,48 @@ int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep) {
   req->picks = p;
   p[req->n_picks++] = (lupin_pick){ep->name, ep->address, ep->port};
   return 0;
+}
+
+/* Sets what the request counts on ep's shared counters: requests and
+ * tokens (each: negative leaves it as it is), so a repeated call counts
+ * nothing twice.  The counters stay valid until the end: the Lua side keeps
+ * the endpoint objects counted on alive in the request's state (ctx.lua's
+ * r.held), and each holds its slot in the shared registry. */
+int lupin__request_count(lupin_request *req, const lupin_endpoint *ep, int64_t requests,
+                         int64_t tokens) {
+  if (!ep->counters || req->released) return -1;
+  hold *h = NULL;
+  for (size_t i = 0; i < req->n_holds && !h; i++)
+    if (req->holds[i].c == ep->counters) h = &req->holds[i];
+  if (!h) {
+    if (req->n_holds == req->cap_holds) {
+      size_t cap = req->cap_holds * 2;
+      hold *a = req->holds == req->holds_inline ? malloc(cap * sizeof *a)
+                                                : realloc(req->holds, cap * sizeof *a);
+      if (!a) return -1;
+      if (req->holds == req->holds_inline) memcpy(a, req->holds, req->n_holds * sizeof *a);
+      req->holds = a;
+      req->cap_holds = cap;
+    }
+    h = &req->holds[req->n_holds++];
+    *h = (hold){ep->counters, 0, 0};
+  }
+  int64_t dr = requests >= 0 ? requests - h->requests : 0;
+  int64_t dt = tokens >= 0 ? tokens - h->tokens : 0;
+  h->requests += dr;
+  h->tokens += dt;
+  lupin__counters_add(ep->counters, dr, dt);
+  return 0;
+}
+
+/* Exactly once, at the end, whatever the outcome. */
+static void release_holds(lupin_request *req) {
+  for (size_t i = 0; i < req->n_holds; i++)
+    lupin__counters_add(req->holds[i].c, -req->holds[i].requests, -req->holds[i].tokens);
+  req->n_holds = 0;
+  req->released = 1;
+  if (req->holds != req->holds_inline) free(req->holds);
+  req->holds = req->holds_inline;
 }
 
 /* The last guard on headers plugins set (ctx:set_header checks the same and
@@ -438,6 +494,7 @@ static void free_fallbacks(lupin_request *req) {
 void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   lupin_runtime *rt = req->rt;
   int flow = req->flow;
+  release_holds(req); /* first: the flow pump below sees the load without it */
   if (flow) { /* out of the queue at once, out of the in-flight counts */
     lupin__push_hook(rt, LUPIN_HOOK_FLOW);
     lua_pushstring(rt->L, "end");

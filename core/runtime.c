@@ -168,6 +168,12 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
     lupin__errf(err, errlen, "out of memory");
     return NULL;
   }
+  /* one code path: a runtime given no shared state makes its own */
+  rt->shared = o->shared;
+  if (!rt->shared && !(rt->shared = rt->own_shared = lupin_shared_new(err, errlen))) {
+    free(rt);
+    return NULL;
+  }
   rt->alloc.limit = o->memory_limit;
   rt->log = o->log;
   rt->log_ud = o->log_ud;
@@ -178,6 +184,7 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
                           capi_log,
                           lupin__endpoint_free,
                           lupin__result_add_pick,
+                          lupin__request_count,
                           lupin__result_add_header,
                           lupin__client_add_header,
                           lupin_block_hashes,
@@ -196,6 +203,7 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
   rt->L = luaL_newstate();
   if (!rt->L) {
     lupin__errf(err, errlen, "cannot create a Lua state");
+    lupin_shared_free(rt->own_shared);
     free(rt);
     return NULL;
   }
@@ -212,6 +220,7 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
   if (lupin__budget_start(&rt->budget, err, errlen) || boot(rt, o, home, err, errlen)) {
     lupin__budget_stop(&rt->budget);
     close_state(rt);
+    lupin_shared_free(rt->own_shared);
     free(rt);
     return NULL;
   }
@@ -339,8 +348,9 @@ void lupin_runtime_free(lupin_runtime *rt) {
   lupin__requests_cancel_all(rt);
   lupin_runtime_abort(rt);
   lupin__generation_free_all(rt);
-  close_state(rt); /* runs the endpoints' finalizers */
+  close_state(rt); /* runs the endpoints' finalizers: their slots are let go */
   lupin__budget_stop(&rt->budget);
+  lupin_shared_free(rt->own_shared);
   free(rt->endpoints);
   free(rt->endpoint_names);
   free(rt->config_path);

@@ -9,10 +9,28 @@
 
 #define RT_MT  "lupin_native.runtime"
 #define REQ_MT "lupin_native.request"
+#define SHARED_MT "lupin_native.shared"
+
+/* Each runtime made with it holds a reference to it; still, at lua_close
+ * every finalizer runs, in no order a reference sets: freed by whichever
+ * comes last, its finalizer or the last runtime's. */
+typedef struct {
+  lupin_shared *shared;
+  int runtimes, collected;
+} shared_box;
+
+static void shared_release(shared_box *sb) {
+  if (sb->collected && sb->runtimes == 0 && sb->shared) {
+    lupin_shared_free(sb->shared);
+    sb->shared = NULL;
+  }
+}
 
 typedef struct {
   lupin_runtime *rt;
   int logs_ref; /* a table collecting log lines, in the caller's state */
+  shared_box *shared; /* the one it was made with, NULL: its own */
+  int shared_ref;
   lua_State *L;
   int dispatch_ref; /* rt:set_dispatch's function, LUA_NOREF: none */
 } runtime_box;
@@ -74,10 +92,41 @@ static lua_Number opt_number(lua_State *L, int t, const char *k, lua_Number def)
   return v;
 }
 
-/* native.new{home=, plugin_dirs={...}, memory_limit=, seed=, log_level=} */
+/* native.shared(): state for several runtimes (lupin_shared), freed by the
+ * GC once no runtime made with it is left (each keeps a reference). */
+static int l_shared(lua_State *L) {
+  shared_box *b = lua_newuserdata(L, sizeof *b);
+  memset(b, 0, sizeof *b);
+  luaL_getmetatable(L, SHARED_MT);
+  lua_setmetatable(L, -2);
+  char err[256];
+  if (!(b->shared = lupin_shared_new(err, sizeof err))) return fail(L, err);
+  return 1;
+}
+
+static int l_shared_gc(lua_State *L) {
+  shared_box *b = luaL_checkudata(L, 1, SHARED_MT);
+  b->collected = 1;
+  shared_release(b);
+  return 0;
+}
+
+/* Slots in its endpoint registry (endpoints some runtime holds an object of). */
+static int l_shared_endpoints(lua_State *L) {
+  shared_box *b = luaL_checkudata(L, 1, SHARED_MT);
+  lua_pushinteger(L, (lua_Integer)lupin__shared_endpoints(b->shared));
+  return 1;
+}
+
+/* native.new{home=, plugin_dirs={...}, memory_limit=, seed=, log_level=,
+ * shared=native.shared()} */
 static int l_new(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lupin_options o = {0};
+  lua_getfield(L, 1, "shared");
+  shared_box *sb = lua_isnil(L, -1) ? NULL : luaL_checkudata(L, -1, SHARED_MT);
+  lua_pop(L, 1);
+  o.shared = sb ? sb->shared : NULL;
   o.home = opt_string(L, 1, "home");
   o.memory_limit = (size_t)opt_number(L, 1, "memory_limit", 0);
   o.seed = (uint64_t)opt_number(L, 1, "seed", 1);
@@ -106,6 +155,12 @@ static int l_new(lua_State *L) {
   char err[1024];
   b->rt = lupin_runtime_new(&o, err, sizeof err);
   if (!b->rt) return fail(L, err);
+  if (sb) {
+    b->shared = sb;
+    sb->runtimes++;
+    lua_getfield(L, 1, "shared");
+    b->shared_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
   return 1;
 }
 
@@ -114,6 +169,11 @@ static int l_free(lua_State *L) {
   if (b->rt) {
     lupin_runtime_free(b->rt);
     b->rt = NULL;
+    if (b->shared) {
+      b->shared->runtimes--;
+      shared_release(b->shared);
+      luaL_unref(L, LUA_REGISTRYINDEX, b->shared_ref);
+    }
     luaL_unref(L, LUA_REGISTRYINDEX, b->logs_ref);
     luaL_unref(L, LUA_REGISTRYINDEX, b->dispatch_ref);
   }
@@ -774,6 +834,11 @@ static const luaL_Reg req_methods[] = {
     {NULL, NULL},
 };
 
+static const luaL_Reg shared_methods[] = {
+    {"endpoints", l_shared_endpoints},
+    {NULL, NULL},
+};
+
 static void new_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc) {
   luaL_newmetatable(L, name);
   lua_newtable(L);
@@ -792,7 +857,10 @@ static int l_now(lua_State *L) {
 int luaopen_lupin_native(lua_State *L) {
   new_class(L, RT_MT, rt_methods, l_free);
   new_class(L, REQ_MT, req_methods, l_req_gc);
+  new_class(L, SHARED_MT, shared_methods, l_shared_gc);
   lua_newtable(L);
+  lua_pushcfunction(L, l_shared);
+  lua_setfield(L, -2, "shared");
   lua_pushcfunction(L, l_new);
   lua_setfield(L, -2, "new");
   lua_pushcfunction(L, l_now);

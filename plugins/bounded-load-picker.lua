@@ -5,14 +5,19 @@
 -- affinityThreshold) go to the least loaded endpoint, so cold requests spread.
 --
 -- Load is what this gateway knows now, not what the last scrape said: the
--- requests it has in flight to each endpoint (counted in pre_request, released
--- in finish on every path), so a burst between two scrapes spreads at once.
--- While an endpoint's metrics are fresh (at most metricsMaxAgeMs old), load is
--- the larger of that count and the scraped running + waiting requests plus
--- what this gateway sent there since that scrape (other gateways' traffic),
--- less the requests of this gateway that the scrape caught running and that
--- have ended since: a scrape is up to a refresh interval old, and counting a
--- request that already left would move a light load's affinity away for it.
+-- requests it has in flight to each endpoint (ep.in_flight: the core counts
+-- them from scheduling to the end on every path, one count per endpoint for
+-- all the workers of the process), so a burst between two scrapes spreads at
+-- once.  While an endpoint's metrics are fresh (at most metricsMaxAgeMs old),
+-- load is the larger of that count and the scraped running + waiting requests
+-- plus what this gateway sent there since that scrape (other gateways'
+-- traffic), less the requests of this gateway that the scrape caught running
+-- and that have ended since: a scrape is up to a refresh interval old, and
+-- counting a request that already left would move a light load's affinity
+-- away for it.  That sent/ended bookkeeping is this instance's, so per
+-- worker (runtime): with several workers the correction sees only its own
+-- worker's requests, while the in-flight count it is compared with is the
+-- process's.
 --
 -- An endpoint is eligible while load + 1 ≤ (1 + balanceRelThreshold) × mean
 -- + balanceAbsThreshold, the mean counting this request, and load + 1 ≤ the
@@ -28,11 +33,6 @@ local picker = require "lupin.picker"
 
 local random = math.random
 local MAX_DONE = 4096 -- ended requests remembered per endpoint until scraped
-
-local function release(counts, name)
-  local c = (counts[name] or 0) - 1
-  counts[name] = c > 0 and c or nil
-end
 
 local function num(v)
   return v == v and v or 0 -- NaN: never scraped
@@ -66,7 +66,7 @@ end
 -- The load of one endpoint, in requests.
 local function load(self, ep, now)
   local name = ep.name
-  local inflight = self.inflight[name] or 0
+  local inflight = ep.in_flight
   local at = ep.scraped_at
   if at <= 0 or now - at > self.max_age then
     self.done[name] = nil
@@ -112,15 +112,14 @@ return {
       abs = params.balanceAbsThreshold, threshold = params.affinityThreshold,
       spread = params.maxLoadSpread,
       max_age = params.metricsMaxAgeMs / 1000, now = env.now,
-      inflight = {}, -- endpoint name -> requests in flight through this gateway
       sent = {}, -- endpoint name -> { at = scraped_at seen, count = sent since }
       done = {} } -- endpoint name -> { {sent at, ended at}, ... } not yet scraped
   end,
 
-  -- Share the counts with the instance this one replaces: requests pinned to
-  -- the old generation release into the same tables.
+  -- Share the bookkeeping with the instance this one replaces: requests
+  -- pinned to the old generation end into the same tables.
   migrate = function(self, old)
-    self.inflight, self.sent, self.done = old.inflight, old.sent, old.done or {}
+    self.sent, self.done = old.sent, old.done or {}
   end,
 
   pick = function(self, _, scored)
@@ -165,7 +164,6 @@ return {
       if ep then
         local name = ep.name
         held[#held + 1] = name
-        self.inflight[name] = (self.inflight[name] or 0) + 1
         local sent, at = self.sent[name], ep.scraped_at
         if not sent or sent.at < at then
           self.sent[name] = { at = at, count = 1 }
@@ -183,7 +181,6 @@ return {
       ctx.plugin.held = nil
       local epochs, started, now = ctx.plugin.epochs, ctx.plugin.started, self.now()
       for i, name in ipairs(held) do
-        release(self.inflight, name)
         local done = self.done[name] or {}
         self.done[name] = done
         if #done < MAX_DONE then

@@ -1,7 +1,7 @@
 -- The EPP's concurrency-detector: the pool is saturated when every endpoint
--- has maxConcurrency requests in flight or more — requests this runtime
--- sent there and that have not ended (its own count, exact, with no wait
--- for a scrape).  A saturation detector of flow control
+-- has maxConcurrency requests in flight or more — requests this gateway
+-- sent there and that have not ended (ep.in_flight: the core's count over
+-- every worker of the process, exact, with no wait for a scrape).  A saturation detector of flow control
 -- (docs/flow-control.md): saturated(endpoints, load).
 ---@type lupin.Plugin
 return {

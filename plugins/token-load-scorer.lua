@@ -1,9 +1,10 @@
 -- Prefers endpoints with fewer tokens in flight through this gateway, this
 -- request's included: score 1 − min(1, (in flight + this request's uncached
 -- tokens there) / queueThresholdTokens), as llm-d's scorer adds the current
--- request's load.  pre_request adds the request's estimated tokens against
--- each profile's chosen endpoint and remembers them in the request's private
--- state; finish releases exactly that on every path.
+-- request's load.  pre_request sets the request's estimated tokens on each
+-- profile's chosen endpoint (ctx:set_in_flight_tokens): ep.in_flight_tokens,
+-- one counter per endpoint shared by every worker of the process, holds them
+-- until the request ends, when the core releases them on every path.
 --
 -- Estimate: ceil(prompt characters / 4) + max_tokens (or
 -- max_completion_tokens; 0 when neither is a non-negative number).  The
@@ -43,48 +44,31 @@ return {
     prefixPluginName = { type = "string", default = "prefix-cache-scorer",
       description = "the prefix-cache-scorer instance whose matches tell the cached tokens" },
     inFlightLoadProducerName = { type = "string",
-      description = "accepted for llm-d configs and ignored: this scorer counts its own load" },
+      description = "accepted for llm-d configs and ignored: the core counts the load" },
   },
 
   new = function(params)
-    return { params = params, tokens = {} } -- endpoint name -> tokens in flight
-  end,
-
-  migrate = function(self, old)
-    self.tokens = old.tokens
+    return { params = params }
   end,
 
   score = function(self, ctx, endpoints)
-    local tokens, t = self.tokens, self.params.queueThresholdTokens
+    local t = self.params.queueThresholdTokens
     local n, st = estimate(ctx.request), ctx.shared[self.params.prefixPluginName]
     local scores = {}
     for i, ep in ipairs(endpoints) do
-      local load = (tokens[ep.name] or 0) + uncached(n, st, ep)
+      local load = ep.in_flight_tokens + uncached(n, st, ep)
       scores[i] = 1 - math.min(1, load / t)
     end
     return scores
   end,
 
-  pre_request = function(self, ctx, result)
+  -- set, not added: an endpoint two profiles chose holds the estimate once
+  pre_request = function(_, ctx, result)
     local n = estimate(ctx.request)
-    local tokens, held = self.tokens, {}
-    ctx.plugin.held, ctx.plugin.tokens = held, n -- first: whatever is added is released
     for _, res in pairs(result.profiles) do
       local ep = res and res.endpoints[1]
       if ep then
-        held[#held + 1] = ep.name
-        tokens[ep.name] = (tokens[ep.name] or 0) + n
-      end
-    end
-  end,
-
-  finish = function(self, ctx)
-    local held, n = ctx.plugin.held, ctx.plugin.tokens
-    if held then
-      ctx.plugin.held = nil
-      for _, name in ipairs(held) do
-        local left = (self.tokens[name] or 0) - n
-        self.tokens[name] = left > 0 and left or nil
+        ctx:set_in_flight_tokens(ep, n)
       end
     end
   end,

@@ -45,6 +45,19 @@ function M.eval(rt, code)
   return out
 end
 
+--- The pool's in-flight counters by endpoint name (ep.in_flight, or the
+--- field named: "in_flight_tokens"), the endpoints at 0 left out.
+function M.in_flight(rt, field)
+  return M.eval(rt, ([[
+    local out = {}
+    for _, ep in ipairs(require("lupin.pool").list) do
+      if ep.%s ~= 0 then
+        out[ep.name] = ep.%s
+      end
+    end
+    return out]]):format(field or "in_flight", field or "in_flight"))
+end
+
 --- One full lifecycle; returns the schedule result.
 function M.lifecycle(rt, body, outcome)
   local req = assert(rt:begin({ path = "/v1/completions",

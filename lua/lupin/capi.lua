@@ -12,6 +12,12 @@ typedef struct lupin_alloc {
   uint64_t refused;
 } lupin_alloc;
 
+/* read as plain aligned 64-bit loads; written only by C, atomically */
+typedef struct lupin_counters {
+  int64_t in_flight;
+  int64_t in_flight_tokens;
+} lupin_counters;
+
 typedef struct lupin_endpoint {
   uint32_t id;
   int32_t port;
@@ -26,6 +32,8 @@ typedef struct lupin_endpoint {
    * lupin.pool's side table, not these C pointers */
   const char *c_name;
   const char *c_address;
+  /* the shared counters: ep.in_flight and ep.in_flight_tokens (lupin.pool) */
+  const lupin_counters *c_counters;
 } lupin_endpoint;
 
 typedef struct lupin_hash_input {
@@ -54,6 +62,7 @@ typedef struct lupin_capi {
   void (*log)(void *rt, int level, const char *msg);
   void (*endpoint_free)(lupin_endpoint *ep);
   int (*result_add_pick)(void *req, const lupin_endpoint *ep);
+  int (*request_count)(void *req, const lupin_endpoint *ep, int64_t requests, int64_t tokens);
   int (*result_add_header)(void *req, const char *name, const char *value);
   int (*client_add_header)(void *req, const char *name, const char *value);
   long (*block_hashes)(const lupin_hash_input *in, uint64_t *out, size_t cap);

@@ -20,13 +20,16 @@
 ---@field log fun(self: lupin.Ctx, level: lupin.Level, fmt: any, ...: any) logs with the request id and plugin name
 ---@field set_header fun(self: lupin.Ctx, name: string, value: string) a header on the upstream request
 ---@field set_response_header fun(self: lupin.Ctx, name: string, value: string) a header on the client's response
+---@field set_in_flight_tokens fun(self: lupin.Ctx, ep: lupin.Endpoint, n: integer): boolean tokens on ep until the end
 local M = {}
 
 local cjson = require "cjson.safe"
 local new_table = require "table.new"
+local capi = require "lupin.capi"
 local leaks = require "lupin.leaks"
 local openai = require "lupin.openai"
 local log = require "lupin.log"
+local pool = require "lupin.pool"
 local weak = require "lupin.weak"
 
 local FIELDS = {}
@@ -188,6 +191,44 @@ function METHODS.set_response_header(c, name, value)
   set(c.response_headers, name, value)
 end
 
+local count -- capi's request_count, looked up once bound
+
+--- Sets what a live request counts on ep's shared in-flight counters
+--- (ep.in_flight, ep.in_flight_tokens: every runtime of the process adds
+--- to the same): requests (0 or 1) and tokens, each nil to leave as it is.
+--- The core takes it all off when the request ends, whatever the outcome
+--- (core/request.c); r.held keeps ep alive until then, and with it the
+--- counters.  False when nothing was counted: a dry run, a request that is
+--- ending, or out of memory.
+function M.count(r, ep, requests, tokens)
+  if r.dry or not r.creq or r.outcome then
+    return false
+  end
+  -- r.held: the one endpoint, or a list once there are more (one table
+  -- less per request in the common case)
+  local held = r.held
+  if not held then
+    r.held = ep
+  elseif type(held) ~= "table" then
+    if held ~= ep then
+      r.held = { held, ep }
+    end
+  else
+    local n = #held
+    for i = 1, n do
+      if held[i] == ep then
+        n = -1
+        break
+      end
+    end
+    if n >= 0 then
+      held[n + 1] = ep
+    end
+  end
+  count = count or capi.api.request_count
+  return count(r.creq, ep, requests or -1, tokens or -1) == 0
+end
+
 --- The request as plugins read it; body and prompt are decoded on first use.
 --- prompt, by route: completions the prompt (arrays joined by a space); chat
 --- the JSON of messages; embeddings, pooling, classify the input; responses
@@ -245,6 +286,30 @@ local VIEW = {
 -- alive.
 local box_of = weak.keys() -- ctx -> box
 
+--- Sets this request's tokens in flight on ep to n: ep.in_flight_tokens,
+--- the process's, includes them until the request ends, when the core takes
+--- them off again on every path (a plugin never releases them itself).
+--- Setting again replaces the request's count there, so two plugins, or two
+--- profiles choosing the same endpoint, count it once.  Returns false when
+--- nothing was counted (a dry run, a request in its finish hooks).
+---@param ep lupin.Endpoint
+---@param n integer tokens, at least 0 (0: none any more)
+---@return boolean
+function METHODS.set_in_flight_tokens(c, ep, n)
+  if not pool.is_endpoint(ep) then
+    error(("set_in_flight_tokens: ep must be an endpoint, got %s"):format(type(ep)), 2)
+  end
+  if type(n) ~= "number" or n < 0 or n % 1 ~= 0 or n == math.huge then
+    error(("set_in_flight_tokens: n must be a whole number from 0, got %s"):format(
+      tostring(n)), 2)
+  end
+  local r = box_of[c][1]
+  if not r then
+    error("ctx used after its request ended", 2)
+  end
+  return M.count(r, ep, nil, n)
+end
+
 local CTX = {
   __index = function(c, k)
     local f = FIELDS[k]
@@ -291,6 +356,7 @@ function M.new_request(gen, creq, id, path, body, model, headers)
     manifest = false,
     candidates = false,
     subset = false,
+    held = false, -- the endpoint(s) counted on (M.count), kept alive until the end
   }
   r.manifest = leaks.track(r, id, creq == nil, #gen.instances)
   return r

@@ -571,6 +571,18 @@ local function decide(r)
   r.result = { primary = primary, endpoints = res.endpoints, profiles = results, port = port }
 end
 
+-- The request is real from here: counted in flight (ep.in_flight, shared by
+-- every runtime of the process) on each endpoint its profiles chose, the
+-- first pick of each, once however many chose it (ctx.count sets, it does
+-- not add); the core releases it when the request ends.
+local function count_in_flight(r)
+  for _, res in pairs(r.result.profiles) do
+    if res then
+      ctx.count(r, res.endpoints[1], 1)
+    end
+  end
+end
+
 local function schedule(r)
   -- scheduling runs once per request; a repeated call gets the same answer
   if r.fc and flow.waiting(r) then
@@ -587,6 +599,7 @@ local function schedule(r)
   if r.dry then -- explained, not forwarded: nothing to record on an endpoint
     return publish(r)
   end
+  count_in_flight(r)
   for _, rec in ipairs(r.gen.points.pre_request) do
     call(r, rec, "pre_request", nil, r.result)
     if r.explain then

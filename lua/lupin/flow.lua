@@ -23,8 +23,10 @@
 --              item.deadline (math.huge: none), item.bytes, item.priority,
 --              item.flow (the fairness id)
 --   detector:  saturated(self, endpoints, load) -> saturated[, level 0..1]
---              load.inflight(ep): requests this runtime has in flight there,
---              load.since_scrape(ep): of those, sent since its last scrape
+--              load.inflight(ep): requests in flight there (ep.in_flight:
+--              every runtime of the process, whether through flow control
+--              or not), load.since_scrape(ep): requests this runtime's flow
+--              control sent there since its last scrape
 local config = require "lupin.config"
 local capi = require "lupin.capi"
 local ffi = require "ffi"
@@ -47,7 +49,7 @@ local bands, order = {}, {} -- priority -> band; bands by priority, highest firs
 -- evicted items not yet handed over, first in first out (ready[head..tail])
 local ready, ready_head, ready_tail = {}, 1, 0
 local queued_n, queued_bytes = 0, 0
-local inflight, marks = {}, {} -- endpoint name -> count; -> { at = scraped_at, n }
+local marks = {} -- endpoint name -> { at = scraped_at, n }: sent since that scrape
 local next_deadline = math.huge
 local seq = 0
 
@@ -270,7 +272,7 @@ end
 
 local LOAD = {
   inflight = function(ep)
-    return inflight[ep.name] or 0
+    return ep.in_flight
   end,
   since_scrape = function(ep)
     local m = marks[ep.name]
@@ -421,7 +423,8 @@ function M.released(r)
   return fc ~= nil and fc.state == "released"
 end
 
---- A request scheduled to an endpoint: counted in flight there until it ends.
+--- A request scheduled to an endpoint: marked sent there since its last
+--- scrape (the core counts it in flight, ep.in_flight, until it ends).
 function M.started(r)
   local fc = r.fc
   local ep = r.result and r.result.endpoints[1]
@@ -429,8 +432,6 @@ function M.started(r)
     return
   end
   local name = ep.name
-  fc.ep = name
-  inflight[name] = (inflight[name] or 0) + 1
   local m = marks[name]
   if m and m.at == ep.scraped_at then
     m.n = m.n + 1
@@ -483,7 +484,8 @@ function ops.next(sweep)
   return creq_of(fc)
 end
 
---- The request ends: out of the queue at once, out of the in-flight counts.
+--- The request ends: out of the queue at once (the core took it out of the
+--- in-flight counts already).
 ops["end"] = function(r)
   local fc = r.fc
   if not fc then
@@ -494,9 +496,6 @@ ops["end"] = function(r)
     fc.band.cancelled = fc.band.cancelled + 1
   elseif fc.state == "ready" then -- pop_ready skips it
     fc.state = "ended"
-  elseif fc.ep then
-    local n = (inflight[fc.ep] or 1) - 1
-    inflight[fc.ep] = n > 0 and n or nil
   end
   fc.state, fc.r = "ended", nil
 end
@@ -573,6 +572,10 @@ end
 
 --- For specs: the controller's counters.
 function M.state()
+  local inflight = {}
+  for _, ep in ipairs(pool.list) do
+    inflight[ep.name] = ep.in_flight > 0 and ep.in_flight or nil
+  end
   return { queued = queued_n, bytes = queued_bytes, inflight = inflight, bands = #order,
     ready = ready_tail - ready_head + 1 }
 end

@@ -1,12 +1,18 @@
 -- The endpoint pool as plugins see it.  Each endpoint is one FFI pointer to
--- the C struct: metrics are plain fields read in place; the rest (name,
--- labels, adapters) comes from a side table keyed by the endpoint's id.
+-- the C struct: metrics are plain fields read in place, as are the in-flight
+-- counters it shares with every runtime of the process (ep.in_flight,
+-- ep.in_flight_tokens); the rest (name, labels, adapters) comes from a side
+-- table keyed by the endpoint's id.
 local ffi = require "ffi"
 local capi = require "lupin.capi"
 
 local M = {}
 
-local info = {} -- id -> { name, address, port, hostport, labels, ... }
+-- id -> { name, address, port, hostport, labels, ..., objects = n }: an
+-- endpoint removed and added again has the id it had while an object of the
+-- first time lives on (a request holds it): both share the entry, dropped
+-- with the last of them
+local info = {}
 local by_id = {} -- id -> endpoint object, for endpoints in the pool
 local order = {} -- ids in insertion order
 local ejected = {} -- id -> true: out of the candidates (the host's health checks)
@@ -15,8 +21,24 @@ local ejected = {} -- id -> true: out of the candidates (the host's health check
 ---never mutated, on change
 M.list = {}
 
+-- Plain aligned 64-bit loads of counters C updates atomically (x86-64);
+-- an endpoint object Lua made itself (a pick at another port) has none.
+local COUNTERS = {
+  in_flight = function(c)
+    return tonumber(c.in_flight)
+  end,
+  in_flight_tokens = function(c)
+    return tonumber(c.in_flight_tokens)
+  end,
+}
+
 ffi.metatype("lupin_endpoint", {
   __index = function(ep, k)
+    local counter = COUNTERS[k]
+    if counter then
+      local c = ep.c_counters
+      return c ~= nil and counter(c) or 0
+    end
     local i = info[ep.id]
     return i and i[k]
   end,
@@ -27,7 +49,13 @@ ffi.metatype("lupin_endpoint", {
 })
 
 local function release(ep)
-  info[ep.id] = nil
+  local i = info[ep.id]
+  if i then
+    i.objects = i.objects - 1
+    if i.objects == 0 then
+      info[ep.id] = nil
+    end
+  end
   capi.api.endpoint_free(ep)
 end
 
@@ -54,6 +82,7 @@ end
 function M.add(ud, labels)
   local ep = ffi.gc(ffi.cast("lupin_endpoint *", ud), release)
   local name, address = ffi.string(ep.c_name), ffi.string(ep.c_address)
+  local old = info[ep.id]
   info[ep.id] = {
     name = name,
     address = address,
@@ -62,6 +91,7 @@ function M.add(ud, labels)
     labels = labels,
     active_adapters = adapter_set(),
     waiting_adapters = adapter_set(),
+    objects = (old and old.objects or 0) + 1,
   }
   by_id[ep.id] = ep
   order[#order + 1] = ep.id

@@ -24,7 +24,7 @@ describe("the C/Lua ABI check", function()
       ffi.cdef "typedef struct { uint32_t id; int32_t port; double running_requests; \
         double waiting_queue_size; double kv_cache_usage; double max_lora; \
         double cache_block_size; double num_blocks; double scraped_at; \
-        const char *c_name; const char *c_address; } abi_spec_swapped;"
+        const char *c_name; const char *c_address; const void *c_counters; } abi_spec_swapped;"
       local capi = require "lupin.capi"
       local ok, err = pcall(capi.check_abi, capi.abi, { lupin_endpoint = "abi_spec_swapped" })
       return not ok and err]])

@@ -58,8 +58,8 @@ local function config(fc, extra)
 end
 
 -- A runtime with one endpoint and a dispatch callback recording results.
-local function setup_rt(fc, extra)
-  local rt = S.loaded(config(fc, extra), { plugin_dirs = { S.FIXTURES, dir } })
+local function setup_rt(fc, extra, shared)
+  local rt = S.loaded(config(fc, extra), { plugin_dirs = { S.FIXTURES, dir }, shared = shared })
   S.endpoints(rt, 1)
   local got = {}
   rt:set_dispatch(function(id, res)
@@ -128,6 +128,30 @@ describe("flow control", function()
     assert.equal(200, b:schedule().status) -- the same answer, read again
     b:finish("ok")
     assert.same({ ok = 2 }, counts(rt))
+  end)
+
+  -- the detector reads ep.in_flight: every runtime (worker) of the process
+  -- counts there, through flow control or not
+  it("holds a request while another runtime sharing the state fills the endpoint", function()
+    local shared = require("lupin_native").shared()
+    local rt, got = setup_rt({}, nil, shared)
+    local other = S.loaded(config(), { plugin_dirs = { S.FIXTURES, dir }, shared = shared })
+    S.endpoints(other, 1)
+    local x = begin(other, "x") -- no dispatch callback there: scheduled at once, counted
+    assert.equal(200, x:schedule().status)
+    assert.same({ ep1 = 1 }, S.in_flight(rt))
+    local a = begin(rt, "a")
+    assert.equal(0, a:schedule().status)
+    x:finish("ok")
+    assert.same({}, S.in_flight(rt))
+    assert.equal(0, #got) -- this runtime hears of it on its own next event
+    rt:tick()
+    assert.equal("a", ids(got))
+    assert.same({ ep1 = 1 }, S.in_flight(other))
+    a:finish("ok")
+    assert.same({}, S.in_flight(other))
+    other:free()
+    rt:free()
   end)
 
   it("dispatches on a metrics update and on a tick once the gate opens", function()

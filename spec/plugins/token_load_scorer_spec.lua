@@ -22,8 +22,8 @@ local function send(rt, target, body, headers)
   return req, req:schedule()
 end
 
-local function tokens(rt)
-  return K.instance(rt, T, "self.tokens")
+local function tokens(rt) -- the core's counters, shared by every runtime of the process
+  return S.in_flight(rt, "in_flight_tokens")
 end
 
 local function scores(rt)
@@ -134,8 +134,10 @@ describe(T, function()
   -- 0, 250 and 750 tokens in flight of 1000, and 250 for this request.
   it("counts this request's tokens in the load it scores", function()
     local rt = runtime({ queueThresholdTokens = 1000 })
+    local a = send(rt, "ep2", '{"model":"m","prompt":"","max_tokens":250}')
+    local b = send(rt, "ep3", '{"model":"m","prompt":"","max_tokens":750}')
+    assert.same({ ep2 = 250, ep3 = 750 }, tokens(rt))
     local out = K.instance(rt, T, [[
-      self.tokens = { ep2 = 250, ep3 = 750 }
       local ctx = { request = { prompt = ("x"):rep(1000), body = false }, shared = {} }
       local out = {}
       for i, s in ipairs(self:score(ctx, require("lupin.pool").list)) do
@@ -143,6 +145,26 @@ describe(T, function()
       end
       return out]])
     assert.same({ "0.75", "0.5", "0" }, out)
+    a:finish("ok")
+    b:finish("timeout")
+    assert.same({}, tokens(rt))
+  end)
+
+  it("holds a request's estimate once on an endpoint two profiles chose", function()
+    local rt = S.loaded({
+      plugins = { { type = "kit-two-profile-handler" }, { type = "header-based-testing-filter" },
+        { type = T } },
+      schedulingProfiles = {
+        { name = "a", plugins = { { pluginRef = "header-based-testing-filter" }, { pluginRef = T } } },
+        { name = "b", plugins = { { pluginRef = T } } },
+      },
+    })
+    S.endpoints(rt, 1)
+    local req, res = send(rt, "ep1")
+    assert.equal(200, res.status)
+    assert.same({ ep1 = 10 }, tokens(rt))
+    req:finish("cancelled")
+    assert.same({}, tokens(rt))
   end)
 
   it("counts only the tokens not cached on each endpoint", function()
