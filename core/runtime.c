@@ -192,10 +192,23 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
                           lupin_prefix_endpoints,
                           lupin_prefix_memory,
                           &rt->budget,
-                          lupin_budget_poll};
+                          lupin_budget_poll,
+                          &lupin__capi_shared};
+  /* Without a host's lupin_shared, a private one: the keyed prefix indexes
+   * and dicts behave alike, with one shard (no cost for threads not there). */
+  rt->shared = o->shared;
+  if (!rt->shared) {
+    rt->shared = rt->own_shared = lupin_shared_new(err, errlen);
+    if (!rt->shared) {
+      free(rt);
+      return NULL;
+    }
+    lupin__shared_store(rt->shared)->prefix_shards = 1;
+  }
   rt->L = luaL_newstate();
   if (!rt->L) {
     lupin__errf(err, errlen, "cannot create a Lua state");
+    lupin_shared_free(rt->own_shared);
     free(rt);
     return NULL;
   }
@@ -212,6 +225,7 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
   if (lupin__budget_start(&rt->budget, err, errlen) || boot(rt, o, home, err, errlen)) {
     lupin__budget_stop(&rt->budget);
     close_state(rt);
+    lupin_shared_free(rt->own_shared);
     free(rt);
     return NULL;
   }
@@ -340,6 +354,7 @@ void lupin_runtime_free(lupin_runtime *rt) {
   lupin_runtime_abort(rt);
   lupin__generation_free_all(rt);
   close_state(rt); /* runs the endpoints' finalizers */
+  lupin_shared_free(rt->own_shared); /* after: the finalizers close its indexes */
   lupin__budget_stop(&rt->budget);
   free(rt->endpoints);
   free(rt->endpoint_names);
