@@ -9,12 +9,20 @@
 
 #define RT_MT  "lupin_native.runtime"
 #define REQ_MT "lupin_native.request"
+#define SHARED_MT "lupin_native.shared"
+
+/* native.shared(): a lupin_shared for several runtimes (native.new{shared=});
+ * each runtime made with it holds a reference, so it is freed after them. */
+typedef struct {
+  lupin_shared *s;
+} shared_box;
 
 typedef struct {
   lupin_runtime *rt;
   int logs_ref; /* a table collecting log lines, in the caller's state */
   lua_State *L;
   int dispatch_ref; /* rt:set_dispatch's function, LUA_NOREF: none */
+  int shared_ref;   /* the native.shared() it was made with, LUA_NOREF: none */
 } runtime_box;
 
 typedef struct {
@@ -92,6 +100,9 @@ static int l_new(lua_State *L) {
     }
   }
   o.plugin_dirs = dirs;
+  lua_getfield(L, 1, "shared");
+  shared_box *sb = lua_isnil(L, -1) ? NULL : luaL_checkudata(L, -1, SHARED_MT);
+  if (sb) o.shared = sb->s;
 
   runtime_box *b = lua_newuserdata(L, sizeof *b);
   memset(b, 0, sizeof *b);
@@ -101,6 +112,8 @@ static int l_new(lua_State *L) {
   b->logs_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   b->L = L;
   b->dispatch_ref = LUA_NOREF;
+  lua_pushvalue(L, -2); /* the shared box, or nil */
+  b->shared_ref = sb ? luaL_ref(L, LUA_REGISTRYINDEX) : (lua_pop(L, 1), LUA_NOREF);
   o.log = collect_log;
   o.log_ud = b;
   char err[1024];
@@ -116,7 +129,25 @@ static int l_free(lua_State *L) {
     b->rt = NULL;
     luaL_unref(L, LUA_REGISTRYINDEX, b->logs_ref);
     luaL_unref(L, LUA_REGISTRYINDEX, b->dispatch_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, b->shared_ref);
   }
+  return 0;
+}
+
+static int l_shared(lua_State *L) {
+  shared_box *sb = lua_newuserdata(L, sizeof *sb);
+  char err[256];
+  sb->s = lupin_shared_new(err, sizeof err);
+  if (!sb->s) return fail(L, err);
+  luaL_getmetatable(L, SHARED_MT);
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+static int l_shared_gc(lua_State *L) {
+  shared_box *sb = luaL_checkudata(L, 1, SHARED_MT);
+  lupin_shared_free(sb->s);
+  sb->s = NULL;
   return 0;
 }
 
@@ -792,9 +823,13 @@ static int l_now(lua_State *L) {
 int luaopen_lupin_native(lua_State *L) {
   new_class(L, RT_MT, rt_methods, l_free);
   new_class(L, REQ_MT, req_methods, l_req_gc);
+  static const luaL_Reg no_methods[] = {{NULL, NULL}};
+  new_class(L, SHARED_MT, no_methods, l_shared_gc);
   lua_newtable(L);
   lua_pushcfunction(L, l_new);
   lua_setfield(L, -2, "new");
+  lua_pushcfunction(L, l_shared);
+  lua_setfield(L, -2, "shared");
   lua_pushcfunction(L, l_now);
   lua_setfield(L, -2, "now");
   lua_pushstring(L, LUPIN_VERSION);
