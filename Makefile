@@ -39,7 +39,8 @@ SIM_OBJ   = $(SIM_SRC:examples/simulator/%.c=$(B)/sim/%.o)
 SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson 2>/dev/null) -lhttp_parser -lm
 
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
-     $(B)/bench-prefix $(B)/bench-soak $(B)/bench-reload $(B)/lupin-sim $(B)/lupin
+     $(B)/bench-prefix $(B)/bench-soak $(B)/bench-reload $(B)/lupin-sim $(B)/lupin \
+     $(B)/prefix-threads
 
 # The install prefix is compiled in (the default home): rebuild when it changes.
 $(B)/prefix.stamp: FORCE
@@ -66,6 +67,10 @@ $(B)/liblupin.so: $(CORE_OBJ)
 
 $(B)/lupin_native.so: lua/lupin_native.c $(CORE_OBJ) $(CORE_HDR)
 	$(CC) $(XCFLAGS) -Icore -shared -o $@ lua/lupin_native.c $(CORE_OBJ) $(LDLIBS)
+
+# threads on one lupin_shared (run by spec/core/prefix_threads_spec.lua)
+$(B)/prefix-threads: spec/core/prefix_threads.c $(B)/liblupin.a $(CORE_HDR)
+	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
 $(B)/embed: examples/embed/embed.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
