@@ -242,7 +242,7 @@ $(B)/bench-prefix: bench/prefix.c $(B)/liblupin.a $(CORE_HDR)
 	$(CC) $(XCFLAGS) -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
 bench-prefix: $(B)/bench-prefix
-	./$(B)/bench-prefix
+	LUPIN_HOME=$(CURDIR) ./$(B)/bench-prefix
 
 # Routing quality (bench/routing/README.md): eight workload families against 8
 # simulated endpoints, each at a light and a saturating load, for the default
