@@ -19,7 +19,8 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
 BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox libsimdjson-dev
 
 CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/endpoint.c core/flow.c core/generation.c core/host.c \
-            core/prefix_index.c core/request.c core/runtime.c core/shared.c
+            core/prefix_index.c core/prefix_shared.c core/request.c core/runtime.c core/shared.c \
+            core/shared_dict.c
 CORE_HDR  = core/lupin.h core/internal.h
 # the gateway host `lupin serve` (DESIGN.md §9)
 GW_SRC    = $(wildcard gateway/*.c)
@@ -39,7 +40,8 @@ SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson 2>/dev/null) -lhtt
 
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
      $(B)/bench-prefix $(B)/bench-soak $(B)/bench-reload $(B)/lupin-sim $(B)/lupin \
-     $(B)/shared-threads
+     $(B)/shared-threads \
+     $(B)/prefix-threads
 
 # The install prefix is compiled in (the default home): rebuild when it changes.
 $(B)/prefix.stamp: FORCE
@@ -66,6 +68,10 @@ $(B)/liblupin.so: $(CORE_OBJ)
 
 $(B)/lupin_native.so: lua/lupin_native.c $(CORE_OBJ) $(CORE_HDR)
 	$(CC) $(XCFLAGS) -Icore -shared -o $@ lua/lupin_native.c $(CORE_OBJ) $(LDLIBS)
+
+# threads on one lupin_shared (run by spec/core/prefix_threads_spec.lua)
+$(B)/prefix-threads: spec/core/prefix_threads.c $(B)/liblupin.a $(CORE_HDR)
+	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
 $(B)/embed: examples/embed/embed.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
@@ -249,7 +255,7 @@ $(B)/bench-prefix: bench/prefix.c $(B)/liblupin.a $(CORE_HDR)
 	$(CC) $(XCFLAGS) -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
 bench-prefix: $(B)/bench-prefix
-	./$(B)/bench-prefix
+	LUPIN_HOME=$(CURDIR) ./$(B)/bench-prefix
 
 # Routing quality (bench/routing/README.md): eight workload families against 8
 # simulated endpoints, each at a light and a saturating load, for the default

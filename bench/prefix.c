@@ -1,11 +1,15 @@
 /* Benchmark (not a test) of the prefix primitives: block hashing throughput
  * and prefix index insert and lookup cost per block, for prompts of 1 KB,
- * 16 KB and 256 KB.  `make bench-prefix`. */
+ * 16 KB and 256 KB; then a keyed index (core/prefix_shared.c) under 1 and 2
+ * threads, each with its own runtime: records and matches per second.
+ * `make bench-prefix`. */
 #include "../core/internal.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define BLOCK 64          /* the EPP's default block size */
 #define ENDPOINTS 16
@@ -90,7 +94,124 @@ static index_cost bench_index(char *prompt, size_t len, uint64_t *h) {
   return c;
 }
 
-int main(void) {
+/* --- a keyed index under threads ------------------------------------------ */
+
+#define T_PROMPTS 4096   /* distinct prompts, over 16 shared stems */
+#define T_BLOCKS 128     /* blocks per prompt: 8 KB */
+#define T_CAPACITY 31250 /* per endpoint: the EPP default */
+
+static uint64_t (*t_hashes)[T_BLOCKS];
+static atomic_int t_stop;
+
+typedef struct {
+  lupin_shared *shared;
+  int n;
+  uint64_t pairs; /* record + match */
+  pthread_t thread;
+} t_worker;
+
+static void t_prompts(void) {
+  t_hashes = malloc(sizeof *t_hashes * T_PROMPTS);
+  char *p = malloc(T_BLOCKS * BLOCK);
+  if (!t_hashes || !p) exit(1);
+  for (int i = 0; i < T_PROMPTS; i++) {
+    snprintf(p, 32, "stem %02d ", i % 16); /* the stem: the first 32 blocks */
+    for (size_t c = 8; c < 32 * BLOCK; c++) p[c] = (char)('a' + c % 26);
+    fill(p + 32 * BLOCK, (T_BLOCKS - 32) * BLOCK);
+    lupin_block_hashes(&(lupin_hash_input){p, T_BLOCKS * BLOCK, "m", 1, "", 0, BLOCK, T_BLOCKS},
+                       t_hashes[i], T_BLOCKS);
+  }
+  free(p);
+}
+
+static void *t_run(void *arg) {
+  t_worker *w = arg;
+  char err[256];
+  lupin_options o = {.shared = w->shared, .log_level = LUPIN_LOG_ERROR};
+  lupin_runtime *rt = lupin_runtime_new(&o, err, sizeof err);
+  if (!rt) {
+    fprintf(stderr, "bench-prefix: %s (set LUPIN_HOME)\n", err);
+    exit(1);
+  }
+  for (int i = 0; i < ENDPOINTS; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "ep%d", i);
+    lupin_endpoint_desc d = {.name = name, .address = "10.0.0.1", .port = 8000 + i};
+    lupin_endpoint_upsert(rt, &d, err, sizeof err);
+  }
+  lupin_prefix_view *v = lupin_prefix_open(rt, "bench", T_CAPACITY);
+  uint32_t ids[ENDPOINTS], counts[ENDPOINTS];
+  uint64_t r = 0x9E3779B97F4A7C15ull * (uint64_t)(w->n + 1);
+  while (!atomic_load_explicit(&t_stop, memory_order_relaxed)) {
+    for (int i = 0; i < 64; i++) {
+      r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+      const uint64_t *h = t_hashes[r % T_PROMPTS];
+      lupin_prefix_view_match(v, h, T_BLOCKS, ids, counts, ENDPOINTS);
+      lupin_prefix_view_record(v, rt->endpoints[(r >> 32) % ENDPOINTS]->id, h, T_BLOCKS, 0);
+    }
+    __atomic_store_n(&w->pairs, w->pairs + 64, __ATOMIC_RELAXED);
+  }
+  lupin_prefix_close(v);
+  lupin_runtime_free(rt);
+  return NULL;
+}
+
+/* Records + matches per second (one each per request) from n threads on one
+ * index of `shards` shards (1: a runtime's private store, one lock). */
+static double bench_threads(int n, unsigned shards) {
+  char err[256];
+  lupin_shared *s = lupin_shared_new(err, sizeof err);
+  if (!s) exit(1);
+  lupin__shared_store(s)->prefix_shards = shards;
+  t_worker w[2];
+  atomic_store(&t_stop, 0);
+  for (int i = 0; i < n; i++) {
+    w[i] = (t_worker){.shared = s, .n = i};
+    pthread_create(&w[i].thread, NULL, t_run, &w[i]);
+  }
+  struct timespec nap = {0, 200 * 1000 * 1000}; /* warm up: fill the LRUs */
+  nanosleep(&nap, NULL);
+  uint64_t before = 0, after = 0;
+  for (int i = 0; i < n; i++) before += __atomic_load_n(&w[i].pairs, __ATOMIC_RELAXED);
+  double t0 = lupin_now();
+  nap.tv_sec = 1, nap.tv_nsec = 0;
+  nanosleep(&nap, NULL);
+  for (int i = 0; i < n; i++) after += __atomic_load_n(&w[i].pairs, __ATOMIC_RELAXED);
+  double t = lupin_now() - t0;
+  atomic_store(&t_stop, 1);
+  for (int i = 0; i < n; i++) pthread_join(w[i].thread, NULL);
+  lupin_shared_free(s);
+  return (double)(after - before) / t;
+}
+
+static void threads_table(void) {
+  printf("\nkeyed index, %d endpoints, capacity %d, %d-block prompts: records + matches/s\n",
+         ENDPOINTS, T_CAPACITY, T_BLOCKS);
+  printf("%8s %8s %14s %14s\n", "threads", "shards", "pairs/s", "per thread");
+  static const struct {
+    int threads;
+    unsigned shards;
+  } rows[] = {{1, 1}, {1, 8}, {2, 1}, {2, 8}, {2, 32}};
+  for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+    double r = bench_threads(rows[i].threads, rows[i].shards);
+    printf("%8d %8u %14.0f %14.0f\n", rows[i].threads, rows[i].shards, r, r / rows[i].threads);
+  }
+}
+
+/* bench-prefix [threads [N SHARDS]]: "threads" skips the primitives; N and
+ * SHARDS run that one row of the threads table (for a profiler). */
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "threads") == 0) {
+    t_prompts();
+    if (argc > 3) {
+      int n = atoi(argv[2]) == 2 ? 2 : 1;
+      printf("%.0f pairs/s\n", bench_threads(n, (unsigned)atoi(argv[3])));
+    } else {
+      threads_table();
+    }
+    free(t_hashes);
+    return 0;
+  }
   static const size_t sizes[] = {1024, 16 * 1024, 256 * 1024};
   printf("prefix primitives: block %d characters, %d endpoints, capacity %d blocks each\n", BLOCK,
          ENDPOINTS, CAPACITY);
@@ -109,5 +230,8 @@ int main(void) {
     free(prompt);
     free(h);
   }
+  t_prompts();
+  threads_table();
+  free(t_hashes);
   return 0;
 }

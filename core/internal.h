@@ -143,7 +143,102 @@ size_t lupin_prefix_count(const lupin_prefix_index *x, uint32_t id);
 int lupin_prefix_holds(const lupin_prefix_index *x, uint32_t id, uint64_t hash);
 size_t lupin_prefix_endpoints(const lupin_prefix_index *x);
 size_t lupin_prefix_memory(const lupin_prefix_index *x);
+/* The ids of the endpoints holding hash (at most cap written); returns how
+ * many hold it. */
+size_t lupin_prefix_holders(const lupin_prefix_index *x, uint64_t hash, uint32_t *ids, size_t cap);
+/* Purges id from the runtime's indexes and from its lupin_shared's. */
 void lupin__prefix_purge_all(lupin_runtime *rt, uint32_t id);
+
+/* --- prefix indexes and dicts shared between runtimes ---------------------
+ * (prefix_shared.c, shared_dict.c).  A lupin_shared keeps them in a store:
+ * lists under the store's own lock, taken to open, close and purge. */
+typedef struct lupin_prefix_shared lupin_prefix_shared;
+typedef struct lupin_prefix_view lupin_prefix_view;
+typedef struct lupin_dict lupin_dict;
+
+typedef struct lupin_shared_store {
+  pthread_mutex_t lock;
+  lupin_prefix_shared *prefix; /* keyed prefix indexes */
+  unsigned prefix_shards;      /* a new index's shards: 1 in a runtime's private store */
+  lupin_dict *dicts;
+} lupin_shared_store;
+
+lupin_shared_store *lupin__shared_store(lupin_shared *s);
+void lupin__prefix_shared_free_all(lupin_shared_store *st);
+void lupin__prefix_shared_purge_all(lupin_shared_store *st, uint32_t id);
+void lupin__dict_free_all(lupin_shared_store *st);
+
+/* One runtime's handle on a keyed index (used by one thread at a time). */
+lupin_prefix_view *lupin_prefix_open(lupin_runtime *rt, const char *key, uint32_t capacity);
+void lupin_prefix_close(lupin_prefix_view *v);
+int lupin_prefix_view_set_capacity(lupin_prefix_view *v, uint32_t id, uint32_t capacity);
+/* As lupin_prefix_record; capacity > 0 first caps id's entries (autoTune)
+ * in the shards the hashes fall in. */
+int lupin_prefix_view_record(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n,
+                             uint32_t capacity);
+/* As lupin_prefix_match, but returns the number of endpoints found, which
+ * may exceed cap (then only cap were written: call again with more room). */
+long lupin_prefix_view_match(lupin_prefix_view *v, const uint64_t *hashes, size_t n, uint32_t *ids,
+                             uint32_t *counts, size_t cap);
+void lupin_prefix_view_purge(lupin_prefix_view *v, uint32_t id);
+size_t lupin_prefix_view_count(lupin_prefix_view *v, uint32_t id);
+int lupin_prefix_view_holds(lupin_prefix_view *v, uint32_t id, uint64_t hash);
+size_t lupin_prefix_view_memory(lupin_prefix_view *v);
+
+/* A value in a shared dict.  Mirrored in lua/lupin/capi.lua. */
+enum { LUPIN_DICT_NIL, LUPIN_DICT_NUMBER, LUPIN_DICT_STRING, LUPIN_DICT_BOOLEAN };
+typedef struct lupin_dict_value {
+  int32_t type; /* LUPIN_DICT_*; a boolean is num 0 or 1 */
+  double num;
+  size_t len; /* a string's length */
+} lupin_dict_value;
+
+/* What the dict calls answer beside 0. */
+enum { LUPIN_DICT_FULL = 1, LUPIN_DICT_NOT_FOUND, LUPIN_DICT_NOT_NUMBER, LUPIN_DICT_TOO_LONG };
+#define LUPIN_DICT_MAX_KEY 65535
+#define LUPIN_DICT_MAX_VALUE (1 << 20)
+
+/* The dict of that name in the runtime's lupin_shared, made on first use
+ * with room for max_entries; NULL: out of memory. */
+lupin_dict *lupin_dict_open(lupin_runtime *rt, const char *name, size_t max_entries);
+/* Copies the value's bytes (at most cap) into buf; out->len is its length. */
+int lupin_dict_get(lupin_dict *d, const char *key, size_t klen, lupin_dict_value *out, char *buf,
+                   size_t cap);
+/* type LUPIN_DICT_NIL deletes.  0, LUPIN_DICT_FULL, _TOO_LONG or -1 (memory). */
+int lupin_dict_set(lupin_dict *d, const char *key, size_t klen, int type, double num,
+                   const char *str, size_t slen);
+/* Adds delta to a number; an absent key starts at init when has_init, else
+ * LUPIN_DICT_NOT_FOUND.  The new value in *out. */
+int lupin_dict_incr(lupin_dict *d, const char *key, size_t klen, double delta, double init,
+                    int has_init, double *out);
+size_t lupin_dict_count(lupin_dict *d);
+size_t lupin_dict_max(lupin_dict *d);
+
+/* The table of these functions handed to Lua (lupin_capi.shared). */
+typedef struct lupin_capi_shared {
+  lupin_prefix_view *(*prefix_open)(lupin_runtime *rt, const char *key, uint32_t capacity);
+  void (*prefix_close)(lupin_prefix_view *v);
+  int (*prefix_set_capacity)(lupin_prefix_view *v, uint32_t id, uint32_t capacity);
+  int (*prefix_record)(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n,
+                       uint32_t capacity);
+  long (*prefix_match)(lupin_prefix_view *v, const uint64_t *hashes, size_t n, uint32_t *ids,
+                       uint32_t *counts, size_t cap);
+  void (*prefix_purge)(lupin_prefix_view *v, uint32_t id);
+  size_t (*prefix_count)(lupin_prefix_view *v, uint32_t id);
+  int (*prefix_holds)(lupin_prefix_view *v, uint32_t id, uint64_t hash);
+  size_t (*prefix_memory)(lupin_prefix_view *v);
+  lupin_dict *(*dict_open)(lupin_runtime *rt, const char *name, size_t max_entries);
+  int (*dict_get)(lupin_dict *d, const char *key, size_t klen, lupin_dict_value *out, char *buf,
+                  size_t cap);
+  int (*dict_set)(lupin_dict *d, const char *key, size_t klen, int type, double num,
+                  const char *str, size_t slen);
+  int (*dict_incr)(lupin_dict *d, const char *key, size_t klen, double delta, double init,
+                   int has_init, double *out);
+  size_t (*dict_count)(lupin_dict *d);
+  size_t (*dict_max)(lupin_dict *d);
+} lupin_capi_shared;
+
+extern const lupin_capi_shared lupin__capi_shared;
 
 /* What a generation's plugins can observe (lua/lupin/engine.lua's flags):
  * without them the core skips the calls into Lua. */
@@ -197,6 +292,8 @@ typedef struct lupin_capi {
   /* call budgets (budget.c) */
   lupin_budget *budget;
   int (*budget_poll)(const volatile int32_t *cut);
+  /* keyed prefix indexes and shared dicts (prefix_shared.c, shared_dict.c) */
+  const lupin_capi_shared *shared;
 } lupin_capi;
 
 /* abi.c: each structure capi.lua declares, as C lays it out: its size (or

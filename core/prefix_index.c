@@ -417,6 +417,15 @@ size_t lupin_prefix_memory(const lupin_prefix_index *x) {
          tab_bytes(&x->pairs) + tab_bytes(&x->hashes) + tab_bytes(&x->ids);
 }
 
+size_t lupin_prefix_holders(const lupin_prefix_index *x, uint64_t hash, uint32_t *ids, size_t cap) {
+  slot *s = x ? tab_find(&x->hashes, hash, 0) : NULL;
+  size_t k = 0;
+  for (uint32_t d = s ? s->val : NIL; d != NIL; d = x->nodes[d].rnext, k++)
+    if (k < cap) ids[k] = x->eps[x->nodes[d].ep].id;
+  return k;
+}
+
 void lupin__prefix_purge_all(lupin_runtime *rt, uint32_t id) {
   for (lupin_prefix_index *x = rt->prefix_indexes; x; x = x->next_index) lupin_prefix_purge(x, id);
+  if (rt->shared) lupin__prefix_shared_purge_all(lupin__shared_store(rt->shared), id);
 }

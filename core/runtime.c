@@ -168,12 +168,6 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
     lupin__errf(err, errlen, "out of memory");
     return NULL;
   }
-  /* one code path: a runtime given no shared state makes its own */
-  rt->shared = o->shared;
-  if (!rt->shared && !(rt->shared = rt->own_shared = lupin_shared_new(err, errlen))) {
-    free(rt);
-    return NULL;
-  }
   rt->alloc.limit = o->memory_limit;
   rt->log = o->log;
   rt->log_ud = o->log_ud;
@@ -199,7 +193,20 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
                           lupin_prefix_endpoints,
                           lupin_prefix_memory,
                           &rt->budget,
-                          lupin_budget_poll};
+                          lupin_budget_poll,
+                          &lupin__capi_shared};
+  /* Without a host's lupin_shared, a private one (one code path): endpoint
+   * ids, counters, keyed prefix indexes and dicts behave alike, the indexes
+   * with one shard (no cost for threads not there). */
+  rt->shared = o->shared;
+  if (!rt->shared) {
+    rt->shared = rt->own_shared = lupin_shared_new(err, errlen);
+    if (!rt->shared) {
+      free(rt);
+      return NULL;
+    }
+    lupin__shared_store(rt->shared)->prefix_shards = 1;
+  }
   rt->L = luaL_newstate();
   if (!rt->L) {
     lupin__errf(err, errlen, "cannot create a Lua state");

@@ -23,6 +23,10 @@ struct lupin_endpoint_slot {
   lupin_endpoint_slot *next; /* in its bucket */
 };
 
+/* Shards of a keyed prefix index in a lupin_shared a host made (a runtime's
+ * private one has 1: the single-runtime path stays one lock and one index). */
+#define PREFIX_SHARDS 8
+
 struct lupin_shared {
   pthread_mutex_t lock;
 
@@ -31,7 +35,8 @@ struct lupin_shared {
   size_t n_buckets, n_slots;
   uint32_t last_id; /* ids are never reused: a prefix index keys by them */
 
-  /* --- prefix indexes and plugins' shared dicts go below --- */
+  /* --- prefix indexes and plugins' shared dicts --- */
+  lupin_shared_store store; /* prefix indexes and dicts (prefix_shared.c, shared_dict.c) */
 };
 
 lupin_shared *lupin_shared_new(char *err, size_t errlen) {
@@ -41,6 +46,8 @@ lupin_shared *lupin_shared_new(char *err, size_t errlen) {
     return NULL;
   }
   pthread_mutex_init(&s->lock, NULL);
+  pthread_mutex_init(&s->store.lock, NULL);
+  s->store.prefix_shards = PREFIX_SHARDS;
   return s;
 }
 
@@ -61,6 +68,9 @@ void lupin_shared_free(lupin_shared *s) {
     }
   }
   free(s->buckets);
+  lupin__prefix_shared_free_all(&s->store);
+  lupin__dict_free_all(&s->store);
+  pthread_mutex_destroy(&s->store.lock);
   pthread_mutex_destroy(&s->lock);
   free(s);
 }
@@ -154,3 +164,24 @@ void lupin__counters_add(lupin_counters *c, int64_t requests, int64_t tokens) {
   if (requests) __atomic_add_fetch(&c->in_flight, requests, __ATOMIC_RELAXED);
   if (tokens) __atomic_add_fetch(&c->in_flight_tokens, tokens, __ATOMIC_RELAXED);
 }
+/* --- keyed prefix indexes and shared dicts -------------------------------- */
+
+lupin_shared_store *lupin__shared_store(lupin_shared *s) { return &s->store; }
+
+const lupin_capi_shared lupin__capi_shared = {
+    lupin_prefix_open,
+    lupin_prefix_close,
+    lupin_prefix_view_set_capacity,
+    lupin_prefix_view_record,
+    lupin_prefix_view_match,
+    lupin_prefix_view_purge,
+    lupin_prefix_view_count,
+    lupin_prefix_view_holds,
+    lupin_prefix_view_memory,
+    lupin_dict_open,
+    lupin_dict_get,
+    lupin_dict_set,
+    lupin_dict_incr,
+    lupin_dict_count,
+    lupin_dict_max,
+};

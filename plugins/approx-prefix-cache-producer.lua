@@ -40,15 +40,11 @@ return {
       and math.max(1, math.floor(p.maxPrefixTokensToMatch / tokens))
       or (p.maxPrefixBlocksToMatch > 0 and p.maxPrefixBlocksToMatch or 1048576)
     local capacity = p.lruCapacityPerServer > 0 and p.lruCapacityPerServer or DEFAULT_CAPACITY
+    -- one index per key for every worker and across reloads (as prefix-cache-scorer)
+    local key = ("approx-prefix-cache-producer/%s/%d/%d/%s"):format(env.name, block, capacity,
+      tostring(p.autoTune))
     return { name = env.name, block = block, max_blocks = max_blocks, capacity = capacity,
-      auto = p.autoTune, index = prefix.index(capacity) }
-  end,
-
-  migrate = function(self, old)
-    if old.index and old.block == self.block and old.capacity == self.capacity
-        and old.auto == self.auto then
-      self.index = old.index
-    end
+      auto = p.autoTune, index = prefix.index(capacity, key) }
   end,
 
   prepare = function(self, ctx, endpoints)

@@ -64,17 +64,15 @@ return {
       error(("blockSize (%d) and hashBlockSize (%d) are the same parameter; give one"):format(
         p.blockSize, p.hashBlockSize), 0)
     end
-    return { name = env.name, block = p.blockSize or p.hashBlockSize or 64,
-      max_blocks = p.maxPrefixBlocksToMatch, capacity = p.lruCapacityPerServer,
-      auto = p.autoTune, index = prefix.index(p.lruCapacityPerServer), scores = {} }
-  end,
-
-  -- Keep what the index learned across a reload when its meaning is unchanged.
-  migrate = function(self, old)
-    if self.index and old.index and old.block == self.block and old.capacity == self.capacity
-        and old.auto == self.auto then
-      self.index = old.index
-    end
+    local block = p.blockSize or p.hashBlockSize or 64
+    -- The index is keyed by what gives it its meaning: every worker's
+    -- instance shares it, and a reload that changes none of these keeps what
+    -- it learned (another block size or capacity starts a fresh one).
+    local key = ("prefix-cache-scorer/%s/%d/%d/%s"):format(env.name, block,
+      p.lruCapacityPerServer, tostring(p.autoTune))
+    return { name = env.name, block = block, max_blocks = p.maxPrefixBlocksToMatch,
+      capacity = p.lruCapacityPerServer, auto = p.autoTune,
+      index = prefix.index(p.lruCapacityPerServer, key), scores = {} }
   end,
 
   -- Before any profile runs, so filters and the profile handler can read the

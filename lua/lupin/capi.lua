@@ -49,6 +49,38 @@ typedef struct lupin_hash_input {
 
 typedef struct lupin_prefix_index lupin_prefix_index;
 
+typedef struct lupin_prefix_view lupin_prefix_view;
+typedef struct lupin_dict lupin_dict;
+
+typedef struct lupin_dict_value {
+  int32_t type;
+  double num;
+  size_t len;
+} lupin_dict_value;
+
+typedef struct lupin_capi_shared {
+  lupin_prefix_view *(*prefix_open)(void *rt, const char *key, uint32_t capacity);
+  void (*prefix_close)(lupin_prefix_view *v);
+  int (*prefix_set_capacity)(lupin_prefix_view *v, uint32_t id, uint32_t capacity);
+  int (*prefix_record)(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n,
+                       uint32_t capacity);
+  long (*prefix_match)(lupin_prefix_view *v, const uint64_t *hashes, size_t n, uint32_t *ids,
+                       uint32_t *counts, size_t cap);
+  void (*prefix_purge)(lupin_prefix_view *v, uint32_t id);
+  size_t (*prefix_count)(lupin_prefix_view *v, uint32_t id);
+  int (*prefix_holds)(lupin_prefix_view *v, uint32_t id, uint64_t hash);
+  size_t (*prefix_memory)(lupin_prefix_view *v);
+  lupin_dict *(*dict_open)(void *rt, const char *name, size_t max_entries);
+  int (*dict_get)(lupin_dict *d, const char *key, size_t klen, lupin_dict_value *out, char *buf,
+                  size_t cap);
+  int (*dict_set)(lupin_dict *d, const char *key, size_t klen, int type, double num,
+                  const char *str, size_t slen);
+  int (*dict_incr)(lupin_dict *d, const char *key, size_t klen, double delta, double init,
+                   int has_init, double *out);
+  size_t (*dict_count)(lupin_dict *d);
+  size_t (*dict_max)(lupin_dict *d);
+} lupin_capi_shared;
+
 typedef struct lupin_budget {
   volatile int32_t cut;
   int32_t stop;
@@ -79,6 +111,7 @@ typedef struct lupin_capi {
   size_t (*prefix_memory)(const lupin_prefix_index *x);
   lupin_budget *budget;
   int (*budget_poll)(const volatile int32_t *cut);
+  const lupin_capi_shared *shared;
 } lupin_capi;
 
 struct lupin_timespec { long tv_sec; long tv_nsec; };
@@ -153,6 +186,7 @@ function M.bind(ud, abi)
   M.alloc = M.api.alloc
   M.budget = M.api.budget
   M.budget_poll = M.api.budget_poll
+  M.shared = M.api.shared -- keyed prefix indexes and shared dicts
   local clock = M.api.now
   M.clock = clock
   M.now = function()

@@ -70,8 +70,8 @@ local LIBS = { "string", "table", "math", "bit", "coroutine" }
 --- What a plugin may require: the SDK and the libraries the built-ins use.
 M.REQUIRE = { ["lupin.schema"] = true, ["lupin.log"] = true, ["lupin.prefix"] = true,
   ["lupin.picker"] = true, ["lupin.disagg"] = true, ["lupin.datalayer"] = true,
-  ["lupin.selector"] = true, ["lupin.utilization"] = true, cjson = true, ["cjson.safe"] = true, ["table.new"] = true,
-  ["table.clear"] = true }
+  ["lupin.selector"] = true, ["lupin.utilization"] = true, ["lupin.shared"] = true,
+  cjson = true, ["cjson.safe"] = true, ["table.new"] = true, ["table.clear"] = true }
 -- Names a plugin reaches for in vain, answered with why instead of nil.
 local DENIED = { "ffi", "io", "debug", "package", "jit", "load", "loadstring", "loadfile",
   "dofile", "setfenv", "getfenv", "collectgarbage", "module", "newproxy", "print", "gcinfo" }

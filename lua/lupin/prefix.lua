@@ -2,7 +2,7 @@
 --- (core/blockhash.c, core/prefix_index.c), so prefix plugins stay short.
 ---
 ---   local h = prefix.hashes(prompt, model, salt, 64, 256)  -- h.n full blocks
----   local index = prefix.index(31250)                      -- capacity per endpoint
+---   local index = prefix.index(31250, key)                 -- capacity per endpoint
 ---   index:record(ep.id, h)            -- ep has cached this prompt
 ---   local matches = index:match(h)    -- { [ep.id] = matched blocks }
 local ffi = require "ffi"
@@ -78,10 +78,7 @@ end
 
 local function record_on(index, ep, h, auto)
   if ep then
-    if auto and ep.num_blocks > 0 then
-      index:set_capacity(ep.id, math.floor(ep.num_blocks))
-    end
-    index:record(ep.id, h)
+    index:record(ep.id, h, auto and ep.num_blocks > 0 and math.floor(ep.num_blocks) or nil)
   end
 end
 
@@ -100,11 +97,37 @@ function M.record_result(index, result, h, auto)
   record_on(index, prefill and prefill.endpoints[1], h, auto)
 end
 
---- A new prefix index; entries per endpoint are capped at capacity (LRU).
+local Shared = {}
+Shared.__index = Shared
+
+--- A prefix index; entries per endpoint are capped at capacity (LRU).
 --- Removing an endpoint from the pool purges its entries.
+---
+--- With a key, the process-wide index of that key (docs/workers.md): made on
+--- first use, the same index for every runtime (worker) of the process and
+--- for every generation that asks for the key, so it outlives reloads; freed
+--- when nothing holds it any more.  Name in the key all that gives the index
+--- its meaning (plugin type, instance name, block size, capacity): the first
+--- capacity given for a key is the one it keeps.  Without a key, an index of
+--- this runtime only.
 ---@param capacity integer default capacity per endpoint, in blocks
+---@param key string? the index's name in the process
 ---@return lupin.PrefixIndex
-function M.index(capacity)
+function M.index(capacity, key)
+  if key ~= nil then
+    if type(key) ~= "string" or key == "" then
+      error(("prefix index key must be a non-empty string, got %s"):format(
+        key == "" and "\"\"" or type(key)), 2)
+    end
+    local sh = capi.shared
+    local v = sh.prefix_open(capi.rt, key, capacity)
+    if v == nil then
+      error("prefix index: out of memory", 2)
+    end
+    local self = setmetatable({ x = ffi.gc(v, sh.prefix_close), cap = 0, key = key }, Shared)
+    live[self] = true
+    return self
+  end
   local api = capi.api
   local x = api.prefix_new(capi.rt, capacity)
   if x == nil then
@@ -119,7 +142,11 @@ end
 --- evicted first).  Endpoints no longer in the pool are ignored.
 ---@param id integer endpoint id (ep.id)
 ---@param h lupin.Hashes
-function Index:record(id, h)
+---@param capacity integer? caps id's entries first (its reported cache size)
+function Index:record(id, h, capacity)
+  if capacity then
+    self:set_capacity(id, capacity)
+  end
   if capi.api.prefix_record(self.x, id, h.h, h.n) ~= 0 then
     error("prefix index: out of memory", 2)
   end
@@ -179,7 +206,61 @@ function Index:memory()
   return tonumber(capi.api.prefix_memory(self.x))
 end
 
---- Bytes held by every live prefix index of this runtime.
+-- The keyed index: the same methods over core/prefix_shared.c.
+
+function Shared:record(id, h, capacity)
+  if capi.shared.prefix_record(self.x, id, h.h, h.n, capacity or 0) ~= 0 then
+    error("prefix index: out of memory", 2)
+  end
+end
+
+function Shared:match(h)
+  M.counters.matched = M.counters.matched + 1
+  if h.n == 0 then
+    return {}
+  end
+  local sh, x = capi.shared, self.x
+  local k = tonumber(sh.prefix_match(x, h.h, h.n, self.ids, self.counts, self.cap))
+  while k > self.cap do -- more endpoints than room: it says how many
+    self.cap = k * 2
+    self.ids = ffi.new("uint32_t[?]", self.cap)
+    self.counts = ffi.new("uint32_t[?]", self.cap)
+    k = tonumber(sh.prefix_match(x, h.h, h.n, self.ids, self.counts, self.cap))
+  end
+  if k < 0 then
+    error("prefix index: out of memory", 2)
+  end
+  local out = new_table(k, 0)
+  for i = 0, k - 1 do
+    out[self.ids[i]] = self.counts[i]
+  end
+  return out
+end
+
+function Shared:set_capacity(id, capacity)
+  if capi.shared.prefix_set_capacity(self.x, id, capacity) ~= 0 then
+    error("prefix index: out of memory", 2)
+  end
+end
+
+function Shared:purge(id)
+  capi.shared.prefix_purge(self.x, id)
+end
+
+function Shared:count(id)
+  return tonumber(capi.shared.prefix_count(self.x, id))
+end
+
+function Shared:holds(id, h, i)
+  return capi.shared.prefix_holds(self.x, id, h.h[i]) ~= 0
+end
+
+function Shared:memory()
+  return tonumber(capi.shared.prefix_memory(self.x))
+end
+
+--- Bytes held by every live prefix index of this runtime (a keyed index
+--- counted whole, whichever runtimes share it).
 ---@return integer
 function M.memory()
   local total = 0

@@ -4,7 +4,8 @@
 -- returns and what its extension points receive.  Never loaded; the runtime's
 -- own modules annotate the rest (lupin.Ctx and lupin.RequestView in
 -- lupin/ctx.lua, lupin.SchemaField in lupin/schema.lua, lupin.prefix,
--- lupin.Hashes and lupin.PrefixIndex in lupin/prefix.lua, lupin.log,
+-- lupin.Hashes and lupin.PrefixIndex in lupin/prefix.lua, lupin.shared and
+-- lupin.SharedDict in lupin/shared.lua, lupin.log,
 -- lupin.picker).  A plugin file marks its table with `---@type lupin.Plugin`;
 -- spec/plugins/sdk_annotations_spec.lua checks every field plugins use is here.
 

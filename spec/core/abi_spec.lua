@@ -45,4 +45,18 @@ describe("the C/Lua ABI check", function()
     assert.truthy(missing:find("lupin_alloc", 1, true), missing)
     assert.truthy(size:find("sizeof(lupin_hash_input) is 64 in C, 16", 1, true), size)
   end)
+
+  it("covers the shared table: the keyed prefix index and dict calls, the dict value", function()
+    local errs = support.eval(rt, [[
+      local ffi = require "ffi"
+      ffi.cdef "typedef struct { double num; int32_t type; size_t len; } abi_spec_value;"
+      ffi.cdef "typedef struct { void *prefix_open, *prefix_close; } abi_spec_shared;"
+      local capi = require "lupin.capi"
+      local _, e1 = pcall(capi.check_abi, capi.abi, { lupin_dict_value = "abi_spec_value" })
+      local _, e2 = pcall(capi.check_abi, capi.abi, { lupin_capi_shared = "abi_spec_shared" })
+      return { e1, e2 }]])
+    assert.equal("C/Lua ABI mismatch: lupin_dict_value.type is at offset 0 in C, at 8 in "
+      .. "lua/lupin/capi.lua", errs[1])
+    assert.truthy(errs[2]:find("sizeof(lupin_capi_shared) is 120 in C", 1, true), errs[2])
+  end)
 end)

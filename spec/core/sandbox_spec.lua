@@ -69,11 +69,13 @@ local new_table = require "table.new"
 local clear = require "table.clear"
 local schema = require "lupin.schema"
 local prefix = require "lupin.prefix"
+local shared = require "lupin.shared"
 local t = new_table(4, 0)
 t[1] = cjson.encode({ a = bit.band(7, 3), b = math.floor(2.5), c = string.upper("x") })
 clear(t)
 assert(type(os.clock()) == "number" and type(os.time()) == "number")
 assert(type(schema.check) == "function" and type(prefix.hashes) == "function")
+assert(shared.dict("sandbox"):incr("loads", 1, 0) >= 1)
 local co = coroutine.wrap(function() coroutine.yield(1) end)
 assert(co() == 1 and select("#", 1, 2) == 2 and rawlen({ 1, 2 }) == 2)
 assert(getmetatable(setmetatable({}, { __index = {} })) ~= nil)

@@ -1,0 +1,189 @@
+--- lupin.shared: dicts every runtime (worker) of the process sees alike, as
+--- OpenResty's ngx.shared.DICT (core/shared_dict.c; docs/writing-a-plugin.md).
+---
+---   local shared = require "lupin.shared"
+---   local d = shared.dict("requests")        -- the same dict in every worker
+---   d:incr("model:" .. model, 1, 0)          -- atomic, returns the new value
+---   d:get("model:" .. model)                 -- number, string, boolean or nil
+---
+--- Keys are strings; values numbers, strings or booleans (nil deletes).  A
+--- dict holds at most max_entries keys: a new key past that is refused with
+--- nil, "full".  Dicts live as long as the process's runtimes, across
+--- reloads.
+local ffi = require "ffi"
+local capi = require "lupin.capi"
+
+---@class lupin.shared
+local M = {}
+
+--- The bound on a dict's entries when its first user gives none.
+M.DEFAULT_MAX_ENTRIES = 10000
+M.MAX_KEY = 65535
+M.MAX_VALUE = 1048576
+
+local NIL, NUMBER, STRING, BOOLEAN = 0, 1, 2, 3
+local FULL, NOT_FOUND, NOT_NUMBER, TOO_LONG = 1, 2, 3, 4
+
+local value = ffi.new("lupin_dict_value") -- reused: a runtime is single-threaded
+local result = ffi.new("double[1]")
+local buf_size = 256
+local buf = ffi.new("char[?]", buf_size)
+
+---@class lupin.SharedDict
+---@field d ffi.cdata* the C dict (lives with the process's lupin_shared)
+---@field name string
+local Dict = {}
+Dict.__index = Dict
+Dict.__metatable = false -- a plugin cannot change the methods other plugins call
+
+local dicts = {} -- name -> Dict, for this runtime
+
+local function check_key(key, level)
+  if type(key) ~= "string" then
+    error(("shared dict key must be a string, got %s"):format(type(key)), level + 1)
+  end
+  if key == "" then
+    error("shared dict key must not be empty", level + 1)
+  end
+  if #key > M.MAX_KEY then
+    error(("shared dict key is %d bytes, more than %d"):format(#key, M.MAX_KEY), level + 1)
+  end
+end
+
+--- The dict of that name, made on first use with room for max_entries keys
+--- (later callers get the same dict, whatever bound they give).
+---@param name string
+---@param opts? { max_entries: integer? }
+---@return lupin.SharedDict
+function M.dict(name, opts)
+  if type(name) ~= "string" or name == "" then
+    error(("shared dict name must be a non-empty string, got %s"):format(
+      name == "" and '""' or type(name)), 2)
+  end
+  local max = opts and opts.max_entries or M.DEFAULT_MAX_ENTRIES
+  if type(max) ~= "number" or max < 1 or max % 1 ~= 0 or max > 2 ^ 31 then
+    error(("shared dict %q: max_entries must be an integer from 1 to 2^31, got %s"):format(
+      name, tostring(max)), 2)
+  end
+  local self = dicts[name]
+  if self then
+    return self
+  end
+  local d = capi.shared.dict_open(capi.rt, name, max)
+  if d == nil then
+    error(("shared dict %q: out of memory"):format(name), 2)
+  end
+  self = setmetatable({ d = d, name = name }, Dict)
+  dicts[name] = self
+  return self
+end
+
+--- The value of key, or nil.
+---@param key string
+---@return number|string|boolean|nil
+function Dict:get(key)
+  check_key(key, 2)
+  local api = capi.shared
+  while true do
+    api.dict_get(self.d, key, #key, value, buf, buf_size)
+    local t = value.type
+    if t == NUMBER then
+      return value.num
+    elseif t == BOOLEAN then
+      return value.num ~= 0
+    elseif t == NIL then
+      return nil
+    end
+    local len = tonumber(value.len)
+    if len <= buf_size then
+      return ffi.string(buf, len)
+    end
+    buf_size = len -- a longer string than ever: room for it, and read again
+    buf = ffi.new("char[?]", buf_size)
+  end
+end
+
+local function set_error(self, rc)
+  if rc == FULL then
+    return nil, "full"
+  elseif rc == TOO_LONG then
+    error(("shared dict %q: the value is longer than %d bytes"):format(self.name, M.MAX_VALUE), 3)
+  end
+  error(("shared dict %q: out of memory"):format(self.name), 3)
+end
+
+--- Sets key to v (nil deletes it).  Returns true, or nil, "full" when key is
+--- new and the dict holds max_entries keys already.
+---@param key string
+---@param v number|string|boolean|nil
+---@return true|nil ok
+---@return string? err
+function Dict:set(key, v)
+  check_key(key, 2)
+  local t, rc = type(v), nil
+  local api = capi.shared
+  if t == "number" then
+    rc = api.dict_set(self.d, key, #key, NUMBER, v, nil, 0)
+  elseif t == "string" then
+    rc = api.dict_set(self.d, key, #key, STRING, 0, v, #v)
+  elseif t == "boolean" then
+    rc = api.dict_set(self.d, key, #key, BOOLEAN, v and 1 or 0, nil, 0)
+  elseif t == "nil" then
+    rc = api.dict_set(self.d, key, #key, NIL, 0, nil, 0)
+  else
+    error(("shared dict value must be a number, string, boolean or nil, got %s"):format(t), 2)
+  end
+  if rc == 0 then
+    return true
+  end
+  return set_error(self, rc)
+end
+
+--- Adds delta to key's number, atomically across runtimes, and returns the
+--- new value.  A missing key starts at init (nil, "not found" without one);
+--- a key holding no number gives nil, "not a number"; a new key in a full
+--- dict nil, "full".
+---@param key string
+---@param delta number
+---@param init number?
+---@return number|nil value
+---@return string? err
+function Dict:incr(key, delta, init)
+  check_key(key, 2)
+  if type(delta) ~= "number" then
+    error(("shared dict incr: delta must be a number, got %s"):format(type(delta)), 2)
+  end
+  if init ~= nil and type(init) ~= "number" then
+    error(("shared dict incr: init must be a number or nil, got %s"):format(type(init)), 2)
+  end
+  local rc = capi.shared.dict_incr(self.d, key, #key, delta, init or 0, init and 1 or 0, result)
+  if rc == 0 then
+    return result[0]
+  elseif rc == NOT_FOUND then
+    return nil, "not found"
+  elseif rc == NOT_NUMBER then
+    return nil, "not a number"
+  end
+  return set_error(self, rc)
+end
+
+--- Deletes key (no error when absent).
+---@param key string
+function Dict:delete(key)
+  check_key(key, 2)
+  capi.shared.dict_set(self.d, key, #key, NIL, 0, nil, 0)
+end
+
+--- The number of keys held now.
+---@return integer
+function Dict:count()
+  return tonumber(capi.shared.dict_count(self.d))
+end
+
+--- The bound on keys it was made with.
+---@return integer
+function Dict:max_entries()
+  return tonumber(capi.shared.dict_max(self.d))
+end
+
+return M
