@@ -202,7 +202,7 @@ bench: all bench-deps
 	@bash bench/summary.sh $(B)/bench.log
 	@exit $$(cat $(B)/bench.status)
 
-bench-all: bench-lifecycle bench-prefix bench-core bench-soak bench-gateway bench-openresty bench-soak-gateway \
+bench-all: bench-lifecycle bench-prefix bench-core bench-soak bench-gateway bench-workers bench-openresty bench-soak-gateway \
            bench-routing bench-reload bench-flow
 
 bench-lifecycle: all
@@ -240,6 +240,11 @@ bench-flow: $(B)/lupin $(B)/lupin-sim
 
 bench-gateway: bench-deps $(B)/lupin $(B)/lupin-sim
 	B=$(B) bash bench/gateway/run.sh
+	B=$(B) bash bench/gateway/workers.sh
+
+# lupin with 1 and 2 workers against nginx with 1 and 2 (WORKERS="1 2 4 ...").
+bench-workers: bench-deps $(B)/lupin $(B)/lupin-sim
+	B=$(B) bash bench/gateway/workers.sh
 
 # lupin serve under wrk for SOAK_SECONDS (600): RSS and Lua heap every 10 s.
 # lupin serve (epp-default.yaml) against the OpenResty peer doing the same
@@ -298,7 +303,7 @@ clean:
 	rm -rf build build-asan build-tsan build-fuzz
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-openresty | bench-soak-gateway | bench-routing | bench-reload | bench-flow | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-soak-gateway | bench-routing | bench-reload | bench-flow | install PREFIX=... | clean"
 
 .PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan test-tsan test-fresh lint fuzz fuzz-replay bench bench-core bench-prefix \
-        bench-soak bench-gateway bench-openresty bench-soak-gateway bench-routing bench-reload bench-flow install clean help
+        bench-soak bench-gateway bench-workers bench-openresty bench-soak-gateway bench-routing bench-reload bench-flow install clean help

@@ -70,13 +70,15 @@ start_sim() {
   printf ']\n' >>"$WORK/endpoints.json"
 }
 
-# start_lupin CPU: lupin serve, LUPIN_CONFIG (default.json), on LUPIN_PORT (admin ADMIN_PORT).
+# start_lupin CPU: lupin serve, LUPIN_CONFIG (default.json), on LUPIN_PORT (admin ADMIN_PORT),
+# LUPIN_WORKERS event loops (1).
 # --log-level warn: no access-log line per request (nginx runs with access_log off).
 start_lupin() {
   LUPIN_PORT=$(free_ports 1); ADMIN_PORT=$(free_ports 1)
   LUPIN_HOME=$PWD taskset -c "$1" "$B/lupin" serve --config "${LUPIN_CONFIG:-examples/configs/default.json}" \
     --endpoints "$WORK/endpoints.json" --listen "127.0.0.1:$LUPIN_PORT" \
-    --admin "127.0.0.1:$ADMIN_PORT" --log-level warn >"$WORK/lupin.log" 2>&1 &
+    --admin "127.0.0.1:$ADMIN_PORT" --log-level warn --workers "${LUPIN_WORKERS:-1}" \
+    >"$WORK/lupin.log" 2>&1 &
   LUPIN_PID=$!; PIDS+=("$LUPIN_PID")
   local _
   for _ in $(seq 100); do
@@ -86,7 +88,7 @@ start_lupin() {
 }
 
 # start_nginx CPU: Debian's nginx as a reverse proxy over the same endpoints:
-# one worker (lupin serves from one thread), round-robin, upstream keep-alive,
+# NGINX_WORKERS worker processes (1, as lupin's one loop), round-robin, upstream keep-alive,
 # buffering off (what streaming needs; one location serves both kinds).
 start_nginx() {
   NGINX_PORT=$(free_ports 1)
@@ -98,7 +100,7 @@ start_nginx() {
   [ "$(id -u)" = 0 ] && user="user root;"
   cat >"$WORK/nginx/nginx.conf" <<CONF
 $user
-worker_processes 1;
+worker_processes ${NGINX_WORKERS:-1};
 pid $WORK/nginx/nginx.pid;
 error_log $WORK/nginx/error.log warn;
 events { worker_connections 4096; }

@@ -7,6 +7,7 @@
 # (out/routing-FAMILY.png, with gnuplot; PLOT_ONLY=1 redraws them).
 #
 #   FAMILIES="prefix chat" CONFIGS="random default" QUICK=1 bench/routing/run.sh
+#   WORKERS=2: the gateway with two event loops (one prefix index all the same)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-build}
@@ -160,7 +161,7 @@ run_one() { # family level config -> one results line
   start_sims
   "$B/lupin" serve --config "$cfgfile" --endpoints "$OUT/endpoints.json" \
     --listen "127.0.0.1:$GW_PORT" --admin "127.0.0.1:$ADMIN_PORT" --log-level warn \
-    > "$OUT/gateway-$cfg.log" 2>&1 &
+    --workers "${WORKERS:-1}" > "$OUT/gateway-$cfg.log" 2>&1 &
   pids+=($!)
   local ready=
   for _ in $(seq 200); do
