@@ -666,9 +666,11 @@ size_t gw_workers_count(const lupin_gateway *gw);
  * for each: the admin API's way to read a follower's runtime and stats.
  * Only from the leader's thread.  Workers that stopped are skipped. */
 void gw_workers_each(lupin_gateway *leader, gw_task_fn fn, void *arg);
-/* Queues fn on every follower without waiting; drop(arg) frees arg after the
- * last one ran or was dropped (NULL: nothing to free). */
-void gw_workers_post(lupin_gateway *leader, gw_task_fn fn, void *arg, void (*drop)(void *));
+/* Queues fn on every worker but `from` (any worker) without waiting; the
+ * tasks run on their workers' threads.  drop(arg) frees arg after the last
+ * one ran or was dropped (NULL: nothing to free).  Never waits: a follower
+ * may post to the leader. */
+void gw_workers_post(lupin_gateway *from, gw_task_fn fn, void *arg, void (*drop)(void *));
 /* The leader's scrape result for ep, handed to the followers. */
 void gw_workers_scraped(gw_endpoint *ep, int ok, const char *detail);
 /* Waits for the followers to end; returns the worst exit code. */

@@ -154,14 +154,14 @@ void gw_workers_each(lupin_gateway *leader, gw_task_fn fn, void *arg) {
   }
 }
 
-void gw_workers_post(lupin_gateway *leader, gw_task_fn fn, void *arg, void (*drop)(void *)) {
-  gw_workers *ws = leader->workers;
+void gw_workers_post(lupin_gateway *from, gw_task_fn fn, void *arg, void (*drop)(void *)) {
+  gw_workers *ws = from->workers;
   size_t n = ws ? ws->n - 1 : 0, made = 0;
   gw_shared_arg *s = n ? malloc(sizeof *s) : NULL;
   gw_task **t = s ? calloc(n, sizeof *t) : NULL;
   while (t && made < n && (t[made] = malloc(sizeof **t)))
     made++;
-  if (made < n || !n) { /* out of memory, or no follower: nobody runs it */
+  if (made < n || !n) { /* out of memory, or no other worker: nobody runs it */
     for (size_t i = 0; t && i < made; i++)
       free(t[i]);
     free(t);
@@ -170,9 +170,11 @@ void gw_workers_post(lupin_gateway *leader, gw_task_fn fn, void *arg, void (*dro
     return;
   }
   *s = (gw_shared_arg){arg, drop, n};
-  for (size_t i = 0; i < n; i++) {
-    *t[i] = (gw_task){.fn = fn, .arg = arg, .shared = s};
-    post(&ws->w[i + 1], t[i]);
+  for (size_t i = 0, k = 0; i < ws->n; i++) {
+    lupin_gateway *to = i == 0 ? ws->leader : &ws->w[i];
+    if (to == from) continue;
+    *t[k] = (gw_task){.fn = fn, .arg = arg, .shared = s};
+    post(to, t[k++]);
   }
   free(t);
 }
@@ -277,6 +279,7 @@ int gw_workers_start(lupin_gateway *leader, size_t n, char *err, size_t errlen) 
   uv_mutex_init(&ws->lock);
   uv_cond_init(&ws->cond);
   leader->workers = ws;
+  if (gw_inbox_open(leader, err, errlen)) return -1;
   size_t spawned = 1;
   for (size_t i = 1; i < n; i++, spawned++) {
     lupin_gateway *gw = &ws->w[i];
