@@ -24,46 +24,69 @@
 #include <string.h>
 #include <strings.h>
 
+/* One ring for the process: the leader makes it, every worker keeps its
+ * records there (under the lock), the admin API reads it. */
 struct gw_explain_ring {
+  uv_mutex_t lock;
   struct {
     char *id, *json;
   } slot[GW_EXPLAIN_RING];
   size_t next; /* the slot the next record takes */
 };
 
+int gw_explain_open(lupin_gateway *gw, const lupin_gateway *leader) {
+  if (leader) {
+    gw->explain_ring = leader->explain_ring;
+    return 0;
+  }
+  gw->explain_ring = calloc(1, sizeof *gw->explain_ring);
+  if (!gw->explain_ring) return -1;
+  uv_mutex_init(&gw->explain_ring->lock);
+  return 0;
+}
+
 void gw_explain_free(lupin_gateway *gw) {
   gw_explain_ring *r = gw->explain_ring;
-  if (!r) return;
+  gw->explain_ring = NULL;
+  if (!r || gw->worker) return; /* the leader's: freed once every worker is gone */
   for (size_t i = 0; i < GW_EXPLAIN_RING; i++) {
     free(r->slot[i].id);
     free(r->slot[i].json);
   }
+  uv_mutex_destroy(&r->lock);
   free(r);
-  gw->explain_ring = NULL;
 }
 
 static void keep(lupin_gateway *gw, const char *id, char *json) {
   gw_explain_ring *r = gw->explain_ring;
-  if (!r && !(r = gw->explain_ring = calloc(1, sizeof *r))) {
+  char *copy = strdup(id);
+  if (!r || !copy) {
+    free(copy);
     free(json);
     return;
   }
+  uv_mutex_lock(&r->lock);
   size_t i = r->next;
   free(r->slot[i].id);
   free(r->slot[i].json);
-  r->slot[i].id = strdup(id);
+  r->slot[i].id = copy;
   r->slot[i].json = json;
   r->next = (i + 1) % GW_EXPLAIN_RING;
+  uv_mutex_unlock(&r->lock);
 }
 
-/* The newest record of id, or NULL. */
-static const char *find(lupin_gateway *gw, const char *id) {
+/* A copy of the newest record of id, or NULL. */
+static char *find(lupin_gateway *gw, const char *id) {
   gw_explain_ring *r = gw->explain_ring;
-  for (size_t k = 1; r && k <= GW_EXPLAIN_RING; k++) {
+  char *found = NULL;
+  if (!r) return NULL;
+  uv_mutex_lock(&r->lock);
+  for (size_t k = 1; k <= GW_EXPLAIN_RING && !found; k++) {
     size_t i = (r->next + GW_EXPLAIN_RING - k) % GW_EXPLAIN_RING;
-    if (r->slot[i].id && !strcmp(r->slot[i].id, id)) return r->slot[i].json;
+    if (r->slot[i].id && !strcmp(r->slot[i].id, id)) found = strdup(r->slot[i].json);
   }
-  return NULL;
+  uv_mutex_unlock(&r->lock);
+  return found;
 }
 
 /* --- the request header -------------------------------------------------- */
@@ -133,21 +156,24 @@ static void list(lupin_gateway *gw, gw_conn *c) {
   gw_buf_printf(&b, "{\"kept\":%d,\"ids\":[", GW_EXPLAIN_RING);
   gw_explain_ring *r = gw->explain_ring;
   int n = 0;
+  if (r) uv_mutex_lock(&r->lock);
   for (size_t k = 1; r && k <= GW_EXPLAIN_RING; k++) {
     size_t i = (r->next + GW_EXPLAIN_RING - k) % GW_EXPLAIN_RING;
     if (!r->slot[i].id) continue;
     gw_buf_printf(&b, "%s", n++ ? "," : "");
     gw_buf_json(&b, r->slot[i].id);
   }
+  if (r) uv_mutex_unlock(&r->lock);
   gw_buf_printf(&b, "]}\n");
   reply_json(c, 200, b.data, b.len);
   gw_buf_free(&b);
 }
 
 static void one(lupin_gateway *gw, gw_conn *c, const char *id) {
-  const char *json = find(gw, id);
+  char *json = find(gw, id);
   if (json) {
     reply_json(c, 200, json, strlen(json));
+    free(json);
     return;
   }
   char msg[512];

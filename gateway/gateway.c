@@ -433,7 +433,12 @@ static int open_worker(lupin_gateway *gw, char *err, size_t errlen) {
 int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   memset(gw, 0, sizeof *gw);
   gw->opts = *o;
+  gw->totals = &gw->own_totals;
   if (open_loop(gw, err, errlen) || !(gw->shared = lupin_shared_new(err, errlen))) return -2;
+  if (gw_explain_open(gw, NULL)) {
+    gw_errf(err, errlen, "out of memory");
+    return -2;
+  }
   /* what the config decides fails with -1 (exit 1), the rest with -2 */
   if (check_admin_address(gw, err, errlen) || open_worker(gw, err, errlen)) return -1;
   size_t workers;
@@ -468,6 +473,8 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
 int gw_open_follower(lupin_gateway *gw, const lupin_gateway *leader, char *err, size_t errlen) {
   gw->opts = leader->opts;
   gw->shared = leader->shared;
+  gw->totals = leader->totals;
+  gw_explain_open(gw, leader);
   if (open_loop(gw, err, errlen)) return -2;
   if (open_worker(gw, err, errlen)) return -1;
   if (gw_inbox_open(gw, err, errlen)) return -2;
@@ -489,15 +496,15 @@ int gw_run(lupin_gateway *gw) {
   gw_server_free(gw->admin);
   gw_objectives_free(gw);
   gw_flow_free(gw);
-  gw_explain_free(gw);
   if (gw->loop) {
     uv_loop_close(gw->loop);
     free(gw->loop);
   }
-  if (gw->worker == 0) { /* the followers' runtimes go before what they share */
+  if (gw->worker == 0) { /* the followers go before what they share */
     int worst = gw_workers_join(gw);
     if (worst > gw->exit_code) gw->exit_code = worst;
     lupin_shared_free(gw->shared);
   }
+  gw_explain_free(gw);
   return gw->exit_code;
 }

@@ -468,6 +468,8 @@ size_t gw_explain_headers(const gw_exchange *x, lupin_header *out);
 void gw_explain_ended(gw_exchange *x, int status, const char *outcome);
 /* GET /admin/explain[/<id>], POST /admin/explain. */
 void gw_explain_admin(lupin_gateway *gw, gw_conn *c, gw_http_request *req, const char *path);
+/* The ring of records: the leader's own (leader NULL), or the leader's. */
+int gw_explain_open(lupin_gateway *gw, const lupin_gateway *leader);
 void gw_explain_free(lupin_gateway *gw);
 /* `lupin explain` (explain_cli.c): returns the exit code. */
 int gw_explain_main(int argc, char **argv);
@@ -514,6 +516,14 @@ typedef struct gw_watch {
   struct gw_watch *next;
 } gw_watch;
 
+/* What the caps count for the whole process, whichever worker holds it
+ * (__atomic builtins): the leader's, every follower points at it. */
+typedef struct gw_totals {
+  size_t in_flight;    /* requests handed to the proxy and not yet answered */
+  uint64_t body_bytes; /* request body bytes held */
+  size_t series;       /* model series begun (GW_MAX_MODELS bounds them) */
+} gw_totals;
+
 struct lupin_gateway {
   uv_loop_t *loop;
   /* Every socket reads into this one buffer: each read callback consumes
@@ -549,11 +559,13 @@ struct lupin_gateway {
   size_t n_objectives;
   int exit_code;
   /* memory bounds (server.c): requests handed to the proxy and not yet
-   * answered, request body bytes held, requests refused by each cap */
+   * answered, request body bytes held (this worker's: the caps apply to
+   * *totals), requests refused by each cap */
+  gw_totals own_totals, *totals;
   size_t in_flight;
   uint64_t body_bytes;
   uint64_t refused_in_flight, refused_body_bytes;
-  gw_explain_ring *explain_ring; /* explain.c, made on first use */
+  gw_explain_ring *explain_ring; /* explain.c: the leader's, shared */
   /* workers (workers.c): this one's index, 0 for the leader */
   int worker;
   gw_workers *workers;

@@ -76,6 +76,42 @@ static void set_state(gw_endpoint *ep, gw_health_state s) {
   check_outage(ep->gw);
 }
 
+/* An ejection one worker decided, for the others (workers.c): the endpoint
+ * is out for the same time everywhere, so a dead endpoint costs its failed
+ * attempts once, not once per worker.  Counted where it was decided. */
+typedef struct ejection {
+  char *name;
+  double until;
+  uint64_t backoff;
+} ejection;
+
+static void ejection_free(void *p) {
+  ejection *e = p;
+  free(e->name);
+  free(e);
+}
+
+static void ejected_elsewhere(lupin_gateway *gw, void *arg) {
+  const ejection *e = arg;
+  gw_endpoint *ep = gw_endpoint_find(gw, e->name);
+  if (!ep || ep->health.state == GW_EJECTED) return;
+  ep->health.ejected_until = e->until;
+  ep->health.backoff = e->backoff;
+  ep->health.errors = 0;
+  set_state(ep, GW_EJECTED);
+}
+
+static void tell_workers(gw_endpoint *ep) {
+  ejection *e = calloc(1, sizeof *e);
+  if (!e || !(e->name = strdup(ep->name))) {
+    free(e);
+    return;
+  }
+  e->until = ep->health.ejected_until;
+  e->backoff = ep->health.backoff;
+  gw_workers_post(ep->gw, ejected_elsewhere, e, ejection_free);
+}
+
 static void eject(gw_endpoint *ep, const char *why) {
   lupin_gateway *gw = ep->gw;
   gw_health *h = &ep->health;
@@ -108,6 +144,7 @@ static void eject(gw_endpoint *ep, const char *why) {
   gw_log(gw, LUPIN_LOG_WARN, "endpoint %s (%s) ejected for %.1f s: %s; %zu of %zu ejected",
          ep->name, ep->hostport, t, why, ejected + 1, gw->n_endpoints);
   set_state(ep, GW_EJECTED);
+  tell_workers(ep);
 }
 
 static int stale(const gw_endpoint *ep, double now) {

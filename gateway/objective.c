@@ -42,7 +42,11 @@ gw_objective *gw_objective_get(lupin_gateway *gw, const char *model, const char 
   target = target ? target : model;
   gw_objective *o = find(gw, model, target);
   if (o) return o;
-  if (gw->n_objectives >= GW_MAX_MODELS) model = target = "<other>";
+  /* the bound is the process's: a series two workers both began counts
+   * twice, so the names /metrics shows together stay within it */
+  if (gw->n_objectives >= GW_MAX_MODELS ||
+      __atomic_add_fetch(&gw->totals->series, 1, __ATOMIC_RELAXED) > GW_MAX_MODELS)
+    model = target = "<other>";
   return find(gw, model, target) ? find(gw, model, target) : add(gw, model, target);
 }
 

@@ -105,35 +105,44 @@ static int capped(const gw_conn *c) { return c->srv == c->srv->gw->server; }
 static void count_in_flight(gw_conn *c, int on) {
   if (c->in_flight == on) return;
   c->in_flight = on;
-  if (on)
-    c->srv->gw->in_flight++;
-  else
-    c->srv->gw->in_flight--;
+  lupin_gateway *gw = c->srv->gw;
+  gw->in_flight += on ? 1 : (size_t)-1;
+  __atomic_add_fetch(&gw->totals->in_flight, on ? 1 : (size_t)-1, __ATOMIC_RELAXED);
 }
 
-static void uncount_body(gw_conn *c) {
-  c->srv->gw->body_bytes -= c->body_bytes;
-  c->body_bytes = 0;
+static void count_body(gw_conn *c, int64_t delta) {
+  lupin_gateway *gw = c->srv->gw;
+  c->body_bytes += (size_t)delta;
+  gw->body_bytes += (uint64_t)delta;
+  __atomic_add_fetch(&gw->totals->body_bytes, (uint64_t)delta, __ATOMIC_RELAXED);
+}
+
+static void uncount_body(gw_conn *c) { count_body(c, -(int64_t)c->body_bytes); }
+
+/* The process's body bytes (every worker's). */
+static uint64_t body_total(const lupin_gateway *gw) {
+  return __atomic_load_n(&gw->totals->body_bytes, __ATOMIC_RELAXED);
 }
 
 /* A request over a cap: 503, naming the cap and its setting. */
 static const char *over_cap(gw_conn *c, size_t more) {
   lupin_gateway *gw = c->srv->gw;
   if (!capped(c)) return NULL;
-  if (gw->in_flight >= gw->set.max_requests_in_flight) {
+  size_t in_flight = __atomic_load_n(&gw->totals->in_flight, __ATOMIC_RELAXED);
+  if (in_flight >= gw->set.max_requests_in_flight) {
     gw->refused_in_flight++;
     snprintf(c->fail_buf, sizeof c->fail_buf,
              "the gateway is at its cap of %zu requests in flight (gateway.maxRequestsInFlight "
              "= %llu): retry later",
-             gw->in_flight, (unsigned long long)gw->set.max_requests_in_flight);
+             in_flight, (unsigned long long)gw->set.max_requests_in_flight);
     return c->fail_buf;
   }
-  if (more && gw->body_bytes + more > gw->set.max_buffered_body_bytes) {
+  if (more && body_total(gw) + more > gw->set.max_buffered_body_bytes) {
     gw->refused_body_bytes++;
     snprintf(c->fail_buf, sizeof c->fail_buf,
              "the gateway holds %llu bytes of request bodies and this one would pass its cap "
              "(gateway.maxBufferedBodyBytes = %llu): retry later",
-             (unsigned long long)gw->body_bytes,
+             (unsigned long long)body_total(gw),
              (unsigned long long)gw->set.max_buffered_body_bytes);
     return c->fail_buf;
   }
@@ -458,8 +467,7 @@ static int on_headers_complete(http_parser *p) {
   const char *full = over_cap(c, sized ? p->content_length : 0);
   if (full) return refuse(c, 503, full);
   if (sized && capped(c)) { /* held from now: a body that fits is never cut short */
-    c->body_bytes = p->content_length;
-    c->srv->gw->body_bytes += p->content_length;
+    count_body(c, (int64_t)p->content_length);
   }
   const char *expect = gw_headers_get(&c->req.headers, "expect");
   if (expect && !strcasecmp(expect, "100-continue")) {
@@ -474,15 +482,12 @@ static int on_body(http_parser *p, const char *at, size_t len) {
   if (c->req.body.len + len > c->srv->gw->set.max_body_bytes) return refuse(c, 413, too_large);
   lupin_gateway *gw = c->srv->gw;
   size_t more = c->req.body.len + len > c->body_bytes ? c->req.body.len + len - c->body_bytes : 0;
-  if (capped(c) && more && gw->body_bytes + more > gw->set.max_buffered_body_bytes)
+  if (capped(c) && more && body_total(gw) + more > gw->set.max_buffered_body_bytes)
     return refuse(c, 503, over_cap(c, more)); /* a chunked body grew past the cap */
   /* headerTimeoutMs runs between body pieces: a big body may take longer */
   uv_timer_start(&c->timer, on_timer, gw->set.header_timeout_ms, 0);
   if (gw_buf_append(&c->req.body, at, len)) return -1;
-  if (capped(c)) {
-    c->body_bytes += more;
-    gw->body_bytes += more;
-  }
+  if (capped(c)) count_body(c, (int64_t)more);
   return 0;
 }
 
