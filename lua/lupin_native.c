@@ -331,6 +331,29 @@ static int l_reload(lua_State *L) {
   return 1;
 }
 
+/* The staged reload: rt:stage(), rt:commit() (true, or nil and the error),
+ * rt:abort(). */
+static int l_stage(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  char err[2048];
+  if (lupin_runtime_stage(b->rt, err, sizeof err)) return fail(L, err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_commit(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  char err[2048];
+  if (lupin_runtime_commit(b->rt, err, sizeof err)) return fail(L, err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_abort(lua_State *L) {
+  lupin_runtime_abort(check_rt(L)->rt);
+  return 0;
+}
+
 /* Reads t[k] = {name=value,...} into a header array; returns its length. */
 static size_t read_pairs(lua_State *L, int t, const char *k, lupin_header *out, size_t max) {
   size_t n = 0;
@@ -800,6 +823,9 @@ static const luaL_Reg rt_methods[] = {
     {"read_endpoints", l_read_endpoints},
     {"dry_run", l_dry_run},
     {"reload", l_reload},
+    {"stage", l_stage},
+    {"commit", l_commit},
+    {"abort", l_abort},
     {"upsert", l_upsert},
     {"remove", l_remove},
     {"set_metrics", l_set_metrics},
