@@ -80,8 +80,8 @@ void lupin__generation_free_all(lupin_runtime *rt) {
 
 void lupin_runtime_generations(lupin_runtime *rt, lupin_generation_fn fn, void *ud) {
   for (lupin_generation *g = rt->generations; g; g = g->next) {
-    lupin_generation_info info = {g->number,   g->loaded_at, g->loaded_unix, g->load_seconds,
-                                  g->source,   g->digest,    g->pinned,      g->current};
+    lupin_generation_info info = {g->number, g->loaded_at, g->loaded_unix, g->load_seconds,
+                                  g->source, g->digest,    g->pinned,      g->current};
     fn(ud, &info);
   }
 }

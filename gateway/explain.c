@@ -135,8 +135,9 @@ void gw_explain_ended(gw_exchange *x, int status, const char *outcome) {
   if (!json || len < 2) return;
   gw_buf b = {0};
   gw_buf_append(&b, json, len - 1); /* without its closing brace */
-  gw_buf_printf(&b, ",\"gateway\":{\"status\":%d,\"outcome\":\"%s\",\"total_ms\":%.3f,"
-                    "\"attempts\":[%.*s]}}\n",
+  gw_buf_printf(&b,
+                ",\"gateway\":{\"status\":%d,\"outcome\":\"%s\",\"total_ms\":%.3f,"
+                "\"attempts\":[%.*s]}}\n",
                 status, outcome, (lupin_now() - x->started) * 1000, (int)x->attempt_log.len,
                 x->attempt_log.data ? x->attempt_log.data : "");
   if (b.data) keep(x->gw, lupin_request_id(x->req), b.data);
@@ -231,8 +232,8 @@ static void decide(lupin_gateway *gw, gw_conn *c, gw_http_request *req) {
   else if ((json = lupin_request_explain(lr, LUPIN_EXPLAIN_JSON, &len)))
     reply_json(c, 200, json, len);
   else
-    gw_conn_error(c, 500, "the explain record could not be made: see the gateway's log", NULL,
-                  NULL, 0);
+    gw_conn_error(c, 500, "the explain record could not be made: see the gateway's log", NULL, NULL,
+                  0);
   lupin_request_end(lr, LUPIN_OK);
 }
 

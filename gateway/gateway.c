@@ -26,8 +26,7 @@ void gw_log_line(int json, int level, const char *msg) {
     return;
   }
   gw_buf b = {0};
-  gw_buf_printf(&b, "{\"ts\":%.3f,\"level\":\"%s\",\"msg\":", wall_time(),
-                level_names[level & 3]);
+  gw_buf_printf(&b, "{\"ts\":%.3f,\"level\":\"%s\",\"msg\":", wall_time(), level_names[level & 3]);
   gw_buf_json(&b, msg);
   gw_buf_append(&b, "}\n", 2);
   if (b.data) fwrite(b.data, 1, b.len, stderr);
@@ -77,7 +76,8 @@ static void endpoint_remove(lupin_gateway *gw, gw_endpoint *ep) {
   lupin_endpoint_remove(gw->rt, ep->name);
   gw_scrape_stop(ep);
   gw_pool_clear(ep);
-  if (gw->worker == 0) gw_log(gw, LUPIN_LOG_INFO, "endpoint %s (%s) removed", ep->name, ep->hostport);
+  if (gw->worker == 0)
+    gw_log(gw, LUPIN_LOG_INFO, "endpoint %s (%s) removed", ep->name, ep->hostport);
   gw_endpoint_unref(ep);
 }
 
@@ -116,7 +116,8 @@ static void endpoint_sync(void *ud, const lupin_endpoint_desc *d) {
     return;
   }
   if (added) {
-    if (gw->worker == 0) gw_log(gw, LUPIN_LOG_INFO, "endpoint %s (%s) added", ep->name, ep->hostport);
+    if (gw->worker == 0)
+      gw_log(gw, LUPIN_LOG_INFO, "endpoint %s (%s) added", ep->name, ep->hostport);
     if (!gw->draining && gw->worker == 0) gw_scrape_start(ep); /* the leader scrapes for all */
   }
 }
@@ -247,14 +248,16 @@ int gw_reload(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint
   uint64_t n = st.generation;
   if (r.failed) {
     gw->reloads.error++;
-    gw_log(gw, LUPIN_LOG_ERROR, "reload (%s) failed after %.1f ms, generation %llu keeps serving: %s",
-           why, dt * 1e3, (unsigned long long)n, err);
+    gw_log(gw, LUPIN_LOG_ERROR,
+           "reload (%s) failed after %.1f ms, generation %llu keeps serving: %s", why, dt * 1e3,
+           (unsigned long long)n, err);
     return -1;
   }
   gw->reloads.ok++;
   if (generation) *generation = n;
-  gw_log(gw, LUPIN_LOG_INFO, "reload (%s): generation %llu serving on %zu workers, built in %.1f ms",
-         why, (unsigned long long)n, gw_workers_count(gw), dt * 1e3);
+  gw_log(gw, LUPIN_LOG_INFO,
+         "reload (%s): generation %llu serving on %zu workers, built in %.1f ms", why,
+         (unsigned long long)n, gw_workers_count(gw), dt * 1e3);
   if (!gw->opts.no_watch) gw_watch_sync(gw); /* pluginDirs may have changed */
   if (!gw->opts.endpoints_file && gw_endpoints_load(gw, err, errlen)) return -1;
   return 0;
@@ -407,10 +410,10 @@ static int check_admin_address(lupin_gateway *gw, char *err, size_t errlen) {
     return 0;
   }
   gw_errf(err, errlen,
-              "refusing to serve the admin API on %s, which is not a loopback address, without "
-              "--admin-token TOKEN: give a token, bind it to 127.0.0.1, or pass "
-              "--admin-insecure to serve it open anyway",
-              gw->opts.admin);
+          "refusing to serve the admin API on %s, which is not a loopback address, without "
+          "--admin-token TOKEN: give a token, bind it to 127.0.0.1, or pass "
+          "--admin-insecure to serve it open anyway",
+          gw->opts.admin);
   return -1;
 }
 
@@ -478,8 +481,8 @@ int gw_open_follower(lupin_gateway *gw, const lupin_gateway *leader, char *err, 
   if (open_loop(gw, err, errlen)) return -2;
   if (open_worker(gw, err, errlen)) return -1;
   if (gw_inbox_open(gw, err, errlen)) return -2;
-  gw->server = gw_server_listen(gw, gw->opts.listen, leader->server, gw_proxy_handle, gw, err,
-                               errlen);
+  gw->server =
+      gw_server_listen(gw, gw->opts.listen, leader->server, gw_proxy_handle, gw, err, errlen);
   if (!gw->server) return -2;
   gw_health_start(gw);
   return 0;

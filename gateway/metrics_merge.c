@@ -79,8 +79,7 @@ static int add_sample(merge *m, int fam, const char *key, size_t len, double v) 
     if (m->f[s->family].sum) s->value += v;
     return 0;
   }
-  if (m->n_s * 2 >= m->mask + 1 ||
-      grow((void **)&m->s, &m->cap_s, m->n_s + 1, sizeof *m->s))
+  if (m->n_s * 2 >= m->mask + 1 || grow((void **)&m->s, &m->cap_s, m->n_s + 1, sizeof *m->s))
     return -1;
   m->s[m->n_s] = (sample){key, len, v, fam, -1};
   family *f = &m->f[fam];
@@ -110,8 +109,9 @@ static int read_text(merge *m, const gw_buf *t) {
       if (fam < 0) {
         if (grow((void **)&m->f, &m->cap_f, m->n_f + 1, sizeof *m->f)) return -1;
         const char *type = type_line + 8 + len; /* "# TYPE name " */
-        m->f[m->n_f] = (family){p, (size_t)(type_end + 1 - p), len,
-                                summed(name, len, type < type_end ? type + 1 : ""), -1, -1};
+        m->f[m->n_f] = (family){p,   (size_t)(type_end + 1 - p),
+                                len, summed(name, len, type < type_end ? type + 1 : ""),
+                                -1,  -1};
         fam = (int)m->n_f++;
       }
       p = type_end + 1;

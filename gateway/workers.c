@@ -2,10 +2,11 @@
  *
  * Each worker is a whole lupin_gateway: its loop, its runtime (all made with
  * one lupin_shared, so endpoint ids, in-flight counts, prefix indexes and
- * plugins' shared dicts are the process's), its upstream pools and its
- * own handle on the one listening socket: whichever loop is free accepts.  The leader (worker 0, the main thread) also has what the
- * process has once: the admin listener, signals, file watches and the
- * scrapes; it hands every scrape's result to the others.
+ * plugins' shared dicts are the process's), its upstream pools and its own
+ * handle on the one listening socket: whichever loop is free accepts.  The
+ * leader (worker 0, the main thread) also has what the process has once: the
+ * admin listener, signals, file watches and the scrapes; it hands every
+ * scrape's result to the others.
  *
  * Workers talk through inboxes: a list of tasks under the workers' lock and
  * a uv_async_t that wakes the loop.  Only the leader ever waits on another
@@ -19,7 +20,7 @@
 typedef struct gw_task {
   gw_task_fn fn;
   void *arg;
-  struct gw_shared_arg *shared; /* posted to every follower: freed by the last */
+  struct gw_shared_arg *shared; /* posted to several workers: freed by the last */
   int *done;                    /* a waiting caller's flag, set under the lock */
   struct gw_task *next;
 } gw_task;
@@ -39,7 +40,7 @@ struct gw_inbox {
 
 struct gw_workers {
   size_t n;
-  lupin_gateway *w; /* w[0] is the leader's object (not owned) */
+  lupin_gateway *w; /* the followers, w[1..n-1] (w[0] unused) */
   lupin_gateway *leader;
   uv_thread_t *threads;
   uv_mutex_t lock; /* inboxes, starts, waits */
@@ -51,11 +52,14 @@ struct gw_workers {
 
 /* --- inboxes ------------------------------------------------------------- */
 
+/* Under the lock: a waiter reads its flag there. */
 static void task_release(gw_workers *ws, gw_task *t) {
-  if (t->done) *t->done = 1; /* under the lock: the waiter reads it there */
+  if (t->done) {
+    *t->done = 1;
+    uv_cond_broadcast(&ws->cond);
+  }
   gw_shared_arg *s = t->shared;
   int last = s && --s->refs == 0;
-  if (t->done || last) uv_cond_broadcast(&ws->cond);
   free(t);
   if (last) {
     if (s->drop) s->drop(s->arg);
@@ -268,7 +272,8 @@ static void stop_now(lupin_gateway *gw, void *arg) {
 
 int gw_workers_start(lupin_gateway *leader, size_t n, char *err, size_t errlen) {
   gw_workers *ws = calloc(1, sizeof *ws);
-  if (!ws || !(ws->w = calloc(n, sizeof *ws->w)) || !(ws->threads = calloc(n, sizeof *ws->threads))) {
+  if (!ws || !(ws->w = calloc(n, sizeof *ws->w)) ||
+      !(ws->threads = calloc(n, sizeof *ws->threads))) {
     if (ws) free(ws->w);
     free(ws);
     gw_errf(err, errlen, "out of memory");
