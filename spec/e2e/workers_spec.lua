@@ -153,6 +153,32 @@ describe("lupin serve --workers", function()
     P.stop(slow)
   end)
 
+  it("gives plugins one lupin.shared dict across workers: no count is lost or repeated", function()
+    local up = P.upstream()
+    local cfg = {
+      kind = "EndpointPickerConfig",
+      pluginDirs = { require("support").FIXTURES },
+      plugins = { { type = "spec-model-counter" }, { type = "random-picker" } },
+      schedulingProfiles = { { name = "default", plugins = { { pluginRef = "random-picker" } } } },
+      endpoints = { { name = "up", address = "127.0.0.1", port = up.port } },
+    }
+    gw = P.gateway(cfg, "--workers 2")
+    local seen = {}
+    for i = 1, 30 do
+      local status, _, body = complete(gw, "count " .. i)
+      assert.equal(200, status, body)
+      local n = tonumber(json.decode(body).received["x-model-requests"])
+      assert.is_nil(seen[n], "count " .. tostring(n) .. " twice")
+      seen[n] = true
+    end
+    for n = 1, 30 do
+      assert.is_true(seen[n], "count " .. n .. " missing")
+    end
+    local counts = worker_counts(gw)
+    assert.is_true((counts[0] or 0) > 0 and (counts[1] or 0) > 0, json.encode(counts))
+    P.stop(up)
+  end)
+
   it("refuses a worker count it cannot run, naming the flag", function()
     local p = P.start(("%s serve --config /dev/null --workers 0"):format(P.LUPIN))
     assert.is_not.equal(0, P.wait(p))
