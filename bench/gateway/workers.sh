@@ -50,6 +50,13 @@ for w in $WORKERS; do
     echo "  workers $w $mode: lupin ${l[0]} req/s (CPU ${l[2]}), nginx ${n[0]} req/s (CPU ${n[2]})" >&2
     rows+=("| $w | $mode | ${l[0]} | $(ms "${l[1]}") | ${l[2]}, ${l[3]} | ${n[0]} | $(ms "${n[1]}") | ${n[2]}, ${n[3]} | $(ratio "${l[0]}" "${n[0]}") | $(ratio "${l[3]}" "${n[3]}") |")
   done
+  # scheduling time over every run of W workers: mean, and the bucket that
+  # holds the 99th percentile (lupin_scheduling_seconds)
+  curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v w="$w" '
+    /^lupin_scheduling_seconds_bucket/ { split($1, a, "\""); le[++n] = a[2]; c[n] = $2 }
+    /^lupin_scheduling_seconds_sum/ { s = $2 } /^lupin_scheduling_seconds_count/ { t = $2 }
+    END { if (!t) exit; for (i = 1; i <= n && c[i] < 0.99 * t; i++);
+      printf "  workers %d: scheduling mean %.1f µs, p99 at most %s s (%d cycles)\n", w, s / t * 1e6, le[i], t }' >&2
   # the spread of the connections over lupin's workers
   curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v w="$w" '
     /^lupin_worker_requests_total/ { split($1, a, "\""); v[a[2]] = $2; t += $2 }
