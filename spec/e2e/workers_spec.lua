@@ -131,6 +131,39 @@ describe("lupin serve --workers", function()
     end
   end)
 
+  it("fails a reload on every worker when one worker's build fails, naming it", function()
+    -- a plugin whose fourth init fails: workers 0 and 1 start (1, 2), a
+    -- reload stages on worker 0 (3) and then on worker 1 (4)
+    local dir = require("support").tmpdir()
+    require("support").write(dir .. "/fourth-init-fails.lua", [[
+      local inits = require("lupin.shared").dict("fourth-init")
+      return { type = "fourth-init-fails",
+        init = function() assert(inits:incr("n", 1, 0) ~= 4, "the fourth init fails") end,
+        shutdown = function() inits:incr("shutdowns", 1, 0) end,
+        score = function(_, _, eps) local s = {} for i = 1, #eps do s[i] = 1 end return s end }]])
+    local cfg = config(sim)
+    cfg.pluginDirs = { dir }
+    table.insert(cfg.plugins, 1, { type = "fourth-init-fails" })
+    table.insert(cfg.schedulingProfiles[1].plugins, 1, { pluginRef = "fourth-init-fails" })
+    gw = P.gateway(cfg, "--workers 2")
+    local status, _, body = P.post(gw.admin, "/admin/reload", "")
+    assert.equal(400, status, body)
+    assert.matches("worker 1: .*the fourth init fails", body)
+    local _, _, text = P.get(gw.admin .. "/admin/generations")
+    for _, w in ipairs(json.decode(text).workers) do
+      assert.equal(1, w.current)
+      assert.equal(1, #w.generations)
+    end
+    assert.equal(1, P.metric(gw, 'lupin_reloads_total{result="error"}'))
+    for i = 1, 10 do
+      assert.equal(200, (complete(gw, "after the failed reload " .. i)))
+    end
+    -- the next reload (inits 5 and 6) goes through on both
+    status, _, body = P.post(gw.admin, "/admin/reload", "")
+    assert.equal(200, status, body)
+    os.execute("rm -rf " .. dir)
+  end)
+
   it("drains every worker on SIGTERM: requests in flight finish, then the process exits 0", function()
     local slow = P.sim("--itl-ms 40", 2)
     gw = P.gateway(config(slow), "--workers 2")
