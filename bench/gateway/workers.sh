@@ -57,6 +57,7 @@ for w in $WORKERS; do
     /^lupin_scheduling_seconds_sum/ { s = $2 } /^lupin_scheduling_seconds_count/ { t = $2 }
     END { if (!t) exit; for (i = 1; i <= n && c[i] < 0.99 * t; i++);
       printf "  workers %d: scheduling mean %.1f µs, p99 at most %s s (%d cycles)\n", w, s / t * 1e6, le[i], t }' >&2
+  echo "  workers $w: lupin RSS $(awk '/^VmRSS/ {printf "%.1f MiB", $2 / 1024}' /proc/"$LUPIN_PID"/status)" >&2
   # the spread of the connections over lupin's workers
   curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v w="$w" '
     /^lupin_worker_requests_total/ { split($1, a, "\""); v[a[2]] = $2; t += $2 }
