@@ -15,7 +15,11 @@
 -- count what they hold in one atomic (the requests, core/flow.c) and one
 -- shared dict (each band's requests and bytes, all bands' bytes, and the
 -- priorities ever queued), so a band full in one worker is full in all,
--- and no worker sends a band while a higher one waits in another.
+-- and no worker sends a band while a higher one waits in another.  Each
+-- runtime also publishes when its oldest request of each band arrived: of
+-- the runtimes holding the top band, the one holding its oldest request
+-- sends next (its own policies choose which of its requests), so no worker
+-- starves another's clients and arrival order holds across workers.
 --
 -- The policies are plugins (plugins/*-fairness-policy.lua,
 -- *-ordering-policy.lua, *-detector.lua) written against this queue API:
@@ -63,8 +67,9 @@ local seq = 0
 
 -- --- the process's counts (every runtime of the lupin_shared) --------------
 
-local DICT_ENTRIES = 16384 -- 4 per priority ever queued, and 2
+local DICT_ENTRIES = 16384 -- 4 per priority ever queued, 1 per band and runtime, and 3
 local sd -- the shared dict "lupin.flow", opened at the first queued request
+local me -- this runtime's number among the dict's users
 local known, known_n = {}, 0 -- the priorities ever queued in the process
 
 local function dict()
@@ -72,6 +77,7 @@ local function dict()
     sd = shared.dict("lupin.flow", { max_entries = DICT_ENTRIES })
     sd:incr("bytes", 0, 0)
     sd:incr("prios", 0, 0)
+    me = sd:incr("runtimes", 1, 0) or 0
   end
   return sd
 end
@@ -107,6 +113,44 @@ local function register(band)
   end
   log.limited("flow/dict", "error", "flow control: no room for priority %s in the process's"
     .. " counts (%d keys): its band is limited and ordered per worker", tostring(p), DICT_ENTRIES)
+  return false
+end
+
+-- Publishes when the oldest request band holds here arrived (none: the key
+-- goes).  The band's requests in arrival order are in band.fifo[first..last];
+-- those out of the queue are dropped from the front here.
+local function publish(band)
+  local fifo, i = band.fifo, band.first
+  while i <= band.last and fifo[i].out do
+    fifo[i] = nil
+    i = i + 1
+  end
+  band.first = i
+  if i > band.last then
+    band.first, band.last = 1, 0
+  end
+  local at = fifo[i] and fifo[i].enqueued_at or nil
+  if at ~= band.oldest and not band.solo then
+    band.oldest = at
+    dict():set(band.okey, at)
+  end
+end
+
+-- Whether another runtime holds a request of band older than this one's
+-- oldest: that runtime sends next.
+local function older_elsewhere(band)
+  if band.solo or not band.oldest then
+    return false
+  end
+  local d = dict()
+  for i = 1, d:get("runtimes") or 0 do
+    if i ~= me then
+      local at = d:get("o:" .. band.priority .. ":" .. i)
+      if at and at < band.oldest then
+        return true
+      end
+    end
+  end
   return false
 end
 
@@ -231,8 +275,9 @@ local function band_of(p)
   end
   b = setmetatable({ priority = p, flows = {}, list = {}, n = 0, bytes = 0, state = {},
     conf = conf_for(p), dispatched = 0, ttl = 0, full = 0, shed = 0, cancelled = 0,
-    nkey = "n:" .. p, bkey = "b:" .. p }, Band)
+    nkey = "n:" .. p, bkey = "b:" .. p, fifo = {}, first = 1, last = 0 }, Band)
   b.solo = not register(b)
+  b.okey = "o:" .. p .. ":" .. me
   bands[p] = b
   order[#order + 1] = b
   table.sort(order, function(x, y) return x.priority > y.priority end)
@@ -272,6 +317,8 @@ local function take(fc)
   band.n, band.bytes = band.n - 1, band.bytes - fc.bytes
   queued_n, queued_bytes = queued_n - 1, queued_bytes - fc.bytes
   count(band, fc.bytes, -1)
+  fc.out = true
+  publish(band)
   if f.len == 0 then
     unlist(band, f)
   end
@@ -292,6 +339,11 @@ local function put(fc)
   queued_n, queued_bytes = queued_n + 1, queued_bytes + fc.bytes
   if fc.deadline < next_deadline then
     next_deadline = fc.deadline
+  end
+  band.last = band.last + 1
+  band.fifo[band.last] = fc
+  if not band.oldest then
+    publish(band)
   end
 end
 
@@ -566,7 +618,8 @@ function ops.next(sweep)
       break
     end
   end
-  if queued_above(band.priority) then -- another worker holds a higher band: it goes first
+  -- another worker holds a higher band, or this band's oldest request: it goes first
+  if queued_above(band.priority) or older_elsewhere(band) then
     return nil
   end
   local ok, f = policy(band.conf.fairness, "pick_flow", band, band.list)
