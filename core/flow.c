@@ -60,11 +60,11 @@ void lupin_runtime_tick(lupin_runtime *rt) { lupin__flow_pump(rt, 1); }
  * lupin_shared adds its queued requests to the store's atomic count, so a
  * host can tell, without a lock or a call into Lua, whether another
  * runtime (another worker) holds requests that a freed place could send. */
-int64_t lupin__flow_add(lupin_runtime *rt, int64_t delta) {
+double lupin__flow_add(lupin_runtime *rt, int64_t delta) {
   int64_t *n = &lupin__shared_store(rt->shared)->flow_queued;
   rt->flow_queued += delta;
-  if (!delta) return __atomic_load_n(n, __ATOMIC_RELAXED);
-  return __atomic_add_fetch(n, delta, __ATOMIC_RELAXED);
+  if (!delta) return (double)__atomic_load_n(n, __ATOMIC_RELAXED);
+  return (double)__atomic_add_fetch(n, delta, __ATOMIC_RELAXED);
 }
 
 uint64_t lupin_runtime_flow_elsewhere(lupin_runtime *rt) {

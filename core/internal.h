@@ -238,8 +238,9 @@ typedef struct lupin_capi_shared {
                    int has_init, double *out);
   size_t (*dict_count)(lupin_dict *d);
   size_t (*dict_max)(lupin_dict *d);
-  /* adds delta to the process's queued requests; returns the new count */
-  int64_t (*flow_add)(lupin_runtime *rt, int64_t delta);
+  /* adds delta to the process's queued requests; returns the new count (a
+   * double: Lua reads it without boxing a 64-bit integer) */
+  double (*flow_add)(lupin_runtime *rt, int64_t delta);
 } lupin_capi_shared;
 
 extern const lupin_capi_shared lupin__capi_shared;
@@ -412,7 +413,7 @@ int lupin__request_schedule_into(lupin_request *req, lupin_result *out);
 
 /* flow.c: hands the queue's final results to the host's callback. */
 void lupin__flow_pump(lupin_runtime *rt, int sweep);
-int64_t lupin__flow_add(lupin_runtime *rt, int64_t delta);
+double lupin__flow_add(lupin_runtime *rt, int64_t delta);
 /* The number of the generation a request is pinned to (the gateway's
  * /admin/requests shows it). */
 

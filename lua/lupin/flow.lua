@@ -84,7 +84,13 @@ end
 
 -- The requests queued in the process, after adding delta (this runtime's).
 local function all_queued(delta)
-  return tonumber(capi.shared.flow_add(capi.rt, delta or 0))
+  return capi.shared.flow_add(capi.rt, delta or 0)
+end
+
+-- Whether another runtime may hold requests (this one's in the atomic are
+-- queued_n, but for one being counted in): one atomic load, no lock.
+local function elsewhere()
+  return all_queued() > queued_n
 end
 
 -- Counts a request of band into the process's queue (sign 1) or out of it
@@ -139,7 +145,7 @@ end
 -- Whether another runtime holds a request of band older than this one's
 -- oldest: that runtime sends next.
 local function older_elsewhere(band)
-  if band.solo or not band.oldest then
+  if band.solo or not band.oldest or not elsewhere() then
     return false
   end
   local d = dict()
@@ -157,7 +163,7 @@ end
 -- Whether a band above priority p (from p when from) holds requests in any
 -- runtime of the process.
 local function queued_above(p, from)
-  if all_queued() == 0 then
+  if not elsewhere() then -- this runtime's bands are looked at by the callers
     return false
   end
   local d = dict()
