@@ -53,8 +53,10 @@ enum { LEADER, SUM, MAX }; /* how a family's samples merge */
 
 static int merged_by(const char *name, size_t len, const char *type) {
   for (size_t i = 0; i < GW_FAMILIES; i++)
-    if (strlen(gw_families[i].name) == len && !memcmp(gw_families[i].name, name, len))
-      return gw_families[i].type == GW_GAUGE ? LEADER : gw_families[i].type == GW_MAX_GAUGE ? MAX : SUM;
+    if (strlen(gw_families[i].name) == len && !memcmp(gw_families[i].name, name, len)) {
+      gw_metric_type t = gw_families[i].type;
+      return t == GW_GAUGE ? LEADER : t == GW_MAX_GAUGE ? MAX : SUM;
+    }
   return strncmp(type, "gauge", 5) ? SUM : LEADER; /* a family not in the table: by its type */
 }
 
