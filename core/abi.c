@@ -86,6 +86,7 @@ static const lupin_abi_entry abi[] = {
     FIELD(lupin_capi_shared, dict_incr),
     FIELD(lupin_capi_shared, dict_count),
     FIELD(lupin_capi_shared, dict_max),
+    FIELD(lupin_capi_shared, flow_add),
     SIZE(lupin_dict_value),
     FIELD(lupin_dict_value, type),
     FIELD(lupin_dict_value, num),

@@ -56,6 +56,22 @@ void lupin__flow_pump(lupin_runtime *rt, int sweep) {
 
 void lupin_runtime_tick(lupin_runtime *rt) { lupin__flow_pump(rt, 1); }
 
+/* The queue is the runtime's, its count the process's: every runtime of a
+ * lupin_shared adds its queued requests to the store's atomic count, so a
+ * host can tell, without a lock or a call into Lua, whether another
+ * runtime (another worker) holds requests that a freed place could send. */
+double lupin__flow_add(lupin_runtime *rt, int64_t delta) {
+  int64_t *n = &lupin__shared_store(rt->shared)->flow_queued;
+  rt->flow_queued += delta;
+  if (!delta) return (double)__atomic_load_n(n, __ATOMIC_RELAXED);
+  return (double)__atomic_add_fetch(n, delta, __ATOMIC_RELAXED);
+}
+
+uint64_t lupin_runtime_flow_elsewhere(lupin_runtime *rt) {
+  int64_t all = __atomic_load_n(&lupin__shared_store(rt->shared)->flow_queued, __ATOMIC_RELAXED);
+  return all > rt->flow_queued ? (uint64_t)(all - rt->flow_queued) : 0;
+}
+
 size_t lupin_runtime_flow_drain(lupin_runtime *rt, const char *message) {
   lua_State *L = rt->L;
   lupin__push_hook(rt, LUPIN_HOOK_FLOW);

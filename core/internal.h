@@ -161,6 +161,8 @@ typedef struct lupin_shared_store {
   lupin_prefix_shared *prefix; /* keyed prefix indexes */
   unsigned prefix_shards;      /* a new index's shards: 1 in a runtime's private store */
   lupin_dict *dicts;
+  /* requests waiting in flow control, every runtime's (flow.c): __atomic */
+  int64_t flow_queued;
 } lupin_shared_store;
 
 lupin_shared_store *lupin__shared_store(lupin_shared *s);
@@ -236,6 +238,9 @@ typedef struct lupin_capi_shared {
                    int has_init, double *out);
   size_t (*dict_count)(lupin_dict *d);
   size_t (*dict_max)(lupin_dict *d);
+  /* adds delta to the process's queued requests; returns the new count (a
+   * double: Lua reads it without boxing a 64-bit integer) */
+  double (*flow_add)(lupin_runtime *rt, int64_t delta);
 } lupin_capi_shared;
 
 extern const lupin_capi_shared lupin__capi_shared;
@@ -371,6 +376,7 @@ struct lupin_runtime {
   lupin_dispatch_fn dispatch;
   void *dispatch_ud;
   uint64_t flow_requests; /* live requests flow control knows of */
+  int64_t flow_queued;    /* of the store's flow_queued, this runtime's */
   int pumping, pump_again;
 };
 
@@ -407,6 +413,7 @@ int lupin__request_schedule_into(lupin_request *req, lupin_result *out);
 
 /* flow.c: hands the queue's final results to the host's callback. */
 void lupin__flow_pump(lupin_runtime *rt, int sweep);
+double lupin__flow_add(lupin_runtime *rt, int64_t delta);
 /* The number of the generation a request is pinned to (the gateway's
  * /admin/requests shows it). */
 

@@ -475,6 +475,12 @@ void lupin_runtime_tick(lupin_runtime *rt);
 /* Answers every queued request now with 503 and message (a drain), outcome
  * LUPIN_SHED.  Returns how many were queued. */
 size_t lupin_runtime_flow_drain(lupin_runtime *rt, const char *message);
+/* Requests waiting in the flow-control queues of the other runtimes made
+ * with this one's lupin_shared (the other workers): an atomic load, no lock.
+ * A host with several runtimes calls lupin_runtime_tick on the others when
+ * a request of its own ends and this is not 0, so that they send what they
+ * hold into the freed place now rather than at their next tick. */
+uint64_t lupin_runtime_flow_elsewhere(lupin_runtime *rt);
 
 /* Where a request stands in flow control. */
 typedef struct lupin_flow_place {

@@ -184,4 +184,5 @@ const lupin_capi_shared lupin__capi_shared = {
     lupin_dict_incr,
     lupin_dict_count,
     lupin_dict_max,
+    lupin__flow_add,
 };

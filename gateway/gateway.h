@@ -280,13 +280,16 @@ int gw_prometheus_parse(const char *text, size_t len, gw_sample_fn fn, void *ud)
  * them).  The exposition (text format 0.0.4) is written through gw_expo, which
  * writes # HELP and # TYPE once per family and escapes every label value. */
 /* GW_SUM_GAUGE: a gauge of which each worker holds a share (requests in
- * flight, Lua memory): /metrics shows the sum over the workers. */
+ * flight, Lua memory): /metrics shows the sum over the workers.
+ * GW_MAX_GAUGE: a flag any worker may raise (flow control's saturation):
+ * /metrics shows the largest value. */
 typedef enum gw_metric_type {
   GW_COUNTER,
   GW_GAUGE,
   GW_HISTOGRAM,
   GW_SUMMARY,
-  GW_SUM_GAUGE
+  GW_SUM_GAUGE,
+  GW_MAX_GAUGE
 } gw_metric_type;
 
 #define GW_MAX_LABELS 4
@@ -444,6 +447,8 @@ void gw_flow_observe(lupin_gateway *gw, int priority, const char *outcome, doubl
 void gw_flow_metrics(lupin_gateway *gw, gw_expo *e);
 /* GET /admin/flows */
 void gw_flow_admin(lupin_gateway *gw, gw_conn *c);
+/* A gw_task_fn: the worker's queue tries its gate again (another's request ended). */
+void gw_flow_pump(lupin_gateway *gw, void *arg);
 void gw_flow_free(lupin_gateway *gw);
 void gw_admin_handle(void *gw, gw_conn *c, gw_http_request *req);
 /* Whether given is the admin token, in a time that does not tell how much

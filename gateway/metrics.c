@@ -288,8 +288,9 @@ const gw_family gw_families[GW_FAMILIES] = {
                                 {"priority", "outcome"},
                                 HIST(fc_wait_bounds)},
     [GW_M_FC_SATURATION] = {"inference_extension_flow_control_pool_saturation",
-                            GW_GAUGE,
-                            "1 when the saturation detector holds the queue closed, else 0.",
+                            GW_MAX_GAUGE,
+                            "1 when the saturation detector holds the queue closed (in any "
+                            "worker), else 0.",
                             {NULL}},
     [GW_M_FC_REQUESTS] = {"lupin_flow_control_requests_total",
                           GW_COUNTER,
@@ -309,7 +310,8 @@ void gw_histogram_observe(gw_histogram *h, gw_family_id id, double v) {
   h->sum += v;
 }
 
-static const char *const type_names[] = {"counter", "gauge", "histogram", "summary", "gauge"};
+static const char *const type_names[] = {"counter", "gauge", "histogram", "summary", "gauge",
+                                             "gauge"};
 
 /* HELP text escapes backslash and newline (quotes stay as they are). */
 static void help_text(gw_buf *b, const char *s) {

@@ -3,7 +3,8 @@
  * one.  A sample is its line up to the value ("name{labels}"); the same
  * sample in several texts is summed when its family is a counter, a
  * histogram, a summary or a gauge each worker holds a share of
- * (GW_SUM_GAUGE), else the leader's value stands (what every worker sees
+ * (GW_SUM_GAUGE), the largest is kept for a flag any worker may raise
+ * (GW_MAX_GAUGE), else the leader's value stands (what every worker sees
  * alike: endpoint metrics, the generation).  Families and samples keep the
  * order they first appear in, the leader's text first. */
 #include "gateway.h"
@@ -23,7 +24,7 @@ typedef struct sample {
 typedef struct family {
   const char *head; /* its # HELP and # TYPE lines */
   size_t head_len, name_len;
-  int sum;
+  int sum;         /* LEADER, SUM or MAX */
   int first, last; /* samples */
 } family;
 
@@ -48,11 +49,15 @@ static int grow(void **p, size_t *cap, size_t need, size_t size) {
   return 0;
 }
 
-static int summed(const char *name, size_t len, const char *type) {
+enum { LEADER, SUM, MAX }; /* how a family's samples merge */
+
+static int merged_by(const char *name, size_t len, const char *type) {
   for (size_t i = 0; i < GW_FAMILIES; i++)
-    if (strlen(gw_families[i].name) == len && !memcmp(gw_families[i].name, name, len))
-      return gw_families[i].type != GW_GAUGE;
-  return strncmp(type, "gauge", 5) != 0; /* a family not in the table: by its type */
+    if (strlen(gw_families[i].name) == len && !memcmp(gw_families[i].name, name, len)) {
+      gw_metric_type t = gw_families[i].type;
+      return t == GW_GAUGE ? LEADER : t == GW_MAX_GAUGE ? MAX : SUM;
+    }
+  return strncmp(type, "gauge", 5) ? SUM : LEADER; /* a family not in the table: by its type */
 }
 
 static int find_family(merge *m, const char *name, size_t len) {
@@ -76,7 +81,8 @@ static int add_sample(merge *m, int fam, const char *key, size_t len, double v) 
   size_t i = slot_of(m, key, len);
   if (m->slots[i]) {
     sample *s = &m->s[m->slots[i] - 1];
-    if (m->f[s->family].sum) s->value += v;
+    if (m->f[s->family].sum == SUM) s->value += v;
+    if (m->f[s->family].sum == MAX && v > s->value) s->value = v;
     return 0;
   }
   if (m->n_s * 2 >= m->mask + 1 || grow((void **)&m->s, &m->cap_s, m->n_s + 1, sizeof *m->s))
@@ -110,7 +116,7 @@ static int read_text(merge *m, const gw_buf *t) {
         if (grow((void **)&m->f, &m->cap_f, m->n_f + 1, sizeof *m->f)) return -1;
         const char *type = type_line + 8 + len; /* "# TYPE name " */
         m->f[m->n_f] = (family){p,   (size_t)(type_end + 1 - p),
-                                len, summed(name, len, type < type_end ? type + 1 : ""),
+                                len, merged_by(name, len, type < type_end ? type + 1 : ""),
                                 -1,  -1};
         fam = (int)m->n_f++;
       }

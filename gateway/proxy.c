@@ -139,6 +139,8 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   log_access(gw, x, x->path, lupin_request_id(x->req), status, name);
   gw_explain_ended(x, status, name);
   lupin_request_end(x->req, outcome);
+  /* a place freed: the workers holding requests send them now, not at their tick */
+  if (lupin_runtime_flow_elsewhere(gw->rt)) gw_workers_post(gw, gw_flow_pump, NULL, NULL);
   if (x->prev)
     x->prev->next = x->next;
   else

@@ -112,10 +112,10 @@ void gw_inbox_close(lupin_gateway *gw) {
     task_release(ws, t);
   }
   in->head = in->tail = NULL;
+  gw->inbox = NULL; /* under the lock: post() reads it there */
   uv_mutex_unlock(&ws->lock);
   in->async.data = in;
   uv_close((uv_handle_t *)&in->async, inbox_closed);
-  gw->inbox = NULL;
 }
 
 /* Queues t on gw's inbox; 0 when it was closed (t is released). */

@@ -666,6 +666,11 @@ static int l_tick(lua_State *L) {
   return 0;
 }
 
+static int l_flow_elsewhere(lua_State *L) {
+  lua_pushnumber(L, (lua_Number)lupin_runtime_flow_elsewhere(check_rt(L)->rt));
+  return 1;
+}
+
 static int l_flow_drain(lua_State *L) {
   runtime_box *b = check_rt(L);
   lua_pushnumber(L, (lua_Number)lupin_runtime_flow_drain(b->rt, luaL_optstring(L, 2, NULL)));
@@ -840,6 +845,7 @@ static const luaL_Reg rt_methods[] = {
     {"begin", l_begin},
     {"set_dispatch", l_set_dispatch},
     {"tick", l_tick},
+    {"flow_elsewhere", l_flow_elsewhere},
     {"flow_drain", l_flow_drain},
     {"flows", l_flows},
     {"free", l_free},

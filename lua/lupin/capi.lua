@@ -79,6 +79,7 @@ typedef struct lupin_capi_shared {
                    int has_init, double *out);
   size_t (*dict_count)(lupin_dict *d);
   size_t (*dict_max)(lupin_dict *d);
+  double (*flow_add)(void *rt, int64_t delta);
 } lupin_capi_shared;
 
 typedef struct lupin_budget {

@@ -2,13 +2,24 @@
 -- requests wait in priority bands, in flows keyed by fairness id, while the
 -- pool is saturated, and leave as it frees — the EPP's flow-control layer.
 --
--- One controller for the runtime: its limits and policies are the current
--- generation's, and a queued request stays pinned to the generation it
+-- One controller for the runtime (a worker of lupin serve): its limits and
+-- policies are the current generation's, and a queued request stays pinned to the generation it
 -- began on (its scheduling runs with that generation's plugins when it
 -- leaves).  The C core asks it, one request at a time, for the next one
 -- whose scheduling is final (core/flow.c): an evicted one first, then, while
 -- the saturation detector says the pool has room, the best queued one —
 -- highest band, the fairness policy's flow, the ordering policy's head.
+--
+-- Each runtime queues its own requests, but the limits and the bands'
+-- precedence are the process's: the runtimes made with one lupin_shared
+-- count what they hold in one atomic (the requests, core/flow.c) and one
+-- shared dict (each band's requests and bytes, all bands' bytes, and the
+-- priorities ever queued), so a band full in one worker is full in all,
+-- and no worker sends a band while a higher one waits in another.  Each
+-- runtime also publishes when its oldest request of each band arrived: of
+-- the runtimes holding the top band, the one holding its oldest request
+-- sends next (its own policies choose which of its requests), so no worker
+-- starves another's clients and arrival order holds across workers.
 --
 -- The policies are plugins (plugins/*-fairness-policy.lua,
 -- *-ordering-policy.lua, *-detector.lua) written against this queue API:
@@ -32,6 +43,7 @@ local capi = require "lupin.capi"
 local ffi = require "ffi"
 local log = require "lupin.log"
 local pool = require "lupin.pool"
+local shared = require "lupin.shared"
 
 local M = {}
 
@@ -52,6 +64,126 @@ local queued_n, queued_bytes = 0, 0
 local marks = {} -- endpoint name -> { at = scraped_at, n }: sent since that scrape
 local next_deadline = math.huge
 local seq = 0
+
+-- --- the process's counts (every runtime of the lupin_shared) --------------
+
+local DICT_ENTRIES = 16384 -- 4 per priority ever queued, 1 per band and runtime, and 3
+local sd -- the shared dict "lupin.flow", opened at the first queued request
+local me -- this runtime's number among the dict's users
+local known, known_n = {}, 0 -- the priorities ever queued in the process
+
+local function dict()
+  if not sd then
+    sd = shared.dict("lupin.flow", { max_entries = DICT_ENTRIES })
+    sd:incr("bytes", 0, 0)
+    sd:incr("prios", 0, 0)
+    me = sd:incr("runtimes", 1, 0) or 0
+  end
+  return sd
+end
+
+-- The requests queued in the process, after adding delta (this runtime's).
+local function all_queued(delta)
+  return capi.shared.flow_add(capi.rt, delta or 0)
+end
+
+-- Whether another runtime may hold requests (this one's in the atomic are
+-- queued_n, but for one being counted in): one atomic load, no lock.
+local function elsewhere()
+  return all_queued() > queued_n
+end
+
+-- Counts a request of band into the process's queue (sign 1) or out of it
+-- (-1).  Returns the band's requests and bytes and all bands' after that.
+local function count(band, bytes, sign)
+  local d = dict()
+  local n, b = all_queued(sign), d:incr("bytes", sign * bytes, 0) or 0
+  if band.solo then
+    return band.n + (sign > 0 and 1 or 0), band.bytes + (sign > 0 and bytes or 0), n, b
+  end
+  return d:incr(band.nkey, sign, 0) or 0, d:incr(band.bkey, sign * bytes, 0) or 0, n, b
+end
+
+-- Makes band's keys; the first runtime to queue at its priority lists it
+-- for the others.  A band the full dict has no room for is counted by this
+-- runtime alone (solo).
+local function register(band)
+  local d, p = dict(), band.priority
+  local first = d:incr("seen:" .. p, 1, 0)
+  if first and d:incr(band.nkey, 0, 0) and d:incr(band.bkey, 0, 0) then
+    local i = first == 1 and d:incr("prios", 1, 0)
+    if i then
+      d:set("prio:" .. i, p)
+    end
+    return true
+  end
+  log.limited("flow/dict", "error", "flow control: no room for priority %s in the process's"
+    .. " counts (%d keys): its band is limited and ordered per worker", tostring(p), DICT_ENTRIES)
+  return false
+end
+
+-- Publishes when the oldest request band holds here arrived (none: the key
+-- goes).  The band's requests in arrival order are in band.fifo[first..last];
+-- those out of the queue are dropped from the front here.
+local function publish(band)
+  local fifo, i = band.fifo, band.first
+  while i <= band.last and fifo[i].out do
+    fifo[i] = nil
+    i = i + 1
+  end
+  band.first = i
+  if i > band.last then
+    band.first, band.last = 1, 0
+  end
+  local at = fifo[i] and fifo[i].enqueued_at or nil
+  if at ~= band.oldest and not band.solo then
+    band.oldest = at
+    dict():set(band.okey, at)
+  end
+end
+
+-- Whether another runtime holds a request of band older than this one's
+-- oldest: that runtime sends next.
+local function older_elsewhere(band)
+  if band.solo or not band.oldest or not elsewhere() then
+    return false
+  end
+  local d = dict()
+  for i = 1, d:get("runtimes") or 0 do
+    if i ~= me then
+      local at = d:get("o:" .. band.priority .. ":" .. i)
+      if at and at < band.oldest then
+        return true
+      end
+    end
+  end
+  return false
+end
+
+-- Whether a band above priority p (from p when from) holds requests in any
+-- runtime of the process.
+local function queued_above(p, from)
+  if not elsewhere() then -- this runtime's bands are looked at by the callers
+    return false
+  end
+  local d = dict()
+  local n = d:get("prios") or 0
+  while known_n < n do
+    local q = d:get("prio:" .. (known_n + 1))
+    if q == nil then -- being listed: read again next time
+      break
+    end
+    known_n = known_n + 1
+    known[known_n] = q
+  end
+  for i = 1, known_n do
+    local q = known[i]
+    if (q > p or (from and q == p)) and (d:get("n:" .. q) or 0) > 0 then
+      return true
+    end
+  end
+  return false
+end
 
 local function now()
   return capi.now()
@@ -148,7 +280,10 @@ local function band_of(p)
     return b
   end
   b = setmetatable({ priority = p, flows = {}, list = {}, n = 0, bytes = 0, state = {},
-    conf = conf_for(p), dispatched = 0, ttl = 0, full = 0, shed = 0, cancelled = 0 }, Band)
+    conf = conf_for(p), dispatched = 0, ttl = 0, full = 0, shed = 0, cancelled = 0,
+    nkey = "n:" .. p, bkey = "b:" .. p, fifo = {}, first = 1, last = 0 }, Band)
+  b.solo = not register(b)
+  b.okey = "o:" .. p .. ":" .. me
   bands[p] = b
   order[#order + 1] = b
   table.sort(order, function(x, y) return x.priority > y.priority end)
@@ -187,12 +322,16 @@ local function take(fc)
   f.len, f.bytes = f.len - 1, f.bytes - fc.bytes
   band.n, band.bytes = band.n - 1, band.bytes - fc.bytes
   queued_n, queued_bytes = queued_n - 1, queued_bytes - fc.bytes
+  count(band, fc.bytes, -1)
+  fc.out = true
+  publish(band)
   if f.len == 0 then
     unlist(band, f)
   end
   fc.waited = now() - fc.enqueued_at
 end
 
+-- Into the runtime's queue (arrive counted it in the process's already).
 local function put(fc)
   local band = fc.band
   local f = flow_of(band, fc.flow)
@@ -206,6 +345,11 @@ local function put(fc)
   queued_n, queued_bytes = queued_n + 1, queued_bytes + fc.bytes
   if fc.deadline < next_deadline then
     next_deadline = fc.deadline
+  end
+  band.last = band.last + 1
+  band.fifo[band.last] = fc
+  if not band.oldest then
+    publish(band)
   end
 end
 
@@ -289,16 +433,17 @@ function M.saturated()
   return ok and sat and true or false -- a failing detector does not hold traffic
 end
 
+-- Whether requests of priority p or above wait, here or in another runtime.
 local function waiting_from(p)
   for _, band in ipairs(order) do
     if band.priority < p then
-      return false
+      break
     end
     if band.n > 0 then
       return true
     end
   end
-  return false
+  return queued_above(p, true)
 end
 
 -- --- a request's way through ----------------------------------------------
@@ -329,19 +474,20 @@ function M.priority(r)
   return tonumber(v:match("^%s*([-+]?%d+)%s*$")) or 0
 end
 
-local function over(band, bytes)
+-- n requests and their bytes, the new one counted, past band's limits.
+local function over(band, n, bytes)
   local c = band.conf
-  return (c.max_requests > 0 and band.n + 1 > c.max_requests)
-    or (c.max_bytes > 0 and band.bytes + bytes > c.max_bytes)
+  return (c.max_requests > 0 and n > c.max_requests) or (c.max_bytes > 0 and bytes > c.max_bytes)
 end
 
-local function over_all(bytes)
-  return (conf.max_requests > 0 and queued_n + 1 > conf.max_requests)
-    or (conf.max_bytes > 0 and queued_bytes + bytes > conf.max_bytes)
+local function over_all(n, bytes)
+  return (conf.max_requests > 0 and n > conf.max_requests)
+    or (conf.max_bytes > 0 and bytes > conf.max_bytes)
 end
 
 -- Room for a request of priority p when the whole queue is full: the newest
--- sheddable request (priority < 0) of the lowest band below p leaves.
+-- sheddable request (priority < 0) of the lowest band below p leaves.  Only
+-- this runtime's requests can be shed: one queued in another worker is not.
 local function shed_for(p)
   for i = #order, 1, -1 do
     local band = order[i]
@@ -388,20 +534,25 @@ function M.arrive(r)
   end
   local band = band_of(p)
   fc.band = band
-  local full = over(band, fc.bytes)
-  while not full and over_all(fc.bytes) do
-    if not shed_for(p) then
+  -- counted first, checked after: two workers cannot both take the last place
+  local bn, bb, tn, tb = count(band, fc.bytes, 1)
+  local full = over(band, bn, bb)
+  while not full and over_all(tn, tb) do
+    if shed_for(p) then
+      tn, tb = all_queued(), dict():get("bytes") or 0
+    else
       full = true
     end
   end
   if full then
+    count(band, fc.bytes, -1)
     band.full = band.full + 1
     r.fc = nil
     local c = band.conf
     return status_of(fc), ("the flow-control queue is full for priority %d (band: %d requests,"
       .. " %d bytes, limits %s/%s; all bands: %d requests, %d bytes, limits %s/%s); retry later")
-      :format(p, band.n, band.bytes, c.max_requests > 0 and c.max_requests or "none",
-      c.max_bytes > 0 and c.max_bytes or "none", queued_n, queued_bytes,
+      :format(p, bn - 1, bb - fc.bytes, c.max_requests > 0 and c.max_requests or "none",
+      c.max_bytes > 0 and c.max_bytes or "none", tn - 1, tb - fc.bytes,
       conf.max_requests > 0 and conf.max_requests or "none",
       conf.max_bytes > 0 and conf.max_bytes or "none"), QUEUE_FULL
   end
@@ -472,6 +623,10 @@ function ops.next(sweep)
       band = b
       break
     end
+  end
+  -- another worker holds a higher band, or this band's oldest request: it goes first
+  if queued_above(band.priority) or older_elsewhere(band) then
+    return nil
   end
   local ok, f = policy(band.conf.fairness, "pick_flow", band, band.list)
   if not (ok and type(f) == "table" and f.band == band and f.len and f.len > 0) then
@@ -577,7 +732,7 @@ function M.state()
     inflight[ep.name] = ep.in_flight > 0 and ep.in_flight or nil
   end
   return { queued = queued_n, bytes = queued_bytes, inflight = inflight, bands = #order,
-    ready = ready_tail - ready_head + 1 }
+    ready = ready_tail - ready_head + 1, process = all_queued() }
 end
 
 return M

@@ -516,3 +516,113 @@ describe("flow control", function()
     assert.equal(0, #got)
   end)
 end)
+
+-- Two runtimes made with one lupin_shared, as two workers of lupin serve
+-- (docs/workers.md): each queues its own requests; limits, band precedence
+-- and which runtime sends next are the process's.
+describe("flow control across runtimes sharing their state", function()
+  local function pair(fc, extra)
+    local shared = require("lupin_native").shared()
+    local rt1, got1 = setup_rt(fc, extra, shared)
+    local rt2, got2 = setup_rt(fc, extra, shared)
+    return rt1, got1, rt2, got2
+  end
+
+  it("counts a band's and the whole queue's limits over every runtime", function()
+    local rt1, _, rt2 = pair({ maxRequests = 2, defaultPriorityBand = { maxRequests = 1 } },
+      { objectives = { { name = "gold", priority = 5 } } })
+    local first = begin(rt1, "first")
+    assert.equal(200, first:schedule().status)
+    local a = begin(rt1, "a")
+    assert.equal(0, a:schedule().status)
+    assert.equal(1, rt2:flow_elsewhere())
+    assert.equal(0, rt1:flow_elsewhere())
+    local b = begin(rt2, "b")
+    local res = b:schedule()
+    assert.equal(503, res.status)
+    assert.equal("queue_full", res.outcome)
+    assert.matches("queue is full for priority 0 (band: 1 requests", res.message, 1, true)
+    -- another band has room, the whole queue one place: taken on rt2, full on rt1
+    local g1 = begin(rt2, "g1", { ["x-gateway-inference-objective"] = "gold" })
+    assert.equal(0, g1:schedule().status)
+    local g2 = begin(rt1, "g2", { ["x-gateway-inference-objective"] = "gold" })
+    res = g2:schedule()
+    assert.equal("queue_full", res.outcome)
+    assert.matches("all bands: 2 requests", res.message, 1, true)
+    -- a place freed in one runtime is free in the other
+    a:finish("cancelled")
+    local c = begin(rt2, "c")
+    assert.equal(0, c:schedule().status)
+    for _, r in ipairs({ first, b, g1, g2, c }) do
+      r:finish("ok")
+    end
+    assert.equal(0, rt1:flow_elsewhere())
+    assert.equal(0, rt2:flow_elsewhere())
+    assert.same({ 5, 1 }, { rt1:flows()[1].priority, rt1:flows()[1].full }) -- g2
+    assert.same({ 0, 1 }, { rt2:flows()[2].priority, rt2:flows()[2].full }) -- b
+    rt1:free()
+    rt2:free()
+  end)
+
+  it("sends no band while a higher one waits in another runtime", function()
+    local rt1, got1, rt2, got2 = pair({}, { objectives = { { name = "gold", priority = 5 } } })
+    local first = begin(rt1, "first")
+    assert.equal(200, first:schedule().status)
+    local plain = begin(rt1, "plain")
+    assert.equal(0, plain:schedule().status)
+    local gold = begin(rt2, "gold", { ["x-gateway-inference-objective"] = "gold" })
+    assert.equal(0, gold:schedule().status)
+    first:finish("ok")
+    assert.equal("", ids(got1)) -- gold waits on rt2: plain stays
+    assert.equal(1, rt1:flow_elsewhere())
+    rt2:tick() -- what lupin serve posts to the other workers when a request ends
+    assert.equal("gold", ids(got2))
+    gold:finish("ok")
+    rt1:tick()
+    assert.equal("plain", ids(got1))
+    plain:finish("ok")
+    rt1:free()
+    rt2:free()
+  end)
+
+  it("lets the runtime holding the band's oldest request send next", function()
+    local rt1, got1, rt2, got2 = pair()
+    local first = begin(rt1, "first")
+    assert.equal(200, first:schedule().status)
+    local a = begin(rt2, "a")
+    assert.equal(0, a:schedule().status)
+    local b = begin(rt1, "b")
+    assert.equal(0, b:schedule().status)
+    local c = begin(rt2, "c")
+    assert.equal(0, c:schedule().status)
+    first:finish("ok")
+    assert.equal("", ids(got1)) -- a, on rt2, came first
+    rt2:tick()
+    assert.equal("a", ids(got2))
+    a:finish("ok") -- rt2 frees the place; b, on rt1, is the oldest now
+    assert.equal("a", ids(got2))
+    rt1:tick()
+    assert.equal("b", ids(got1))
+    b:finish("ok")
+    rt2:tick()
+    assert.equal("a c", ids(got2))
+    c:finish("ok")
+    rt1:free()
+    rt2:free()
+  end)
+
+  it("leaves no count behind when a runtime is freed with requests queued", function()
+    local rt1, _, rt2 = pair()
+    local first = begin(rt1, "first")
+    first:schedule()
+    local a = begin(rt1, "a")
+    assert.equal(0, a:schedule().status)
+    assert.equal(1, rt2:flow_elsewhere())
+    rt1:free()
+    assert.equal(0, rt2:flow_elsewhere())
+    local b = begin(rt2, "b")
+    assert.equal(200, b:schedule().status) -- nothing waits ahead of it, the endpoint is free
+    b:finish("ok")
+    rt2:free()
+  end)
+end)
