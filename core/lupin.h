@@ -208,12 +208,18 @@ void lupin_runtime_collect(lupin_runtime *rt);
 
 /* --- what a host builds on ----------------------------------------------- */
 
-/* A setting of a host's config section: an integer within [min, max]. */
+/* A setting of a host's config section: an integer within [min, max], or
+ * (text set) a string. */
 typedef struct lupin_setting {
   const char *name;
   double def; /* when the config leaves it out */
   double min;
   double max; /* below min: no upper bound */
+  /* a string setting: its default (def, min and max unused); read it with
+   * lupin_runtime_section_text (lupin_runtime_section gives 0 for it) */
+  const char *text;
+  const char *pattern; /* a Lua pattern the string must match; NULL: any */
+  const char *what;    /* what the pattern asks, for the error ("HOST:PORT") */
 } lupin_setting;
 
 /* Declares a top-level config section the host reads (lupin serve's
@@ -228,6 +234,11 @@ int lupin_runtime_declare_section(lupin_runtime *rt, const char *section,
  * order, defaults for what the config leaves out.  -1: no generation, or the
  * section was not declared when it was loaded. */
 int lupin_runtime_section(lupin_runtime *rt, const char *section, double *values, size_t n);
+/* A string setting's value in the current generation (its default when the
+ * config leaves it out), copied into out.  -1: no generation, no such
+ * string setting, or longer than len - 1. */
+int lupin_runtime_section_text(lupin_runtime *rt, const char *section, const char *name,
+                               char *out, size_t len);
 
 /* The plugin directories the current generation was loaded from (home's,
  * the options', the config's pluginDirs): what a host watches for changes

@@ -12,7 +12,8 @@ typedef struct setting {
 
 #define MIB (1024.0 * 1024)
 #define NONE (-1) /* no upper bound */
-#define SETTING(field, name, def, min, max) {{name, def, min, max}, offsetof(gw_settings, field)}
+#define SETTING(field, nm, d, lo, hi) \
+  {{.name = nm, .def = d, .min = lo, .max = hi}, offsetof(gw_settings, field)}
 
 static const setting settings[] = {
     SETTING(max_body_bytes, "maxBodyBytes", 16 * MIB, 1, NONE),

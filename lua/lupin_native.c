@@ -267,9 +267,17 @@ static int l_declare_section(lua_State *L) {
     lua_getfield(L, t, "default");
     lua_getfield(L, t, "min");
     lua_getfield(L, t, "max");
-    s[n] = (lupin_setting){lua_tostring(L, t + 1), lua_tonumber(L, t + 2), lua_tonumber(L, t + 3),
-                           lua_isnil(L, t + 4) ? -1 - lua_tonumber(L, t + 3) : lua_tonumber(L, t + 4)};
-    lua_pop(L, 4); /* the setting table stays: it anchors the name */
+    lua_getfield(L, t, "text");
+    lua_getfield(L, t, "pattern");
+    lua_getfield(L, t, "what");
+    s[n] = (lupin_setting){lua_tostring(L, t + 1),
+                           lua_tonumber(L, t + 2),
+                           lua_tonumber(L, t + 3),
+                           lua_isnil(L, t + 4) ? -1 - lua_tonumber(L, t + 3) : lua_tonumber(L, t + 4),
+                           lua_tostring(L, t + 5),
+                           lua_tostring(L, t + 6),
+                           lua_tostring(L, t + 7)};
+    lua_pop(L, 7); /* the setting table stays: it anchors the strings */
   }
   char err[1024];
   int rc = lupin_runtime_declare_section(b->rt, name, s, n, err, sizeof err);
@@ -338,6 +346,17 @@ static int l_section(lua_State *L) {
     lua_pushnumber(L, v[i]);
     lua_rawseti(L, -2, (int)i + 1);
   }
+  return 1;
+}
+
+/* rt:section_text(section, name): a string setting's value */
+static int l_section_text(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  char v[4096];
+  if (lupin_runtime_section_text(b->rt, luaL_checkstring(L, 2), luaL_checkstring(L, 3), v,
+                                 sizeof v))
+    return fail(L, "no such string setting");
+  lua_pushstring(L, v);
   return 1;
 }
 
@@ -874,6 +893,7 @@ static const luaL_Reg rt_methods[] = {
     {"load_string", l_load_string},
     {"declare_section", l_declare_section},
     {"section", l_section},
+    {"section_text", l_section_text},
     {"metric_source", l_metric_source},
     {"read_endpoints", l_read_endpoints},
     {"dry_run", l_dry_run},
