@@ -14,7 +14,8 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 # installing it starts no server where there is no init (a container, a chroot).
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
             lua-busted lua-check lua-yaml libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
-            python3 procps libutf8proc-dev clang libclang-rt-dev prometheus
+            python3 procps libutf8proc-dev clang libclang-rt-dev prometheus \
+            redis-server libhiredis-dev
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox libsimdjson-dev
 
@@ -26,7 +27,7 @@ CORE_HDR  = core/lupin.h core/internal.h
 GW_SRC    = $(wildcard gateway/*.c)
 GW_HDR    = gateway/gateway.h $(CORE_HDR)
 GW_OBJ    = $(GW_SRC:gateway/%.c=$(B)/gw/%.o)
-GW_LIBS   = $(shell pkg-config --libs jansson 2>/dev/null)
+GW_LIBS   = $(shell pkg-config --libs jansson hiredis 2>/dev/null)
 
 B ?= build
 # one version, core/lupin.h's: lupin --version, lupin-sim --version, lupin.pc
