@@ -270,6 +270,10 @@ bench-prefix: $(B)/bench-prefix
 $(B)/bench-routing-client: bench/routing/client.c
 	$(CC) $(XCFLAGS) -o $@ $< $(shell pkg-config --libs libuv 2>/dev/null) -lhttp_parser -lm
 
+# replicas sharing prefix indexes through Redis (docs/replicas.md)
+bench-replicas: all $(B)/bench-routing-client
+	B=$(B) bench/replicas/run.sh
+
 bench-routing: bench-deps all $(B)/bench-routing-client
 	B=$(B) bash bench/routing/run.sh
 
@@ -304,7 +308,7 @@ clean:
 	rm -rf build build-asan build-tsan build-fuzz
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-soak-gateway | bench-routing | bench-reload | bench-flow | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-soak-gateway | bench-routing | bench-replicas | bench-reload | bench-flow | install PREFIX=... | clean"
 
 .PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan test-tsan test-fresh lint fuzz fuzz-replay bench bench-core bench-prefix \
-        bench-soak bench-gateway bench-workers bench-openresty bench-soak-gateway bench-routing bench-reload bench-flow install clean help
+        bench-soak bench-gateway bench-workers bench-openresty bench-soak-gateway bench-routing bench-replicas bench-reload bench-flow install clean help
