@@ -305,6 +305,13 @@ static void connect_now(gw_replicas *r) {
 
 /* --- publishing ------------------------------------------------------------------ */
 
+/* Records lost on the leader's side: the count is the hook's too. */
+static void add_dropped(gw_replicas *r, uint64_t n) {
+  pthread_mutex_lock(&r->lock);
+  r->dropped += n;
+  pthread_mutex_unlock(&r->lock);
+}
+
 static void on_xadd(redisAsyncContext *ac, void *reply, void *priv) {
   (void)priv;
   gw_replicas *r = ac->data;
@@ -314,7 +321,7 @@ static void on_xadd(redisAsyncContext *ac, void *reply, void *priv) {
     r->published += r->sending_records;
     r->batches++;
   } else { /* the connection went (its records are lost) or Redis refused */
-    r->dropped += r->sending_records;
+    add_dropped(r, r->sending_records);
     if (rep) warn_down(r, rep->str);
   }
   r->sending_records = 0;
@@ -344,7 +351,7 @@ static void publish(gw_replicas *r) {
     r->xadd_out = 1;
     r->since = lupin_now();
   } else {
-    r->dropped += r->sending_records;
+    add_dropped(r, r->sending_records);
     r->sending_records = 0;
   }
 }
