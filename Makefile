@@ -14,19 +14,20 @@ SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 # installing it starts no server where there is no init (a container, a chroot).
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
             lua-busted lua-check lua-yaml libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
-            python3 procps libutf8proc-dev clang libclang-rt-dev prometheus
+            python3 procps libutf8proc-dev clang libclang-rt-dev prometheus \
+            redis-server libhiredis-dev
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox libsimdjson-dev
 
 CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/endpoint.c core/flow.c core/generation.c core/host.c \
-            core/prefix_index.c core/prefix_shared.c core/request.c core/runtime.c core/shared.c \
+            core/prefix_index.c core/prefix_shared.c core/prefix_sync.c core/request.c core/runtime.c core/shared.c \
             core/shared_dict.c
 CORE_HDR  = core/lupin.h core/internal.h
 # the gateway host `lupin serve` (DESIGN.md §9)
 GW_SRC    = $(wildcard gateway/*.c)
 GW_HDR    = gateway/gateway.h $(CORE_HDR)
 GW_OBJ    = $(GW_SRC:gateway/%.c=$(B)/gw/%.o)
-GW_LIBS   = $(shell pkg-config --libs jansson 2>/dev/null)
+GW_LIBS   = $(shell pkg-config --libs jansson hiredis 2>/dev/null)
 
 B ?= build
 # one version, core/lupin.h's: lupin --version, lupin-sim --version, lupin.pc
@@ -269,6 +270,10 @@ bench-prefix: $(B)/bench-prefix
 $(B)/bench-routing-client: bench/routing/client.c
 	$(CC) $(XCFLAGS) -o $@ $< $(shell pkg-config --libs libuv 2>/dev/null) -lhttp_parser -lm
 
+# replicas sharing prefix indexes through Redis (docs/replicas.md)
+bench-replicas: all $(B)/bench-routing-client
+	B=$(B) bench/replicas/run.sh
+
 bench-routing: bench-deps all $(B)/bench-routing-client
 	B=$(B) bash bench/routing/run.sh
 
@@ -303,7 +308,7 @@ clean:
 	rm -rf build build-asan build-tsan build-fuzz
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-soak-gateway | bench-routing | bench-reload | bench-flow | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-soak-gateway | bench-routing | bench-replicas | bench-reload | bench-flow | install PREFIX=... | clean"
 
 .PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan test-tsan test-fresh lint fuzz fuzz-replay bench bench-core bench-prefix \
-        bench-soak bench-gateway bench-workers bench-openresty bench-soak-gateway bench-routing bench-reload bench-flow install clean help
+        bench-soak bench-gateway bench-workers bench-openresty bench-soak-gateway bench-routing bench-replicas bench-reload bench-flow install clean help

@@ -36,6 +36,12 @@ int lupin_runtime_declare_section(lupin_runtime *rt, const char *section,
     lua_setfield(L, -2, "default");
     lua_pushnumber(L, settings[i].min);
     lua_setfield(L, -2, "min");
+    lua_pushstring(L, settings[i].text); /* NULL pushes nil: an integer */
+    lua_setfield(L, -2, "text");
+    lua_pushstring(L, settings[i].pattern);
+    lua_setfield(L, -2, "pattern");
+    lua_pushstring(L, settings[i].what);
+    lua_setfield(L, -2, "what");
     if (settings[i].max >= settings[i].min) {
       lua_pushnumber(L, settings[i].max);
       lua_setfield(L, -2, "max");
@@ -62,6 +68,26 @@ int lupin_runtime_section(lupin_runtime *rt, const char *section, double *values
       lua_pop(L, 1);
     }
     rc = 0;
+  }
+  lua_settop(L, base);
+  return rc;
+}
+
+int lupin_runtime_section_text(lupin_runtime *rt, const char *section, const char *name,
+                               char *out, size_t len) {
+  lua_State *L = rt->L;
+  int base = lua_gettop(L);
+  push_op(rt, "section_text");
+  lua_pushstring(L, section);
+  lua_pushstring(L, name);
+  int rc = -1;
+  size_t n;
+  if (!lupin__call(rt, 3, 1, NULL, 0) && lua_type(L, base + 1) == LUA_TSTRING) {
+    const char *v = lua_tolstring(L, base + 1, &n);
+    if (n < len) {
+      memcpy(out, v, n + 1);
+      rc = 0;
+    }
   }
   lua_settop(L, base);
   return rc;

@@ -163,12 +163,27 @@ typedef struct lupin_shared_store {
   lupin_dict *dicts;
   /* requests waiting in flow control, every runtime's (flow.c): __atomic */
   int64_t flow_queued;
+  /* the host's hook on records (prefix_sync.c): set before other threads
+   * run, read without the lock */
+  lupin_prefix_record_fn on_record;
+  void *on_record_ud;
 } lupin_shared_store;
 
 lupin_shared_store *lupin__shared_store(lupin_shared *s);
 void lupin__prefix_shared_free_all(lupin_shared_store *st);
 void lupin__prefix_shared_purge_all(lupin_shared_store *st, uint32_t id);
 void lupin__dict_free_all(lupin_shared_store *st);
+
+/* --- prefix records across processes (prefix_sync.c) --- */
+/* Records into the index of key for endpoint id, under the store's lock,
+ * calling no hook.  1: recorded; 0: no index has that key; -1: no memory. */
+int lupin__prefix_shared_record(lupin_shared_store *st, const char *key, uint32_t id,
+                                const uint64_t *hashes, size_t n);
+/* The id of the newest endpoint named name in s's registry; 0: none. */
+uint32_t lupin__shared_endpoint_named(lupin_shared *s, const char *name);
+/* A keyed index recorded hashes for ep: tells the host's hook, if any. */
+void lupin__prefix_sync_recorded(lupin_shared_store *st, const char *key,
+                                 const lupin_endpoint *ep, const uint64_t *hashes, size_t n);
 
 /* One runtime's handle on a keyed index (used by one thread at a time). */
 lupin_prefix_view *lupin_prefix_open(lupin_runtime *rt, const char *key, uint32_t capacity);

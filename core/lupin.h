@@ -92,6 +92,31 @@ lupin_shared *lupin_shared_new(char *err, size_t errlen);
 /* Frees it; every runtime made with it must have been freed first. */
 void lupin_shared_free(lupin_shared *s);
 
+/* --- prefix records across processes (docs/replicas.md) -------------------
+ *
+ * Replicas of a host (several processes, each with its own lupin_shared)
+ * share what their keyed prefix indexes learn: a host hears every record
+ * and applies the records other processes heard to its own indexes.
+ * Endpoints are named by their name (ids differ between processes). */
+
+/* Called after a keyed prefix index (lupin.prefix.index(capacity, key))
+ * recorded a prompt's block hashes for an endpoint, on the thread that
+ * recorded, with no lock of the lupin_shared held.  The pointers are valid
+ * during the call only: copy what you keep.  It must not call back into
+ * the lupin_shared's indexes. */
+typedef void (*lupin_prefix_record_fn)(void *ud, const char *key, const char *endpoint,
+                                       const uint64_t *hashes, size_t n);
+/* Sets the hook (fn NULL: none).  Set it before other threads use s, and
+ * clear it only once they stopped: it is read without a lock. */
+void lupin_shared_on_prefix_record(lupin_shared *s, lupin_prefix_record_fn fn, void *ud);
+/* Records hashes[0..n) for the endpoint named `endpoint` in the keyed index
+ * of `key`, as if a runtime of s had, without calling the hook (no echo).
+ * Thread-safe.  1: applied; 0: ignored (no index has that key now, or no
+ * runtime of s has an endpoint of that name); -1: bad arguments or out of
+ * memory. */
+int lupin_shared_prefix_apply(lupin_shared *s, const char *key, const char *endpoint,
+                              const uint64_t *hashes, size_t n);
+
 /* Creates a runtime.  opts may be NULL for the defaults. */
 lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t errlen);
 /* Loads a config file (JSON, EndpointPickerConfig shape) as a new generation.
@@ -183,12 +208,18 @@ void lupin_runtime_collect(lupin_runtime *rt);
 
 /* --- what a host builds on ----------------------------------------------- */
 
-/* A setting of a host's config section: an integer within [min, max]. */
+/* A setting of a host's config section: an integer within [min, max], or
+ * (text set) a string. */
 typedef struct lupin_setting {
   const char *name;
   double def; /* when the config leaves it out */
   double min;
   double max; /* below min: no upper bound */
+  /* a string setting: its default (def, min and max unused); read it with
+   * lupin_runtime_section_text (lupin_runtime_section gives 0 for it) */
+  const char *text;
+  const char *pattern; /* a Lua pattern the string must match; NULL: any */
+  const char *what;    /* what the pattern asks, for the error ("HOST:PORT") */
 } lupin_setting;
 
 /* Declares a top-level config section the host reads (lupin serve's
@@ -203,6 +234,11 @@ int lupin_runtime_declare_section(lupin_runtime *rt, const char *section,
  * order, defaults for what the config leaves out.  -1: no generation, or the
  * section was not declared when it was loaded. */
 int lupin_runtime_section(lupin_runtime *rt, const char *section, double *values, size_t n);
+/* A string setting's value in the current generation (its default when the
+ * config leaves it out), copied into out.  -1: no generation, no such
+ * string setting, or longer than len - 1. */
+int lupin_runtime_section_text(lupin_runtime *rt, const char *section, const char *name,
+                               char *out, size_t len);
 
 /* The plugin directories the current generation was loaded from (home's,
  * the options', the config's pluginDirs): what a host watches for changes

@@ -212,11 +212,13 @@ static int group_by_shard(lupin_prefix_view *v, const uint64_t *hashes, size_t n
 /* Whether the runtime's pool holds endpoint id (as prefix_index.c's in_pool:
  * a request may end on an endpoint removed since, whose entries nothing
  * would purge). */
-static int in_pool(const lupin_runtime *rt, uint32_t id) {
+static const lupin_endpoint *pool_endpoint(const lupin_runtime *rt, uint32_t id) {
   for (size_t i = 0; i < rt->n_endpoints; i++)
-    if (rt->endpoints[i]->id == id) return 1;
-  return 0;
+    if (rt->endpoints[i]->id == id) return rt->endpoints[i];
+  return NULL;
 }
+
+static int in_pool(const lupin_runtime *rt, uint32_t id) { return pool_endpoint(rt, id) != NULL; }
 
 /* --- the view's calls ------------------------------------------------------- */
 
@@ -243,10 +245,8 @@ static int record_in(lupin_prefix_view *v, unsigned i, uint32_t id, const uint64
   return rc;
 }
 
-int lupin_prefix_view_record(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n,
-                             uint32_t capacity) {
-  if (!v || (n && !hashes)) return -1;
-  if (n == 0 || !in_pool(v->rt, id)) return 0;
+static int record_sharded(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n,
+                          uint32_t capacity) {
   if (v->ix->n_shards == 1) return record_in(v, 0, id, hashes, n, capacity);
   size_t off[MAX_SHARDS + 1];
   if (group_by_shard(v, hashes, n, off)) return -1;
@@ -256,6 +256,36 @@ int lupin_prefix_view_record(lupin_prefix_view *v, uint32_t id, const uint64_t *
     if (k && record_in(v, s, id, v->group, k, capacity)) return -1;
   }
   return 0;
+}
+
+int lupin_prefix_view_record(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n,
+                             uint32_t capacity) {
+  if (!v || (n && !hashes)) return -1;
+  const lupin_endpoint *ep = n ? pool_endpoint(v->rt, id) : NULL;
+  if (!ep) return 0;
+  if (record_sharded(v, id, hashes, n, capacity)) return -1;
+  lupin__prefix_sync_recorded(lupin__shared_store(v->rt->shared), v->ix->key, ep, hashes, n);
+  return 0;
+}
+
+/* A remote record (prefix_sync.c): through a view of no runtime, so with
+ * its own scratch; the store's lock keeps the index alive meanwhile. */
+int lupin__prefix_shared_record(lupin_shared_store *st, const char *key, uint32_t id,
+                                const uint64_t *hashes, size_t n) {
+  pthread_mutex_lock(&st->lock);
+  lupin_prefix_shared *ix = st->prefix;
+  while (ix && strcmp(ix->key, key) != 0) ix = ix->next;
+  int rc = 0;
+  if (ix) {
+    lupin_prefix_view v = {.ix = ix};
+    rc = record_sharded(&v, id, hashes, n, 0) ? -1 : 1;
+    free(v.order);
+    free(v.start);
+    free(v.len);
+    free(v.group);
+  }
+  pthread_mutex_unlock(&st->lock);
+  return rc;
 }
 
 /* The found-index + 1 of endpoint id in the match being counted, adding it

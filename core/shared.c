@@ -151,6 +151,17 @@ void lupin__shared_endpoint_unref(lupin_shared *s, lupin_endpoint_slot *e) {
 
 uint32_t lupin__shared_endpoint_id(const lupin_endpoint_slot *e) { return e->id; }
 
+/* A scan of every slot: only remote records ask, off the request path. */
+uint32_t lupin__shared_endpoint_named(lupin_shared *s, const char *name) {
+  uint32_t id = 0;
+  pthread_mutex_lock(&s->lock);
+  for (size_t i = 0; i < s->n_buckets; i++)
+    for (lupin_endpoint_slot *e = s->buckets[i]; e; e = e->next)
+      if (e->id > id && strcmp(e->name, name) == 0) id = e->id;
+  pthread_mutex_unlock(&s->lock);
+  return id;
+}
+
 lupin_counters *lupin__shared_endpoint_counters(lupin_endpoint_slot *e) { return &e->counters; }
 
 size_t lupin__shared_endpoints(lupin_shared *s) {

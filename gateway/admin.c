@@ -271,6 +271,7 @@ static void metrics_of(lupin_gateway *gw, void *texts) {
   metrics_objectives(gw, &e);
   metrics_pool(gw, &e);
   gw_flow_metrics(gw, &e);
+  gw_replicas_metrics(gw, &e);
 }
 
 static void metrics(lupin_gateway *gw, gw_conn *c) {
@@ -541,6 +542,7 @@ static const admin_route routes[] = {
     {HTTP_GET, "/admin/requests", 0, requests, NULL},
     {HTTP_GET, "/admin/generations", 0, generations, NULL},
     {HTTP_GET, "/admin/flows", 0, gw_flow_admin, NULL},
+    {HTTP_GET, "/admin/replicas", 0, gw_replicas_admin, NULL},
     {HTTP_POST, "/admin/reload", 0, reload, NULL},
     {HTTP_POST, "/admin/leaks", 0, leaks, NULL},
     {-1, "/admin/explain", 1, NULL, explain},

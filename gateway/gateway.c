@@ -285,6 +285,7 @@ static void shutdown_all(lupin_gateway *gw) {
   close_handle(gw->watch);
   close_handle(gw->rewatch);
   gw_watch_stop(gw);
+  gw_replicas_stop(gw);
   gw->sigterm = gw->sigint = gw->sighup = NULL;
   gw->drain_timer = gw->rewatch = NULL;
   gw->watch = NULL;
@@ -443,7 +444,9 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
     return -2;
   }
   /* what the config decides fails with -1 (exit 1), the rest with -2 */
-  if (check_admin_address(gw, err, errlen) || open_worker(gw, err, errlen)) return -1;
+  if (check_admin_address(gw, err, errlen) || open_worker(gw, err, errlen) ||
+      gw_replicas_start(gw, err, errlen))
+    return -1;
   size_t workers;
   gw_workers_wanted(gw, &workers);
   if (gw->opts.endpoints_file && watch_file(gw, err, errlen)) return -1;
@@ -506,6 +509,7 @@ int gw_run(lupin_gateway *gw) {
   if (gw->worker == 0) { /* the followers go before what they share */
     int worst = gw_workers_join(gw);
     if (worst > gw->exit_code) gw->exit_code = worst;
+    gw_replicas_free(gw); /* its hook goes before what it hooks */
     lupin_shared_free(gw->shared);
   }
   gw_explain_free(gw);

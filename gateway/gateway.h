@@ -332,6 +332,9 @@ typedef enum gw_family_id {
   /* flow control (flow.c), the EPP's names where it has them */
   GW_M_FC_QUEUE_SIZE, GW_M_FC_QUEUE_BYTES, GW_M_FC_QUEUE_DURATION, GW_M_FC_SATURATION,
   GW_M_FC_REQUESTS,
+  /* replicas sharing prefix records through Redis (replicas.c) */
+  GW_M_REPLICA_CONNECTED, GW_M_REPLICA_PUBLISHED, GW_M_REPLICA_APPLIED, GW_M_REPLICA_IGNORED,
+  GW_M_REPLICA_DROPPED, GW_M_REPLICA_BAD, GW_M_REPLICA_PENDING, GW_M_REPLICA_LAG,
   GW_FAMILIES
 } gw_family_id;
 // clang-format on
@@ -503,6 +506,7 @@ typedef struct gw_options {
   const char *resolve[16];    /* --resolve NAME=ADDR[,ADDR...] */
   int n_resolve;
   const char *workers;        /* --workers N|auto: overrides gateway.workers */
+  const char *redis;          /* --redis HOST:PORT: replicas on, at that address */
 } gw_options;
 
 /* Reloads and their outcome, for /metrics. */
@@ -576,6 +580,7 @@ struct lupin_gateway {
   gw_workers *workers;
   gw_inbox *inbox;
   lupin_shared *shared; /* given to the runtime */
+  struct gw_replicas *replicas; /* replicas.c: the leader's, NULL when off */
 };
 
 int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen);
@@ -703,6 +708,23 @@ int gw_open_follower(lupin_gateway *gw, const lupin_gateway *leader, char *err, 
  * and the gauges the workers hold each their own share of are summed, the
  * rest are the leader's. */
 void gw_metrics_merge(gw_buf *out, const gw_buf *texts, size_t n);
+
+/* --- replicas sharing prefix records through Redis (replicas.c) ---------- */
+
+typedef struct gw_replicas gw_replicas;
+/* Declares the config's "replicas" section (with the gateway's). */
+int gw_replicas_declare(lupin_runtime *rt, char *err, size_t errlen);
+/* The leader, before the followers start: reads the section (--redis
+ * overrides its address and turns it on) and, when on, hooks the prefix
+ * records and starts the sync on the leader's loop.  -1 with err. */
+int gw_replicas_start(lupin_gateway *gw, char *err, size_t errlen);
+/* Closes the connection and the timer (shutdown); free once every worker
+ * has stopped. */
+void gw_replicas_stop(lupin_gateway *gw);
+void gw_replicas_free(lupin_gateway *gw);
+void gw_replicas_metrics(lupin_gateway *gw, gw_expo *e);
+/* GET /admin/replicas */
+void gw_replicas_admin(lupin_gateway *gw, gw_conn *c);
 
 /* `lupin test` (gateway/test.c): runs busted on plugin specs. */
 extern const char gw_test_usage[];

@@ -30,7 +30,7 @@ static const char serve_usage[] =
     "                   [--admin-token TOKEN] [--endpoints FILE] [--no-watch]\n"
     "                   [--log-level error|warn|info|debug] [--log-format text|json]\n"
     "                   [--resolve NAME=ADDR[,ADDR...]]... [--max-lua-memory BYTES[k|m|g]]\n"
-    "                   [--admin-insecure] [--workers N|auto]\n"
+    "                   [--admin-insecure] [--workers N|auto] [--redis HOST:PORT]\n"
     "\n"
     "The config is an EndpointPickerConfig (JSON or YAML) with two lupin extensions:\n"
     "\"endpoints\" (a list of {name, address, port, labels}) and \"gateway\" (limits,\n"
@@ -48,6 +48,8 @@ static const char serve_usage[] =
     "--workers runs N event loops, each a thread with its own runtime, sharing the\n"
     "endpoints, their in-flight counts and the prefix indexes (auto: one per core;\n"
     "overrides gateway.workers; docs/workers.md).\n"
+    "--redis shares the prefix indexes with other replicas through Redis at HOST:PORT\n"
+    "(turns the replicas section on and overrides its address; docs/replicas.md).\n"
     "An admin address off loopback needs --admin-token, or --admin-insecure to serve it\n"
     "open anyway.\n";
 
@@ -110,6 +112,7 @@ static int parse_args(int argc, char **argv, gw_options *o, const char **format)
                        : !strcmp(a, "--endpoints")      ? &o->endpoints_file
                        : !strcmp(a, "--max-lua-memory") ? &o->max_lua_memory
                        : !strcmp(a, "--workers")        ? &o->workers
+                       : !strcmp(a, "--redis")          ? &o->redis
                                                         : NULL;
     if (!strcmp(a, "--no-watch")) {
       o->no_watch = 1;

@@ -298,6 +298,30 @@ const gw_family gw_families[GW_FAMILIES] = {
                           "how they left it (dispatched, queue_ttl, queue_full, shed, "
                           "cancelled).",
                           {"priority", "outcome"}},
+    [GW_M_REPLICA_CONNECTED] = {"lupin_replica_sync_connected", GW_GAUGE,
+                                "1 while this replica's connection to Redis is up.", {NULL}},
+    [GW_M_REPLICA_PUBLISHED] = {"lupin_replica_sync_published_total", GW_COUNTER,
+                                "Prefix records this replica published to the stream.", {NULL}},
+    [GW_M_REPLICA_APPLIED] = {"lupin_replica_sync_applied_total", GW_COUNTER,
+                              "Other replicas' prefix records applied to the local index.",
+                              {NULL}},
+    [GW_M_REPLICA_IGNORED] = {"lupin_replica_sync_ignored_total", GW_COUNTER,
+                              "Other replicas' prefix records for an endpoint or index this "
+                              "replica does not have.",
+                              {NULL}},
+    [GW_M_REPLICA_DROPPED] = {"lupin_replica_sync_dropped_total", GW_COUNTER,
+                              "Prefix records never published: the oldest dropped past "
+                              "maxPendingBytes, or lost with a connection.",
+                              {NULL}},
+    [GW_M_REPLICA_BAD] = {"lupin_replica_sync_bad_total", GW_COUNTER,
+                          "Stream entries skipped: another format version or not a batch.",
+                          {NULL}},
+    [GW_M_REPLICA_PENDING] = {"lupin_replica_sync_pending", GW_GAUGE,
+                              "Prefix records waiting to be published.", {NULL}},
+    [GW_M_REPLICA_LAG] = {"lupin_replica_sync_lag_seconds", GW_GAUGE,
+                          "From a record on another replica to its applying here, for the "
+                          "last record applied.",
+                          {NULL}},
 };
 
 void gw_histogram_observe(gw_histogram *h, gw_family_id id, double v) {

@@ -4,6 +4,7 @@
 
 #include <lauxlib.h>
 #include <stdio.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,12 +18,18 @@
 typedef struct {
   lupin_shared *shared;
   int runtimes, collected;
+  /* records heard by its hook (shared:watch_records()): lines of
+   * "key\tendpoint\thash,hash,...\n", hashes in hex */
+  char *heard;
+  size_t heard_len;
 } shared_box;
 
 static void shared_release(shared_box *sb) {
   if (sb->collected && sb->runtimes == 0 && sb->shared) {
     lupin_shared_free(sb->shared);
     sb->shared = NULL;
+    free(sb->heard);
+    sb->heard = NULL;
   }
 }
 
@@ -115,6 +122,54 @@ static int l_shared_gc(lua_State *L) {
 static int l_shared_endpoints(lua_State *L) {
   shared_box *b = luaL_checkudata(L, 1, SHARED_MT);
   lua_pushinteger(L, (lua_Integer)lupin__shared_endpoints(b->shared));
+  return 1;
+}
+
+/* The hook of shared:watch_records(): appends the record as a line. */
+static void heard_record(void *ud, const char *key, const char *endpoint, const uint64_t *hashes,
+                         size_t n) {
+  shared_box *b = ud;
+  size_t need = b->heard_len + strlen(key) + strlen(endpoint) + n * 17 + 4;
+  char *p = realloc(b->heard, need);
+  if (!p) return;
+  b->heard = p;
+  b->heard_len += (size_t)sprintf(p + b->heard_len, "%s\t%s\t", key, endpoint);
+  for (size_t i = 0; i < n; i++)
+    b->heard_len += (size_t)sprintf(p + b->heard_len, "%s%" PRIx64, i ? "," : "", hashes[i]);
+  p[b->heard_len++] = '\n';
+}
+
+/* shared:watch_records(on): hooks lupin_shared_on_prefix_record */
+static int l_shared_watch(lua_State *L) {
+  shared_box *b = luaL_checkudata(L, 1, SHARED_MT);
+  lupin_shared_on_prefix_record(b->shared, lua_toboolean(L, 2) ? heard_record : NULL, b);
+  return 0;
+}
+
+/* shared:heard(): the records heard since the last call, as text lines */
+static int l_shared_heard(lua_State *L) {
+  shared_box *b = luaL_checkudata(L, 1, SHARED_MT);
+  lua_pushlstring(L, b->heard ? b->heard : "", b->heard_len);
+  b->heard_len = 0;
+  return 1;
+}
+
+/* shared:prefix_apply(key, endpoint, {"hex", ...}): lupin_shared_prefix_apply */
+static int l_shared_apply(lua_State *L) {
+  shared_box *b = luaL_checkudata(L, 1, SHARED_MT);
+  const char *key = lua_tostring(L, 2), *endpoint = lua_tostring(L, 3);
+  luaL_checktype(L, 4, LUA_TTABLE);
+  size_t n = lua_objlen(L, 4);
+  uint64_t *h = malloc((n ? n : 1) * sizeof *h);
+  if (!h) return luaL_error(L, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    lua_rawgeti(L, 4, (int)i + 1);
+    h[i] = strtoull(lua_tostring(L, -1) ? lua_tostring(L, -1) : "0", NULL, 16);
+    lua_pop(L, 1);
+  }
+  int rc = lupin_shared_prefix_apply(b->shared, key, endpoint, h, n);
+  free(h);
+  lua_pushinteger(L, rc);
   return 1;
 }
 
@@ -212,9 +267,17 @@ static int l_declare_section(lua_State *L) {
     lua_getfield(L, t, "default");
     lua_getfield(L, t, "min");
     lua_getfield(L, t, "max");
-    s[n] = (lupin_setting){lua_tostring(L, t + 1), lua_tonumber(L, t + 2), lua_tonumber(L, t + 3),
-                           lua_isnil(L, t + 4) ? -1 - lua_tonumber(L, t + 3) : lua_tonumber(L, t + 4)};
-    lua_pop(L, 4); /* the setting table stays: it anchors the name */
+    lua_getfield(L, t, "text");
+    lua_getfield(L, t, "pattern");
+    lua_getfield(L, t, "what");
+    s[n] = (lupin_setting){lua_tostring(L, t + 1),
+                           lua_tonumber(L, t + 2),
+                           lua_tonumber(L, t + 3),
+                           lua_isnil(L, t + 4) ? -1 - lua_tonumber(L, t + 3) : lua_tonumber(L, t + 4),
+                           lua_tostring(L, t + 5),
+                           lua_tostring(L, t + 6),
+                           lua_tostring(L, t + 7)};
+    lua_pop(L, 7); /* the setting table stays: it anchors the strings */
   }
   char err[1024];
   int rc = lupin_runtime_declare_section(b->rt, name, s, n, err, sizeof err);
@@ -283,6 +346,17 @@ static int l_section(lua_State *L) {
     lua_pushnumber(L, v[i]);
     lua_rawseti(L, -2, (int)i + 1);
   }
+  return 1;
+}
+
+/* rt:section_text(section, name): a string setting's value */
+static int l_section_text(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  char v[4096];
+  if (lupin_runtime_section_text(b->rt, luaL_checkstring(L, 2), luaL_checkstring(L, 3), v,
+                                 sizeof v))
+    return fail(L, "no such string setting");
+  lua_pushstring(L, v);
   return 1;
 }
 
@@ -824,6 +898,7 @@ static const luaL_Reg rt_methods[] = {
     {"load_string", l_load_string},
     {"declare_section", l_declare_section},
     {"section", l_section},
+    {"section_text", l_section_text},
     {"metric_source", l_metric_source},
     {"read_endpoints", l_read_endpoints},
     {"dry_run", l_dry_run},
@@ -868,6 +943,9 @@ static const luaL_Reg req_methods[] = {
 
 static const luaL_Reg shared_methods[] = {
     {"endpoints", l_shared_endpoints},
+    {"watch_records", l_shared_watch},
+    {"heard", l_shared_heard},
+    {"prefix_apply", l_shared_apply},
     {NULL, NULL},
 };
 

@@ -92,6 +92,11 @@ static int next_arrival; /* index into reqs, in arrival order */
 static int next_closed;  /* closed loop: no request before this index is unsent */
 static uint64_t t0;
 static struct sockaddr_in target;
+/* --target a,b,c: replicas behind a random L4 split (bench/replicas): each
+ * request connects to one drawn from the seed and its index */
+static struct sockaddr_in targets[16];
+static int ntargets;
+static char *target_list;
 
 /* --- deterministic text ------------------------------------------------- */
 static uint64_t splitmix(uint64_t *s) {
@@ -371,7 +376,12 @@ static void send_req(req *r) {
   nsent++;
   inflight++;
   r->t_sent = uv_hrtime();
-  uv_tcp_connect(&r->conn, &r->tcp, (const struct sockaddr *)&target, on_connect);
+  const struct sockaddr_in *to = &target;
+  if (ntargets > 1) {
+    uint64_t k = opt.seed * 0x9E3779B97F4A7C15ULL + (uint64_t)(r - reqs) * 0xD1B54A32D192ED03ULL;
+    to = &targets[splitmix(&k) % (uint64_t)ntargets];
+  }
+  uv_tcp_connect(&r->conn, &r->tcp, (const struct sockaddr *)to, on_connect);
 }
 
 static void on_arrival(uv_timer_t *t) {
@@ -399,7 +409,7 @@ static double pct(const double *v, int n, double p) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: bench-routing-client [--target host:port] [--rate req/s]\n"
+          "usage: bench-routing-client [--target host:port[,host:port...]] [--rate req/s]\n"
           "  [--burst ON_MS,OFF_MS] [--concurrency C] [--groups G] [--questions Q]\n"
           "  [--turns T] [--system-tokens N] [--context-tokens N] [--question-tokens N]\n"
           "  [--answer-tokens N] [--max-tokens N] [--block-size N] [--seed N] [--model M]\n"
@@ -416,7 +426,14 @@ int main(int argc, char **argv) {
     if (!v) usage();
     i++;
     if (!strcmp(a, "--target")) {
-      const char *c = strrchr(v, ':');
+      if (strchr(v, ',')) target_list = strdup(v);
+      const char *c = strchr(v, ',') ? NULL : strrchr(v, ':');
+      if (target_list) {
+        char *first = strdup(v);
+        *strchr(first, ',') = 0;
+        c = strrchr(first, ':');
+        v = first;
+      }
       if (!c || (size_t)(c - v) >= sizeof hostbuf) usage();
       memcpy(hostbuf, v, (size_t)(c - v));
       opt.host = hostbuf;
@@ -460,6 +477,16 @@ int main(int argc, char **argv) {
   if (uv_ip4_addr(opt.host, opt.port, &target)) {
     fprintf(stderr, "bad target %s:%d\n", opt.host, opt.port);
     return 2;
+  }
+  for (char *t = target_list ? strtok(target_list, ",") : NULL; t && ntargets < 16;
+       t = strtok(NULL, ",")) {
+    char *c = strrchr(t, ':');
+    if (!c) usage();
+    *c = 0;
+    if (uv_ip4_addr(t, atoi(c + 1), &targets[ntargets++])) {
+      fprintf(stderr, "bad target %s\n", t);
+      return 2;
+    }
   }
   t0 = uv_hrtime();
   if (opt.concurrency) {

@@ -25,7 +25,8 @@ local METRICS = { waiting_queue_size = "number", running_requests = "number",
 
 --- The top-level sections hosts declared (lupin_runtime_declare_section;
 --- lupin serve's "gateway"): name -> { order = { field names },
---- fields = { name -> { default, min, max } } }.  Every field an integer.
+--- fields = { name -> { default, min, max } } }: integers, or strings
+--- ({ default, text = true, pattern, what }) where the host said so.
 M.sections = {}
 
 --- Declares a host's section; nil and a message when the declaration is wrong.
@@ -41,11 +42,14 @@ function M.declare_section(name, list)
     if type(f.name) ~= "string" or f.name == "" or fields[f.name] then
       return nil, ("section %s: setting %d needs a name of its own"):format(name, i)
     end
-    if f.default < f.min or (f.max and f.default > f.max) then
+    if f.text then -- a string setting
+      fields[f.name] = { default = f.text, text = true, pattern = f.pattern, what = f.what }
+    elseif f.default < f.min or (f.max and f.default > f.max) then
       return nil, ("section %s: %s's default %s is out of its bounds"):format(name, f.name,
         f.default)
+    else
+      fields[f.name] = { default = f.default, min = f.min, max = f.max }
     end
-    fields[f.name] = { default = f.default, min = f.min, max = f.max }
     order[i] = f.name
   end
   M.sections[name] = { fields = fields, order = order }
@@ -313,7 +317,15 @@ local function parse_section(E, root, name, decl)
   end
   for k, v in pairs(g) do
     local f = decl.fields[k]
-    if type(v) ~= "number" or v ~= math.floor(v) or v < f.min then
+    if f.text then
+      if type(v) ~= "string" then
+        return E:at(name .. "." .. k, "%s must be a string, got %s", k, cjson.encode(v) or tostring(v))
+      end
+      if f.pattern and not v:match(f.pattern) then
+        return E:at(name .. "." .. k, "%s must be %s, got %s", k, f.what or ("like " .. f.pattern),
+          cjson.encode(v))
+      end
+    elseif type(v) ~= "number" or v ~= math.floor(v) or v < f.min then
       return E:at(name .. "." .. k, "%s must be an integer ≥ %d, got %s", k, f.min,
         cjson.encode(v) or tostring(v))
     end

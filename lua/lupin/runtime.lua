@@ -141,9 +141,16 @@ function M.init(ud, opts)
     end
     local out = {}
     for i, k in ipairs(decl.order) do
-      out[i] = values[k]
+      out[i] = decl.fields[k].text and 0 or values[k]
     end
     return out
+  end
+
+  function host.section_text(name, field)
+    local decl, values = config.sections[name], M.current and M.current.sections[name]
+    if decl and values and decl.fields[field] and decl.fields[field].text then
+      return values[field]
+    end
   end
 
   function host.endpoints(file)

@@ -78,6 +78,34 @@ describe("a host's config section", function()
     rt:free()
   end)
 
+  it("has string settings: a default, a pattern the value must match, read by name", function()
+    local decl = { { name = "n", default = 1, min = 0 },
+      { name = "address", text = "127.0.0.1:6379", pattern = "^[^:]+:%d+$", what = "HOST:PORT" } }
+    local function with(extra)
+      local rt = S.runtime()
+      assert(rt:declare_section("host", decl))
+      local ok, err = rt:load_string(BASE:format(extra), "cfg.json")
+      return rt, ok, err
+    end
+    local rt = assert(with('"kind": "EndpointPickerConfig"'))
+    assert.equal("127.0.0.1:6379", rt:section_text("host", "address"))
+    assert.same({ 1, 0 }, rt:section("host", 2))
+    assert.is_nil(rt:section_text("host", "n"))
+    rt:free()
+    rt = assert(with('"host": { "address": "redis.local:7000" }'))
+    assert.equal("redis.local:7000", rt:section_text("host", "address"))
+    rt:free()
+    local ok, err
+    rt, ok, err = with('"host": { "address": "nowhere" }')
+    rt:free()
+    assert.is_nil(ok)
+    assert.matches('cfg.json:4: host.address: address must be HOST:PORT, got "nowhere"', err, 1, true)
+    rt, ok, err = with('"host": { "address": 6379 }')
+    rt:free()
+    assert.is_nil(ok)
+    assert.matches("host.address: address must be a string, got 6379", err, 1, true)
+  end)
+
   it("gives no values before a config is loaded", function()
     local rt = runtime()
     assert.is_nil(rt:section("host", 3))
