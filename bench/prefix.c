@@ -160,7 +160,7 @@ static void *t_run(void *arg) {
  * index of `shards` shards (1: a runtime's private store, one lock). */
 static double bench_threads(int n, unsigned shards) {
   char err[256];
-  lupin_shared *s = lupin_shared_new(err, sizeof err);
+  lupin_shared *s = lupin_shared_new(1, err, sizeof err);
   if (!s) exit(1);
   lupin__shared_store(s)->prefix_shards = shards;
   t_worker w[2];

@@ -88,7 +88,11 @@ typedef struct lupin_options {
  *    for the process, whichever runtime records or looks up;
  *  - plugins' shared dicts (lupin.shared, as OpenResty's ngx.shared.DICT).
  */
-lupin_shared *lupin_shared_new(char *err, size_t errlen);
+/* threads: how many threads will run runtimes on it at once (a hint; at
+ * least 1).  Each prefix index gets that many lock stripes, twice over, up
+ * to 8; with 1 it has one lock and no striping, which a single thread runs
+ * faster (docs/workers.md). */
+lupin_shared *lupin_shared_new(unsigned threads, char *err, size_t errlen);
 /* Frees it; every runtime made with it must have been freed first. */
 void lupin_shared_free(lupin_shared *s);
 

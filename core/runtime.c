@@ -200,12 +200,11 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
    * with one shard (no cost for threads not there). */
   rt->shared = o->shared;
   if (!rt->shared) {
-    rt->shared = rt->own_shared = lupin_shared_new(err, errlen);
+    rt->shared = rt->own_shared = lupin_shared_new(1, err, errlen);
     if (!rt->shared) {
       free(rt);
       return NULL;
     }
-    lupin__shared_store(rt->shared)->prefix_shards = 1;
   }
   rt->L = luaL_newstate();
   if (!rt->L) {

@@ -23,9 +23,17 @@ struct lupin_endpoint_slot {
   lupin_endpoint_slot *next; /* in its bucket */
 };
 
-/* Shards of a keyed prefix index in a lupin_shared a host made (a runtime's
- * private one has 1: the single-runtime path stays one lock and one index). */
-#define PREFIX_SHARDS 8
+/* Most shards of a keyed prefix index: 2 per thread, a power of two.  One
+ * thread gets 1: its path stays one lock and one index (grouping a prompt's
+ * hashes by shard costs a few µs a request). */
+#define MAX_PREFIX_SHARDS 8
+
+static unsigned shards_for(unsigned threads) {
+  unsigned n = 1;
+  while (threads > 1 && n < 2 * threads && n < MAX_PREFIX_SHARDS)
+    n *= 2;
+  return n;
+}
 
 struct lupin_shared {
   pthread_mutex_t lock;
@@ -39,7 +47,7 @@ struct lupin_shared {
   lupin_shared_store store; /* prefix indexes and dicts (prefix_shared.c, shared_dict.c) */
 };
 
-lupin_shared *lupin_shared_new(char *err, size_t errlen) {
+lupin_shared *lupin_shared_new(unsigned threads, char *err, size_t errlen) {
   lupin_shared *s = calloc(1, sizeof *s);
   if (!s) {
     lupin__errf(err, errlen, "out of memory");
@@ -47,7 +55,7 @@ lupin_shared *lupin_shared_new(char *err, size_t errlen) {
   }
   pthread_mutex_init(&s->lock, NULL);
   pthread_mutex_init(&s->store.lock, NULL);
-  s->store.prefix_shards = PREFIX_SHARDS;
+  s->store.prefix_shards = shards_for(threads);
   return s;
 }
 

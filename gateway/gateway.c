@@ -435,10 +435,15 @@ static int open_worker(lupin_gateway *gw, char *err, size_t errlen) {
 }
 
 int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
+  size_t workers;
   memset(gw, 0, sizeof *gw);
   gw->opts = *o;
   gw->totals = &gw->own_totals;
-  if (open_loop(gw, err, errlen) || !(gw->shared = lupin_shared_new(err, errlen))) return -2;
+  /* the prefix indexes' stripes are set for the workers --workers or the
+   * cores call for (the config's gateway.workers is read only after) */
+  gw_workers_wanted(gw, &workers);
+  if (open_loop(gw, err, errlen) || !(gw->shared = lupin_shared_new((unsigned)workers, err, errlen)))
+    return -2;
   if (gw_explain_open(gw, NULL)) {
     gw_errf(err, errlen, "out of memory");
     return -2;
@@ -447,8 +452,7 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   if (check_admin_address(gw, err, errlen) || open_worker(gw, err, errlen) ||
       gw_replicas_start(gw, err, errlen))
     return -1;
-  size_t workers;
-  gw_workers_wanted(gw, &workers);
+  gw_workers_wanted(gw, &workers); /* now with the config's */
   if (gw->opts.endpoints_file && watch_file(gw, err, errlen)) return -1;
   if (!gw->opts.no_watch) gw_watch_sync(gw);
   gw->server = gw_server_listen(gw, o->listen, NULL, gw_proxy_handle, gw, err, errlen);

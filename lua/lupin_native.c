@@ -99,15 +99,17 @@ static lua_Number opt_number(lua_State *L, int t, const char *k, lua_Number def)
   return v;
 }
 
-/* native.shared(): state for several runtimes (lupin_shared), freed by the
- * GC once no runtime made with it is left (each keeps a reference). */
+/* native.shared([threads]): state for several runtimes (lupin_shared; 4
+ * threads unless told: prefix indexes in 8 stripes), freed by the GC once no
+ * runtime made with it is left (each keeps a reference). */
 static int l_shared(lua_State *L) {
+  unsigned threads = (unsigned)luaL_optinteger(L, 1, 4);
   shared_box *b = lua_newuserdata(L, sizeof *b);
   memset(b, 0, sizeof *b);
   luaL_getmetatable(L, SHARED_MT);
   lua_setmetatable(L, -2);
   char err[256];
-  if (!(b->shared = lupin_shared_new(err, sizeof err))) return fail(L, err);
+  if (!(b->shared = lupin_shared_new(threads, err, sizeof err))) return fail(L, err);
   return 1;
 }
 

@@ -159,7 +159,7 @@ static void *run(void *arg) {
 int main(int argc, char **argv) {
   long iterations = argc > 1 ? atol(argv[1]) : 5000;
   char err[256];
-  shared = lupin_shared_new(err, sizeof err);
+  shared = lupin_shared_new(THREADS, err, sizeof err);
   if (!shared) return 1;
   pthread_barrier_init(&barrier, NULL, THREADS);
   worker w[THREADS];

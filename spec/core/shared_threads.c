@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
   if (argc > 1) rounds = atoi(argv[1]);
   home = getenv("LUPIN_HOME") ? getenv("LUPIN_HOME") : ".";
   char err[256];
-  if (!(shared = lupin_shared_new(err, sizeof err))) {
+  if (!(shared = lupin_shared_new(4, err, sizeof err))) {
     fprintf(stderr, "shared-threads: %s\n", err);
     return 1;
   }
