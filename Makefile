@@ -169,9 +169,9 @@ FUZZ_HDR      = spec/fuzz/fuzz.h gateway/gateway.h $(CORE_HDR)
 GW_LIB_OBJ    = $(filter-out $(B)/gw/main.o,$(GW_OBJ))
 FUZZ_CFLAGS   = -DLUPIN_FUZZ_HOME=\"$(CURDIR)\" -Icore -Igateway \
                 $(shell pkg-config --cflags jansson 2>/dev/null)
-# what $(B)/lupin links, and jansson for the checks; libutf8proc when
-# installed (the gateway's JSON escaping may use it)
-FUZZ_LIBS     = $(LDLIBS) -lhttp_parser $(shell pkg-config --libs jansson 2>/dev/null) \
+# what $(B)/lupin links (jansson for the checks too, hiredis); libutf8proc
+# when installed (the gateway's JSON escaping may use it)
+FUZZ_LIBS     = $(LDLIBS) -lhttp_parser $(GW_LIBS) \
                 $(shell pkg-config --libs libutf8proc 2>/dev/null)
 
 $(B)/replay-%: spec/fuzz/%.c spec/fuzz/replay.c $(FUZZ_SRC) $(FUZZ_HDR) $(GW_LIB_OBJ) \

@@ -400,7 +400,8 @@ lupin_gateway *fz_gateway(const char *config, int n_endpoints) {
                   .admin = "127.0.0.1:0",
                   .endpoints_file = strdup(endpoints),
                   .log_level = level ? atoi(level) : LUPIN_LOG_DEBUG,
-                  .no_watch = 1};
+                  .no_watch = 1,
+                  .workers = "1"}; /* the harness runs the leader's loop alone */
   char err[2048];
   /* what the start leaves for good (lua-cjson's buffers, held from the Lua
    * heap LeakSanitizer does not scan) is no input's leak */
