@@ -92,14 +92,7 @@ local function until_queued(gw, n, priority)
   end, n .. " queued")
 end
 
-local function answered(gw)
-  local _, _, text = P.get(gw.admin .. "/metrics")
-  local counts = {}
-  for w, v in text:gmatch('lupin_worker_requests_total{worker="(%d+)"} (%S+)') do
-    counts[tonumber(w)] = tonumber(v)
-  end
-  return counts
-end
+local answered = P.worker_requests
 
 local function log_order(gw)
   local ids = {}

@@ -209,6 +209,27 @@ function M.metric(gw, series)
   end
 end
 
+--- A config's endpoints for a lupin-sim's ports: sim-1, sim-2, ...
+function M.sim_endpoints(sim)
+  local eps = {}
+  for i, hp in ipairs(sim.hostports) do
+    local host, port = hp:match("^(.*):(%d+)$")
+    eps[i] = { name = "sim-" .. i, address = host, port = tonumber(port) }
+  end
+  return eps
+end
+
+--- Responses each worker answered (lupin_worker_requests_total), by worker
+--- index; and the /metrics text.
+function M.worker_requests(gw)
+  local _, _, text = M.get(gw.admin .. "/metrics")
+  local counts = {}
+  for w, v in text:gmatch('lupin_worker_requests_total{worker="(%d+)"} (%S+)') do
+    counts[tonumber(w)] = tonumber(v)
+  end
+  return counts, text
+end
+
 M.json = cjson
 M.dir = dir
 return M

@@ -37,11 +37,7 @@ end
 -- Only the prefix scorer: its score is the whole total, so a total above 0
 -- means the index holds the prompt's blocks for that endpoint.
 local function config(sim, r, extra)
-  local eps = {}
-  for i, hp in ipairs(sim.hostports) do
-    local host, port = hp:match("^(.*):(%d+)$")
-    eps[i] = { name = "sim-" .. i, address = host, port = tonumber(port) }
-  end
+  local eps = P.sim_endpoints(sim)
   local cfg = {
     kind = "EndpointPickerConfig",
     plugins = { { type = "prefix-cache-scorer" }, { type = "max-score-picker" } },

@@ -8,11 +8,6 @@ local json = P.json
 local MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 local function config(sim, extra)
-  local eps = {}
-  for i, hp in ipairs(sim.hostports) do
-    local host, port = hp:match("^(.*):(%d+)$")
-    eps[i] = { name = "sim-" .. i, address = host, port = tonumber(port) }
-  end
   local cfg = {
     kind = "EndpointPickerConfig",
     plugins = { { type = "prefix-cache-scorer" }, { type = "queue-scorer" },
@@ -20,7 +15,7 @@ local function config(sim, extra)
     schedulingProfiles = { { name = "default", plugins = {
       { pluginRef = "prefix-cache-scorer", weight = 3 }, { pluginRef = "queue-scorer" },
       { pluginRef = "max-score-picker" } } } },
-    endpoints = eps,
+    endpoints = P.sim_endpoints(sim),
     gateway = { refreshIntervalMs = 20, explainWithoutToken = 1 },
   }
   for k, v in pairs(extra or {}) do
@@ -34,14 +29,7 @@ local function complete(gw, prompt, extra)
     extra)
 end
 
-local function worker_counts(gw)
-  local _, _, text = P.get(gw.admin .. "/metrics")
-  local counts = {}
-  for w, v in text:gmatch('lupin_worker_requests_total{worker="(%d+)"} (%S+)') do
-    counts[tonumber(w)] = tonumber(v)
-  end
-  return counts, text
-end
+local worker_counts = P.worker_requests
 
 describe("lupin serve --workers", function()
   local sim, gw
