@@ -160,6 +160,22 @@ static void close_state(lupin_runtime *rt) {
 
 static void capi_log(lupin_runtime *rt, int level, const char *msg) { log_line(rt, level, msg); }
 
+/* LUPIN_JIT_PROFILE=<jit.p mode> (e.g. "v", "Fl") runs LuaJIT's sampling
+ * profiler over the runtime's whole life, the report written to
+ * LUPIN_JIT_PROFILE_OUT (default /tmp/lupin.jitp) when it is freed: where a
+ * host's Lua time goes, compiled or interpreted (docs/performance.md). */
+static void jit_profile(lupin_runtime *rt, int start) {
+  const char *mode = getenv("LUPIN_JIT_PROFILE");
+  if (!mode || !*mode) return;
+  const char *out = getenv("LUPIN_JIT_PROFILE_OUT");
+  char code[1024], err[256];
+  snprintf(code, sizeof code,
+           start ? "require('jit.p').start([==[%s]==], [==[%s]==]) return ''"
+                 : "require('jit.p').stop() return ''",
+           mode, out && *out ? out : "/tmp/lupin.jitp");
+  free(lupin__eval(rt, code, err, sizeof err));
+}
+
 lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t errlen) {
   static const lupin_options defaults = {.log_level = LUPIN_LOG_INFO};
   const lupin_options *o = opts ? opts : &defaults;
@@ -230,6 +246,7 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
     free(rt);
     return NULL;
   }
+  jit_profile(rt, 1);
   return rt;
 }
 
@@ -350,6 +367,7 @@ void lupin_runtime_abort(lupin_runtime *rt) {
 
 void lupin_runtime_free(lupin_runtime *rt) {
   if (!rt) return;
+  jit_profile(rt, 0);
   rt->dispatch = NULL; /* no callback while the requests are cancelled */
   lupin__requests_cancel_all(rt);
   lupin_runtime_abort(rt);

@@ -38,6 +38,38 @@ int gw_buf_append(gw_buf *b, const char *data, size_t len) {
   return 0;
 }
 
+int gw_buf_str(gw_buf *b, const char *s) { return gw_buf_append(b, s, strlen(s)); }
+
+int gw_buf_uint(gw_buf *b, unsigned long long v) {
+  char d[20];
+  size_t k = sizeof d;
+  do
+    d[--k] = (char)('0' + v % 10);
+  while (v /= 10);
+  return gw_buf_append(b, d + k, sizeof d - k);
+}
+
+int gw_buf_hex(gw_buf *b, unsigned long long v) {
+  char d[16];
+  size_t k = sizeof d;
+  do
+    d[--k] = "0123456789abcdef"[v & 15];
+  while (v >>= 4);
+  return gw_buf_append(b, d + k, sizeof d - k);
+}
+
+int gw_buf_header(gw_buf *b, const char *name, const char *value) {
+  size_t n = strlen(name), v = strlen(value);
+  if (reserve(b, n + v + 4)) return -1;
+  char *p = b->data + b->len;
+  memcpy(p, name, n);
+  memcpy(p + n, ": ", 2);
+  memcpy(p + n + 2, value, v);
+  memcpy(p + n + 2 + v, "\r\n", 3); /* the NUL too */
+  b->len += n + v + 4;
+  return 0;
+}
+
 /* Formats into the room left when it fits (the common case: a buffer reused
  * from request to request), measuring and growing only when it does not. */
 int gw_buf_printf(gw_buf *b, const char *fmt, ...) {
@@ -128,6 +160,44 @@ void gw_buf_free(gw_buf *b) {
   *b = (gw_buf){0};
 }
 
+struct gw_text_block {
+  gw_text_block *next;
+  size_t len, cap;
+  char data[];
+};
+
+enum { TEXT_BLOCK = 1024 };
+
+/* Appends data to the string *s, which is "" (a new string) or the last one
+ * in the newest block: in place when the block has room, else the string
+ * moves to a new block (the older block keeps the strings before it). */
+static int text_append(gw_headers *h, const char **s, const char *data, size_t len) {
+  gw_text_block *b = h->mem;
+  size_t old = **s ? (size_t)(b->data + b->len - 1 - *s) : 0;
+  if (!b || b->cap - b->len < len + (old ? 0 : 1)) {
+    size_t cap = TEXT_BLOCK;
+    while (cap < old + len + 1)
+      cap *= 2;
+    gw_text_block *nb = malloc(sizeof *nb + cap);
+    if (!nb) return -1;
+    nb->cap = cap;
+    memcpy(nb->data, *s, old);
+    nb->len = old + 1;
+    nb->data[old] = 0;
+    nb->next = b;
+    h->mem = b = nb;
+    *s = nb->data;
+  } else if (!old) {
+    *s = b->data + b->len;
+    b->len++;
+  }
+  char *end = b->data + b->len - 1; /* the string's NUL */
+  memcpy(end, data, len);
+  end[len] = 0;
+  b->len += len;
+  return 0;
+}
+
 int gw_headers_add(gw_headers *h, const char *name, size_t nlen, const char *value, size_t vlen) {
   if (h->n == h->cap) {
     size_t cap = h->cap ? h->cap * 2 : 16;
@@ -136,23 +206,11 @@ int gw_headers_add(gw_headers *h, const char *name, size_t nlen, const char *val
     h->v = v;
     h->cap = cap;
   }
-  char *n = strndup(name, nlen), *v = strndup(value, vlen);
-  if (!n || !v) {
-    free(n);
-    free(v);
+  lupin_header *e = &h->v[h->n];
+  *e = (lupin_header){"", ""};
+  if (text_append(h, &e->name, name, nlen) || (vlen && text_append(h, &e->value, value, vlen)))
     return -1;
-  }
-  h->v[h->n++] = (lupin_header){n, v};
-  return 0;
-}
-
-static int extend(const char **s, const char *data, size_t len) {
-  size_t old = strlen(*s);
-  char *d = realloc((char *)*s, old + len + 1);
-  if (!d) return -1;
-  memcpy(d + old, data, len);
-  d[old + len] = 0;
-  *s = d;
+  h->n++;
   return 0;
 }
 
@@ -160,7 +218,7 @@ int gw_headers_field(gw_headers *h, const char *data, size_t len) {
   /* "content-length :5": http_parser frames by it, the other side may not */
   if (memchr(data, ' ', len) || memchr(data, '\t', len)) return 1;
   int rc = h->in_value || !h->n ? gw_headers_add(h, data, len, "", 0)
-                                : extend(&h->v[h->n - 1].name, data, len);
+                                : text_append(h, &h->v[h->n - 1].name, data, len);
   h->in_value = 0;
   return rc;
 }
@@ -168,7 +226,7 @@ int gw_headers_field(gw_headers *h, const char *data, size_t len) {
 int gw_headers_value(gw_headers *h, const char *data, size_t len) {
   if (!h->n) return -1;
   h->in_value = 1;
-  return extend(&h->v[h->n - 1].value, data, len);
+  return len ? text_append(h, &h->v[h->n - 1].value, data, len) : 0;
 }
 
 const char *gw_headers_get(const gw_headers *h, const char *name) {
@@ -177,20 +235,37 @@ const char *gw_headers_get(const gw_headers *h, const char *name) {
   return NULL;
 }
 
-void gw_headers_free(gw_headers *h) {
-  for (size_t i = 0; i < h->n; i++) {
-    free((char *)h->v[i].name);
-    free((char *)h->v[i].value);
+void gw_headers_clear(gw_headers *h) {
+  gw_text_block *b = h->mem;
+  while (b && b->next) { /* keep the oldest block: the first one, the smallest */
+    gw_text_block *next = b->next;
+    free(b);
+    b = next;
   }
+  h->mem = b;
+  if (b) b->len = 0;
+  h->n = 0;
+  h->in_value = 0;
+}
+
+void gw_headers_free(gw_headers *h) {
+  gw_headers_clear(h);
+  free(h->mem);
   free(h->v);
   *h = (gw_headers){0};
 }
 
-int gw_hop_by_hop(const char *name) {
-  static const char *const hop[] = {
-      "connection", "keep-alive", "proxy-connection", "te",   "transfer-encoding",
-      "upgrade",    "trailer",    "content-length",   "host", "expect"};
-  for (size_t i = 0; i < sizeof hop / sizeof *hop; i++)
-    if (!strcasecmp(name, hop[i])) return 1;
+int gw_name_in(const char *name, const gw_name *set, size_t n) {
+  size_t len = strlen(name);
+  for (size_t i = 0; i < n; i++)
+    if (set[i].len == len && !strcasecmp(name, set[i].s)) return 1;
   return 0;
+}
+
+int gw_hop_by_hop(const char *name) {
+  static const gw_name hop[] = {
+      GW_NAME("connection"), GW_NAME("keep-alive"), GW_NAME("proxy-connection"),
+      GW_NAME("te"), GW_NAME("transfer-encoding"), GW_NAME("upgrade"), GW_NAME("trailer"),
+      GW_NAME("content-length"), GW_NAME("host"), GW_NAME("expect")};
+  return gw_name_in(name, hop, sizeof hop / sizeof *hop);
 }

@@ -502,6 +502,7 @@ int gw_run(lupin_gateway *gw) {
   if (gw->server) gw_server_close(gw->server);
   if (gw->loop) uv_run(gw->loop, UV_RUN_DEFAULT); /* the close callbacks */
   if (gw->rt) lupin_runtime_free(gw->rt);
+  gw_upstream_free_spares(gw);
   gw_server_free(gw->server);
   gw_server_free(gw->admin);
   gw_objectives_free(gw);

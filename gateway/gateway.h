@@ -38,6 +38,13 @@ typedef struct gw_buf {
 } gw_buf;
 
 int gw_buf_append(gw_buf *b, const char *data, size_t len);
+/* The hot path's appends: no format string to interpret (a request's heads
+ * are written with these, not gw_buf_printf). */
+int gw_buf_str(gw_buf *b, const char *s);
+int gw_buf_uint(gw_buf *b, unsigned long long v);
+int gw_buf_hex(gw_buf *b, unsigned long long v);
+/* "name: value\r\n" */
+int gw_buf_header(gw_buf *b, const char *name, const char *value);
 int gw_buf_printf(gw_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Formats an error message into err (a no-op when err is NULL). */
 void gw_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -51,11 +58,15 @@ int gw_buf_label(gw_buf *b, const char *s);
 int gw_buf_number(gw_buf *b, double v);
 void gw_buf_free(gw_buf *b);
 
-/* Owned name/value copies; names as received. */
+/* Owned name/value copies; names as received.  The texts live in blocks
+ * the list owns (a header costs no allocation of its own, and a cleared
+ * list keeps its first block for the next message). */
+typedef struct gw_text_block gw_text_block;
 typedef struct gw_headers {
   lupin_header *v;
   size_t n, cap;
   int in_value; /* parsing: the last piece was a value's */
+  gw_text_block *mem; /* newest first; the string being built is last in it */
 } gw_headers;
 
 int gw_headers_add(gw_headers *h, const char *name, size_t nlen, const char *value, size_t vlen);
@@ -65,7 +76,17 @@ int gw_headers_add(gw_headers *h, const char *name, size_t nlen, const char *val
 int gw_headers_field(gw_headers *h, const char *data, size_t len);
 int gw_headers_value(gw_headers *h, const char *data, size_t len);
 const char *gw_headers_get(const gw_headers *h, const char *name);
+/* Empties the list, keeping room for the next message's headers. */
+void gw_headers_clear(gw_headers *h);
 void gw_headers_free(gw_headers *h);
+/* A set of header names, matched without case, lengths first: the checks
+ * every header of every request goes through cost a few compares. */
+typedef struct gw_name {
+  const char *s;
+  size_t len;
+} gw_name;
+#define GW_NAME(lit) {lit, sizeof lit - 1}
+int gw_name_in(const char *name, const gw_name *set, size_t n);
 /* Headers never copied from one side to the other: the hop-by-hop ones of
  * RFC 7230 §6.1, and the framing ones (host, content-length, expect) that
  * each side writes for itself. */
@@ -257,6 +278,8 @@ gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *
                                gw_timeouts t, const gw_upstream_cb *cb, void *ud);
 /* Whether the exchange went over a pooled connection. */
 int gw_upstream_reused(const gw_upstream *u);
+/* Frees the ended exchanges kept for reuse (at the end of gw_run). */
+void gw_upstream_free_spares(lupin_gateway *gw);
 /* Stops or resumes reading the response (a slow client's backpressure);
  * the idle timeout does not run while paused. */
 void gw_upstream_pause(gw_upstream *u, int pause);
@@ -555,6 +578,9 @@ struct lupin_gateway {
   gw_exchange *exchanges; /* live proxied requests, newest first */
   size_t n_exchanges;
   size_t n_upstreams; /* live upstream exchanges (scrapes included) */
+  /* ended exchanges kept, buffers and all, for the next ones (upstream.c) */
+  gw_upstream *spare_upstreams;
+  size_t n_spare_upstreams;
   size_t n_retrying;  /* exchanges on a second or later attempt (the retry budget) */
   uint64_t retries_denied;  /* retries the budget refused */
   uv_timer_t *health_timer; /* health.c */

@@ -30,22 +30,27 @@
 
 /* The P/D routing headers name hosts a sidecar connects to: only the
  * scheduler sets them, never the client (llm-d's PreRequest clears them). */
+static const gw_name routing_names[] = {GW_NAME("x-prefiller-host-port"),
+                                        GW_NAME("x-encoder-hosts-ports"),
+                                        GW_NAME("x-data-parallel-host-port")};
+
 static int routing_header(const char *name) {
-  return !strcasecmp(name, "x-prefiller-host-port") || !strcasecmp(name, "x-encoder-hosts-ports") ||
-         !strcasecmp(name, "x-data-parallel-host-port");
+  return gw_name_in(name, routing_names, sizeof routing_names / sizeof *routing_names);
 }
 
 /* Headers the EPP convention consumes at the gateway (REFERENCE.md), by
- * llm-d's names and GIE's older ones, and the routing headers. */
+ * llm-d's names and GIE's older ones, and the routing headers.  Every one
+ * starts with "x-": most of a request's headers are let through on their
+ * first letter. */
 static int consumed(const char *name) {
-  return routing_header(name) || !strcasecmp(name, "x-gateway-inference-objective") ||
-         !strcasecmp(name, "x-gateway-inference-fairness-id") ||
-         !strcasecmp(name, "x-gateway-model-name-rewrite") ||
-         !strcasecmp(name, "x-llm-d-inference-objective") ||
-         !strcasecmp(name, "x-llm-d-inference-fairness-id") ||
-         !strcasecmp(name, "x-llm-d-model-name-rewrite") ||
-         !strncasecmp(name, "x-gateway-destination-endpoint", 30) ||
-         !strcasecmp(name, "x-request-id") || gw_explain_header(name);
+  static const gw_name names[] = {
+      GW_NAME("x-gateway-inference-objective"), GW_NAME("x-gateway-inference-fairness-id"),
+      GW_NAME("x-gateway-model-name-rewrite"),  GW_NAME("x-llm-d-inference-objective"),
+      GW_NAME("x-llm-d-inference-fairness-id"), GW_NAME("x-llm-d-model-name-rewrite"),
+      GW_NAME("x-request-id")};
+  if ((name[0] | 0x20) != 'x') return 0;
+  return routing_header(name) || gw_name_in(name, names, sizeof names / sizeof *names) ||
+         !strncasecmp(name, "x-gateway-destination-endpoint", 30) || gw_explain_header(name);
 }
 
 static void count(lupin_gateway *gw, int status) {

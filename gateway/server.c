@@ -26,6 +26,7 @@ struct gw_server {
   int closing;
   int listener_open;
   uint64_t started_ns; /* tells generated request ids of two runs apart */
+  unsigned long long id_seq;
 };
 
 struct gw_conn {
@@ -58,7 +59,7 @@ struct gw_conn {
   int paused;         /* reading stopped: enough pipelined bytes are waiting */
   char fail_buf[256]; /* a refusal's message naming a setting */
   gw_conn *prev, *next;
-  char request_id[32]; /* made for an answer the client sent no id for */
+  char request_id[48]; /* made for an answer the client sent no id for */
 };
 
 static const http_parser_settings parser_settings;
@@ -151,10 +152,17 @@ static const char *over_cap(gw_conn *c, size_t more) {
 
 /* --- closing ------------------------------------------------------------- */
 
+/* A small body's buffer and the header texts' first block stay for the
+ * connection's next request; a big body's buffer goes. */
+enum { KEPT_BODY_BYTES = 4096 };
+
 static void reset_request(gw_conn *c) {
   uncount_body(c);
-  gw_headers_free(&c->req.headers);
-  gw_buf_free(&c->req.body);
+  gw_headers_clear(&c->req.headers);
+  if (c->req.body.cap > KEPT_BODY_BYTES)
+    gw_buf_free(&c->req.body);
+  c->req.body.len = 0;
+  if (c->req.body.data) c->req.body.data[0] = 0;
   c->url.len = 0;
   if (c->url.data) c->url.data[0] = 0;
   c->req.url = c->url.data ? c->url.data : "";
@@ -174,6 +182,8 @@ static void on_close(uv_handle_t *h) {
   s->n_conns--;
   count_in_flight(c, 0);
   reset_request(c);
+  gw_headers_free(&c->req.headers);
+  gw_buf_free(&c->req.body);
   gw_buf_free(&c->url);
   gw_buf_free(&c->pending);
   gw_buf_free(&c->head);
@@ -272,17 +282,22 @@ void gw_conn_start(gw_conn *c, int status, const lupin_header *h, size_t n,
   int keep = c->keep_alive && !c->srv->closing;
   c->keep_alive = keep;
   head->len = 0;
-  gw_buf_printf(head, "HTTP/1.1 %d %s\r\n", status, gw_status_text(status));
+  int rc = gw_buf_str(head, "HTTP/1.1 ") || gw_buf_uint(head, (unsigned)status) ||
+           gw_buf_append(head, " ", 1) || gw_buf_str(head, gw_status_text(status)) ||
+           gw_buf_append(head, "\r\n", 2);
   for (size_t i = 0; i < n; i++)
-    if (!gw_hop_by_hop(h[i].name)) gw_buf_printf(head, "%s: %s\r\n", h[i].name, h[i].value);
+    if (!gw_hop_by_hop(h[i].name)) rc |= gw_buf_header(head, h[i].name, h[i].value);
   /* 204 and 304 carry no body and no framing (RFC 9110 §8.6, §15.3.5) */
   int bodiless = status == 204 || status == 304;
   c->chunked = content_length < 0 && !bodiless;
-  if (c->chunked)
-    gw_buf_printf(head, "transfer-encoding: chunked\r\n");
-  else if (!bodiless)
-    gw_buf_printf(head, "content-length: %lld\r\n", (long long)content_length);
-  if (gw_buf_printf(head, "connection: %s\r\n\r\n", keep ? "keep-alive" : "close")) {
+  if (c->chunked) {
+    rc |= gw_buf_str(head, "transfer-encoding: chunked\r\n");
+  } else if (!bodiless) {
+    rc |= gw_buf_str(head, "content-length: ") || gw_buf_uint(head, (unsigned long long)content_length) ||
+          gw_buf_append(head, "\r\n", 2);
+  }
+  rc |= gw_buf_str(head, keep ? "connection: keep-alive\r\n\r\n" : "connection: close\r\n\r\n");
+  if (rc) {
     head->len = 0;
     close_now(c);
     return;
@@ -297,9 +312,13 @@ void gw_conn_write(gw_conn *c, const char *data, size_t len) {
     write_bufs(c, &b, 1);
     return;
   }
-  char size[24];
-  int k = snprintf(size, sizeof size, "%zx\r\n", len);
-  uv_buf_t parts[3] = {uv_buf_init(size, (unsigned)k), uv_buf_init((char *)data, (unsigned)len),
+  char size[20];
+  int k = sizeof size - 2;
+  memcpy(size + k, "\r\n", 2);
+  for (size_t v = len; v; v >>= 4)
+    size[--k] = "0123456789abcdef"[v & 15];
+  uv_buf_t parts[3] = {uv_buf_init(size + k, (unsigned)(sizeof size - (size_t)k)),
+                       uv_buf_init((char *)data, (unsigned)len),
                        uv_buf_init("\r\n", 2)};
   write_bufs(c, parts, 3);
 }
@@ -360,13 +379,14 @@ void gw_conn_respond(gw_conn *c, int status, const lupin_header *h, size_t n, co
   gw_conn_end(c);
 }
 
+/* Generated ids: the listener's start time, the worker, a count (each
+ * worker counts its own). */
 const char *gw_conn_request_id(gw_conn *c) {
-  static unsigned long long seq;
   const char *id = gw_headers_get(&c->req.headers, "x-request-id");
   if (id && *id) return id;
   if (!c->request_id[0])
-    snprintf(c->request_id, sizeof c->request_id, "gw-%llx-%llu",
-             (unsigned long long)c->srv->started_ns, ++seq);
+    snprintf(c->request_id, sizeof c->request_id, "gw-%llx-%d-%llu",
+             (unsigned long long)c->srv->started_ns, c->srv->gw->worker, ++c->srv->id_seq);
   return c->request_id;
 }
 

@@ -52,6 +52,7 @@ struct gw_upstream {
   gw_upstream_error deferred; /* reported from the timer: never from start */
   const char *deferred_detail;
   char detail[160];
+  gw_upstream *next_spare; /* in gw->spare_upstreams */
 };
 
 const char *gw_upstream_error_text(gw_upstream_error e) {
@@ -150,14 +151,52 @@ static void on_timeout(uv_timer_t *t);
 
 /* --- finishing ----------------------------------------------------------- */
 
-static void on_timer_closed(uv_handle_t *h) {
-  gw_upstream *u = h->data;
-  gw_endpoint *ep = u->ep;
-  ep->gw->n_upstreams--;
+/* Ended exchanges kept for reuse: their request buffer and header texts
+ * spare the next exchange its allocations.  A request buffer past
+ * SPARE_REQUEST_BYTES (a big body) is not kept. */
+enum { MAX_SPARES = 64, SPARE_REQUEST_BYTES = 16384 };
+
+static void upstream_free(gw_upstream *u) {
   gw_headers_free(&u->headers);
   gw_buf_free(&u->request);
   free(u);
+}
+
+static gw_upstream *upstream_new(lupin_gateway *gw) {
+  gw_upstream *u = gw->spare_upstreams;
+  if (!u) return calloc(1, sizeof(gw_upstream));
+  gw->spare_upstreams = u->next_spare;
+  gw->n_spare_upstreams--;
+  gw_buf request = u->request;
+  gw_headers headers = u->headers;
+  *u = (gw_upstream){.request = request, .headers = headers};
+  return u;
+}
+
+void gw_upstream_free_spares(lupin_gateway *gw) {
+  while (gw->spare_upstreams) {
+    gw_upstream *u = gw->spare_upstreams;
+    gw->spare_upstreams = u->next_spare;
+    upstream_free(u);
+  }
+  gw->n_spare_upstreams = 0;
+}
+
+static void on_timer_closed(uv_handle_t *h) {
+  gw_upstream *u = h->data;
+  gw_endpoint *ep = u->ep;
+  lupin_gateway *gw = ep->gw;
+  gw->n_upstreams--;
   gw_endpoint_unref(ep);
+  if (gw->n_spare_upstreams >= MAX_SPARES || u->request.cap > SPARE_REQUEST_BYTES) {
+    upstream_free(u);
+    return;
+  }
+  gw_headers_clear(&u->headers);
+  u->request.len = 0;
+  u->next_spare = gw->spare_upstreams;
+  gw->spare_upstreams = u;
+  gw->n_spare_upstreams++;
 }
 
 static void release(gw_upstream *u) {
@@ -336,7 +375,7 @@ static void connect_new(gw_upstream *u) {
   if (u->conn) conn_close(u->conn);
   u->conn = NULL;
   u->reused = u->connected = u->got_bytes = u->complete = 0;
-  gw_headers_free(&u->headers);
+  gw_headers_clear(&u->headers);
   u->interim = u->refused = 0;
   u->addr_try = 0;
   u->connect_start = uv_now(u->ep->gw->loop);
@@ -394,11 +433,14 @@ static void on_timeout(uv_timer_t *t) {
 static int serialize(gw_upstream *u, const char *method, const char *path, const lupin_header *h,
                      size_t n, const char *body, size_t len) {
   gw_buf *b = &u->request;
-  int rc = gw_buf_printf(b, "%s %s HTTP/1.1\r\nhost: %s\r\n", method, path, u->ep->hostport);
-  for (size_t i = 0; i < n && !rc; i++)
-    if (!gw_hop_by_hop(h[i].name)) rc = gw_buf_printf(b, "%s: %s\r\n", h[i].name, h[i].value);
-  if (!rc && (body || strcmp(method, "GET"))) rc = gw_buf_printf(b, "content-length: %zu\r\n", len);
-  if (!rc && !u->ep->gw->set.pool_size) rc = gw_buf_printf(b, "connection: close\r\n");
+  b->len = 0;
+  int rc = gw_buf_str(b, method) || gw_buf_append(b, " ", 1) || gw_buf_str(b, path) ||
+           gw_buf_str(b, " HTTP/1.1\r\n") || gw_buf_header(b, "host", u->ep->hostport);
+  for (size_t i = 0; i < n; i++)
+    if (!gw_hop_by_hop(h[i].name)) rc |= gw_buf_header(b, h[i].name, h[i].value);
+  if (body || strcmp(method, "GET"))
+    rc |= gw_buf_str(b, "content-length: ") || gw_buf_uint(b, len) || gw_buf_append(b, "\r\n", 2);
+  if (!u->ep->gw->set.pool_size) rc |= gw_buf_str(b, "connection: close\r\n");
   if (!rc) rc = gw_buf_append(b, "\r\n", 2);
   if (!rc && len) rc = gw_buf_append(b, body, len);
   return rc;
@@ -407,7 +449,7 @@ static int serialize(gw_upstream *u, const char *method, const char *path, const
 gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *path,
                                const lupin_header *head, size_t n, const char *body, size_t len,
                                gw_timeouts t, const gw_upstream_cb *cb, void *ud) {
-  gw_upstream *u = calloc(1, sizeof *u);
+  gw_upstream *u = upstream_new(ep->gw);
   if (!u) return NULL;
   u->ep = ep;
   u->t = t;
@@ -415,8 +457,7 @@ gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *
   u->ud = ud;
   u->idempotent = !strcmp(method, "GET");
   if (serialize(u, method, path, head, n, body, len)) {
-    gw_buf_free(&u->request);
-    free(u);
+    upstream_free(u);
     return NULL;
   }
   gw_endpoint_ref(ep);
@@ -468,7 +509,7 @@ static int on_headers_complete(http_parser *p) {
   }
   if (status < 200) {
     u->interim = 1;
-    gw_headers_free(&u->headers);
+    gw_headers_clear(&u->headers);
     return 1;
   }
   int bodiless = status == 204 || status == 304;
