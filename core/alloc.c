@@ -75,7 +75,9 @@ void *lupin_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize) {
     a->refused++;
     return NULL;
   }
-  void *p = underneath(a, ptr, osize, nsize);
+  /* small blocks, nearly every call: straight to LuaJIT's allocator */
+  void *p = nsize < BIG && (!ptr || osize < BIG) ? a->base(a->base_ud, ptr, osize, nsize)
+                                                 : underneath(a, ptr, osize, nsize);
   if (!p && nsize) return NULL;
   a->used = a->used - old + nsize;
   if (a->used > a->peak) a->peak = a->used;
