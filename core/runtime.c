@@ -162,13 +162,19 @@ static void capi_log(lupin_runtime *rt, int level, const char *msg) { log_line(r
 
 /* LUPIN_JIT_PROFILE=<jit.p mode> (e.g. "v", "Fl") runs LuaJIT's sampling
  * profiler over the runtime's whole life, the report written to
- * LUPIN_JIT_PROFILE_OUT (default /tmp/lupin.jitp) when it is freed: where a
- * host's Lua time goes, compiled or interpreted (docs/performance.md). */
+ * LUPIN_JIT_PROFILE_OUT (default /tmp/lupin.jitp) when it is freed;
+ * LUPIN_JIT_LOG=<file> logs the traces compiled and aborted (jit.v): where
+ * a host's Lua time goes, compiled or interpreted (docs/performance.md). */
 static void jit_profile(lupin_runtime *rt, int start) {
+  const char *log = getenv("LUPIN_JIT_LOG"); /* jit.v: traces and aborts */
+  char code[1024], err[256];
+  if (start && log && *log) {
+    snprintf(code, sizeof code, "require('jit.v').start([==[%s]==]) return ''", log);
+    free(lupin__eval(rt, code, err, sizeof err));
+  }
   const char *mode = getenv("LUPIN_JIT_PROFILE");
   if (!mode || !*mode) return;
   const char *out = getenv("LUPIN_JIT_PROFILE_OUT");
-  char code[1024], err[256];
   snprintf(code, sizeof code,
            start ? "require('jit.p').start([==[%s]==], [==[%s]==]) return ''"
                  : "require('jit.p').stop() return ''",
