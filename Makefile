@@ -242,17 +242,20 @@ bench-flow: $(B)/lupin $(B)/lupin-sim
 bench-gateway: bench-deps $(B)/lupin $(B)/lupin-sim
 	B=$(B) bash bench/gateway/run.sh
 	B=$(B) bash bench/gateway/workers.sh
+	$(MAKE) bench-openresty
 
 # lupin with 1 and 2 workers against nginx with 1 and 2 (WORKERS="1 2 4 ...").
 bench-workers: bench-deps $(B)/lupin $(B)/lupin-sim
 	B=$(B) bash bench/gateway/workers.sh
 
-# lupin serve under wrk for SOAK_SECONDS (600): RSS and Lua heap every 10 s.
 # lupin serve (epp-default.yaml) against the OpenResty peer doing the same
-# routing and plain nginx, per CPU second (bench/openresty/run.sh; ~5 min).
+# routing and plain nginx, per CPU second, with one worker each and with
+# two (bench/openresty/run.sh; ~10 min).
 bench-openresty: bench-deps $(B)/lupin $(B)/lupin-sim
-	B=$(B) bash bench/openresty/run.sh
+	B=$(B) WORKERS=1 bash bench/openresty/run.sh
+	B=$(B) WORKERS=2 CHECK=0 bash bench/openresty/run.sh
 
+# lupin serve under wrk for SOAK_SECONDS (600): RSS and Lua heap every 10 s.
 bench-soak-gateway: bench-deps $(B)/lupin $(B)/lupin-sim
 	B=$(B) bash bench/gateway/soak.sh
 

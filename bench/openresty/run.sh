@@ -10,6 +10,10 @@
 # --instant on LOAD_CPU.  All three proxies run all the time (lupin and the
 # peer scrape the simulator's /metrics every 50 ms in every run).
 #
+# WORKERS=N (1) runs each proxy with N workers (lupin --workers N, nginx
+# worker_processes N); past one, every process may use every CPU (the
+# defaults of PROXY_CPU and LOAD_CPU become all of them).
+#
 # Environment: DURATION (s per run, 10), WARMUP (s, 2), CONNS (64), REPS (3),
 # PROXY_CPU (0), LOAD_CPU (1), B (build dir), CHECK=0 skips the routing check,
 # PERF=1 (perf record -g of each proxy during an extra plain run; reports by
@@ -17,7 +21,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DURATION=${DURATION:-10}; WARMUP=${WARMUP:-2}; CONNS=${CONNS:-64}; REPS=${REPS:-3}
+WORKERS=${WORKERS:-1}; ALL_CPUS=0-$(($(nproc) - 1))
+if [ "$WORKERS" -gt 1 ]; then
+  PROXY_CPU=${PROXY_CPU:-$ALL_CPUS}; LOAD_CPU=${LOAD_CPU:-$ALL_CPUS}
+fi
 PROXY_CPU=${PROXY_CPU:-0}; LOAD_CPU=${LOAD_CPU:-1}; CHECK=${CHECK:-1}
+export LUPIN_WORKERS=$WORKERS PEER_WORKERS=$WORKERS NGINX_WORKERS=$WORKERS
 PERF=${PERF:-0}; PERF_OUT=${PERF_OUT:-/tmp/lupin-openresty-perf}
 for t in wrk nginx curl python3 taskset; do
   command -v "$t" >/dev/null || { echo "bench-openresty: $t not found (make deps bench-deps)" >&2; exit 1; }
@@ -61,7 +70,7 @@ run() {
   R_N=$n; R_S=$s; R_TICKS=$((t1 - t0)); R_P99=$p99; R_BAD=$((non2xx + errs))
 }
 
-echo "bench-openresty: lupin-sim --instant x$SIM_ENDPOINTS, wrk -t1 -c$CONNS -d${DURATION}s x$REPS interleaved;" >&2
+echo "bench-openresty: $WORKERS worker(s) each, lupin-sim --instant x$SIM_ENDPOINTS, wrk -t1 -c$CONNS -d${DURATION}s x$REPS interleaved;" >&2
 echo "  proxies on CPU $PROXY_CPU, wrk + lupin-sim on CPU $LOAD_CPU" >&2
 declare -A N S T P99
 bad_total=0
@@ -100,7 +109,7 @@ for mode in plain stream; do
 done
 echo
 echo "lupin: serve --config examples/configs/epp-default.yaml; peer: bench/openresty/peer.lua in nginx"
-echo "1.22 + lua-nginx-module; nginx: proxy_pass round-robin.  One worker each; sums over $REPS interleaved"
+echo "1.22 + lua-nginx-module; nginx: proxy_pass round-robin.  $WORKERS worker(s) each; sums over $REPS interleaved"
 echo "${DURATION} s runs; CPU = the proxy's user+system time; non-2xx or socket errors: $bad_total"
 curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '
   /^lupin_scheduling_seconds_sum/ { s = $2 } /^lupin_scheduling_seconds_count/ { c = $2 }
