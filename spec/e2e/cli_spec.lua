@@ -220,6 +220,21 @@ describe("lupin serve", function()
     assert.truthy(n >= 2)
     assert.truthy(P.read(gw.err):find('"msg":"endpoint far (127.0.0.1:9) added"', 1, true))
   end)
+
+  it("LUPIN_JIT_PROFILE and LUPIN_JIT_LOG report a runtime's Lua from its start to its end",
+    function()
+      local prof, log = P.dir .. "/jit.prof", P.dir .. "/jit.log"
+      os.remove(prof)
+      os.remove(log)
+      local out, rc = P.run(("LUPIN_JIT_PROFILE=vi1 LUPIN_JIT_PROFILE_OUT=%s LUPIN_JIT_LOG=%s "
+        .. "%s check --config %s/examples/configs/epp-default.yaml 2>&1"):format(prof, log,
+        LUPIN, support.ROOT))
+      assert.equal(0, rc, out)
+      -- jit.p's VM-state report: "100%  C code", "12%  Compiled", ...
+      assert.matches("%d+%%%s+%a", P.read(prof) or "")
+      -- jit.v's trace log: the config checks loop enough to compile
+      assert.matches("[TRACE", P.read(log) or "", 1, true)
+    end)
 end)
 
 describe("make install", function()
