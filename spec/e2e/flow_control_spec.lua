@@ -25,8 +25,9 @@ local function config(sim, fc, extra)
   return cfg
 end
 
--- A request in the background: curl as its own process.
-local function send(gw, id, headers, max_time)
+-- A request in the background: curl as its own process.  max_tokens: how
+-- long it holds the endpoint (the simulator's default, 8: ~0.8 s).
+local function send(gw, id, headers, max_time, max_tokens)
   local h = ""
   for k, v in pairs(headers or {}) do
     h = h .. (" -H %s"):format(P.quote(k .. ": " .. v))
@@ -34,7 +35,7 @@ local function send(gw, id, headers, max_time)
   local body = P.dir .. "/fc-" .. id .. ".json"
   local out = P.dir .. "/fc-" .. id .. ".out"
   local f = assert(io.open(body, "w"))
-  f:write(json.encode({ model = "m", prompt = "hello " .. id }))
+  f:write(json.encode({ model = "m", prompt = "hello " .. id, max_tokens = max_tokens }))
   f:close()
   local p = P.start(("curl -sS -o %s -w '%%{http_code}' --max-time %s -H 'x-request-id: %s'"
     .. " -H 'content-type: application/json'%s --data-binary @%s %s"):format(out,
@@ -163,7 +164,9 @@ describe("flow control through lupin serve", function()
       { "global-strict-fairness-policy", "first a1 a2 a3 b1" } }) do
       local gw = P.gateway(config(sim, { defaultPriorityBand = { fairnessPolicyRef = case[1] } }),
         case[3])
-      local procs = { send(gw, "first") }
+      -- ~3 s at the endpoint: every later request queues behind it, however
+      -- slowly curl starts (a loaded machine, a sanitizer build)
+      local procs = { send(gw, "first", nil, nil, 30) }
       until_running(gw, "first")
       for i, id in ipairs({ "a1", "a2", "a3", "b1" }) do
         procs[#procs + 1] = send(gw, id, { ["x-gateway-inference-fairness-id"] = id:sub(1, 1) })
@@ -182,7 +185,7 @@ describe("flow control through lupin serve", function()
 
   it("serves the higher band first", function()
     local gw = P.gateway(config(sim, {}, { objectives = { { name = "gold", priority = 5 } } }))
-    local procs = { send(gw, "first") }
+    local procs = { send(gw, "first", nil, nil, 30) }
     until_running(gw, "first")
     procs[#procs + 1] = send(gw, "plain")
     until_queued(gw, 1)

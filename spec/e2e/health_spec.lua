@@ -230,8 +230,9 @@ describe("lupin serve: failover and endpoint health", function()
 
   it("ejects an endpoint after consecutive 5xx answers", function()
     local up = start(P.upstream("--name A"))
+    -- one worker: each worker counts its own consecutive errors (docs/workers.md)
     local gw = start(P.gateway(config({ ep("a", up.port) },
-      { consecutiveErrors = 2, staleEjectionMs = 0 })))
+      { consecutiveErrors = 2, staleEjectionMs = 0 }), "--workers 1"))
     assert.equal(500, (post(gw, "fail500", "x-1")))
     assert.equal(500, (post(gw, "fail500", "x-2")))
     local e = endpoints(gw).a.health

@@ -155,10 +155,12 @@ describe("lupin serve --workers", function()
   it("drains every worker on SIGTERM: requests in flight finish, then the process exits 0", function()
     local slow = P.sim("--itl-ms 40", 2)
     gw = P.gateway(config(slow), "--workers 2")
+    -- 80 tokens, ~3 s: all six are still streaming when the last curl has
+    -- started, however slowly (a loaded machine, a sanitizer build)
     local outs = {}
     for i = 1, 6 do
       outs[i] = P.start(("curl -sS -N %s/v1/completions -H 'content-type: application/json' "
-        .. "-d '{\"model\":\"%s\",\"prompt\":\"drain %d\",\"max_tokens\":20,\"stream\":true}'")
+        .. "-d '{\"model\":\"%s\",\"prompt\":\"drain %d\",\"max_tokens\":80,\"stream\":true}'")
         :format(gw.base, MODEL, i))
     end
     P.poll(function()
