@@ -2,7 +2,8 @@
 ---
 --- One table per request (held only by the C request object):
 ---   shared            request-wide, every plugin reads and writes it
----   plugins[name]     private to one plugin instance, across all its points
+---   ctxs[slot]        one ctx per plugin instance reached; its private table
+---                     (ctx.plugin) inside it, across all the instance's points
 ---   profiles[name]    one per scheduling profile run: that profile's cycle state
 --- A plugin never gets the request table itself, only its own ctx, whose
 --- fields resolve to its slice of the tree; subtables are made on first use.
@@ -34,22 +35,17 @@ local weak = require "lupin.weak"
 
 local FIELDS = {}
 
--- The private and cycle tables are kept by name in tables of the request,
--- made on first use like them.
+-- A ctx is a two-slot array: the instance's name, then its private table
+-- once made.  A small array part lives in its table's own allocation: a
+-- ctx costs one allocation, where two named fields took two (and a map of
+-- private tables by name two more).
+local NAME, PRIVATE = 1, 2
+
+-- The private table, made on first use like the cycle and shared tables.
 function FIELDS.plugin(r, c)
-  local name = rawget(c, "name")
-  local all = r.plugins
-  if not all then
-    all = {}
-    r.plugins = all
-  end
-  local t = all[name]
-  if not t then
-    t = {}
-    all[name] = t
-    leaks.own(r, t, name)
-  end
-  rawset(c, "plugin", t)
+  local t = {}
+  rawset(c, PRIVATE, t)
+  leaks.own(r, t, rawget(c, NAME))
   return t
 end
 
@@ -119,7 +115,7 @@ local METHODS = {}
 --- Logs with the request id and plugin name: ctx:log("warn", "x=%d", x)
 ---@param level "error"|"warn"|"info"|"debug"
 function METHODS.log(c, level, fmt, ...)
-  log.log(level, "request " .. c.request.id .. " [" .. rawget(c, "name") .. "] " .. tostring(fmt),
+  log.log(level, "request " .. c.request.id .. " [" .. rawget(c, NAME) .. "] " .. tostring(fmt),
     ...)
 end
 
@@ -312,6 +308,14 @@ end
 
 local CTX = {
   __index = function(c, k)
+    if k == "name" then
+      return rawget(c, NAME)
+    elseif k == "plugin" then
+      local t = rawget(c, PRIVATE)
+      if t then
+        return t
+      end
+    end
     local f = FIELDS[k]
     if f then
       local r = box_of[c][1]
@@ -348,8 +352,7 @@ function M.new_request(gen, creq, id, path, body, model, headers)
     creq = creq,
     request = setmetatable({ id = id, path = path, raw_body = body, model = model,
       headers = headers }, VIEW),
-    plugins = false, -- made on first use (FIELDS.plugin, FIELDS.cycle)
-    profiles = false,
+    profiles = false, -- made on first use (FIELDS.cycle)
     profile = false, -- the profile of the plugin call under way (engine.call)
     ctxs = new_table(#gen.instances, 0), -- by the instance's slot: an array
     outcome = false, -- set when the request ends (by the core: no allocation)
@@ -368,14 +371,19 @@ function M.of(r, rec)
   local slot = rec.slot or rec -- (an instance outside gen.instances: by itself)
   local c = r.ctxs[slot]
   if not c then
-    -- room for its name and the private table it caches
-    c = setmetatable(new_table(0, 2), CTX)
-    c.name = rec.name
+    c = setmetatable(new_table(2, 0), CTX)
+    c[NAME] = rec.name
     box_of[c] = r.manifest
     r.ctxs[slot] = c
     leaks.own(r, c, rec.name)
   end
   return c
+end
+
+--- The private table of rec's instance in request r, if it made one.
+function M.private(r, rec)
+  local c = r.ctxs[rec.slot or rec]
+  return c and rawget(c, PRIVATE) or nil
 end
 
 return M

@@ -307,7 +307,7 @@ function M.call(a)
       OUT[point](out, v1, v2, v3)
     end
   end
-  out.plugin = r.plugins and r.plugins[rec.name] or nil
+  out.plugin = require("lupin.ctx").private(r, rec)
   out.cycle = profile and r.profiles and r.profiles[profile] or nil
   out.shared = r.shared
   out.upstream_headers = r.upstream_headers or {}
