@@ -49,15 +49,6 @@ int gw_buf_uint(gw_buf *b, unsigned long long v) {
   return gw_buf_append(b, d + k, sizeof d - k);
 }
 
-int gw_buf_hex(gw_buf *b, unsigned long long v) {
-  char d[16];
-  size_t k = sizeof d;
-  do
-    d[--k] = "0123456789abcdef"[v & 15];
-  while (v >>= 4);
-  return gw_buf_append(b, d + k, sizeof d - k);
-}
-
 int gw_buf_header(gw_buf *b, const char *name, const char *value) {
   size_t n = strlen(name), v = strlen(value);
   if (reserve(b, n + v + 4)) return -1;
@@ -237,10 +228,14 @@ const char *gw_headers_get(const gw_headers *h, const char *name) {
 
 void gw_headers_clear(gw_headers *h) {
   gw_text_block *b = h->mem;
-  while (b && b->next) { /* keep the oldest block: the first one, the smallest */
+  while (b && b->next) { /* keep the oldest block, unless a long header grew it */
     gw_text_block *next = b->next;
     free(b);
     b = next;
+  }
+  if (b && b->cap > TEXT_BLOCK) {
+    free(b);
+    b = NULL;
   }
   h->mem = b;
   if (b) b->len = 0;
@@ -264,8 +259,9 @@ int gw_name_in(const char *name, const gw_name *set, size_t n) {
 
 int gw_hop_by_hop(const char *name) {
   static const gw_name hop[] = {
-      GW_NAME("connection"), GW_NAME("keep-alive"), GW_NAME("proxy-connection"),
-      GW_NAME("te"), GW_NAME("transfer-encoding"), GW_NAME("upgrade"), GW_NAME("trailer"),
-      GW_NAME("content-length"), GW_NAME("host"), GW_NAME("expect")};
+      GW_NAME("connection"), GW_NAME("keep-alive"),        GW_NAME("proxy-connection"),
+      GW_NAME("te"),         GW_NAME("transfer-encoding"), GW_NAME("upgrade"),
+      GW_NAME("trailer"),    GW_NAME("content-length"),    GW_NAME("host"),
+      GW_NAME("expect")};
   return gw_name_in(name, hop, sizeof hop / sizeof *hop);
 }

@@ -42,7 +42,6 @@ int gw_buf_append(gw_buf *b, const char *data, size_t len);
  * are written with these, not gw_buf_printf). */
 int gw_buf_str(gw_buf *b, const char *s);
 int gw_buf_uint(gw_buf *b, unsigned long long v);
-int gw_buf_hex(gw_buf *b, unsigned long long v);
 /* "name: value\r\n" */
 int gw_buf_header(gw_buf *b, const char *name, const char *value);
 int gw_buf_printf(gw_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -65,7 +64,7 @@ typedef struct gw_text_block gw_text_block;
 typedef struct gw_headers {
   lupin_header *v;
   size_t n, cap;
-  int in_value; /* parsing: the last piece was a value's */
+  int in_value;       /* parsing: the last piece was a value's */
   gw_text_block *mem; /* newest first; the string being built is last in it */
 } gw_headers;
 

@@ -43,11 +43,13 @@ static int routing_header(const char *name) {
  * starts with "x-": most of a request's headers are let through on their
  * first letter. */
 static int consumed(const char *name) {
-  static const gw_name names[] = {
-      GW_NAME("x-gateway-inference-objective"), GW_NAME("x-gateway-inference-fairness-id"),
-      GW_NAME("x-gateway-model-name-rewrite"),  GW_NAME("x-llm-d-inference-objective"),
-      GW_NAME("x-llm-d-inference-fairness-id"), GW_NAME("x-llm-d-model-name-rewrite"),
-      GW_NAME("x-request-id")};
+  static const gw_name names[] = {GW_NAME("x-gateway-inference-objective"),
+                                  GW_NAME("x-gateway-inference-fairness-id"),
+                                  GW_NAME("x-gateway-model-name-rewrite"),
+                                  GW_NAME("x-llm-d-inference-objective"),
+                                  GW_NAME("x-llm-d-inference-fairness-id"),
+                                  GW_NAME("x-llm-d-model-name-rewrite"),
+                                  GW_NAME("x-request-id")};
   if ((name[0] | 0x20) != 'x') return 0;
   return routing_header(name) || gw_name_in(name, names, sizeof names / sizeof *names) ||
          !strncasecmp(name, "x-gateway-destination-endpoint", 30) || gw_explain_header(name);

@@ -159,8 +159,7 @@ enum { KEPT_BODY_BYTES = 4096 };
 static void reset_request(gw_conn *c) {
   uncount_body(c);
   gw_headers_clear(&c->req.headers);
-  if (c->req.body.cap > KEPT_BODY_BYTES)
-    gw_buf_free(&c->req.body);
+  if (c->req.body.cap > KEPT_BODY_BYTES) gw_buf_free(&c->req.body);
   c->req.body.len = 0;
   if (c->req.body.data) c->req.body.data[0] = 0;
   c->url.len = 0;
@@ -293,8 +292,8 @@ void gw_conn_start(gw_conn *c, int status, const lupin_header *h, size_t n,
   if (c->chunked) {
     rc |= gw_buf_str(head, "transfer-encoding: chunked\r\n");
   } else if (!bodiless) {
-    rc |= gw_buf_str(head, "content-length: ") || gw_buf_uint(head, (unsigned long long)content_length) ||
-          gw_buf_append(head, "\r\n", 2);
+    rc |= gw_buf_str(head, "content-length: ") ||
+          gw_buf_uint(head, (unsigned long long)content_length) || gw_buf_append(head, "\r\n", 2);
   }
   rc |= gw_buf_str(head, keep ? "connection: keep-alive\r\n\r\n" : "connection: close\r\n\r\n");
   if (rc) {
@@ -318,8 +317,7 @@ void gw_conn_write(gw_conn *c, const char *data, size_t len) {
   for (size_t v = len; v; v >>= 4)
     size[--k] = "0123456789abcdef"[v & 15];
   uv_buf_t parts[3] = {uv_buf_init(size + k, (unsigned)(sizeof size - (size_t)k)),
-                       uv_buf_init((char *)data, (unsigned)len),
-                       uv_buf_init("\r\n", 2)};
+                       uv_buf_init((char *)data, (unsigned)len), uv_buf_init("\r\n", 2)};
   write_bufs(c, parts, 3);
 }
 
