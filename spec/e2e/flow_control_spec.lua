@@ -25,31 +25,6 @@ local function config(sim, fc, extra)
   return cfg
 end
 
--- A request in the background: curl as its own process.  max_tokens: how
--- long it holds the endpoint (the simulator's default, 8: ~0.8 s).
-local function send(gw, id, headers, max_time, max_tokens)
-  local h = ""
-  for k, v in pairs(headers or {}) do
-    h = h .. (" -H %s"):format(P.quote(k .. ": " .. v))
-  end
-  local body = P.dir .. "/fc-" .. id .. ".json"
-  local out = P.dir .. "/fc-" .. id .. ".out"
-  local f = assert(io.open(body, "w"))
-  f:write(json.encode({ model = "m", prompt = "hello " .. id, max_tokens = max_tokens }))
-  f:close()
-  local p = P.start(("curl -sS -o %s -w '%%{http_code}' --max-time %s -H 'x-request-id: %s'"
-    .. " -H 'content-type: application/json'%s --data-binary @%s %s"):format(out,
-    max_time or 30, id, h, body, P.quote(gw.base .. "/v1/completions")))
-  p.body_file = out
-  return p
-end
-
-local function result(p)
-  P.wait(p)
-  local code = tonumber((P.read(p.out) or ""):match("%d+")) or 0
-  return code, P.read(p.body_file) or ""
-end
-
 local function flows(gw)
   local _, _, body = P.get(gw.admin .. "/admin/flows")
   return json.decode(body)
@@ -64,18 +39,6 @@ local function until_queued(gw, n, priority)
       end
     end
   end, n .. " queued")
-end
-
--- Polls the admin's in-flight list until the request is at the endpoint.
-local function until_running(gw, id)
-  P.poll(function()
-    local _, _, body = P.get(gw.admin .. "/admin/requests")
-    for _, r in ipairs(json.decode(body).requests) do
-      if r.id == id and r.endpoint ~= "" then
-        return true
-      end
-    end
-  end, id .. " running")
 end
 
 -- The ids of the access log's lines, in order.
@@ -101,15 +64,15 @@ describe("flow control through lupin serve", function()
 
   it("holds a request while the endpoint is busy and sends it when it frees", function()
     local gw = P.gateway(config(sim))
-    local a = send(gw, "a")
-    until_running(gw, "a")
-    local b = send(gw, "b")
+    local a = P.send(gw, "a")
+    P.until_running(gw, "a")
+    local b = P.send(gw, "b")
     local band = until_queued(gw, 1)
     assert.equal("global-strict-fairness-policy", band.fairness)
     assert.equal("fcfs-ordering-policy", band.ordering)
     assert.is_true(flows(gw).saturated)
-    assert.equal(200, (result(a)))
-    local code, body = result(b)
+    assert.equal(200, (P.result(a)))
+    local code, body = P.result(b)
     assert.equal(200, code, body)
     assert.equal("a b", log_order(gw))
     assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="0",outcome="dispatched"}'))
@@ -121,18 +84,18 @@ describe("flow control through lupin serve", function()
 
   it("answers 503 past the TTL and 429 for a sheddable request, with a message", function()
     local gw = P.gateway(config(sim, { defaultRequestTTL = "100ms" }))
-    local a = send(gw, "a")
-    until_running(gw, "a")
-    local b = send(gw, "b")
-    local s = send(gw, "s", { ["x-gateway-inference-objective"] = "-1" })
-    local code, body = result(b)
+    local a = P.send(gw, "a")
+    P.until_running(gw, "a")
+    local b = P.send(gw, "b")
+    local s = P.send(gw, "s", { headers = { ["x-gateway-inference-objective"] = "-1" } })
+    local code, body = P.result(b)
     assert.equal(503, code)
     local err = json.decode(body).error
     assert.matches("past its TTL of 0.1s", err.message, 1, true)
-    code, body = result(s)
+    code, body = P.result(s)
     assert.equal(429, code)
     assert.matches("past its TTL", json.decode(body).error.message, 1, true)
-    assert.equal(200, (result(a)))
+    assert.equal(200, (P.result(a)))
     assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="0",outcome="queue_ttl"}'))
     assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="-1",outcome="queue_ttl"}'))
     assert.equal(2, P.metric(gw, 'lupin_request_outcomes_total{outcome="queue_ttl"}'))
@@ -141,17 +104,17 @@ describe("flow control through lupin serve", function()
 
   it("answers queue_full at once when the band is full", function()
     local gw = P.gateway(config(sim, { defaultPriorityBand = { maxRequests = 1 } }))
-    local a = send(gw, "a")
-    until_running(gw, "a")
-    local b = send(gw, "b")
+    local a = P.send(gw, "a")
+    P.until_running(gw, "a")
+    local b = P.send(gw, "b")
     until_queued(gw, 1)
-    local c = send(gw, "c")
-    local code, body = result(c)
+    local c = P.send(gw, "c")
+    local code, body = P.result(c)
     assert.equal(503, code)
     assert.matches("flow-control queue is full for priority 0", json.decode(body).error.message,
       1, true)
-    assert.equal(200, (result(a)))
-    assert.equal(200, (result(b)))
+    assert.equal(200, (P.result(a)))
+    assert.equal(200, (P.result(b)))
     assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="0",outcome="queue_full"}'))
     P.stop(gw)
   end)
@@ -166,17 +129,18 @@ describe("flow control through lupin serve", function()
         case[3])
       -- ~3 s at the endpoint: every later request queues behind it, however
       -- slowly curl starts (a loaded machine, a sanitizer build)
-      local procs = { send(gw, "first", nil, nil, 30) }
-      until_running(gw, "first")
+      local procs = { P.send(gw, "first", { max_tokens = 30 }) }
+      P.until_running(gw, "first")
       for i, id in ipairs({ "a1", "a2", "a3", "b1" }) do
-        procs[#procs + 1] = send(gw, id, { ["x-gateway-inference-fairness-id"] = id:sub(1, 1) })
+        procs[#procs + 1] = P.send(gw, id,
+          { headers = { ["x-gateway-inference-fairness-id"] = id:sub(1, 1) } })
         until_queued(gw, i)
       end
       local f = flows(gw).bands[1].flows
       assert.same({ { id = "a", queued = 3 }, { id = "b", queued = 1 } },
         { { id = f[1].id, queued = f[1].queued }, { id = f[2].id, queued = f[2].queued } })
       for _, p in ipairs(procs) do
-        assert.equal(200, (result(p)))
+        assert.equal(200, (P.result(p)))
       end
       assert.equal(case[2], log_order(gw), case[1])
       P.stop(gw)
@@ -185,14 +149,15 @@ describe("flow control through lupin serve", function()
 
   it("serves the higher band first", function()
     local gw = P.gateway(config(sim, {}, { objectives = { { name = "gold", priority = 5 } } }))
-    local procs = { send(gw, "first", nil, nil, 30) }
-    until_running(gw, "first")
-    procs[#procs + 1] = send(gw, "plain")
+    local procs = { P.send(gw, "first", { max_tokens = 30 }) }
+    P.until_running(gw, "first")
+    procs[#procs + 1] = P.send(gw, "plain")
     until_queued(gw, 1)
-    procs[#procs + 1] = send(gw, "gold", { ["x-gateway-inference-objective"] = "gold" })
+    procs[#procs + 1] = P.send(gw, "gold",
+      { headers = { ["x-gateway-inference-objective"] = "gold" } })
     until_queued(gw, 1, 5)
     for _, p in ipairs(procs) do
-      assert.equal(200, (result(p)))
+      assert.equal(200, (P.result(p)))
     end
     assert.equal("first gold plain", log_order(gw))
     P.stop(gw)
@@ -200,31 +165,31 @@ describe("flow control through lupin serve", function()
 
   it("drops a queued request whose client leaves, at once", function()
     local gw = P.gateway(config(sim))
-    local a = send(gw, "a")
-    until_running(gw, "a")
-    local b = send(gw, "b", nil, 0.3)
+    local a = P.send(gw, "a")
+    P.until_running(gw, "a")
+    local b = P.send(gw, "b", { max_time = 0.3 })
     until_queued(gw, 1)
-    assert.is_not.equal(200, (result(b))) -- curl gave up
+    assert.is_not.equal(200, (P.result(b))) -- curl gave up
     P.poll(function()
       local band = flows(gw).bands[1]
       return band.queued == 0 and band.evicted.cancelled == 1
     end, "the queue to drop b")
-    assert.equal(200, (result(a)))
+    assert.equal(200, (P.result(a)))
     assert.matches('"id":"b".-"status":499.-"outcome":"cancelled"', P.read(gw.out))
     P.stop(gw)
   end)
 
   it("answers the queue 503 on SIGTERM and finishes what runs", function()
     local gw = P.gateway(config(sim))
-    local a = send(gw, "a")
-    until_running(gw, "a")
-    local b = send(gw, "b")
+    local a = P.send(gw, "a")
+    P.until_running(gw, "a")
+    local b = P.send(gw, "b")
     until_queued(gw, 1)
     P.signal(gw, "TERM")
-    local code, body = result(b)
+    local code, body = P.result(b)
     assert.equal(503, code)
     assert.matches("shutting down", json.decode(body).error.message, 1, true)
-    assert.equal(200, (result(a)))
+    assert.equal(200, (P.result(a)))
     assert.equal(0, P.wait(gw))
   end)
 

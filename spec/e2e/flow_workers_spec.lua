@@ -29,30 +29,6 @@ local function config(sim, fc, extra)
   return cfg
 end
 
--- A request in the background (curl as its own process, its own connection).
-local function send(gw, id, headers, max_tokens)
-  local h = ""
-  for k, v in pairs(headers or {}) do
-    h = h .. (" -H %s"):format(P.quote(k .. ": " .. v))
-  end
-  local body = P.dir .. "/fw-" .. id .. ".json"
-  local out = P.dir .. "/fw-" .. id .. ".out"
-  local f = assert(io.open(body, "w"))
-  f:write(json.encode({ model = "m", prompt = "hello " .. id, max_tokens = max_tokens }))
-  f:close()
-  local p = P.start(("curl -sS -o %s -w '%%{http_code}' --max-time 60 -H 'x-request-id: %s'"
-    .. " -H 'content-type: application/json'%s --data-binary @%s %s"):format(out, id, h, body,
-    P.quote(gw.base .. "/v1/completions")))
-  p.body_file = out
-  return p
-end
-
-local function result(p)
-  P.wait(p)
-  local code = tonumber((P.read(p.out) or ""):match("%d+")) or 0
-  return code, P.read(p.body_file) or ""
-end
-
 -- The worker that holds request id (queued or running), once it shows.
 local function worker_of(gw, id)
   return P.poll(function()
@@ -63,17 +39,6 @@ local function worker_of(gw, id)
       end
     end
   end, id .. " in /admin/requests")
-end
-
-local function until_running(gw, id)
-  P.poll(function()
-    local _, _, body = P.get(gw.admin .. "/admin/requests")
-    for _, r in ipairs(json.decode(body).requests) do
-      if r.id == id and r.endpoint ~= "" then
-        return true
-      end
-    end
-  end, id .. " running")
 end
 
 local function band(gw, priority)
@@ -120,9 +85,9 @@ describe("flow control over two workers", function()
 
   it("answers queue_full on either worker once the band is full on one", function()
     gw = P.gateway(config(sim, { defaultPriorityBand = { maxRequests = 1 } }), "--workers 2")
-    local a = send(gw, "a", nil, LONG)
-    until_running(gw, "a")
-    local b = send(gw, "b")
+    local a = P.send(gw, "a", { max_tokens = LONG })
+    P.until_running(gw, "a")
+    local b = P.send(gw, "b")
     until_queued(gw, 1)
     local holder = worker_of(gw, "b")
     local other = 1 - holder
@@ -131,8 +96,8 @@ describe("flow control over two workers", function()
     while seen == 0 and tries < 40 do
       tries = tries + 1
       local before = answered(gw)
-      local c = send(gw, "c" .. tries)
-      local code, body = result(c)
+      local c = P.send(gw, "c" .. tries)
+      local code, body = P.result(c)
       assert.equal(503, code, body)
       assert.matches("flow-control queue is full for priority 0 (band: 1 requests", body, 1, true)
       local after = P.poll(function() -- counted as the exchange ends, maybe after curl is done
@@ -145,22 +110,23 @@ describe("flow control over two workers", function()
     local full = P.metric(gw, 'lupin_flow_control_requests_total{priority="0",outcome="queue_full"}')
     assert.equal(tries, full)
     assert.equal(tries, band(gw, 0).evicted.queue_full) -- /admin/flows sums the workers too
-    assert.equal(200, (result(a)))
-    assert.equal(200, (result(b)))
+    assert.equal(200, (P.result(a)))
+    assert.equal(200, (P.result(b)))
   end)
 
   it("sends a higher band waiting on one worker before a lower band on the other", function()
     gw = P.gateway(config(sim, {}, { objectives = { { name = "gold", priority = 5 } } }),
       "--workers 2")
-    local a = send(gw, "a", nil, LONG)
-    until_running(gw, "a")
-    local plain = send(gw, "plain")
+    local a = P.send(gw, "a", { max_tokens = LONG })
+    P.until_running(gw, "a")
+    local plain = P.send(gw, "plain")
     until_queued(gw, 1)
     local holder = worker_of(gw, "plain")
     local golds, ids, elsewhere = {}, {}, false
     while not elsewhere and #golds < 12 do
       local id = "gold" .. (#golds + 1)
-      golds[#golds + 1] = send(gw, id, { ["x-gateway-inference-objective"] = "gold" })
+      golds[#golds + 1] = P.send(gw, id,
+        { headers = { ["x-gateway-inference-objective"] = "gold" } })
       ids[#ids + 1] = id
       until_queued(gw, #golds, 5)
       elsewhere = worker_of(gw, id) ~= holder
@@ -170,11 +136,11 @@ describe("flow control over two workers", function()
       local _, _, body = P.get(gw.admin .. "/admin/flows")
       return json.decode(body).saturated
     end, "saturated"))
-    assert.equal(200, (result(a)))
+    assert.equal(200, (P.result(a)))
     for _, p in ipairs(golds) do
-      assert.equal(200, (result(p)))
+      assert.equal(200, (P.result(p)))
     end
-    assert.equal(200, (result(plain)))
+    assert.equal(200, (P.result(plain)))
     -- the gold band in arrival order, whichever worker held each, then plain
     assert.equal("a " .. table.concat(ids, " ") .. " plain", log_order(gw))
   end)

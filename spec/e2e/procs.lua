@@ -186,6 +186,47 @@ function M.curl(args)
 end
 
 --- POSTs a JSON body (a table or a string) to path.
+--- A completion in the background, curl as its own process (so its own
+--- connection), sent with x-request-id id for model "m".  opts: headers,
+--- max_tokens (the simulator's default when nil), max_time (s, 60).
+--- M.result(p) waits for it.
+function M.send(gw, id, opts)
+  opts = opts or {}
+  local h = ""
+  for k, v in pairs(opts.headers or {}) do
+    h = h .. (" -H %s"):format(M.quote(k .. ": " .. v))
+  end
+  seq = seq + 1
+  local body = ("%s/send-%d.json"):format(dir, seq)
+  local out = ("%s/send-%d.out"):format(dir, seq)
+  support.write(body, cjson.encode({ model = "m", prompt = "hello " .. id,
+    max_tokens = opts.max_tokens }))
+  local p = M.start(("curl -sS -o %s -w '%%{http_code}' --max-time %s -H 'x-request-id: %s'"
+    .. " -H 'content-type: application/json'%s --data-binary @%s %s"):format(out,
+    opts.max_time or 60, id, h, body, M.quote(gw.base .. "/v1/completions")))
+  p.body_file = out
+  return p
+end
+
+--- The status and body of a request M.send started, once it has ended.
+function M.result(p)
+  M.wait(p)
+  local code = tonumber((read(p.out) or ""):match("%d+")) or 0
+  return code, read(p.body_file) or ""
+end
+
+--- Polls the admin's in-flight list until request id is at an endpoint.
+function M.until_running(gw, id)
+  M.poll(function()
+    local _, _, body = M.get(gw.admin .. "/admin/requests")
+    for _, r in ipairs(cjson.decode(body).requests) do
+      if r.id == id and r.endpoint ~= "" then
+        return true
+      end
+    end
+  end, id .. " running")
+end
+
 function M.post(base, path, body, extra)
   local text = type(body) == "string" and body or cjson.encode(body)
   local file = ("%s/body-%d.json"):format(dir, seq + 1)
