@@ -11,6 +11,7 @@ local log = require "lupin.log"
 local openai = require "lupin.openai"
 local pool = require "lupin.pool"
 local traceback = require "lupin.traceback"
+local clear = require "table.clear"
 local new_table = require "table.new"
 
 local M = {}
@@ -334,7 +335,9 @@ local function run_profile(r, prof, eps)
     end
   end
   local picker = prof.picker
-  local ok, picks = call(r, picker, "pick", name, { endpoints = eps, scores = total })
+  -- the picker's argument becomes the profile's result once it has picked
+  local res = { endpoints = eps, scores = total, candidates = eps }
+  local ok, picks = call(r, picker, "pick", name, res)
   if x then
     explain.picker(x, picker, last_dt, eps, total, ok and picks)
   end
@@ -359,7 +362,8 @@ local function run_profile(r, prof, eps)
       message = ("no endpoint available for profile %q: picker %q picked none"):format(name,
         picker.name) }
   end
-  return { endpoints = picks, scores = total, candidates = eps }
+  res.endpoints, res.scores, res.candidates = picks, total, eps
+  return res
 end
 
 -- the list of no profile: read, never written, so one serves every request
@@ -401,13 +405,21 @@ local function profile_list(gen, v)
   return list
 end
 
--- The handler gets its own copy of the results: what it writes stays there.
-local function copy(t)
-  local c = {}
-  for k, v in pairs(t) do
-    c[k] = v
+-- The handler reads the results through a table of its own, filled afresh
+-- before each of its calls: what it writes there never reaches the engine's
+-- results nor its next call.  One such table per request, not one per call.
+local function results_view(r, results)
+  local v = r.results_view
+  if v then
+    clear(v)
+  else
+    v = {}
+    r.results_view = v
   end
-  return c
+  for k, res in pairs(results) do
+    v[k] = res
+  end
+  return v
 end
 
 local function handler_failed(r, point, err)
@@ -422,7 +434,8 @@ local function run_profiles(r)
   -- set of profiles that ran; failures is made at the first one
   local results, failures = {}, nil
   while true do
-    local ok, v = call(r, handler, "pick_profiles", nil, gen.profile_views, copy(results))
+    local ok, v = call(r, handler, "pick_profiles", nil, gen.profile_views,
+      results_view(r, results))
     local dt = last_dt
     local list, err = v, nil
     if ok then
@@ -466,7 +479,7 @@ end
 local function primary_of(r, results)
   local handler = r.gen.handler
   if handler.process_results then
-    local ok, res = call(r, handler, "process_results", nil, copy(results))
+    local ok, res = call(r, handler, "process_results", nil, results_view(r, results))
     if r.explain then
       explain.step(r.explain, handler, "process_results", last_dt)
     end

@@ -105,6 +105,34 @@ describe("per-request state", function()
     req:finish("ok")
   end)
 
+  it("gives the profile handler its own results on each call: its writes reach nothing",
+    function()
+      local c = { plugins = {}, schedulingProfiles = config.schedulingProfiles }
+      for i, p in ipairs(config.plugins) do
+        c.plugins[i] = p
+      end
+      c.plugins[1] = { type = "test-handler", name = "h", parameters = { scribble = true } }
+      rt = S.loaded(c)
+      S.endpoints(rt, 2)
+      local req = rt:begin({})
+      local res = req:schedule()
+      assert.equal(200, res.status)
+      assert.is_true(#res.picks >= 1)
+      local saw = S.eval(rt, [[
+        local out
+        require("lupin.leaks").each_live(function(r)
+          out = { saw = r.shared.handler_saw, primary = r.result.primary,
+            kept = type(r.result.profiles.A), bogus = r.result.profiles.bogus ~= nil }
+        end)
+        return out]])
+      -- each call sees the profiles that ran, as results, whatever the last
+      -- call wrote over them
+      assert.same({ "", "A=table", "A=table,B=table", "A=table,B=table" }, saw.saw)
+      assert.same({ primary = "A", kept = "table", bogus = false },
+        { primary = saw.primary, kept = saw.kept, bogus = saw.bogus })
+      req:finish("ok")
+    end)
+
   it("never hands a plugin the request table", function()
     rt = S.loaded(config)
     S.endpoints(rt, 1)
