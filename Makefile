@@ -1,27 +1,31 @@
 # lupin: every entry point.  `make help` lists them.
 PREFIX   ?= /usr/local
 CC       ?= cc
-PKGS      = luajit libuv libxxhash libutf8proc
+PKGS      = luajit libuv libxxhash libutf8proc simdjson
 CFLAGS   ?= -O2 -g
 XCFLAGS   = $(CFLAGS) -std=c11 -Wall -Wextra -Wshadow -fPIC -D_POSIX_C_SOURCE=200809L \
             -DLUPIN_DEFAULT_HOME=\"$(PREFIX)/share/lupin\" \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
+# core/json.cpp is C++ (simdjson): its objects compile with CXX, and every
+# program linking liblupin links libstdc++
+XCXXFLAGS = $(CFLAGS) -std=c++17 -Wall -Wextra -Wshadow -fPIC $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lstdc++ -lm
 SANITIZE  = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # Debian packages (DESIGN.md §3) and the tools the tests and builds use.
 # prometheus: its promtool checks the gateway's /metrics (spec/e2e/metrics_spec.lua);
 # installing it starts no server where there is no init (a container, a chroot).
 DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua-cjson \
-            lua-busted lua-check lua-yaml libxxhash-dev libhttp-parser-dev libjansson-dev wrk curl \
+            lua-busted lua-check lua-yaml libxxhash-dev libhttp-parser-dev libjansson-dev libsimdjson-dev \
+            wrk curl \
             python3 procps libutf8proc-dev clang libclang-rt-dev prometheus \
             redis-server libhiredis-dev
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
-BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox libsimdjson-dev
+BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox
 
 CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/endpoint.c core/flow.c core/generation.c core/host.c \
             core/prefix_index.c core/prefix_shared.c core/prefix_sync.c core/request.c core/runtime.c core/shared.c \
-            core/shared_dict.c
+            core/shared_dict.c core/json.cpp
 CORE_HDR  = core/lupin.h core/internal.h
 # the gateway host `lupin serve` (DESIGN.md §9)
 GW_SRC    = $(wildcard gateway/*.c)
@@ -32,7 +36,7 @@ GW_LIBS   = $(shell pkg-config --libs jansson hiredis 2>/dev/null)
 B ?= build
 # one version, core/lupin.h's: lupin --version, lupin-sim --version, lupin.pc
 VERSION  := $(shell sed -n 's/^\#define LUPIN_VERSION "\(.*\)"/\1/p' core/lupin.h)
-CORE_OBJ  = $(CORE_SRC:core/%.c=$(B)/core/%.o)
+CORE_OBJ  = $(patsubst core/%.cpp,$(B)/core/%.o,$(CORE_SRC:core/%.c=$(B)/core/%.o))
 
 # The model-server simulator: a standalone C program (examples/simulator/README.md).
 SIM_SRC   = $(wildcard examples/simulator/*.c)
@@ -53,6 +57,10 @@ $(B)/core/runtime.o: $(B)/prefix.stamp
 $(B)/core/%.o: core/%.c $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(XCFLAGS) -c $< -o $@
+
+$(B)/core/%.o: core/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(XCXXFLAGS) -c $< -o $@
 
 $(B)/gw/%.o: gateway/%.c $(GW_HDR)
 	@mkdir -p $(dir $@)
@@ -189,7 +197,7 @@ fuzz-replay:
 	B=build-asan bash spec/fuzz/replay.sh $(FUZZ_TARGETS)
 
 fuzz:
-	$(MAKE) --no-print-directory B=build-fuzz CC=clang \
+	$(MAKE) --no-print-directory B=build-fuzz CC=clang CXX=clang++ \
 	  CFLAGS="-O1 -g $(SANITIZE) -fsanitize=fuzzer-no-link" $(FUZZ_TARGETS:%=build-fuzz/fuzz-%)
 	FUZZ_SECONDS=$(FUZZ_SECONDS) LUPIN_FUZZ_KNOWN=$(FUZZ_KNOWN) \
 	  LUPIN_FUZZ_LUA_COVERAGE=$(FUZZ_LUA_COVERAGE) B=build-fuzz bash spec/fuzz/run.sh $(FUZZ_TARGETS)

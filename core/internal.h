@@ -395,6 +395,10 @@ struct lupin_runtime {
   int pumping, pump_again;
 };
 
+/* json.cpp: the module lupin.json.native, preloaded in every runtime's state
+ * (lua/lupin/json.lua) */
+int lupin__json_open(lua_State *L);
+
 /* runtime.c */
 int lupin__push_hook(lupin_runtime *rt, enum lupin_hook hook);
 int lupin__call(lupin_runtime *rt, int nargs, int nresults, char *err, size_t errlen);

@@ -129,7 +129,10 @@ static int boot(lupin_runtime *rt, const lupin_options *o, const char *home, cha
   lua_getfield(L, -2, "path");
   lua_concat(L, 2);
   lua_setfield(L, -2, "path");
-  lua_pop(L, 1);
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, lupin__json_open);
+  lua_setfield(L, -2, "lupin.json.native");
+  lua_pop(L, 2);
 
   lua_getglobal(L, "require");
   lua_pushstring(L, "lupin.runtime");

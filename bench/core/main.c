@@ -165,7 +165,7 @@ static void print_row(const row *r) {
   pct(p, b->prefix, whole);
   pct(s, b->scoring, whole);
   pct(rt, b->runtime, whole);
-  /* lupin's mean without cjson's decode over native's without simdjson's */
+  /* lupin's mean without its decode over native's without simdjson's */
   double l_rest = r->l_mean - b->decode / r->c.timed, n_rest = r->n_rest;
   printf("| %3d | %6s | %8.2f | %8.2f | %7.0f | %8.2f | %8.2f | %7.0f | %5.2f | %5.2f | %5.2f "
          "| %9.0f | %4s | %4s | %4s | %4s | %4s | %3.0f%% | %d/%d (%d ties) |\n",

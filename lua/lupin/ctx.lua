@@ -25,6 +25,7 @@
 local M = {}
 
 local cjson = require "cjson.safe"
+local json = require "lupin.json"
 local new_table = require "table.new"
 local capi = require "lupin.capi"
 local leaks = require "lupin.leaks"
@@ -244,7 +245,7 @@ local LAZY = {}
 
 function LAZY.body(v)
   local raw = rawget(v, "raw_body")
-  local body = raw and cjson.decode(raw)
+  local body = raw and json.decode(raw, cjson)
   return type(body) == "table" and body or false
 end
 

@@ -4,6 +4,7 @@
 -- refusal naming the parameter; and the text each route feeds the prefix
 -- scorer (ctx.request.prompt).
 local cjson = require "cjson.safe"
+local json = require "lupin.json"
 
 local byte = string.byte
 
@@ -313,7 +314,7 @@ local NUMBERS = { "max_tokens", "max_completion_tokens", "max_output_tokens", "t
 --- The API path of a body a host sent without one: chat when it has
 --- "messages", else completions (bodies that do not decode included).
 function M.path_of(text)
-  local body = text and cjson.decode(text)
+  local body = text and json.decode(text, cjson)
   return type(body) == "table" and body.messages ~= nil and "/v1/chat/completions"
     or "/v1/completions"
 end
@@ -407,7 +408,7 @@ function M.check(path, text, bad_utf8_at, content_type)
     return bad(("the request body is not valid UTF-8 at byte %d (0x%02x): JSON text must be"
       .. " UTF-8 (RFC 8259)"):format(bad_utf8_at + 1, byte(text, bad_utf8_at + 1)))
   end
-  local body, err = strict.decode(text)
+  local body, err = json.decode(text, strict)
   if body == nil then
     return bad(("the request body is not valid JSON (RFC 8259): %s"):format(tostring(err)))
   end

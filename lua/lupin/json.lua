@@ -1,0 +1,29 @@
+--- Request bodies as Lua values.  In a runtime, simdjson decodes them in C
+--- (core/json.cpp, several times faster than lua-cjson on a prompt); a text
+--- it refuses goes to the lua-cjson instance the caller names, whose value
+--- or message stands.  So what is accepted, and every refusal's message, are
+--- that instance's: simdjson only makes the common case fast.  Outside a
+--- runtime (a spec loading this file in plain LuaJIT), lua-cjson alone.
+local ok, native = pcall(require, "lupin.json.native")
+local fast = ok and native.decode or nil
+
+local M = {}
+
+--- The value of text, or nil and why not (cjson's message).
+---@param text string
+---@param cjson table a lua-cjson instance (cjson.safe, or one with its own settings)
+---@return any value, string? err
+function M.decode(text, cjson)
+  if fast then
+    local v = fast(text)
+    if v ~= nil then
+      return v
+    end
+  end
+  return cjson.decode(text)
+end
+
+--- Whether the fast path is there (false outside a runtime).
+M.native = fast ~= nil
+
+return M
