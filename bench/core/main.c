@@ -219,11 +219,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   printf("\nbench-core summary (times per lifecycle; per second = 1/mean on one core; ratio = "
-         "lupin/native;\nshares of lupin's timed lifecycles: decode = cjson.decode of the body (warm loop), "
+         "lupin/native;\nshares of lupin's timed lifecycles: decode = the body decode, simdjson in C (warm loop), "
          "hash+index = block\nhashes, index match and record (the C work, timed on the native "
          "side), prefix rest = the rest of the\nprefix plugin's prepare and pre_request, "
          "scoring = 3 scorers + picker, runtime = the rest (see\nbench/core/lupin_side.c);\nnative decode = simdjson's "
-         "share of native's mean (instrumented pass);\nratio w/o decode = lupin's mean less cjson's decode over "
+         "share of native's mean (instrumented pass);\nratio w/o decode = lupin's mean less its decode over "
          "native's mean less simdjson's\n(both from the instrumented native pass);\nsame pick = agreeing/compared, ties apart)\n\n");
   header();
   for (size_t i = 0; i < n_rows; i++) print_row(&rows[i]);

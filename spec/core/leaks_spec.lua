@@ -46,6 +46,41 @@ describe("leak detection", function()
     assert.not_matches('"careful"', report, 1, true)
   end)
 
+  it("still names leaks and refuses an ended request's ctx once manifests are reused",
+    function()
+      local c = config(true)
+      c.plugins[2].parameters.stashOnly = "keep"
+      rt = S.loaded(c)
+      S.endpoints(rt, 2)
+      local function one(id)
+        local req = rt:begin({ id = id })
+        req:schedule()
+        req:finish("ok")
+      end
+      one("keep-1")
+      -- thousands of requests, collected as they go: their manifests are
+      -- swept and handed to later requests
+      for i = 1, 3000 do
+        one("r" .. i)
+        if i % 500 == 0 then
+          S.eval(rt, "collectgarbage() collectgarbage() return 0")
+        end
+      end
+      one("keep-2")
+      local n, report = rt:check_leaks()
+      assert.equal(2, n)
+      assert.matches("ended request keep-1 at globals.stashed", report, 1, true)
+      assert.matches("ended request keep-2 at globals.stashed", report, 1, true)
+      -- the first kept ctx still knows its request ended: it does not find
+      -- a later request through a manifest used again
+      local used = S.eval(rt, [[
+        local rec = require("lupin.runtime").current.by_name.leaky
+        local ok, err = pcall(function() return rec.env.stashed_ctx[1].request.id end)
+        return { ok = ok, err = tostring(err) }]])
+      assert.is_false(used.ok)
+      assert.matches("ctx used after its request ended", used.err, 1, true)
+    end)
+
   it("counts live request tables while requests are in flight", function()
     rt = S.loaded(config(false))
     S.endpoints(rt, 1)
