@@ -253,6 +253,12 @@ void gw_conn_end(gw_conn *c);
 /* Gives up on a response already started: the client sees the connection
  * close before the response ends. */
 void gw_conn_abort(gw_conn *c);
+/* Corked, a connection gathers what is written to it until uncorked, then
+ * writes it at once: a streamed response whose head, chunks and end come in
+ * one read from upstream leaves in one system call instead of one each.
+ * Ending, aborting or closing the connection uncorks it. */
+void gw_conn_cork(gw_conn *c);
+void gw_conn_uncork(gw_conn *c);
 const char *gw_status_text(int status);
 
 /* --- upstream client (upstream.c) ---------------------------------------- */
@@ -262,6 +268,9 @@ typedef struct gw_upstream_cb {
   void (*on_body)(void *ud, const char *data, size_t len);
   /* Last call; the upstream handle is freed after it returns. */
   void (*on_done)(void *ud, gw_upstream_error e, const char *detail);
+  /* Optional: the bytes of one read from the endpoint have been handed on
+   * (not called once on_done has been). */
+  void (*on_read_end)(void *ud);
 } gw_upstream_cb;
 
 typedef struct gw_timeouts {

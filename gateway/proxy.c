@@ -235,8 +235,16 @@ static void on_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
   out[n++] = (lupin_header){"x-request-id", lupin_request_id(x->req)};
   out[n++] = (lupin_header){"x-gateway-destination-endpoint", x->ep->hostport};
   n += gw_explain_headers(x, out + n);
+  /* a streamed response: what each read from the endpoint brings (head,
+   * chunks, end) leaves together when the read is handled (on_read_end) */
+  if (cl < 0) gw_conn_cork(x->conn);
   gw_conn_start(x->conn, status, out, n, cl);
   x->started_response = 1;
+}
+
+static void on_read_end(void *ud) {
+  gw_exchange *x = ud;
+  if (x->conn) gw_conn_uncork(x->conn);
 }
 
 /* The client reads slower than the endpoint writes: stop reading upstream
@@ -380,7 +388,7 @@ static void on_done(void *ud, gw_upstream_error e, const char *detail) {
   try_picks(x, back);
 }
 
-static const gw_upstream_cb proxy_cb = {on_headers, on_body, on_done};
+static const gw_upstream_cb proxy_cb = {on_headers, on_body, on_done, on_read_end};
 
 /* The upstream request's headers: the client's, minus the connection's and
  * the ones the gateway consumes, with the plugins' and the destination. */
@@ -673,7 +681,7 @@ static void models_done(void *ud, gw_upstream_error e, const char *detail) {
   fan_free(f);
 }
 
-static const gw_upstream_cb models_cb = {models_headers, models_body, models_done};
+static const gw_upstream_cb models_cb = {models_headers, models_body, models_done, NULL};
 
 static void models_abort(void *owner) {
   models_fan *f = owner;

@@ -215,7 +215,7 @@ static void on_done(void *ud, gw_upstream_error e, const char *detail) {
   gw_endpoint_unref(ep);
 }
 
-static const gw_upstream_cb scrape_cb = {on_headers, on_body, on_done};
+static const gw_upstream_cb scrape_cb = {on_headers, on_body, on_done, NULL};
 
 static void tick(uv_timer_t *t) {
   gw_endpoint *ep = t->data;

@@ -49,6 +49,8 @@ struct gw_conn {
   int handles; /* open libuv handles; freed at 0 */
   gw_buf pending;
   gw_buf head; /* a response head not yet written (gw_conn_start) */
+  gw_buf out;  /* what a corked connection has to write (gw_conn_cork) */
+  int corked;
   gw_abort_fn abort_fn;
   void *owner;
   gw_abort_fn drain_fn;
@@ -186,6 +188,7 @@ static void on_close(uv_handle_t *h) {
   gw_buf_free(&c->url);
   gw_buf_free(&c->pending);
   gw_buf_free(&c->head);
+  gw_buf_free(&c->out);
   free(c);
   gw_check_drained(s->gw); /* a closed connection may be what a drain waits for */
 }
@@ -224,6 +227,7 @@ static void on_timer(uv_timer_t *t) {
 /* Ends the connection after what was written has left. */
 static void close_after_writes(gw_conn *c) {
   if (c->closing || c->closed) return;
+  gw_conn_uncork(c);
   c->closing = 1;
   c->shutdown.data = c;
   uv_timer_start(&c->timer, on_timer, c->srv->gw->set.header_timeout_ms, 0);
@@ -232,18 +236,23 @@ static void close_after_writes(gw_conn *c) {
 
 /* --- writing ------------------------------------------------------------- */
 
-static void on_written(uv_stream_t *s, int status, void *data) {
-  (void)status; /* a failed write shows up as a read error too */
-  (void)data;
-  gw_conn *c = s->data;
-  if (c->drain_fn && !c->tcp.write_queue_size) {
+/* Tells the one waiting for the client to catch up once nothing is left
+ * queued or gathered. */
+static void check_drained(gw_conn *c) {
+  if (c->drain_fn && !c->tcp.write_queue_size && !c->out.len) {
     gw_abort_fn fn = c->drain_fn;
     c->drain_fn = NULL;
     fn(c->drain_owner);
   }
 }
 
-size_t gw_conn_backlog(const gw_conn *c) { return c->tcp.write_queue_size; }
+static void on_written(uv_stream_t *s, int status, void *data) {
+  (void)status; /* a failed write shows up as a read error too */
+  (void)data;
+  check_drained(s->data);
+}
+
+size_t gw_conn_backlog(const gw_conn *c) { return c->tcp.write_queue_size + c->out.len; }
 
 void gw_conn_on_drain(gw_conn *c, gw_abort_fn fn, void *owner) {
   c->drain_fn = fn;
@@ -251,7 +260,8 @@ void gw_conn_on_drain(gw_conn *c, gw_abort_fn fn, void *owner) {
 }
 
 /* Sends the response head held back by gw_conn_start first, in the same
- * write: one system call per reply instead of two. */
+ * write: one system call per reply instead of two.  A corked connection
+ * gathers the bytes instead, for one write when it is uncorked. */
 static void write_bufs(gw_conn *c, const uv_buf_t *parts, unsigned n) {
   if (c->closed) {
     c->head.len = 0;
@@ -262,9 +272,34 @@ static void write_bufs(gw_conn *c, const uv_buf_t *parts, unsigned n) {
   if (c->head.len) all[k++] = uv_buf_init(c->head.data, (unsigned)c->head.len);
   for (unsigned i = 0; i < n && k < 4; i++)
     all[k++] = parts[i];
-  int rc = gw_write((uv_stream_t *)&c->tcp, all, k, on_written, NULL);
+  int rc = 0;
+  if (c->corked) {
+    for (unsigned i = 0; i < k && !rc; i++)
+      rc = gw_buf_append(&c->out, all[i].base, all[i].len) ? UV_ENOMEM : 0;
+  } else {
+    rc = gw_write((uv_stream_t *)&c->tcp, all, k, on_written, NULL);
+  }
   c->head.len = 0;
   if (rc == UV_ENOMEM) close_now(c);
+}
+
+void gw_conn_cork(gw_conn *c) { c->corked = 1; }
+
+void gw_conn_uncork(gw_conn *c) {
+  if (!c->corked) return;
+  c->corked = 0;
+  if (!c->out.len) return;
+  int rc = 0;
+  if (!c->closed) {
+    uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
+    rc = gw_write((uv_stream_t *)&c->tcp, &b, 1, on_written, NULL);
+  }
+  c->out.len = 0;
+  if (rc == UV_ENOMEM) {
+    close_now(c);
+    return;
+  }
+  check_drained(c); /* all of it taken at once: on_written will not run */
 }
 
 static void flush_head(gw_conn *c) {
@@ -357,11 +392,13 @@ void gw_conn_end(gw_conn *c) {
     write_bufs(c, &b, 1);
   }
   flush_head(c);
+  gw_conn_uncork(c);
   response_done(c);
 }
 
 void gw_conn_abort(gw_conn *c) {
   flush_head(c); /* the client sees the response start, then the close */
+  gw_conn_uncork(c);
   c->drain_fn = NULL;
   c->keep_alive = 0;
   c->busy = 0;

@@ -333,6 +333,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       snprintf(u->detail, sizeof u->detail, "malformed response: %s", http_errno_description(e));
       finish(u, GW_UP_BROKEN, u->detail);
     }
+    if (!u->done && u->cb.on_read_end) u->cb.on_read_end(u->ud);
   }
 }
 

@@ -916,6 +916,37 @@ end)
 -- A client slower than the endpoint: what the socket does not take at once is
 -- queued behind, in order, and past 1 MiB queued the upstream is paused until
 -- the client catches up.  Every byte must arrive, in order.
+describe("lupin serve, a stream as the endpoint sends it", function()
+  local sim, gw
+
+  setup(function()
+    sim = P.sim("--model m --itl-ms 150 --seed 7")
+    gw = P.gateway(config(eps(sim)))
+  end)
+
+  teardown(function()
+    P.stop(gw)
+    P.stop(sim)
+  end)
+
+  -- The gateway gathers what one read from the endpoint brings into one
+  -- write (gw_conn_cork): tokens sent apart must still leave apart, each
+  -- when it comes, not held for the end.
+  it("passes each token on when it comes", function()
+    local port = gw.base:match(":(%d+)$")
+    local body = json.encode(with(COMPLETION, { stream = true, max_tokens = 4 }))
+    local out, rc = P.run(("python3 %s/gateway/timed_stream.py %s /v1/completions '%s'"):format(
+      support.FIXTURES:gsub("/plugins$", ""), port, body))
+    assert.equal(0, rc, out)
+    local r = json.decode(out)
+    assert.equal("HTTP/1.1 200 OK", r.status)
+    assert.equal(5, #r.events) -- four tokens and [DONE]
+    -- four tokens 150 ms apart: the first arrives well before the last
+    assert.is_true(r.events[4] - r.events[1] > 0.3,
+      ("tokens arrived together: %s"):format(table.concat(r.events, ", ")))
+  end)
+end)
+
 describe("lupin serve, a slow client", function()
   local sim, gw
 
