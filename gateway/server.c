@@ -154,14 +154,14 @@ static const char *over_cap(gw_conn *c, size_t more) {
 
 /* --- closing ------------------------------------------------------------- */
 
-/* A small body's buffer and the header texts' first block stay for the
- * connection's next request; a big body's buffer goes. */
-enum { KEPT_BODY_BYTES = 4096 };
+/* A small body's buffer, a small corked response's and the header texts'
+ * first block stay for the connection's next request; big buffers go. */
+enum { KEPT_BUFFER_BYTES = 4096 };
 
 static void reset_request(gw_conn *c) {
   uncount_body(c);
   gw_headers_clear(&c->req.headers);
-  if (c->req.body.cap > KEPT_BODY_BYTES) gw_buf_free(&c->req.body);
+  if (c->req.body.cap > KEPT_BUFFER_BYTES) gw_buf_free(&c->req.body);
   c->req.body.len = 0;
   if (c->req.body.data) c->req.body.data[0] = 0;
   c->url.len = 0;
@@ -294,6 +294,7 @@ void gw_conn_uncork(gw_conn *c) {
     uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
     rc = gw_write((uv_stream_t *)&c->tcp, &b, 1, on_written, NULL);
   }
+  if (c->out.cap > KEPT_BUFFER_BYTES) gw_buf_free(&c->out);
   c->out.len = 0;
   if (rc == UV_ENOMEM) {
     close_now(c);
