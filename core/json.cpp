@@ -4,8 +4,9 @@
  * simdjson validates and unescapes with SIMD instructions.
  *
  * It is a fast path, not a second parser with its own rules: a text
- * simdjson refuses (or nests deeper than lua-cjson's limit) returns nothing,
- * and the caller hands it to lua-cjson, whose verdict and message stand.
+ * simdjson refuses, nests deeper than lua-cjson's limit or may hold -0 (which
+ * simdjson reads as 0) returns nothing, and the caller hands it to lua-cjson,
+ * whose verdict and message stand.
  * What simdjson accepts decodes to what lua-cjson makes of it: objects and
  * arrays as plain tables, null as cjson.null (a NULL light userdata), every
  * number a Lua number.

@@ -336,6 +336,7 @@ local function run_profile(r, prof, eps)
   end
   local picker = prof.picker
   -- the picker's argument becomes the profile's result once it has picked
+  -- (its fields set again: what the picker wrote there does not count)
   local res = { endpoints = eps, scores = total, candidates = eps }
   local ok, picks = call(r, picker, "pick", name, res)
   if x then
