@@ -62,9 +62,14 @@ return {
   -- prefill pick hold the prompt's blocks from now on.
   pre_request = function(self, ctx, result)
     local st = ctx.plugin
-    if not st.hashes or st.hashes.n == 0 then
+    local h = st.hashes
+    if not h then
       return
     end
-    prefix.record_result(self.index, result, st.hashes, self.auto)
+    if h.n > 0 then
+      prefix.record_result(self.index, result, h, self.auto)
+    end
+    st.hashes = nil
+    prefix.release(h) -- the next request hashes into it
   end,
 }

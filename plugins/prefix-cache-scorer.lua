@@ -112,12 +112,18 @@ return {
 
   -- The request goes to the primary profile's endpoint (and, in P/D serving,
   -- its prompt is also prefilled on the prefill profile's endpoint): both
-  -- will hold its blocks.
+  -- will hold its blocks.  The hashes are not needed after that: the next
+  -- request hashes into them (never published, only this instance has them).
   pre_request = function(self, ctx, result)
     local st = ctx.plugin
-    if self.producer or not st.hashes or st.hashes.n == 0 then
+    local h = st.hashes
+    if not h then -- a producer's matches were scored
       return
     end
-    prefix.record_result(self.index, result, st.hashes, self.auto)
+    if h.n > 0 then
+      prefix.record_result(self.index, result, h, self.auto)
+    end
+    st.hashes = nil
+    prefix.release(h)
   end,
 }

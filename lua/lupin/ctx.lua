@@ -42,9 +42,11 @@ local FIELDS = {}
 -- private tables by name two more).
 local NAME, PRIVATE = 1, 2
 
--- The private table, made on first use like the cycle and shared tables.
+-- The private table, made on first use like the cycle and shared tables,
+-- with room for two fields: a plugin keeps a few, and each growth of an
+-- empty table's hash part is an allocation of its own.
 function FIELDS.plugin(r, c)
-  local t = {}
+  local t = new_table(0, 2)
   rawset(c, PRIVATE, t)
   leaks.own(r, t, rawget(c, NAME))
   return t

@@ -8,22 +8,45 @@
 local ffi = require "ffi"
 local capi = require "lupin.capi"
 local new_table = require "table.new"
+local bit = require "bit"
+local bor, rshift = bit.bor, bit.rshift
 
 ---@class lupin.prefix
 local M = {}
 
---- Work counters, for specs and stats: prompts hashed, lookups made.
-M.counters = { hashed = 0, matched = 0 }
+--- Work counters, for specs and stats: prompts hashed, lookups made, hash
+--- lists filled again after a release.
+M.counters = { hashed = 0, matched = 0, reused = 0 }
 
 local live = setmetatable({}, { __mode = "k" }) -- every index alive, for memory()
 
----@class lupin.Hashes a cdata struct (one allocation per prompt)
+---@class lupin.Hashes a cdata struct, room for n hashes or more (lists are reused: M.release)
 ---@field h ffi.cdata* uint64_t[n], h[0] is the first block's hash
 ---@field n integer the number of full blocks hashed
 ---@field block_size integer characters per block
-local HASHES = ffi.typeof("struct { int32_t n, block_size; uint64_t h[?]; }")
+local HASHES = ffi.typeof("struct { int32_t n, block_size, cap; uint64_t h[?]; }")
 
 local input = ffi.new("lupin_hash_input") -- reused: a runtime is single-threaded
+
+-- Hash lists given back (M.release), by capacity: a request's hashes live
+-- from its prepare to its pre_request, inside one synchronous scheduling
+-- call, so one kept list per capacity serves the next request.  Capacities
+-- are powers of two from 16 blocks; lists over MAX_KEPT blocks are left to
+-- the collector.
+local kept = {}
+local MIN_CAP, MAX_KEPT = 16, 4096
+
+-- the power of two at or above n, MIN_CAP at least (no loop: it compiles
+-- inside the caller's trace)
+local function list_capacity(n)
+  local x = bor(n - 1, MIN_CAP - 1)
+  x = bor(x, rshift(x, 1))
+  x = bor(x, rshift(x, 2))
+  x = bor(x, rshift(x, 4))
+  x = bor(x, rshift(x, 8))
+  x = bor(x, rshift(x, 16))
+  return x + 1
+end
 
 --- The chained xxh64 hashes of a prompt's full blocks (at most max_blocks).
 ---@param prompt string
@@ -36,7 +59,15 @@ function M.hashes(prompt, model, salt, block_size, max_blocks)
   assert(block_size >= 1 and block_size % 1 == 0, "block size must be a positive integer")
   model, salt = model or "", salt or ""
   local n = math.max(0, math.min(math.floor(#prompt / block_size), max_blocks))
-  local hs = HASHES(math.max(n, 1))
+  local cap = list_capacity(n)
+  local hs = kept[cap]
+  if hs then
+    kept[cap] = nil
+    M.counters.reused = M.counters.reused + 1
+  else
+    hs = HASHES(cap)
+    hs.cap = cap
+  end
   input.prompt, input.prompt_len = prompt, #prompt
   input.model, input.model_len = model, #model
   input.salt, input.salt_len = salt, #salt
@@ -49,6 +80,19 @@ function M.hashes(prompt, model, salt, block_size, max_blocks)
   M.counters.hashed = M.counters.hashed + 1
   hs.n, hs.block_size = got, block_size
   return hs
+end
+
+--- Gives back hashes its caller is done with (recorded, and referred to
+--- nowhere else): a later prefix.hashes fills them again.  h must not be
+--- read after this.
+---@param h lupin.Hashes
+function M.release(h)
+  if not ffi.istype(HASHES, h) then
+    error(("prefix.release: h must be hashes from prefix.hashes, got %s"):format(type(h)), 2)
+  end
+  if h.cap <= MAX_KEPT then
+    kept[h.cap] = h
+  end
 end
 
 ---@class lupin.PrefixIndex

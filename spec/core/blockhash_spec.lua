@@ -93,6 +93,37 @@ describe("block hashing", function()
     assert.same(hashes("aaaa", "", "", 4, 256).hex, hashes("aaaa", nil, nil, 4, 256).hex)
   end)
 
+  it("fills given-back hashes again for the next prompt, with nothing of the last one", function()
+    local got = S.eval(rt, [[
+      local prefix, bit = require "lupin.prefix", require "bit"
+      local function hex(h)
+        local out = {}
+        for i = 0, h.n - 1 do out[#out + 1] = bit.tohex(h.h[i], 16) end
+        return out
+      end
+      local a = prefix.hashes(("a"):rep(80), "m", "", 4, 256)  -- 20 blocks
+      prefix.release(a)
+      local b = prefix.hashes(("b"):rep(68), "m", "", 4, 256)  -- 17: the same capacity, 32
+      local c = prefix.hashes(("b"):rep(68), "m", "", 4, 256)  -- none kept: a fresh list
+      prefix.release(b)
+      local d = prefix.hashes(("b"):rep(400), "m", "", 4, 256) -- 100: another capacity
+      return { reused = rawequal(a, b), fresh = not rawequal(b, c), other = not rawequal(b, d),
+        n = b.n, same = table.concat(hex(b)) == table.concat(hex(c)), hex = hex(b) }
+    ]])
+    assert.is_true(got.reused)
+    assert.is_true(got.fresh)
+    assert.is_true(got.other)
+    assert.equal(17, got.n)
+    assert.is_true(got.same)
+    assert.same(expected(("b"):rep(68), "m", "", 4, 256), got.hex)
+  end)
+
+  it("refuses to take back what prefix.hashes did not make", function()
+    local ok, err = pcall(S.eval, rt, [[ require("lupin.prefix").release({ n = 3 }) ]])
+    assert.is_false(ok)
+    assert.matches("prefix.release: h must be hashes from prefix.hashes, got table", err, 1, true)
+  end)
+
   it("refuses a block size of 0, in Lua and in C", function()
     local ok, err = pcall(S.eval, rt, [[ return require("lupin.prefix").hashes("abcd", "m", "", 0, 4) ]])
     assert.is_false(ok)

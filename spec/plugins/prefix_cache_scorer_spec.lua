@@ -143,6 +143,27 @@ describe("prefix-cache-scorer", function()
       assert.equal(0, rt:stats().live_requests)
     end)
 
+  it("gives its hashes back once recorded: each next request hashes into them", function()
+    rt = S.loaded(scorer({ blockSize = 4, autoTune = false }))
+    S.endpoints(rt, 2)
+    local reused = function()
+      return S.eval(rt, [[ return require("lupin.prefix").counters.reused ]])
+    end
+    local before = reused()
+    P.request(rt, ("abcd"):rep(20), { subset = { "ep2" } })
+    P.request(rt, ("abcd"):rep(18), { subset = { "ep1" } })
+    -- the third prompt shares 18 blocks with ep1's and 18 of its 19 with ep2's: no
+    -- hash of a list's previous request is counted
+    local _, scores = P.request(rt, ("abcd"):rep(18) .. "wxyz")
+    assert.near(18 / 19, scores.ep1, 1e-9) -- JSON carries ~10 digits
+    assert.near(18 / 19, scores.ep2, 1e-9)
+    assert.equal(2, reused() - before)
+    -- a request that fails before pre_request keeps its hashes: nothing is given back
+    P.request(rt, ("abcd"):rep(20), { headers = { ["x-spec-fail"] = "1" } })
+    P.request(rt, ("abcd"):rep(20))
+    assert.equal(3, reused() - before)
+  end)
+
   it("forgets an endpoint removed from the pool", function()
     rt = S.loaded(scorer({ blockSize = 4, autoTune = false }))
     S.endpoints(rt, 2)
