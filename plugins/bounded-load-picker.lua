@@ -30,6 +30,7 @@
 -- random; fallbacks (maxNumOfEndpoints > 1) follow in the same order, the
 -- endpoints over the bound last.
 local picker = require "lupin.picker"
+local new_table = require "table.new"
 
 local random = math.random
 local MAX_DONE = 4096 -- ended requests remembered per endpoint until scraped
@@ -38,29 +39,60 @@ local function num(v)
   return v == v and v or 0 -- NaN: never scraped
 end
 
+-- The requests of this gateway that ended, per endpoint, oldest first: when
+-- each was sent (starts) and when it ended (ends, in the order they came),
+-- from `first` to `last`, and how many of them a scrape at `at` caught
+-- running (`left`).  A pick reads that count; it is worked out again only
+-- when the endpoint's scrape time moves, once per scrape, not per request.
+local function ended_of(self, name)
+  local d = self.ended[name]
+  if not d then
+    d = { at = false, left = 0, starts = {}, ends = {}, first = 1, last = 0 }
+    self.ended[name] = d
+  end
+  return d
+end
+
 -- Requests of this gateway that a scrape at `at` caught running and that have
 -- ended since; forgets those that ended before it, which no later scrape sees.
 local function left_since(self, name, at)
-  local done = self.done[name]
-  if not done then
+  local d = self.ended[name]
+  if not d then
     return 0
   end
-  local j, left = 0, 0
-  for i = 1, #done do
-    local d = done[i]
-    done[i] = nil
-    if d[2] > at then
-      j = j + 1
-      done[j] = d
-      if d[1] <= at then
-        left = left + 1
-      end
+  if d.at == at then
+    return d.left
+  end
+  local starts, ends, i, last = d.starts, d.ends, d.first, d.last
+  while i <= last and ends[i] <= at do
+    starts[i], ends[i] = nil, nil
+    i = i + 1
+  end
+  if i > last then -- all forgotten: start the lists again
+    self.ended[name] = nil
+    return 0
+  end
+  local left = 0
+  for j = i, last do
+    if starts[j] <= at then
+      left = left + 1
     end
   end
-  if j == 0 then
-    self.done[name] = nil
-  end
+  d.first, d.at, d.left = i, at, left
   return left
+end
+
+-- One more ended request on an endpoint, sent at `started`, ended `now`.
+local function record_ended(self, name, started, now)
+  local d = ended_of(self, name)
+  if d.last - d.first + 1 >= MAX_DONE then
+    return
+  end
+  local last = d.last + 1
+  d.starts[last], d.ends[last], d.last = started, now, last
+  if d.at and started <= d.at and now > d.at then
+    d.left = d.left + 1
+  end
 end
 
 -- The load of one endpoint, in requests.
@@ -69,7 +101,7 @@ local function load(self, ep, now)
   local inflight = ep.in_flight
   local at = ep.scraped_at
   if at <= 0 or now - at > self.max_age then
-    self.done[name] = nil
+    self.ended[name] = nil
     return inflight
   end
   local sent = self.sent[name]
@@ -113,19 +145,23 @@ return {
       spread = params.maxLoadSpread,
       max_age = params.metricsMaxAgeMs / 1000, now = env.now,
       sent = {}, -- endpoint name -> { at = scraped_at seen, count = sent since }
-      done = {} } -- endpoint name -> { {sent at, ended at}, ... } not yet scraped
+      ended = {}, -- endpoint name -> its ended requests not yet scraped (ended_of)
+      -- a pick's working lists, by candidate: one set per instance, as a
+      -- runtime runs one pick at a time
+      l = {}, s = {}, e = {}, key = {}, taken = {} }
   end,
 
   -- Share the bookkeeping with the instance this one replaces: requests
-  -- pinned to the old generation end into the same tables.
+  -- pinned to the old generation end into the same tables (an instance of
+  -- an older release of this file kept them otherwise: they start afresh).
   migrate = function(self, old)
-    self.sent, self.done = old.sent, old.done or {}
+    self.sent, self.ended = old.sent, old.ended or {}
   end,
 
   pick = function(self, _, scored)
     local eps, scores = scored.endpoints, scored.scores
     local n, now, total, min = #eps, self.now(), 1, math.huge
-    local l, s, e = {}, {}, {}
+    local l, s, e, key, taken = self.l, self.s, self.e, self.key, self.taken
     for i = 1, n do
       l[i] = load(self, eps[i], now)
       total, min = total + l[i], math.min(min, l[i])
@@ -134,13 +170,13 @@ return {
     end
     local mean = total / n
     local bound = math.min((1 + self.rel) * mean + self.abs, min + math.min(self.spread, 1 + mean))
-    local key = {}
     for i = 1, n do
       e[i] = l[i] + 1 <= bound or l[i] == min -- the least loaded is always eligible
-      key[i] = random()
+      key[i], taken[i] = random(), false
     end
-    local out, taken = {}, {}
-    for j = 1, math.min(self.k, n) do
+    local k = math.min(self.k, n)
+    local out = new_table(k, 0)
+    for j = 1, k do
       local best
       for i = 1, n do
         if not taken[i] and (not best or before(e, s, l, key, i, best)) then
@@ -156,38 +192,36 @@ return {
   -- in flight: one that already ended is in no later scrape either, so
   -- counting it would make a run of quick requests look like a queue
   pre_request = function(self, ctx, result)
-    local held, epochs = {}, {}
-    ctx.plugin.held, ctx.plugin.epochs = held, epochs -- first: all counted is released
-    ctx.plugin.started = self.now()
+    -- each endpoint counted, then the scrape time it was counted against
+    local held, n = new_table(2, 0), 0
+    local st = ctx.plugin
+    st.held, st.started = held, self.now() -- first: all counted is released
     for _, res in pairs(result.profiles) do
       local ep = res and res.endpoints[1]
       if ep then
-        local name = ep.name
-        held[#held + 1] = name
-        local sent, at = self.sent[name], ep.scraped_at
+        local name, at = ep.name, ep.scraped_at
+        held[n + 1], held[n + 2], n = name, at, n + 2
+        local sent = self.sent[name]
         if not sent or sent.at < at then
           self.sent[name] = { at = at, count = 1 }
         else
           sent.count = sent.count + 1
         end
-        epochs[#held] = at
       end
     end
   end,
 
   finish = function(self, ctx)
-    local held = ctx.plugin.held
+    local st = ctx.plugin
+    local held = st.held
     if held then
-      ctx.plugin.held = nil
-      local epochs, started, now = ctx.plugin.epochs, ctx.plugin.started, self.now()
-      for i, name in ipairs(held) do
-        local done = self.done[name] or {}
-        self.done[name] = done
-        if #done < MAX_DONE then
-          done[#done + 1] = { started, now }
-        end
+      st.held = nil
+      local started, now = st.started, self.now()
+      for i = 1, #held, 2 do
+        local name, at = held[i], held[i + 1]
+        record_ended(self, name, started, now)
         local sent = self.sent[name]
-        if sent and sent.at == epochs[i] and sent.count > 0 then
+        if sent and sent.at == at and sent.count > 0 then
           sent.count = sent.count - 1
         end
       end

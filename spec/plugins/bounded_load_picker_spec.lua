@@ -239,6 +239,44 @@ describe(T, function()
     assert.are_not.equal("ep1", case(false))
   end)
 
+  it("counts an end that comes after a pick has read the same scrape", function()
+    local rt = runtime(4, { 1, 0, 0, 0 })
+    local req = send(rt, "ep1")
+    rt:set_metrics("ep1", { running_requests = 1, scraped_at = native.now() })
+    -- this scrape is read with our request still running on ep1: loaded
+    local other, picks = send(rt, all(4))
+    assert.are_not.equal("ep1", picks[1])
+    other:finish("ok")
+    -- it ends; the scrape is the same, its count of our ended requests is not
+    req:finish("ok")
+    local last
+    last, picks = send(rt, all(4))
+    assert.equal("ep1", picks[1])
+    last:finish("ok")
+    rt:free()
+  end)
+
+  it("remembers at most 4096 ended requests per endpoint until a scrape", function()
+    local rt = runtime(2, { 1, 0 }, { balanceAbsThreshold = 10000, maxLoadSpread = 10000 })
+    local held = {}
+    for i = 1, 4100 do
+      held[i] = send(rt, "ep1")
+    end
+    rt:set_metrics("ep1", { running_requests = 4100, scraped_at = native.now() })
+    finish_all(held)
+    local probe = S.eval(rt, [[
+      local gen = require("lupin.runtime").current
+      for _, rec in ipairs(gen.instances) do
+        if rec.type == "bounded-load-picker" then
+          local d = rec.obj.ended.ep1
+          return { d.last - d.first + 1 }
+        end
+      end
+    ]])
+    assert.same({ 4096 }, probe)
+    rt:free()
+  end)
+
   it("returns maxNumOfEndpoints distinct endpoints: eligible by score, then the rest by load",
     function()
       local rt = runtime(4, { 0, 0.5, 1, 0 }, { maxNumOfEndpoints = 3 })
