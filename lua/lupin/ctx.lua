@@ -32,15 +32,14 @@ local leaks = require "lupin.leaks"
 local openai = require "lupin.openai"
 local log = require "lupin.log"
 local pool = require "lupin.pool"
-local weak = require "lupin.weak"
 
 local FIELDS = {}
 
--- A ctx is a two-slot array: the instance's name, then its private table
--- once made.  A small array part lives in its table's own allocation: a
--- ctx costs one allocation, where two named fields took two (and a map of
--- private tables by name two more).
-local NAME, PRIVATE = 1, 2
+-- A ctx is a three-slot array: the instance's name, its private table once
+-- made, and the instance's slot in its request's ctxs.  A small array part
+-- lives in its table's own allocation: a ctx costs one allocation, where
+-- named fields took more.
+local NAME, PRIVATE, SLOT = 1, 2, 3
 
 -- The private table, made on first use like the cycle and shared tables,
 -- with room for two fields: a plugin keeps a few, and each growth of an
@@ -276,14 +275,40 @@ local VIEW = {
   end,
 }
 
--- A ctx finds its request through a box that holds it weakly: the
--- request's leak manifest, whose first slot is the request (lupin.leaks).
+-- A ctx answers for its request only during a plugin call that request
+-- makes: engine.call names the request whose call is under way (M.enter),
+-- and a ctx is that request's when the request keeps it at its slot.  A ctx
+-- kept past its request, or used in another request's call, finds nothing
+-- and raises.  So a ctx holds no reference to its request, and nothing
+-- maps ctxs to requests: no registry to insert into per ctx.
 -- Everything a ctx touches is shared across requests -- one metatable, one
 -- __index function -- because LuaJIT traces embed the identity of the
 -- closures they call and of the metatables they guard on: a per-request
 -- closure or metatable caught in a trace would keep that request's table
 -- alive.
-local box_of = weak.keys() -- ctx -> box
+local current = false -- the request whose plugin call is under way
+
+--- Makes r the request whose plugin call is under way; returns the one
+--- before, for M.leave (calls may nest).
+function M.enter(r)
+  local prev = current
+  current = r
+  return prev
+end
+
+--- Ends the call M.enter started.
+function M.leave(prev)
+  current = prev
+end
+
+-- The request of ctx c, which must be the one whose call is under way.
+local function request_of(c)
+  local r = current
+  if not r or r.ctxs[rawget(c, SLOT)] ~= c then
+    error("ctx used after its request ended (or outside the plugin calls of its request)", 3)
+  end
+  return r
+end
 
 --- Sets this request's tokens in flight on ep to n: ep.in_flight_tokens,
 --- the process's, includes them until the request ends, when the core takes
@@ -302,11 +327,7 @@ function METHODS.set_in_flight_tokens(c, ep, n)
     error(("set_in_flight_tokens: n must be a whole number from 0, got %s"):format(
       tostring(n)), 2)
   end
-  local r = box_of[c][1]
-  if not r then
-    error("ctx used after its request ended", 2)
-  end
-  return M.count(r, ep, nil, n)
+  return M.count(request_of(c), ep, nil, n)
 end
 
 local CTX = {
@@ -321,21 +342,12 @@ local CTX = {
     end
     local f = FIELDS[k]
     if f then
-      local r = box_of[c][1]
-      if not r then
-        error("ctx used after its request ended", 2)
-      end
-      return f(r, c)
+      return f(request_of(c), c)
     end
     return METHODS[k]
   end,
   __metatable = "ctx",
 }
-
---- Resizes the ctx registry to what it holds now (see lupin.weak).
-function M.compact()
-  box_of = weak.rebuilt(box_of)
-end
 
 --- A request's state table.
 ---@param gen table the generation it is pinned to
@@ -375,9 +387,8 @@ function M.of(r, rec)
   local slot = rec.slot or rec -- (an instance outside gen.instances: by itself)
   local c = r.ctxs[slot]
   if not c then
-    c = setmetatable(new_table(2, 0), CTX)
-    c[NAME] = rec.name
-    box_of[c] = r.manifest
+    c = setmetatable(new_table(3, 0), CTX)
+    c[NAME], c[SLOT] = rec.name, slot
     r.ctxs[slot] = c
     leaks.own(r, c, rec.name)
   end

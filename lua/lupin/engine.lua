@@ -22,6 +22,7 @@ local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR, INVALID = 0, 1, 2, 3, 7
 local EXPLAIN, DRY = 1, 2
 
 local now = capi.clock
+local enter, leave = ctx.enter, ctx.leave
 -- upper bounds (seconds) of the plugin call duration buckets: the endpoint
 -- picker's, as LUPIN_PLUGIN_BOUNDS in core/lupin.h (the gateway's
 -- inference_extension_plugin_duration_seconds)
@@ -121,7 +122,9 @@ local function call(r, rec, point, profile, x, y)
     alloc.enforce = 1
   end
   B.deadline = t0 + rec.call_budget
+  local outer = enter(r)
   local ok, a, b, d = xpcall(rec[point], on_error, rec.obj, c, x, y)
+  leave(outer)
   B.deadline = 0
   if limit > 0 then -- a store into a cdata costs when interpreted
     alloc.enforce = 0
@@ -227,9 +230,8 @@ function M.begin(gen, creq, id, path, body, model, headers, subset, check, bad_u
     ctx.of(r, rec)
   end
   until_compact = until_compact - 1
-  if until_compact == 0 then -- keep the weak registries sized to the traffic
+  if until_compact == 0 then -- keep the leak manifests' list sized to the traffic
     until_compact = COMPACT_EVERY
-    ctx.compact()
     leaks.compact()
   end
   return r, id, model, decoded and decoded.stream == true

@@ -2,9 +2,9 @@
 -- profile, shared request-wide, subtables made on first use.
 local S = require "support"
 
-local function seen(rt, name)
-  return S.eval(rt, ([[return require("lupin.runtime").current.by_name[%q].obj.seen]]):format(
-    name))
+local function seen(rt, name, key)
+  return S.eval(rt, ([[return require("lupin.runtime").current.by_name[%q].obj[%q] ]]):format(
+    name, key or "seen"))
 end
 
 local function field(rt, name, key)
@@ -133,27 +133,97 @@ describe("per-request state", function()
       req:finish("ok")
     end)
 
+  it("answers a ctx only in its own request's calls: not kept past them, not in another's",
+    function()
+      local dir = S.tmpdir()
+      S.write(dir .. "/spec-ctx-keeper.lua", [[
+        local function try(f)
+          local ok, err = pcall(f)
+          return ok and "ok" or tostring(err):match("ctx used [^(]*") or tostring(err)
+        end
+        return {
+          type = "spec-ctx-keeper",
+          new = function() return { kept = {}, saw = {} } end,
+          prepare = function(self, ctx)
+            ctx.shared.mine = ctx.request.id
+            self.kept[#self.kept + 1] = ctx
+          end,
+          score = function(self, ctx, endpoints)
+            local prev = self.kept[#self.kept - 1]
+            local saw = { own = try(function() return ctx.shared.mine end) }
+            if prev then -- the request before, still in flight
+              saw.other = try(function() return prev.shared.mine end)
+              saw.other_method = try(function() return prev:set_header("x-a", "1") end)
+              saw.other_name = prev.name
+            end
+            -- a slot written over with another's finds nothing either
+            local slot = rawget(ctx, 3)
+            rawset(ctx, 3, slot + 1)
+            saw.forged = try(function() return ctx.shared end)
+            rawset(ctx, 3, slot)
+            saw.restored = try(function() return ctx.shared.mine end)
+            self.saw[#self.saw + 1] = saw
+            local out = {}
+            for i = 1, #endpoints do out[i] = 0 end
+            return out
+          end,
+          finish = function(self, ctx)
+            self.saw[#self.saw + 1] = { finish = try(function() return ctx.request.id end) }
+          end,
+        }]])
+      rt = S.loaded({
+        plugins = { { type = "spec-ctx-keeper", name = "k" }, { type = "max-score-picker", name = "p" } },
+        schedulingProfiles = { { name = "A", plugins = { { pluginRef = "k" }, { pluginRef = "p" } } } },
+      }, { plugin_dirs = { dir } })
+      S.endpoints(rt, 2) -- (with one endpoint, nothing is scored)
+      -- forget the dry run that checked the generation before it served
+      S.eval(rt, [[local k = require("lupin.runtime").current.by_name.k.obj
+        k.kept, k.saw = {}, {}
+        return 0]])
+      local one = rt:begin({ path = "/v1/completions", body = '{"prompt":"a"}' })
+      assert.equal(200, one:schedule().status)
+      local two = rt:begin({ path = "/v1/completions", body = '{"prompt":"b"}' })
+      assert.equal(200, two:schedule().status)
+      one:finish("ok")
+      two:finish("ok")
+      local saw = seen(rt, "k", "saw")
+      local ended = "ctx used after its request ended "
+      assert.same({ own = "ok", forged = ended, restored = "ok" }, saw[1])
+      assert.same({ own = "ok", other = ended, other_method = ended, other_name = "k",
+        forged = ended, restored = "ok" }, saw[2])
+      assert.same({ { finish = "ok" }, { finish = "ok" } }, { saw[3], saw[4] })
+      -- and after the requests, from outside any call
+      assert.matches("ctx used after its request ended", S.eval(rt, [[
+        local k = require("lupin.runtime").current.by_name.k.obj
+        local ok, err = pcall(function() return k.kept[1].request end)
+        return tostring(ok) .. " " .. tostring(err)]]), 1, true)
+      os.execute("rm -rf " .. dir)
+    end)
+
   it("never hands a plugin the request table", function()
     rt = S.loaded(config)
     S.endpoints(rt, 1)
     local req = rt:begin({})
     req:schedule()
-    -- the ctx object's own slots are only its name and its private table
+    -- the ctx object's own slots are only its name, its private table and
+    -- the number of its slot in the request
     local keys = S.eval(rt, [[
       local out = {}
       require("lupin.leaks").each_live(function(r)
         for _, c in pairs(r.ctxs) do
           for k, v in pairs(c) do
             assert(v ~= r, "a ctx exposes the request table")
-            out[k] = true
+            out[tostring(k)] = type(v)
           end
           assert(getmetatable(c) == "ctx", "a ctx exposes its metatable")
         end
       end)
       return out]])
-    for k in pairs(keys) do
-      assert.is_truthy(k == 1 or k == 2, "unexpected ctx field " .. tostring(k))
+    for k, t in pairs(keys) do
+      local want = ({ ["1"] = "string", ["2"] = "table", ["3"] = "number" })[k]
+      assert.equal(want, t, "unexpected ctx field " .. k .. " (" .. t .. ")")
     end
+    assert.equal("number", keys["3"])
     req:finish("ok")
   end)
 end)
