@@ -39,15 +39,15 @@ local function num(v)
   return v == v and v or 0 -- NaN: never scraped
 end
 
--- The requests of this gateway that ended, per endpoint, oldest first: when
--- each was sent (starts) and when it ended (ends, in the order they came),
--- from `first` to `last`, and how many of them a scrape at `at` caught
--- running (`left`).  A pick reads that count; it is worked out again only
--- when the endpoint's scrape time moves, once per scrape, not per request.
+-- The requests of this gateway that ended, per endpoint: when each was sent
+-- (starts) and when it ended (ends), n of them, and how many of them a
+-- scrape at `at` caught running (`left`).  A pick reads that count; it is
+-- worked out again only when the endpoint's scrape time moves, once per
+-- scrape, not per request.
 local function ended_of(self, name)
   local d = self.ended[name]
   if not d then
-    d = { at = false, left = 0, starts = {}, ends = {}, first = 1, last = 0 }
+    d = { at = false, left = 0, starts = {}, ends = {}, n = 0 }
     self.ended[name] = d
   end
   return d
@@ -63,33 +63,35 @@ local function left_since(self, name, at)
   if d.at == at then
     return d.left
   end
-  local starts, ends, i, last = d.starts, d.ends, d.first, d.last
-  while i <= last and ends[i] <= at do
+  -- a new scrape: keep, at the front, the requests that ended after it
+  local starts, ends, n, left = d.starts, d.ends, 0, 0
+  for i = 1, d.n do
+    local s, e = starts[i], ends[i]
     starts[i], ends[i] = nil, nil
-    i = i + 1
+    if e > at then
+      n = n + 1
+      starts[n], ends[n] = s, e
+      if s <= at then
+        left = left + 1
+      end
+    end
   end
-  if i > last then -- all forgotten: start the lists again
+  if n == 0 then
     self.ended[name] = nil
     return 0
   end
-  local left = 0
-  for j = i, last do
-    if starts[j] <= at then
-      left = left + 1
-    end
-  end
-  d.first, d.at, d.left = i, at, left
+  d.n, d.at, d.left = n, at, left
   return left
 end
 
 -- One more ended request on an endpoint, sent at `started`, ended `now`.
 local function record_ended(self, name, started, now)
   local d = ended_of(self, name)
-  if d.last - d.first + 1 >= MAX_DONE then
+  if d.n >= MAX_DONE then
     return
   end
-  local last = d.last + 1
-  d.starts[last], d.ends[last], d.last = started, now, last
+  local n = d.n + 1
+  d.starts[n], d.ends[n], d.n = started, now, n
   if d.at and started <= d.at and now > d.at then
     d.left = d.left + 1
   end

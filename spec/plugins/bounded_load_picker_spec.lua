@@ -269,7 +269,7 @@ describe(T, function()
       for _, rec in ipairs(gen.instances) do
         if rec.type == "bounded-load-picker" then
           local d = rec.obj.ended.ep1
-          return { d.last - d.first + 1 }
+          return { d.n }
         end
       end
     ]])
