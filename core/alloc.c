@@ -6,11 +6,15 @@
  * Big blocks (a long prompt's body and the strings decoded from it) are the
  * exception: LuaJIT's allocator maps each block of 128 KB or more afresh and
  * unmaps it when freed, so every request with a long prompt page-faulted its
- * whole body in again.  Big sizes are rounded up to a power of two and a few
- * freed big blocks are kept to serve the next big allocation of the same
- * size.  They stay blocks of the allocator underneath, which reads a block's
- * size from its own header: the rounding only lets a freed block be matched
- * to a request, and the pages past what was used are never touched. */
+ * whole body in again.  Big sizes are rounded up to a power of two and freed
+ * big blocks are kept, up to SPARE_BYTES, to serve the next big allocation
+ * of the same size.  A collection frees a whole cycle's long prompts at once
+ * (two blocks each: the body and its decoded prompt), so the count of kept
+ * blocks must not be what runs out first: with 16 kept, 256 KB prompts had
+ * half their blocks mapped and faulted in afresh.  Kept blocks stay blocks
+ * of the allocator underneath, which reads a block's size from its own
+ * header: the rounding only lets a freed block be matched to a request, and
+ * the pages past what was used are never touched. */
 #include "internal.h"
 
 #define BIG         ((size_t)128 << 10) /* LuaJIT maps blocks from this size on */

@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 
-#define LUPIN_ALLOC_SPARES 16
+#define LUPIN_ALLOC_SPARES 64
 
 /* The Lua allocator's books.  Its layout is mirrored in lua/lupin/capi.lua. */
 typedef struct lupin_alloc {
