@@ -265,6 +265,8 @@ extern const lupin_capi_shared lupin__capi_shared;
 enum {
   LUPIN_GEN_OBSERVES_RESPONSE = 1, /* response_header, _chunk, _complete or finish */
   LUPIN_GEN_HAS_FINISH = 2,
+  LUPIN_GEN_OBSERVES_CHUNKS = 4,   /* response_chunk */
+  LUPIN_GEN_OBSERVES_COMPLETE = 8, /* response_complete */
 };
 
 struct lupin_generation {

@@ -407,7 +407,11 @@ static void push_call(lupin_request *req, enum lupin_hook hook) {
 
 /* The response hooks only keep ctx.response for plugins and call theirs:
  * with no plugin of the generation to see them (and no response headers to
- * publish) a response costs no call into Lua at all. */
+ * publish) a response costs no call into Lua at all.  The head is seen by
+ * every response hook and by finish (ctx.response); a chunk or the end only
+ * by the plugins having that hook: a generation with finish alone (the
+ * default's bounded-load-picker) makes one call per response, not one per
+ * streamed chunk. */
 int lupin_request_response_header(lupin_request *req, int status, const lupin_header *headers,
                                   size_t n) {
   if (!req->response_hooks) return 0;
@@ -418,14 +422,14 @@ int lupin_request_response_header(lupin_request *req, int status, const lupin_he
 }
 
 int lupin_request_response_chunk(lupin_request *req, const char *data, size_t len) {
-  if (!(req->gen->flags & LUPIN_GEN_OBSERVES_RESPONSE)) return 0;
+  if (!(req->gen->flags & LUPIN_GEN_OBSERVES_CHUNKS)) return 0;
   push_call(req, LUPIN_HOOK_RESPONSE_CHUNK);
   lua_pushlstring(req->rt->L, data, len);
   return call_request(req, 1);
 }
 
 int lupin_request_response_complete(lupin_request *req) {
-  if (!(req->gen->flags & LUPIN_GEN_OBSERVES_RESPONSE)) return 0;
+  if (!(req->gen->flags & LUPIN_GEN_OBSERVES_COMPLETE)) return 0;
   push_call(req, LUPIN_HOOK_RESPONSE_COMPLETE);
   return call_request(req, 0);
 }

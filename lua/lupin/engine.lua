@@ -646,12 +646,13 @@ function M.schedule(r)
 end
 
 -- mirrors LUPIN_GEN_* in core/internal.h
-local OBSERVES_RESPONSE, HAS_FINISH = 1, 2
+local OBSERVES_RESPONSE, HAS_FINISH, OBSERVES_CHUNKS, OBSERVES_COMPLETE = 1, 2, 4, 8
 
---- What the core may skip for a generation's requests: the response hooks
+--- What the core may skip for a generation's requests: the response head
 --- when no plugin has response_header, response_chunk, response_complete or
---- finish (nothing else reads ctx.response), the finish hook when no plugin
---- has finish.
+--- finish (nothing else reads ctx.response), each chunk when no plugin has
+--- response_chunk, the end of the response when none has
+--- response_complete, the finish hook when no plugin has finish.
 function M.flags(gen)
   local p = gen.points
   local flags = 0
@@ -660,6 +661,12 @@ function M.flags(gen)
   end
   if #p.finish > 0 then
     flags = flags + HAS_FINISH
+  end
+  if #p.response_chunk > 0 then
+    flags = flags + OBSERVES_CHUNKS
+  end
+  if #p.response_complete > 0 then
+    flags = flags + OBSERVES_COMPLETE
   end
   return flags
 end

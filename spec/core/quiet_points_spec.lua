@@ -50,6 +50,53 @@ describe("points no plugin implements", function()
     assert.equal(0, rt:stats().live_request_tables)
   end)
 
+  it("calls into Lua for a chunk or the end only when a plugin has that hook", function()
+    -- finish alone (the default config's bounded-load-picker): the head is
+    -- seen (ctx.response in finish), the chunks and the end are not
+    local FINISH_ONLY = [[
+      return {
+        type = "spec-finish-only",
+        finish = function(self, ctx) self.status = ctx.response and ctx.response.status end,
+      }]]
+    S.write(dir .. "/spec-finish-only.lua", FINISH_ONLY)
+    S.write(dir .. "/spec-chunks.lua", [[
+      return { type = "spec-chunks", response_chunk = function(self) self.n = (self.n or 0) + 1 end }]])
+    local function points(plugin)
+      rt = S.loaded({ plugins = { { type = plugin, name = "p" } } },
+        { plugin_dirs = { dir, S.FIXTURES } })
+      S.endpoints(rt, 2)
+      S.eval(rt, [[
+        local engine = require "lupin.engine"
+        local point = engine.point
+        _G.spec_points = {}
+        engine.point = function(r, name, ...)
+          _G.spec_points[name] = (_G.spec_points[name] or 0) + 1
+          return point(r, name, ...)
+        end
+        return 0]])
+      local req = rt:begin({})
+      assert.equal(200, req:schedule().status)
+      req:response_header(201, { ["content-type"] = "text/event-stream" })
+      for _ = 1, 3 do
+        req:response_chunk("data: x\n\n")
+      end
+      req:response_complete()
+      req:finish("ok")
+      local got = S.eval(rt, [[
+        local p = require("lupin.runtime").current.by_name.p.obj
+        return { points = _G.spec_points, status = p.status or false, n = p.n or 0 }]])
+      rt:free()
+      return got
+    end
+    local finish_only = points("spec-finish-only")
+    assert.same({ response_header = 1 }, finish_only.points)
+    assert.equal(201, finish_only.status)
+    local chunks = points("spec-chunks")
+    assert.same({ response_header = 1, response_chunk = 3 }, chunks.points)
+    assert.equal(3, chunks.n)
+    rt = S.runtime() -- (after_each frees one)
+  end)
+
   it("still finds state held past the end of its request", function()
     loaded(true)
     for i = 1, 2 do
