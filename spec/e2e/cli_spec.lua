@@ -34,7 +34,8 @@ return {
 }
 ]]
 
--- a scorer whose instance takes ~30 ms to make (LUPIN_JIT_PROFILE's spec)
+-- a plugin (of no extension point) whose instance takes ~30 ms to make:
+-- LUPIN_JIT_PROFILE's spec
 local BUSY = [[
 local function busy()
   local x = 0
@@ -43,17 +44,7 @@ local function busy()
   end
   return x
 end
-return {
-  type = "cli-busy-scorer",
-  new = function() return { spin = busy() } end,
-  score = function(_, _, endpoints)
-    local out = {}
-    for i = 1, #endpoints do
-      out[i] = 0
-    end
-    return out
-  end,
-}
+return { type = "cli-busy", new = function() return { spin = busy() } end }
 ]]
 
 local function failing_config(endpoints)
@@ -251,9 +242,9 @@ describe("lupin serve", function()
       -- a plugin that works ~30 ms at load: a 1 ms sampling profiler sees
       -- it however fast the rest of the check is
       os.execute("mkdir -p " .. P.dir .. "/cli-plugins")
-      support.write(P.dir .. "/cli-plugins/cli-busy-scorer.lua", BUSY)
+      support.write(P.dir .. "/cli-plugins/cli-busy.lua", BUSY)
       local config = write_config("cli-busy.json", '{ "pluginDirs": ["cli-plugins"],'
-        .. ' "plugins": [ { "type": "cli-busy-scorer" } ] }')
+        .. ' "plugins": [ { "type": "cli-busy" } ] }')
       local out, rc = P.run(("LUPIN_JIT_PROFILE=vi1 LUPIN_JIT_PROFILE_OUT=%s LUPIN_JIT_LOG=%s "
         .. "%s check --config %s 2>&1"):format(prof, log, LUPIN, config))
       assert.equal(0, rc, out)

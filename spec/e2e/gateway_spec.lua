@@ -807,14 +807,8 @@ describe("lupin serve with the default config", function()
     -- no file watching: the reload spec below counts the reloads it asks for,
     -- and a watcher reload of the same file change raced its SIGHUP
     gw = P.gateway(cfg, "--no-watch")
-    P.poll(function()
-      local _, _, t = P.get(gw.admin .. "/admin/endpoints")
-      for _, e in ipairs(json.decode(t).endpoints) do
-        if not e.fresh then
-          return false
-        end
-      end
-      return true
+    P.poll_endpoints(gw, function(e)
+      return e.fresh
     end, "every endpoint scraped")
   end)
 
@@ -840,20 +834,11 @@ describe("lupin serve with the default config", function()
     -- a request another worker sent has ended, and a scrape that caught it
     -- running would count against home's load (bounded_load_picker_spec has
     -- that correction's own cases).  Even so most, not all, must go home.
-    local function quiet()
-      P.poll(function()
-        local _, _, t = P.get(gw.admin .. "/admin/endpoints")
-        for _, e in ipairs(json.decode(t).endpoints) do
-          local m = e.metrics
-          if not e.fresh or m.running_requests ~= 0 or m.waiting_queue_size ~= 0 then
-            return false
-          end
-        end
-        return true
-      end, "a scrape with no request running")
+    local function idle(e)
+      return e.fresh and e.metrics.running_requests == 0 and e.metrics.waiting_queue_size == 0
     end
     for i = 1, 5 do
-      quiet()
+      P.poll_endpoints(gw, idle, "a scrape with no request running")
       local status, h2, body = P.post(gw.base, "/v1/completions",
         { model = "m", prompt = system .. "Question " .. i .. "?", max_tokens = 2 })
       assert.equal(200, status, body)

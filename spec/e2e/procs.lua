@@ -250,6 +250,19 @@ function M.metric(gw, series)
   end
 end
 
+--- Waits until every endpoint /admin/endpoints lists passes ok(entry).
+function M.poll_endpoints(gw, ok, what)
+  return M.poll(function()
+    local _, _, t = M.get(gw.admin .. "/admin/endpoints")
+    for _, e in ipairs(cjson.decode(t).endpoints) do
+      if not ok(e) then
+        return false
+      end
+    end
+    return true
+  end, what)
+end
+
 --- A config's endpoints for a lupin-sim's ports: sim-1, sim-2, ...
 function M.sim_endpoints(sim)
   local eps = {}
