@@ -350,6 +350,15 @@ out:
   return rc;
 }
 
+/* Whether positions i and j have the same holders, in the same order: a
+ * prompt's blocks mostly do (one endpoint holds a run of them), so the
+ * match counts a run of such blocks at once. */
+static int same_holders(const lupin_prefix_view *v, size_t i, size_t j) {
+  return v->len[i] == v->len[j] &&
+         memcmp(v->holders + v->start[i], v->holders + v->start[j],
+                v->len[i] * sizeof *v->holders) == 0;
+}
+
 long lupin_prefix_view_match(lupin_prefix_view *v, const uint64_t *hashes, size_t n, uint32_t *ids,
                              uint32_t *counts, size_t cap) {
   if (!v || (n && !hashes) || (cap && (!ids || !counts))) return -1;
@@ -367,14 +376,16 @@ long lupin_prefix_view_match(lupin_prefix_view *v, const uint64_t *hashes, size_
   for (unsigned s = 0; s < ix->n_shards; s++)
     if (off[s] < off[s + 1] && collect(v, s, hashes, off, &stop, &used)) return -1;
   long rc = 0;
-  for (size_t i = 0; i < stop && rc == 0; i++) {
+  for (size_t i = 0, j; i < stop && rc == 0; i = j) {
+    for (j = i + 1; j < stop && same_holders(v, i, j); j++) {
+    }
     for (uint32_t h = v->start[i]; h < v->start[i] + v->len[i]; h++) {
       uint32_t f = found_slot(v, v->holders[h], &n_found);
       if (!f) {
         rc = -1;
         break;
       }
-      v->fcount[f - 1]++;
+      v->fcount[f - 1] += (uint32_t)(j - i);
     }
   }
   for (size_t f = 0; f < n_found; f++) {
