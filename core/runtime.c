@@ -120,6 +120,22 @@ static void push_options(lua_State *L, const lupin_options *o, const char *home)
   lua_setfield(L, -2, "abi");
 }
 
+/* invoke(handler, f, obj, ctx, x, y): f(obj, ctx, x, y) under lua_pcall with
+ * handler, as xpcall would, returning true and three results or false and
+ * the error. */
+static int invoke(lua_State *L) {
+  lua_settop(L, 6);
+  int status = lua_pcall(L, 4, 3, 1);
+  lua_pushboolean(L, status == 0);
+  lua_replace(L, 1);
+  return status == 0 ? 4 : 2;
+}
+
+static int invoke_open(lua_State *L) {
+  lua_pushcfunction(L, invoke);
+  return 1;
+}
+
 /* Loads lua/lupin/runtime.lua and keeps references to its hooks. */
 static int boot(lupin_runtime *rt, const lupin_options *o, const char *home, char *err,
                 size_t errlen) {
@@ -132,6 +148,8 @@ static int boot(lupin_runtime *rt, const lupin_options *o, const char *home, cha
   lua_getfield(L, -1, "preload");
   lua_pushcfunction(L, lupin__json_open);
   lua_setfield(L, -2, "lupin.json.native");
+  lua_pushcfunction(L, invoke_open);
+  lua_setfield(L, -2, "lupin.invoke");
   lua_pop(L, 2);
 
   lua_getglobal(L, "require");

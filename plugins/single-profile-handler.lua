@@ -24,6 +24,7 @@ return {
   end,
 
   process_results = function(_, _, results)
-    return next(results) -- the primary profile's name
+    local primary = next(results) -- the one profile's name
+    return primary
   end,
 }

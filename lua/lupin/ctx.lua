@@ -376,6 +376,7 @@ function M.new_request(gen, creq, id, path, body, model, headers)
     subset = false,
     held = false, -- the endpoint(s) counted on (M.count), kept alive until the end
     results_view = false, -- the profile handler's view of the results (engine)
+    failures = false, -- the profiles that failed, by name (engine; made at the first)
   }
   r.manifest = leaks.track(r, id, creq == nil, #gen.instances)
   return r

@@ -13,6 +13,7 @@ local pool = require "lupin.pool"
 local traceback = require "lupin.traceback"
 local clear = require "table.clear"
 local new_table = require "table.new"
+local invoke = require "lupin.invoke"
 
 local M = {}
 
@@ -27,7 +28,7 @@ local enter, leave = ctx.enter, ctx.leave
 -- picker's, as LUPIN_PLUGIN_BOUNDS in core/lupin.h (the gateway's
 -- inference_extension_plugin_duration_seconds)
 local PLUGIN_BOUNDS = { 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1 }
-local N_BOUNDS = #PLUGIN_BOUNDS
+local N_BOUNDS, FIRST_BOUND = #PLUGIN_BOUNDS, PLUGIN_BOUNDS[1]
 M.PLUGIN_BOUNDS = PLUGIN_BOUNDS
 local alloc, limit = nil, 0
 local B -- the call budget's deadline and flag (core/budget.c)
@@ -101,6 +102,15 @@ local function cut(r, rec, point)
   return msg
 end
 
+-- The duration bucket of a call slower than the first bound.
+local function bucket_of(dt)
+  local i = 2
+  while i <= N_BOUNDS and dt > PLUGIN_BOUNDS[i] do
+    i = i + 1
+  end
+  return i
+end
+
 -- Calls one extension point of one plugin: its ctx, the profile it runs in,
 -- the memory limit, the counters.  Returns pcall's results.
 -- Fixed arity, no vararg: LuaJIT does not compile a vararg passed on through
@@ -123,7 +133,7 @@ local function call(r, rec, point, profile, x, y)
   end
   B.deadline = t0 + rec.call_budget
   local outer = enter(r)
-  local ok, a, b, d = xpcall(rec[point], on_error, rec.obj, c, x, y)
+  local ok, a, b, d = invoke(on_error, rec[point], rec.obj, c, x, y)
   leave(outer)
   B.deadline = 0
   if limit > 0 then -- a store into a cdata costs when interpreted
@@ -139,10 +149,7 @@ local function call(r, rec, point, profile, x, y)
   st.calls = st.calls + 1
   last_dt = dt
   st.ns = st.ns + dt * 1e9
-  local i = 1
-  while i <= N_BOUNDS and dt > PLUGIN_BOUNDS[i] do
-    i = i + 1
-  end
+  local i = dt <= FIRST_BOUND and 1 or bucket_of(dt)
   local buckets = st.buckets
   buckets[i] = buckets[i] + 1
   if not ok then
@@ -156,6 +163,32 @@ end
 --- budget, memory limit, counters, error logging): lupin.probe calls single
 --- extension points for lupin.testing through it.
 M.call = call
+
+-- step(r, item, a, b, c) for the items of list from i on, in order, until a
+-- step returns true (then true).  A tail call, not a loop: see "Compiled
+-- paths" in docs/performance.md.
+local function each(list, i, step, r, a, b, c)
+  local item = list[i]
+  if item == nil then
+    return false
+  elseif step(r, item, a, b, c) then
+    return true
+  end
+  return each(list, i + 1, step, r, a, b, c)
+end
+
+-- A point that only observes: each instance called, its errors counted.
+local function notify(r, rec, point, x, y)
+  call(r, rec, point, nil, x, y)
+end
+
+-- The same, recorded when the request is explained.
+local function notify_explained(r, rec, point, x)
+  call(r, rec, point, nil, x)
+  if r.explain then
+    explain.step(r.explain, rec, point, last_dt)
+  end
+end
 
 local function candidates(subset)
   local list = pool.list
@@ -173,6 +206,12 @@ local function candidates(subset)
     end
   end
   return out
+end
+
+-- Marks a plugin reached (its finish runs): a plugin with response hooks
+-- observes every request.
+local function reach(r, rec)
+  ctx.of(r, rec)
 end
 
 local COMPACT_EVERY = 65536
@@ -226,9 +265,7 @@ function M.begin(gen, creq, id, path, body, model, headers, subset, check, bad_u
     r.failure = { status = 400, message = message, param = param, outcome = INVALID }
     return r, id
   end
-  for _, rec in ipairs(gen.observers) do
-    ctx.of(r, rec)
-  end
+  each(gen.observers, 1, reach, r)
   until_compact = until_compact - 1
   if until_compact == 0 then -- keep the leak manifests' list sized to the traffic
     until_compact = COMPACT_EVERY
@@ -259,27 +296,90 @@ local function failed(f)
   return f.status, f.message, f.plugin, f.outcome, f.param
 end
 
-local function valid_scores(scores, n)
-  if type(scores) ~= "table" then
-    return ("score must return a list of numbers, got %s"):format(type(scores))
+-- The first of picks[i..] that is not an endpoint, and where.
+local function bad_pick(picks, i)
+  if i > #picks then
+    return nil
   end
-  for i = 1, n do
-    local v = rawget(scores, i) -- what plugins return is read raw: no metamethod runs
-    if type(v) ~= "number" then
-      return ("score %d of %d is %s, not a number"):format(i, n, type(v))
-    end
+  local ep = rawget(picks, i)
+  if not pool.is_endpoint(ep) then
+    return ("pick returned %s at position %d, not an endpoint"):format(type(ep), i)
   end
+  return bad_pick(picks, i + 1)
 end
 
 local function valid_picks(picks)
   if type(picks) ~= "table" then
     return ("pick must return a list of endpoints, got %s"):format(type(picks))
   end
-  for i = 1, #picks do
-    local ep = rawget(picks, i)
-    if not pool.is_endpoint(ep) then
-      return ("pick returned %s at position %d, not an endpoint"):format(type(ep), i)
+  return bad_pick(picks, 1)
+end
+
+-- The steps of a profile take its result-to-be (res: the endpoints left,
+-- the scores so far), its name and its explain record (or false); a step
+-- that ends the profile sets res.failure and returns true.
+
+-- One filter: the endpoints it kept are the next step's.
+local function filter(r, rec, res, name, x)
+  local eps = res.endpoints
+  local ok, kept = call(r, rec, "filter", name, eps)
+  if x then
+    explain.filter(x, rec, last_dt, eps, ok and kept)
+  end
+  if ok and type(kept) ~= "table" then
+    plugin_error(r, rec, "filter", ("filter must return a list of endpoints, got %s"):format(
+      type(kept)))
+  elseif ok and #kept == 0 then
+    res.failure = { status = 503, plugin = rec.name, outcome = NO_ENDPOINT,
+      message = ("no endpoint available for profile %q: filter %q removed the last %d"):format(
+        name, rec.name, #eps) }
+    return true
+  elseif ok then
+    res.endpoints, res.candidates = kept, kept
+  end
+end
+
+-- One weighted scorer: its scores, each clamped to [0, 1], times its weight
+-- added to the totals.  The loops over the endpoints come after the call,
+-- never before it in this function: see "Compiled paths".
+local function score(r, s, res, name, x)
+  local rec, w, eps, total = s.rec, s.weight, res.endpoints, res.scores
+  local ok, scores = call(r, rec, "score", name, eps)
+  local dt, n, bad = last_dt, #eps, nil
+  if ok and type(scores) ~= "table" then
+    bad = ("score must return a list of numbers, got %s"):format(type(scores))
+  elseif ok then
+    for i = 1, n do
+      local v = rawget(scores, i) -- what plugins return is read raw: no metamethod runs
+      if type(v) ~= "number" then
+        bad = ("score %d of %d is %s, not a number"):format(i, n, type(v))
+        break
+      end
     end
+  end
+  if bad then
+    plugin_error(r, rec, "score", bad)
+    ok = false
+  elseif ok then
+    for i = 1, n do
+      local v = rawget(scores, i)
+      if v ~= v or v < 0 then
+        v = 0
+      elseif v > 1 then
+        v = 1
+      end
+      total[i] = (total[i] or 0) + w * v -- the first scorer that answers sets them
+    end
+  end
+  if x then
+    explain.scorer(x, rec, w, dt, eps, ok and scores)
+  end
+end
+
+-- Totals no scorer set (none answered, or the profile has none).
+local function zeros(total, n)
+  for i = 1, n do
+    total[i] = 0
   end
 end
 
@@ -289,57 +389,20 @@ local function run_profile(r, prof, eps)
   local name = prof.name
   local x = r.explain
   x = x and explain.profile(x, name, eps)
-  for _, rec in ipairs(prof.filters) do
-    local ok, kept = call(r, rec, "filter", name, eps)
-    if x then
-      explain.filter(x, rec, last_dt, eps, ok and kept)
-    end
-    if ok and type(kept) ~= "table" then
-      plugin_error(r, rec, "filter", ("filter must return a list of endpoints, got %s"):format(
-        type(kept)))
-    elseif ok then
-      if #kept == 0 then
-        return nil, { status = 503, plugin = rec.name, outcome = NO_ENDPOINT,
-          message = ("no endpoint available for profile %q: filter %q removed the last %d"):format(
-            name, rec.name, #eps) }
-      end
-      eps = kept
-    end
+  -- the picker's argument, and the profile's result once it has picked
+  local res = { endpoints = eps, scores = false, candidates = eps }
+  if each(prof.filters, 1, filter, r, res, name, x) then
+    return nil, res.failure
   end
+  eps = res.endpoints
   local n = #eps
   local total = new_table(n, 0)
-  for i = 1, n do
-    total[i] = 0
-  end
-  for _, s in ipairs(prof.scorers) do
-    local rec, w = s.rec, s.weight
-    local ok, scores = call(r, rec, "score", name, eps)
-    local dt = last_dt
-    if ok then
-      local bad = valid_scores(scores, n)
-      if bad then
-        plugin_error(r, rec, "score", bad)
-        ok = false
-      else
-        for i = 1, n do
-          local v = rawget(scores, i)
-          if v ~= v or v < 0 then
-            v = 0
-          elseif v > 1 then
-            v = 1
-          end
-          total[i] = total[i] + w * v
-        end
-      end
-    end
-    if x then
-      explain.scorer(x, rec, w, dt, eps, ok and scores)
-    end
+  res.scores = total
+  each(prof.scorers, 1, score, r, res, name, x)
+  if n > 0 and total[1] == nil then
+    zeros(total, n)
   end
   local picker = prof.picker
-  -- the picker's argument becomes the profile's result once it has picked
-  -- (its fields set again: what the picker wrote there does not count)
-  local res = { endpoints = eps, scores = total, candidates = eps }
   local ok, picks = call(r, picker, "pick", name, res)
   if x then
     explain.picker(x, picker, last_dt, eps, total, ok and picks)
@@ -365,6 +428,7 @@ local function run_profile(r, prof, eps)
       message = ("no endpoint available for profile %q: picker %q picked none"):format(name,
         picker.name) }
   end
+  -- its fields set again: what the picker wrote there does not count
   res.endpoints, res.scores, res.candidates = picks, total, eps
   return res
 end
@@ -372,40 +436,54 @@ end
 -- the list of no profile: read, never written, so one serves every request
 local NONE = {}
 
+-- The profile names of v[i..] (each a name, or a profile table by its
+-- name) into names (v itself while they are all names), or nil and why not.
+local function names_of(gen, v, i, names)
+  local p = rawget(v, i)
+  if p == nil then
+    return names
+  elseif type(p) == "table" then
+    if names == v then
+      names = {}
+      for j = 1, i - 1 do
+        names[j] = v[j]
+      end
+    end
+    p = rawget(p, "name")
+    names[i] = p
+  elseif names ~= v then
+    names[i] = p
+  end
+  if not gen.profile_by_name[p] then
+    return nil, ("pick_profiles asked for unknown profile %q"):format(budget.describe(p))
+  end
+  return names_of(gen, v, i + 1, names)
+end
+
 local function profile_list(gen, v)
   if v == nil or (type(v) == "table" and next(v) == nil) then
     return NONE
   elseif type(v) ~= "table" then
     return nil, ("pick_profiles must return a list of profile names, got %s"):format(type(v))
+  elseif #v > 0 then
+    return names_of(gen, v, 1, v)
   end
-  local list = v -- a list of names is used as it is
-  if #v > 0 then
-    for i, p in ipairs(v) do
-      if type(p) == "table" then
-        if list == v then
-          list = {}
-          for j = 1, i - 1 do
-            list[j] = v[j]
-          end
-        end
-        list[i] = rawget(p, "name")
-      elseif list ~= v then
-        list[i] = p
-      end
-    end
-  else
-    list = {}
-    for k in pairs(v) do
-      list[#list + 1] = k
-    end
-    table.sort(list)
+  local keys = {} -- a set of names: in name order
+  for k in pairs(v) do
+    keys[#keys + 1] = k
   end
-  for _, p in ipairs(list) do
-    if not gen.profile_by_name[p] then
-      return nil, ("pick_profiles asked for unknown profile %q"):format(budget.describe(p))
-    end
+  table.sort(keys)
+  return names_of(gen, keys, 1, keys)
+end
+
+-- from's entries after key k into to.
+local function copy(from, to, k)
+  local key, value = next(from, k)
+  if key == nil then
+    return to
   end
-  return list
+  to[key] = value
+  return copy(from, to, key)
 end
 
 -- The handler reads the results through a table of its own, filled afresh
@@ -419,10 +497,7 @@ local function results_view(r, results)
     v = {}
     r.results_view = v
   end
-  for k, res in pairs(results) do
-    v[k] = res
-  end
-  return v
+  return copy(results, v, nil)
 end
 
 local function handler_failed(r, point, err)
@@ -431,52 +506,57 @@ local function handler_failed(r, point, err)
     budget.describe(err)), name, PLUGIN_ERROR)
 end
 
-local function run_profiles(r)
+-- Runs a profile the handler named: a profile that ran has an entry in
+-- results (false when it failed, its failure in r.failures).  True when
+-- the request failed (r.failure set).
+local function run_named(r, name, results)
+  if results[name] ~= nil then
+    local err = ("pick_profiles asked to run profile %q twice"):format(name)
+    plugin_error(r, r.gen.handler, "pick_profiles", err)
+    handler_failed(r, "pick_profiles", err)
+    return true
+  end
+  local res, f = run_profile(r, r.gen.profile_by_name[name], r.candidates)
+  if f and r.explain then
+    explain.failed(r.explain, f.message)
+  end
+  if f and f.fatal then
+    fail(r, f.status, f.message, f.plugin, f.outcome)
+    return true
+  end
+  results[name] = res or false
+  if f then
+    r.failures = r.failures or {}
+    r.failures[name] = f
+  end
+end
+
+-- The profile handler's cycles: it names the profiles to run until it
+-- names none.  True when the request failed (r.failure set).
+local function run_profiles(r, results)
   local gen, handler = r.gen, r.gen.handler
-  -- a profile that ran has an entry in results (false when it failed): the
-  -- set of profiles that ran; failures is made at the first one
-  local results, failures = {}, nil
-  while true do
-    local ok, v = call(r, handler, "pick_profiles", nil, gen.profile_views,
-      results_view(r, results))
-    local dt = last_dt
-    local list, err = v, nil
-    if ok then
-      list, err = profile_list(gen, v)
-      if err then
-        plugin_error(r, handler, "pick_profiles", err)
-      end
-    end
-    if r.explain then
-      explain.cycle(r.explain, handler, dt, ok and not err and list)
-    end
-    if not ok or err then
-      return handler_failed(r, "pick_profiles", err or v)
-    end
-    if #list == 0 then
-      break
-    end
-    for _, name in ipairs(list) do
-      if results[name] ~= nil then
-        err = ("pick_profiles asked to run profile %q twice"):format(name)
-        plugin_error(r, handler, "pick_profiles", err)
-        return handler_failed(r, "pick_profiles", err)
-      end
-      local res, f = run_profile(r, gen.profile_by_name[name], r.candidates)
-      if f and r.explain then
-        explain.failed(r.explain, f.message)
-      end
-      if f and f.fatal then
-        return fail(r, f.status, f.message, f.plugin, f.outcome)
-      end
-      results[name] = res or false
-      if f then
-        failures = failures or {}
-        failures[name] = f
-      end
+  local ok, v = call(r, handler, "pick_profiles", nil, gen.profile_views,
+    results_view(r, results))
+  local dt = last_dt
+  local list, err = v, nil
+  if ok then
+    list, err = profile_list(gen, v)
+    if err then
+      plugin_error(r, handler, "pick_profiles", err)
     end
   end
-  return nil, results, failures
+  if r.explain then
+    explain.cycle(r.explain, handler, dt, ok and not err and list)
+  end
+  if not ok or err then
+    handler_failed(r, "pick_profiles", err or v)
+    return true
+  elseif #list == 0 then
+    return false
+  elseif each(list, 1, run_named, r, results) then
+    return true
+  end
+  return run_profiles(r, results)
 end
 
 local function primary_of(r, results)
@@ -523,12 +603,19 @@ local function at_port(ep, port)
   return at
 end
 
+local function add_picks(creq, port, eps, i)
+  local ep = eps[i]
+  if ep == nil then
+    return
+  end
+  add_pick(creq, port and at_port(ep, port) or ep)
+  return add_picks(creq, port, eps, i + 1)
+end
+
 -- Hands the scheduling result to the C request (again, on a repeated call).
 local function publish(r)
-  local creq, port = r.creq, r.result.port
-  for _, ep in ipairs(r.result.endpoints) do
-    add_pick(creq, port and at_port(ep, port) or ep)
-  end
+  local creq = r.creq
+  add_picks(creq, r.result.port, r.result.endpoints, 1)
   if r.upstream_headers then
     for name, value in pairs(r.upstream_headers) do
       add_header(creq, name, value)
@@ -537,21 +624,27 @@ local function publish(r)
   return 200, nil, nil, OK
 end
 
+-- One admission check: true when it rejected the request (r.failure set).
+local function admit(r, rec, eps)
+  local ok, verdict, status, reason = call(r, rec, "admit", nil, eps)
+  if r.explain then
+    explain.step(r.explain, rec, "admit", last_dt, { admitted = not (ok and verdict == false) })
+  end
+  if ok and verdict == false then
+    fail(r, tonumber(status) or 429, reason and budget.describe(reason)
+      or ("rejected by %s"):format(rec.name), rec.name, REJECTED)
+    return true
+  end
+end
+
 -- Admission, preparation, the profiles: the decision, with no effect outside
 -- the request.  Returns nothing with r.result set, or the failure.
 local function decide(r)
   local gen, eps = r.gen, r.candidates
   -- a request leaving the flow-control queue was admitted before it waited
   local released = gen.flow and flow.released(r)
-  for _, rec in ipairs(released and {} or gen.points.admit) do
-    local ok, verdict, status, reason = call(r, rec, "admit", nil, eps)
-    if r.explain then
-      explain.step(r.explain, rec, "admit", last_dt, { admitted = not (ok and verdict == false) })
-    end
-    if ok and verdict == false then
-      return fail(r, tonumber(status) or 429, reason and budget.describe(reason)
-        or ("rejected by %s"):format(rec.name), rec.name, REJECTED)
-    end
+  if not released and each(gen.points.admit, 1, admit, r, eps) then
+    return failed(r.failure)
   end
   if gen.flow and not released then -- flow control (lupin.flow): wait, or not fit
     local status, message, outcome = flow.arrive(r)
@@ -561,18 +654,13 @@ local function decide(r)
       return fail(r, status, message, nil, outcome)
     end
   end
-  for _, rec in ipairs(gen.points.prepare) do
-    call(r, rec, "prepare", nil, eps)
-    if r.explain then
-      explain.step(r.explain, rec, "prepare", last_dt)
-    end
-  end
+  each(gen.points.prepare, 1, notify_explained, r, "prepare", eps)
   if #eps == 0 then
     return fail(r, 503, r.subset and "no endpoint matches x-gateway-destination-endpoint-subset"
       or "no endpoints in the pool", nil, NO_ENDPOINT)
   end
-  local status, results, failures = run_profiles(r)
-  if status then
+  local results = {}
+  if run_profiles(r, results) then
     return failed(r.failure)
   end
   local primary, err, port = primary_of(r, results)
@@ -581,7 +669,7 @@ local function decide(r)
   end
   local res = results[primary]
   if not res then
-    local f = failures[primary]
+    local f = r.failures[primary]
     return fail(r, f.status, f.message, f.plugin, f.outcome)
   end
   r.result = { primary = primary, endpoints = res.endpoints, profiles = results, port = port }
@@ -591,12 +679,14 @@ end
 -- every runtime of the process) on each endpoint its profiles chose, the
 -- first pick of each, once however many chose it (ctx.count sets, it does
 -- not add); the core releases it when the request ends.
-local function count_in_flight(r)
-  for _, res in pairs(r.result.profiles) do
-    if res then
-      ctx.count(r, res.endpoints[1], 1)
-    end
+local function count_in_flight(r, profiles, k)
+  local name, res = next(profiles, k)
+  if name == nil then
+    return
+  elseif res then
+    ctx.count(r, res.endpoints[1], 1)
   end
+  return count_in_flight(r, profiles, name)
 end
 
 local function schedule(r)
@@ -615,13 +705,8 @@ local function schedule(r)
   if r.dry then -- explained, not forwarded: nothing to record on an endpoint
     return publish(r)
   end
-  count_in_flight(r)
-  for _, rec in ipairs(r.gen.points.pre_request) do
-    call(r, rec, "pre_request", nil, r.result)
-    if r.explain then
-      explain.step(r.explain, rec, "pre_request", last_dt)
-    end
-  end
+  count_in_flight(r, r.result.profiles, nil)
+  each(r.gen.points.pre_request, 1, notify_explained, r, "pre_request", r.result)
   if r.fc then
     flow.started(r)
   end
@@ -683,9 +768,7 @@ function M.dry_run(gen)
   r.request.dry_run = true
   r.candidates = pool.list
   r.errors = {}
-  for _, rec in ipairs(gen.observers) do
-    ctx.of(r, rec)
-  end
+  each(gen.observers, 1, reach, r)
   decide(r)
   M.finish(r, "dry_run")
   for _, rec in ipairs(gen.instances) do
@@ -706,10 +789,8 @@ end
 --- Calls a request-control point of every instance having it, in config
 --- order, under the point's error policy (counted and logged; the request
 --- proceeds): what drives a point of layer "request" in lupin.points.
-function M.point(r, name, ...)
-  for _, rec in ipairs(r.gen.points[name]) do
-    call(r, rec, name, nil, ...)
-  end
+function M.point(r, name, x, y)
+  each(r.gen.points[name], 1, notify, r, name, x, y)
 end
 
 function M.response_header(r, status, headers)
@@ -735,17 +816,19 @@ function M.response_complete(r)
   M.point(r, "response_complete", response)
 end
 
+-- The finish of one instance, if the request reached it.
+local function finish(r, rec, outcome)
+  if r.ctxs[rec.slot or rec] then
+    call(r, rec, "finish", nil, outcome)
+  end
+end
+
 -- Request state needs nothing at the end (lupin.leaks): the core calls this
 -- only when the generation has finish hooks, and otherwise sets r.outcome
 -- itself.
 function M.finish(r, outcome)
   r.outcome = outcome
-  local ctxs = r.ctxs
-  for _, rec in ipairs(r.gen.points.finish) do
-    if ctxs[rec.slot or rec] then
-      call(r, rec, "finish", nil, outcome)
-    end
-  end
+  each(r.gen.points.finish, 1, finish, r, outcome)
 end
 
 return M

@@ -103,6 +103,17 @@ Index.__index = Index
 --- The EPP's estimate of characters per token (blocks are in characters).
 M.CHARS_PER_TOKEN = 4
 
+-- The cache block size the first of endpoints[2..] to announce one gives,
+-- in characters, or nil.
+local function announced(endpoints)
+  for i = 2, #endpoints do
+    local size = endpoints[i].cache_block_size
+    if size > 0 then
+      return math.floor(size) * M.CHARS_PER_TOKEN
+    end
+  end
+end
+
 --- The block size in characters for one request: with auto (autoTune), the
 --- cache block size the first reporting endpoint announces, in tokens, hence
 --- the factor; else block.
@@ -110,14 +121,14 @@ M.CHARS_PER_TOKEN = 4
 ---@param auto boolean
 ---@param endpoints lupin.Endpoint[]
 function M.block_chars(block, auto, endpoints)
-  if auto then
-    for _, ep in ipairs(endpoints) do
-      if ep.cache_block_size > 0 then
-        return math.floor(ep.cache_block_size) * M.CHARS_PER_TOKEN
-      end
-    end
+  local first = endpoints[1]
+  if not auto or not first then
+    return block
+  elseif first.cache_block_size > 0 then -- mostly: no loop, which would abort
+    -- LuaJIT's traces at one trip (docs/performance.md, "Compiled paths")
+    return math.floor(first.cache_block_size) * M.CHARS_PER_TOKEN
   end
-  return block
+  return announced(endpoints) or block
 end
 
 local function record_on(index, ep, h, auto)
@@ -196,6 +207,21 @@ function Index:record(id, h, capacity)
   end
 end
 
+-- Blocks matched by endpoint id from the C answer's k pairs.  Mostly one
+-- endpoint holds the prompt: that case has no loop, which would abort
+-- LuaJIT's traces at one trip (docs/performance.md, "Compiled paths").
+local function matched(ids, counts, k)
+  local out = new_table(k, 0) -- made at its size (ids are small: the array part)
+  if k == 1 then
+    out[ids[0]] = counts[0]
+    return out
+  end
+  for i = 0, k - 1 do
+    out[ids[i]] = counts[i]
+  end
+  return out
+end
+
 --- Per endpoint id, how many of h's blocks it holds, walking from the first
 --- block and stopping at the first block no endpoint holds.
 ---@param h lupin.Hashes
@@ -213,11 +239,7 @@ function Index:match(h)
     return {}
   end
   local k = tonumber(api.prefix_match(x, h.h, h.n, self.ids, self.counts, self.cap))
-  local out = new_table(k, 0) -- made at its size (ids are small: the array part)
-  for i = 0, k - 1 do
-    out[self.ids[i]] = self.counts[i]
-  end
-  return out
+  return matched(self.ids, self.counts, k)
 end
 
 --- Caps endpoint id's entries (evicting the least recent ones now if over).
@@ -274,11 +296,7 @@ function Shared:match(h)
   if k < 0 then
     error("prefix index: out of memory", 2)
   end
-  local out = new_table(k, 0)
-  for i = 0, k - 1 do
-    out[self.ids[i]] = self.counts[i]
-  end
-  return out
+  return matched(self.ids, self.counts, k)
 end
 
 function Shared:set_capacity(id, capacity)
