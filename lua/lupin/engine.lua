@@ -339,6 +339,16 @@ local function filter(r, rec, res, name, x)
   end
 end
 
+-- A score in [0, 1] (NaN: 0).
+local function clamp(v)
+  if v ~= v or v < 0 then
+    return 0
+  elseif v > 1 then
+    return 1
+  end
+  return v
+end
+
 -- One weighted scorer: its scores, each clamped to [0, 1], times its weight
 -- added to the totals.  The loops over the endpoints come after the call,
 -- never before it in this function: see "Compiled paths".
@@ -360,15 +370,13 @@ local function score(r, s, res, name, x)
   if bad then
     plugin_error(r, rec, "score", bad)
     ok = false
+  elseif ok and total[1] == nil then -- the first scorer to answer sets the totals
+    for i = 1, n do
+      total[i] = w * clamp(rawget(scores, i))
+    end
   elseif ok then
     for i = 1, n do
-      local v = rawget(scores, i)
-      if v ~= v or v < 0 then
-        v = 0
-      elseif v > 1 then
-        v = 1
-      end
-      total[i] = (total[i] or 0) + w * v -- the first scorer that answers sets them
+      total[i] = total[i] + w * clamp(rawget(scores, i))
     end
   end
   if x then
