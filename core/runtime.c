@@ -120,9 +120,15 @@ static void push_options(lua_State *L, const lupin_options *o, const char *home)
   lua_setfield(L, -2, "abi");
 }
 
-/* invoke(handler, f, obj, ctx, x, y): f(obj, ctx, x, y) under lua_pcall with
- * handler, as xpcall would, returning true and three results or false and
- * the error. */
+/* The module lupin.invoke, the engine's one way into a plugin:
+ * invoke(handler, f, obj, ctx, x, y) is f(obj, ctx, x, y) under lua_pcall
+ * with handler, as xpcall(f, handler, ...) would be, returning true and
+ * three results or false and the error.  From C, not xpcall, so that no
+ * trace of the engine runs on into plugin code: LuaJIT ends a trace at a C
+ * function and goes on with a new one after it (trace stitching), where a
+ * trace through xpcall met the plugin's loops, aborted, and after a few
+ * aborts got the engine's functions blacklisted (docs/performance.md,
+ * "Compiled paths"). */
 static int invoke(lua_State *L) {
   lua_settop(L, 6);
   int status = lua_pcall(L, 4, 3, 1);

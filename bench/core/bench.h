@@ -110,6 +110,7 @@ typedef struct breakdown {
                      loop's figure (fresh strings, GC steps) */
   double scoring; /* the three scorers and the picker */
   double runtime; /* the rest: request state, ctx, engine, C<->Lua, finish, GC */
+  int aborts;     /* LuaJIT trace aborts over the timed lifecycles */
 } breakdown;
 
 lupin_side *lupin_side_new(workload *w, const char *config);

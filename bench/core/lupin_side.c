@@ -131,8 +131,30 @@ static void profile(lupin_side *ls, int start) {
   free(r);
 }
 
+/* Counts LuaJIT's trace aborts from start to stop (jit.attach): the timed
+ * lifecycles are the steady state, where the request path should compile
+ * without any (docs/performance.md, "Compiled paths"). */
+static int count_aborts(lupin_side *ls, int start) {
+  char err[512];
+  char *r = lupin__eval(ls->rt,
+                        start ? "local jit, n = require 'jit', { 0 }\n"
+                                "local function on(what) if what == 'abort' then n[1] = n[1] + 1 end end\n"
+                                "jit.attach(on, 'trace')\n"
+                                "package.loaded['bench.aborts'] = { on = on, n = n }\n"
+                                "return ''"
+                              : "local a = package.loaded['bench.aborts']\n"
+                                "require('jit').attach(a.on)\n"
+                                "return tostring(a.n[1])",
+                        err, sizeof err);
+  if (!r) die("jit.attach", err);
+  int n = atoi(r);
+  free(r);
+  return n;
+}
+
 void lupin_side_mark(lupin_side *ls) {
   profile(ls, 1);
+  count_aborts(ls, 1);
   sums t = {0};
   lupin_runtime_plugin_stats(ls->rt, add_stat, &t);
   ls->mark_prepare = t.prepare;
@@ -166,6 +188,7 @@ static double decode_ns(lupin_side *ls) {
 void lupin_side_breakdown(lupin_side *ls, int n, double total_ns, double index_ns,
                           breakdown *out) {
   profile(ls, 0);
+  out->aborts = count_aborts(ls, 0);
   sums t = {0};
   lupin_runtime_plugin_stats(ls->rt, add_stat, &t);
   double prefix = t.prepare - ls->mark_prepare + (t.record - ls->mark_record);

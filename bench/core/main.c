@@ -168,18 +168,20 @@ static void print_row(const row *r) {
   /* lupin's mean without its decode over native's without simdjson's */
   double l_rest = r->l_mean - b->decode / r->c.timed, n_rest = r->n_rest;
   printf("| %3d | %6s | %8.2f | %8.2f | %7.0f | %8.2f | %8.2f | %7.0f | %5.2f | %5.2f | %5.2f "
-         "| %9.0f | %4s | %4s | %4s | %4s | %4s | %3.0f%% | %d/%d (%d ties) |\n",
+         "| %9.0f | %4s | %4s | %4s | %4s | %4s | %3.0f%% | %d/%d (%d ties) | %d |\n",
          r->c.endpoints, size_name(r->c.prompt), r->l_median / 1e3, r->l_p99 / 1e3,
          1e9 / r->l_mean, r->n_median / 1e3, r->n_p99 / 1e3, 1e9 / r->n_mean,
          r->l_median / r->n_median, r->l_mean / r->n_mean, l_rest / n_rest, r->heap, d, h, p,
-         s, rt, 100 * r->n_decode / r->n_imean, r->agree, r->agree + r->disagree, r->ties);
+         s, rt, 100 * r->n_decode / r->n_imean, r->agree, r->agree + r->disagree, r->ties,
+         b->aborts);
 }
 
 static void header(void) {
   printf("| eps | prompt | lupin median µs | p99 µs | lupin/s | native median µs | p99 µs "
          "| native/s | ratio median | ratio mean | ratio mean w/o decode | Lua heap B/req "
-         "| decode | hash+index | prefix rest | scoring | runtime | native decode | same pick |\n");
-  printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+         "| decode | hash+index | prefix rest | scoring | runtime | native decode | same pick "
+         "| trace aborts |\n");
+  printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
 int main(int argc, char **argv) {
@@ -224,7 +226,8 @@ int main(int argc, char **argv) {
          "side), prefix rest = the rest of the\nprefix plugin's prepare and pre_request, "
          "scoring = 3 scorers + picker, runtime = the rest (see\nbench/core/lupin_side.c);\nnative decode = simdjson's "
          "share of native's mean (instrumented pass);\nratio w/o decode = lupin's mean less its decode over "
-         "native's mean less simdjson's\n(both from the instrumented native pass);\nsame pick = agreeing/compared, ties apart)\n\n");
+         "native's mean less simdjson's\n(both from the instrumented native pass);\nsame pick = agreeing/compared, ties apart;\ntrace aborts = LuaJIT's over lupin's timed lifecycles, "
+         "LUPIN_BENCH_JITV=file logs them)\n\n");
   header();
   for (size_t i = 0; i < n_rows; i++) print_row(&rows[i]);
   if (disagreements) printf("\n%d picks differ between lupin and native\n", disagreements);

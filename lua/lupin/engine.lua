@@ -74,7 +74,8 @@ local function plugin_error(r, rec, point, err, trace)
     r.id, rec.name, rec.type, point, msg)
 end
 
--- xpcall's handler: keeps the plugin's frames, returns the error unchanged
+-- The plugin call's error handler (lupin.invoke runs it where the error was
+-- raised): keeps the plugin's frames, returns the error unchanged
 local last_trace
 local function on_error(err)
   if limit > 0 then -- the trace must not fail on the plugin's memory limit
