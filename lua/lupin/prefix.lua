@@ -103,13 +103,18 @@ Index.__index = Index
 --- The EPP's estimate of characters per token (blocks are in characters).
 M.CHARS_PER_TOKEN = 4
 
--- The cache block size the first of endpoints[2..] to announce one gives,
--- in characters, or nil.
+-- An endpoint's announced cache block size in characters, or nil.
+local function chars(ep)
+  local size = ep.cache_block_size
+  return size > 0 and math.floor(size) * M.CHARS_PER_TOKEN or nil
+end
+
+-- The first size endpoints[2..] announce, in characters, or nil.
 local function announced(endpoints)
   for i = 2, #endpoints do
-    local size = endpoints[i].cache_block_size
-    if size > 0 then
-      return math.floor(size) * M.CHARS_PER_TOKEN
+    local size = chars(endpoints[i])
+    if size then
+      return size
     end
   end
 end
@@ -124,11 +129,10 @@ function M.block_chars(block, auto, endpoints)
   local first = endpoints[1]
   if not auto or not first then
     return block
-  elseif first.cache_block_size > 0 then -- mostly: no loop, which would abort
-    -- LuaJIT's traces at one trip (docs/performance.md, "Compiled paths")
-    return math.floor(first.cache_block_size) * M.CHARS_PER_TOKEN
   end
-  return announced(endpoints) or block
+  -- mostly the first answers: no loop, which would abort LuaJIT's traces at
+  -- one trip (docs/performance.md, "Compiled paths")
+  return chars(first) or announced(endpoints) or block
 end
 
 local function record_on(index, ep, h, auto)
