@@ -19,7 +19,7 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
             lua-busted lua-check lua-yaml libxxhash-dev libhttp-parser-dev libjansson-dev libsimdjson-dev \
             wrk curl \
             python3 procps libutf8proc-dev clang libclang-rt-dev prometheus \
-            redis-server libhiredis-dev
+            redis-server libhiredis-dev libmimalloc-dev
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox
 
@@ -31,7 +31,7 @@ CORE_HDR  = core/lupin.h core/internal.h
 GW_SRC    = $(wildcard gateway/*.c)
 GW_HDR    = gateway/gateway.h $(CORE_HDR)
 GW_OBJ    = $(GW_SRC:gateway/%.c=$(B)/gw/%.o)
-GW_LIBS   = $(shell pkg-config --libs jansson hiredis 2>/dev/null)
+GW_LIBS   = $(shell pkg-config --libs jansson hiredis 2>/dev/null) -lmimalloc
 
 B ?= build
 # one version, core/lupin.h's: lupin --version, lupin-sim --version, lupin.pc
@@ -46,7 +46,7 @@ SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson 2>/dev/null) -lhtt
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
      $(B)/bench-prefix $(B)/bench-soak $(B)/bench-reload $(B)/lupin-sim $(B)/lupin \
      $(B)/shared-threads \
-     $(B)/prefix-threads
+     $(B)/prefix-threads $(B)/host-allocator
 
 # The install prefix is compiled in (the default home): rebuild when it changes.
 $(B)/prefix.stamp: FORCE
@@ -95,6 +95,10 @@ $(B)/lupin-sim: $(SIM_OBJ)
 
 # several runtimes on one lupin_shared, one per thread (spec/core/shared_threads_spec.lua)
 $(B)/shared-threads: spec/core/shared_threads.c $(B)/liblupin.a $(CORE_HDR)
+	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
+
+# a host's allocator under the Lua heap (spec/core/host_allocator_spec.lua)
+$(B)/host-allocator: spec/core/host_allocator.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
 $(B)/bench-lifecycle: bench/lifecycle.c $(B)/liblupin.a core/lupin.h

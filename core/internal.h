@@ -17,7 +17,7 @@ typedef struct lupin_alloc {
   size_t limit;
   int enforce; /* the limit applies only while a plugin runs */
   uint64_t refused;
-  /* private: the allocator underneath (LuaJIT's own) */
+  /* private: the allocator underneath (the host's, else LuaJIT's own) */
   lua_Alloc base;
   void *base_ud;
   /* private: big blocks Lua freed, kept for the next big allocation (alloc.c) */

@@ -54,6 +54,12 @@ enum lupin_log_level { LUPIN_LOG_ERROR, LUPIN_LOG_WARN, LUPIN_LOG_INFO, LUPIN_LO
 
 typedef void (*lupin_log_fn)(void *ud, int level, const char *msg);
 
+/* An allocator for the Lua heap, with lua_Alloc's contract: nsize 0 frees
+ * ptr and returns NULL; otherwise it returns a block of nsize bytes holding
+ * ptr's first min(osize, nsize) bytes (ptr NULL: a new block), or NULL,
+ * leaving ptr as it was.  osize is the block's size when ptr is not NULL. */
+typedef void *(*lupin_allocator)(void *ud, void *ptr, size_t osize, size_t nsize);
+
 typedef struct lupin_options {
   /* Directory holding lua/ and plugins/.  NULL: $LUPIN_HOME, else the
    * compiled-in install prefix. */
@@ -74,6 +80,13 @@ typedef struct lupin_options {
   /* The process-wide state this runtime shares with others, on any thread
    * (NULL: a private one).  It must outlive the runtime. */
   lupin_shared *shared;
+  /* What the Lua heap's blocks come from (NULL: LuaJIT's own allocator).
+   * The runtime still counts every byte and applies memory_limit above it.
+   * Called on the runtime's thread only; Lua's small objects come and go by
+   * the thousand per second, so its speed is the runtime's (docs/design.md,
+   * "The Lua heap's allocator"). */
+  lupin_allocator allocator;
+  void *allocator_ud;
 } lupin_options;
 
 /* --- state shared between runtimes (docs/workers.md) ----------------------

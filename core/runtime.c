@@ -209,6 +209,24 @@ static void jit_profile(lupin_runtime *rt, int start) {
   free(lupin__eval(rt, code, err, sizeof err));
 }
 
+/* A Lua state whose every block goes through the accounting allocator,
+ * over the host's allocator or else LuaJIT's own.  With LuaJIT's, the state
+ * is made first and its blocks so far counted: LuaJIT hands out its
+ * allocator only from a state that uses it. */
+static lua_State *new_state(lupin_alloc *a, const lupin_options *o) {
+  if (o->allocator) {
+    a->base = o->allocator;
+    a->base_ud = o->allocator_ud;
+    return lua_newstate(lupin_alloc_fn, a);
+  }
+  lua_State *L = luaL_newstate();
+  if (!L) return NULL;
+  a->base = lua_getallocf(L, &a->base_ud);
+  a->used = a->peak = (size_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024 + (size_t)lua_gc(L, LUA_GCCOUNTB, 0);
+  lua_setallocf(L, lupin_alloc_fn, a);
+  return L;
+}
+
 lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t errlen) {
   static const lupin_options defaults = {.log_level = LUPIN_LOG_INFO};
   const lupin_options *o = opts ? opts : &defaults;
@@ -255,18 +273,13 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
       return NULL;
     }
   }
-  rt->L = luaL_newstate();
+  rt->L = new_state(&rt->alloc, o);
   if (!rt->L) {
     lupin__errf(err, errlen, "cannot create a Lua state");
     lupin_shared_free(rt->own_shared);
     free(rt);
     return NULL;
   }
-  /* Account from here on: what the fresh state holds, then every change. */
-  rt->alloc.base = lua_getallocf(rt->L, &rt->alloc.base_ud);
-  rt->alloc.used = rt->alloc.peak =
-      (size_t)lua_gc(rt->L, LUA_GCCOUNT, 0) * 1024 + (size_t)lua_gc(rt->L, LUA_GCCOUNTB, 0);
-  lua_setallocf(rt->L, lupin_alloc_fn, &rt->alloc);
   luaL_openlibs(rt->L);
   lua_pushcfunction(rt->L, traceback);
   rt->traceback = luaL_ref(rt->L, LUA_REGISTRYINDEX);

@@ -378,7 +378,8 @@ static int open_runtime(lupin_gateway *gw, char *err, size_t errlen) {
                      .log_ud = gw,
                      .log_level = gw->opts.log_level,
                      .seed = seed ? seed : 1,
-                     .shared = gw->shared};
+                     .shared = gw->shared,
+                     .allocator = gw_lua_alloc};
   gw->rt = lupin_runtime_new(&o, err, errlen);
   if (!gw->rt) return -1;
   lupin_runtime_set_dispatch(gw->rt, gw_proxy_dispatched, gw);

@@ -438,6 +438,11 @@ void gw_objectives_free(lupin_gateway *gw);
 /* process_* as Prometheus' process collector names them, from /proc/self. */
 void gw_process_metrics(gw_expo *e);
 
+/* --- the Lua heap's allocator (lua_heap.c) -------------------------------- */
+
+/* lupin_options.allocator for the gateway's runtimes: mimalloc. */
+void *gw_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize);
+
 /* --- scraping (scrape.c) -------------------------------------------------- */
 
 void gw_scrape_start(gw_endpoint *ep);
