@@ -220,9 +220,10 @@ int gw_headers_value(gw_headers *h, const char *data, size_t len) {
   return len ? text_append(h, &h->v[h->n - 1].value, data, len) : 0;
 }
 
+/* name in lower case, as every caller writes it */
 const char *gw_headers_get(const gw_headers *h, const char *name) {
   for (size_t i = 0; i < h->n; i++)
-    if (!strcasecmp(h->v[i].name, name)) return h->v[i].value;
+    if (gw_name_is(h->v[i].name, name)) return h->v[i].value;
   return NULL;
 }
 
@@ -253,7 +254,7 @@ void gw_headers_free(gw_headers *h) {
 int gw_name_in(const char *name, const gw_name *set, size_t n) {
   size_t len = strlen(name);
   for (size_t i = 0; i < n; i++)
-    if (set[i].len == len && !strcasecmp(name, set[i].s)) return 1;
+    if (set[i].len == len && gw_name_is(name, set[i].s)) return 1;
   return 0;
 }
 

@@ -92,7 +92,7 @@ static char *find(lupin_gateway *gw, const char *id) {
 /* --- the request header -------------------------------------------------- */
 
 int gw_explain_header(const char *name) {
-  return !strcasecmp(name, "x-lupin-explain") || !strcasecmp(name, "x-lupin-admin-token");
+  return gw_name_is(name, "x-lupin-explain") || gw_name_is(name, "x-lupin-admin-token");
 }
 
 int gw_explain_wanted(lupin_gateway *gw, const gw_http_request *req) {

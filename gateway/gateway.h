@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <strings.h>
 
 #include <http_parser.h>
 #include <uv.h>
@@ -86,6 +87,11 @@ typedef struct gw_name {
 } gw_name;
 #define GW_NAME(lit) {lit, sizeof lit - 1}
 int gw_name_in(const char *name, const gw_name *set, size_t n);
+/* Whether a header's name is `lower` (a name in lower case), without case.
+ * The first bytes are compared first: most names differ there. */
+static inline int gw_name_is(const char *name, const char *lower) {
+  return (name[0] | 0x20) == lower[0] && !strcasecmp(name, lower);
+}
 /* Headers never copied from one side to the other: the hop-by-hop ones of
  * RFC 7230 §6.1, and the framing ones (host, content-length, expect) that
  * each side writes for itself. */

@@ -221,7 +221,7 @@ static void on_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
   lupin_header seen[h->n + 1];
   size_t n_seen = 0;
   for (size_t i = 0; i < h->n; i++)
-    if (strcasecmp(h->v[i].name, SERVED)) seen[n_seen++] = h->v[i];
+    if (!gw_name_is(h->v[i].name, SERVED)) seen[n_seen++] = h->v[i];
   seen[n_seen++] = (lupin_header){SERVED, x->ep->hostport};
   lupin_request_response_header(x->req, status, seen, n_seen);
   const lupin_header *extra;
@@ -229,7 +229,7 @@ static void on_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
   lupin_header out[n_seen + n_extra + 4];
   size_t n = 0;
   for (size_t i = 0; i < n_seen; i++)
-    if (strcasecmp(seen[i].name, "x-request-id")) out[n++] = seen[i];
+    if (!gw_name_is(seen[i].name, "x-request-id")) out[n++] = seen[i];
   for (size_t i = 0; i < n_extra; i++)
     out[n++] = extra[i];
   out[n++] = (lupin_header){"x-request-id", lupin_request_id(x->req)};

@@ -448,7 +448,7 @@ void gw_conn_error(gw_conn *c, int status, const char *message, const char *para
   all[k++] = (lupin_header){"content-type", "application/json"};
   int has_id = 0;
   for (size_t i = 0; i < n; i++) {
-    has_id |= !strcasecmp(h[i].name, "x-request-id");
+    has_id |= gw_name_is(h[i].name, "x-request-id");
     all[k++] = h[i];
   }
   /* every answer names its request, errors before the runtime included */

@@ -123,9 +123,11 @@ describe("lupin serve", function()
       assert.same(stable(direct), stable(body))
     end)
 
-    it("keeps the client's x-request-id", function()
+    it("keeps the client's x-request-id, whatever the case of its name", function()
       local _, h = P.post(gw.base, "/v1/completions", COMPLETION, "-H 'x-request-id: my-id-1'")
       assert.equal("my-id-1", h["x-request-id"])
+      _, h = P.post(gw.base, "/v1/completions", COMPLETION, "-H 'X-Request-ID: my-id-2'")
+      assert.equal("my-id-2", h["x-request-id"])
     end)
 
     for _, case in ipairs({ { "/v1/completions", COMPLETION, "text_completion" },
