@@ -765,9 +765,11 @@ static void unknown_route(lupin_gateway *gw, gw_conn *c, gw_http_request *req, c
 
 void gw_proxy_handle(void *ud, gw_conn *c, gw_http_request *req) {
   lupin_gateway *gw = ud;
-  char path[512];
-  snprintf(path, sizeof path, "%s", req->url);
-  path[strcspn(path, "?")] = 0;
+  char path[512]; /* the URL up to its query, cut at 511 bytes */
+  size_t len = strcspn(req->url, "?");
+  if (len >= sizeof path) len = sizeof path - 1;
+  memcpy(path, req->url, len);
+  path[len] = 0;
   for (size_t i = 0; i < N_ROUTES; i++) {
     if (strcmp(path, routes[i])) continue;
     if (req->method == HTTP_POST)

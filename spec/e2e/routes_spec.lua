@@ -227,6 +227,19 @@ describe("routes", function()
     assert.equal(405, status)
     assert.equal("POST", h["allow"])
   end)
+
+  it("routes by the path without its query, and names a long unknown path cut short", function()
+    local status = P.get(gw.base .. "/v1/models?page=2")
+    assert.equal(200, status)
+    local long = "/v1/" .. ("x"):rep(2000)
+    local body
+    status, _, body = P.get(gw.base .. long .. "?q=1")
+    assert.equal(404, status)
+    local msg = json.decode(body).error.message
+    assert.matches("unknown route GET /v1/xxx", msg, 1, true)
+    assert.is_nil(msg:find(("x"):rep(400), 1, true)) -- at most 300 bytes of the path
+    assert.is_nil(msg:find("?q=1", 1, true))
+  end)
 end)
 
 describe("model-name rewrite and llm-d's headers", function()
