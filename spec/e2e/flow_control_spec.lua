@@ -41,18 +41,6 @@ local function until_queued(gw, n, priority)
   end, n .. " queued")
 end
 
--- The ids of the access log's lines, in order.
-local function log_order(gw)
-  local ids = {}
-  for line in (P.read(gw.out) or ""):gmatch("[^\n]+") do
-    local ok, rec = pcall(json.decode, line)
-    if ok and type(rec) == "table" and rec.id and rec.path then
-      ids[#ids + 1] = rec.id
-    end
-  end
-  return table.concat(ids, " ")
-end
-
 describe("flow control through lupin serve", function()
   local sim
   setup(function()
@@ -74,7 +62,7 @@ describe("flow control through lupin serve", function()
     assert.equal(200, (P.result(a)))
     local code, body = P.result(b)
     assert.equal(200, code, body)
-    assert.equal("a b", log_order(gw))
+    assert.equal("a b", P.access_log_ids(gw, 2))
     assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="0",outcome="dispatched"}'))
     assert.equal(1, P.metric(gw,
       'inference_extension_flow_control_request_queue_duration_seconds_count{priority="0",outcome="dispatched"}'))
@@ -142,7 +130,7 @@ describe("flow control through lupin serve", function()
       for _, p in ipairs(procs) do
         assert.equal(200, (P.result(p)))
       end
-      assert.equal(case[2], log_order(gw), case[1])
+      assert.equal(case[2], P.access_log_ids(gw, #procs), case[1])
       P.stop(gw)
     end
   end)
@@ -159,7 +147,7 @@ describe("flow control through lupin serve", function()
     for _, p in ipairs(procs) do
       assert.equal(200, (P.result(p)))
     end
-    assert.equal("first gold plain", log_order(gw))
+    assert.equal("first gold plain", P.access_log_ids(gw, 3))
     P.stop(gw)
   end)
 

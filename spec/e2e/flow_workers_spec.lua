@@ -59,17 +59,6 @@ end
 
 local answered = P.worker_requests
 
-local function log_order(gw)
-  local ids = {}
-  for line in (P.read(gw.out) or ""):gmatch("[^\n]+") do
-    local ok, rec = pcall(json.decode, line)
-    if ok and type(rec) == "table" and rec.id and rec.path then
-      ids[#ids + 1] = rec.id
-    end
-  end
-  return table.concat(ids, " ")
-end
-
 describe("flow control over two workers", function()
   local sim, gw
   setup(function()
@@ -142,6 +131,6 @@ describe("flow control over two workers", function()
     end
     assert.equal(200, (P.result(plain)))
     -- the gold band in arrival order, whichever worker held each, then plain
-    assert.equal("a " .. table.concat(ids, " ") .. " plain", log_order(gw))
+    assert.equal("a " .. table.concat(ids, " ") .. " plain", P.access_log_ids(gw, #ids + 2))
   end)
 end)

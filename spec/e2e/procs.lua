@@ -44,6 +44,24 @@ function M.poll(fn, what)
   error("gave up waiting for " .. (what or "a condition"), 2)
 end
 
+--- The request ids of gw's access log, in order, joined by spaces, once it
+--- holds n request lines: a line is written as its request ends, which may
+--- be just after its client has the answer.
+function M.access_log_ids(gw, n)
+  local ids
+  M.poll(function()
+    ids = {}
+    for line in (read(gw.out) or ""):gmatch("[^\n]+") do
+      local ok, rec = pcall(cjson.decode, line)
+      if ok and type(rec) == "table" and rec.id and rec.path then
+        ids[#ids + 1] = rec.id
+      end
+    end
+    return #ids >= n
+  end, n .. " access log lines")
+  return table.concat(ids, " ")
+end
+
 local dir = support.tmpdir()
 
 -- Under `make test-asan` the specs run with the sanitizer runtime preloaded;

@@ -232,7 +232,7 @@ describe("routes", function()
     local status = P.get(gw.base .. "/v1/models?page=2")
     assert.equal(200, status)
     local long = "/v1/" .. ("x"):rep(2000)
-    local body
+    local _, body
     status, _, body = P.get(gw.base .. long .. "?q=1")
     assert.equal(404, status)
     local msg = json.decode(body).error.message
