@@ -1,9 +1,9 @@
 /* The Lua heaps of `lupin serve` on mimalloc (lupin_options.allocator).
  * A request makes and drops some thirty-five small Lua objects, and the
  * allocator's malloc and free for them were the largest single cost inside
- * LuaJIT per request; mimalloc's thread-local free lists take a third of
- * LuaJIT's own allocator's instructions for them (docs/performance.md,
- * "The Lua heap's allocator").  Each worker's runtime is made and used on
+ * LuaJIT per request; mimalloc's thread-local free lists take about half
+ * the instructions LuaJIT's own allocator did (docs/performance.md, "The
+ * Lua heap's allocator").  Each worker's runtime is made and used on
  * its own thread, as mimalloc's fast path wants. */
 #include "gateway.h"
 
