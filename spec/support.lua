@@ -86,6 +86,16 @@ function M.tmpdir()
   return d
 end
 
+--- Runs one of the build's C programs (LUPIN_HOME this tree) with args;
+--- returns what it printed, stdout and stderr, then "rc=N".
+function M.program(name, args)
+  local p = io.popen(("LUPIN_HOME=%s %s/%s %s 2>&1; echo rc=$?"):format(M.ROOT, M.BUILD, name,
+    args or ""))
+  local out = p:read("*a")
+  p:close()
+  return out
+end
+
 M.json = cjson
 
 return M

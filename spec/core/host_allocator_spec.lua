@@ -6,10 +6,7 @@ local S = require "support"
 
 describe("a host's allocator under the Lua heap", function()
   it("serves every block, is counted exactly and stays under the memory limit", function()
-    local p = io.popen("LUPIN_HOME=. " .. S.BUILD .. "/host-allocator " .. S.FIXTURES
-      .. " 2>&1; echo rc=$?")
-    local out = p:read("*a")
-    p:close()
+    local out = S.program("host-allocator", S.FIXTURES)
     assert.matches("host-allocator: every block from the host's allocator and back, counted "
       .. "exactly, limit applied above it\nrc=0", out, 1, true)
   end)

@@ -5,9 +5,7 @@ local S = require "support"
 
 describe("one keyed prefix index and one dict under 4 threads", function()
   it("loses no increment and answers every match whole", function()
-    local p = io.popen("LUPIN_HOME=" .. S.ROOT .. " " .. S.BUILD .. "/prefix-threads 10000 2>&1; echo rc=$?")
-    local out = p:read("*a")
-    p:close()
+    local out = S.program("prefix-threads", "10000")
     assert.matches("ok 4 threads x 10000 iterations: total 40000", out, 1, true)
     assert.matches("ok no lost increments, matches consistent", out, 1, true)
     assert.matches("rc=0", out, 1, true)

@@ -6,9 +6,7 @@ local S = require "support"
 
 describe("runtimes on several threads sharing one lupin_shared", function()
   it("agree on ids and count every request in and out exactly", function()
-    local p = io.popen("LUPIN_HOME=. " .. S.BUILD .. "/shared-threads 1000 2>&1; echo rc=$?")
-    local out = p:read("*a")
-    p:close()
+    local out = S.program("shared-threads", "1000")
     assert.matches("shared-threads: 4 threads x 1000 rounds, 40000 requests, ids agree, "
       .. "counters back to 0\nrc=0", out, 1, true)
   end)
