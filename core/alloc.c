@@ -73,17 +73,18 @@ static void *underneath(lupin_alloc *a, void *ptr, size_t osize, size_t nsize) {
 void *lupin_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize) {
   lupin_alloc *a = ud;
   size_t old = ptr ? osize : 0;
+  size_t used = a->used - old + nsize;
 
   /* Shrinking never fails; growing past the limit does, inside a plugin. */
-  if (nsize > old && a->enforce && a->limit && a->used - old + nsize > a->limit) {
+  if (a->enforce && nsize > old && a->limit && used > a->limit) {
     a->refused++;
     return NULL;
   }
-  /* small blocks, nearly every call: straight to LuaJIT's allocator */
-  void *p = nsize < BIG && (!ptr || osize < BIG) ? a->base(a->base_ud, ptr, osize, nsize)
-                                                 : underneath(a, ptr, osize, nsize);
+  /* small blocks, nearly every call: straight to the allocator underneath */
+  void *p = (old | nsize) < BIG ? a->base(a->base_ud, ptr, osize, nsize)
+                                : underneath(a, ptr, osize, nsize);
   if (!p && nsize) return NULL;
-  a->used = a->used - old + nsize;
-  if (a->used > a->peak) a->peak = a->used;
+  a->used = used;
+  if (used > a->peak) a->peak = used;
   return p;
 }

@@ -16,6 +16,7 @@
  * with it): one per runtime, nothing shared between workers. */
 #include <lua.hpp>
 #include <simdjson.h>
+#include <utf8proc.h>
 
 #include <cstring>
 #include <new>
@@ -109,10 +110,45 @@ bool negative_zero(const char *text, size_t len) {
   return false;
 }
 
-/* Decodes with p; pushes the value and returns 1, or returns 0. */
+/* The offset of the first byte of s that is not UTF-8 (utf8proc decides:
+ * no overlong forms, no surrogates, nothing past U+10FFFF), -1 if none. */
+long long utf8_invalid_at(const char *s, size_t len) {
+  const unsigned char *p = reinterpret_cast<const unsigned char *>(s);
+  for (size_t i = 0; i < len;) {
+    uint64_t w; /* ASCII is most of a body: eight bytes at a time, no call */
+    if (len - i >= 8 && (memcpy(&w, p + i, 8), !(w & 0x8080808080808080ull))) {
+      i += 8;
+      continue;
+    }
+    if (p[i] < 0x80) {
+      i++;
+      continue;
+    }
+    utf8proc_int32_t cp;
+    size_t left = len - i;
+    utf8proc_ssize_t n = utf8proc_iterate(p + i, (utf8proc_ssize_t)(left < 4 ? left : 4), &cp);
+    if (n <= 0) return (long long)i;
+    i += (size_t)n;
+  }
+  return -1;
+}
+
+/* Nothing, or where the text stops being UTF-8: for a text simdjson
+ * refused.  simdjson validates UTF-8 as it parses, so a text it takes is
+ * UTF-8 and only a refused one is scanned, in the same terms. */
+int refused(lua_State *L, const char *text, size_t len) {
+  long long bad = utf8_invalid_at(text, len);
+  if (bad < 0) return 0;
+  lua_pushnil(L);
+  lua_pushnumber(L, (lua_Number)bad);
+  return 2;
+}
+
+/* Decodes with p; pushes the value and returns 1, or returns what refused
+ * pushes. */
 int decode_with(lua_State *L, simdjson::dom::parser &p, const char *text, size_t len) {
   simdjson::dom::element root;
-  if (p.parse(text, len, true).get(root)) return 0;
+  if (p.parse(text, len, true).get(root)) return refused(L, text, len);
   int top = lua_gettop(L);
   walk w = {false};
   if (push(L, root, 1, &w) && !(w.zero && negative_zero(text, len))) return 1;
@@ -120,7 +156,8 @@ int decode_with(lua_State *L, simdjson::dom::parser &p, const char *text, size_t
   return 0;
 }
 
-/* decode(text): the value, or nothing when simdjson refuses the text. */
+/* decode(text): the value; or nothing when simdjson refuses the text, and
+ * nil and the offset of its first byte that is not UTF-8 when it is not. */
 int decode(lua_State *L) {
   size_t len;
   const char *text = luaL_checklstring(L, 1, &len);

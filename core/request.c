@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <utf8proc.h>
 
 typedef struct {
   lupin_header *v;
@@ -85,34 +84,11 @@ static void push_headers(lua_State *L, const lupin_header *h, size_t n) {
   }
 }
 
-/* The offset of the first byte of s that is not UTF-8 (utf8proc decides:
- * no overlong forms, no surrogates, nothing past U+10FFFF), -1 if none. */
-static long long utf8_invalid_at(const char *s, size_t len) {
-  const unsigned char *p = (const unsigned char *)s;
-  for (size_t i = 0; i < len;) {
-    uint64_t w; /* ASCII is most of a body: eight bytes at a time, no call */
-    if (len - i >= 8 && (memcpy(&w, p + i, 8), !(w & 0x8080808080808080ull))) {
-      i += 8;
-      continue;
-    }
-    if (p[i] < 0x80) {
-      i++;
-      continue;
-    }
-    utf8proc_int32_t cp;
-    size_t left = len - i;
-    utf8proc_ssize_t n = utf8proc_iterate(p + i, (utf8proc_ssize_t)(left < 4 ? left : 4), &cp);
-    if (n <= 0) return (long long)i;
-    i += (size_t)n;
-  }
-  return -1;
-}
-
 /* The description as the begin hook's arguments: id, path (nil: the
- * body's), body, model, headers, subset (nil when absent), check_body, where
- * the body stops being UTF-8 (nil: it does not, or unchecked), flags, with
- * no table to build. */
-enum { DESC_ARGS = 9 };
+ * body's), body, model, headers, subset (nil when absent), check_body,
+ * flags, with no table to build.  Whether the body is UTF-8 is found by
+ * the JSON decoder as it parses (core/json.cpp), not by a scan of its own. */
+enum { DESC_ARGS = 8 };
 
 static void push_desc(lua_State *L, const lupin_request_desc *d) {
   if (d->id && *d->id)
@@ -142,11 +118,6 @@ static void push_desc(lua_State *L, const lupin_request_desc *d) {
     lua_pushnil(L);
   }
   lua_pushboolean(L, d->check_body);
-  long long bad = d->check_body && d->body ? utf8_invalid_at(d->body, d->body_len) : -1;
-  if (bad >= 0)
-    lua_pushnumber(L, (lua_Number)bad);
-  else
-    lua_pushnil(L);
   lua_pushinteger(L, (lua_Integer)d->flags);
 }
 

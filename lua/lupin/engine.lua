@@ -220,12 +220,11 @@ local until_compact = COMPACT_EVERY
 
 --- The begin hook: the request description comes as arguments
 --- (core/request.c); path nil: the body's (chat when it has "messages");
---- check: the host asked for the body's checks, bad_utf8: where the body
---- stops being UTF-8, if it does; flags: LUPIN_REQUEST_*.  Returns the
---- request, its id, its model and stream flag when known.  A body that
---- fails the checks makes a request that fails scheduling with a 400 and
---- reaches no plugin.
-function M.begin(gen, creq, id, path, body, model, headers, subset, check, bad_utf8, flags)
+--- check: the host asked for the body's checks; flags: LUPIN_REQUEST_*.
+--- Returns the request, its id, its model and stream flag when known.  A
+--- body that fails the checks makes a request that fails scheduling with a
+--- 400 and reaches no plugin.
+function M.begin(gen, creq, id, path, body, model, headers, subset, check, flags)
   path = path or openai.path_of(body)
   id = id or headers["x-request-id"] -- names in lower case (core/request.c)
   if not id or id == "" then
@@ -240,7 +239,7 @@ function M.begin(gen, creq, id, path, body, model, headers, subset, check, bad_u
   end
   local decoded, message, param
   if check then
-    decoded, message, param = openai.check(path, body, bad_utf8, headers["content-type"])
+    decoded, message, param = openai.check(path, body, headers["content-type"])
     model = model or (decoded and decoded.model)
   end
   -- the EPP's model rewrite: the model the request is scheduled for (and the

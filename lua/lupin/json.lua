@@ -23,6 +23,25 @@ function M.decode(text, cjson)
   return cjson.decode(text)
 end
 
+--- As decode, for a text that must be UTF-8 (RFC 8259): one that is not is
+--- refused, with the offset of its first byte that is not as a third value.
+--- simdjson validates UTF-8 as it parses, so only a text it refuses is
+--- scanned (core/json.cpp).  Outside a runtime the text is not checked.
+---@param text string
+---@param cjson table
+---@return any value, string? err, integer? bad_utf8_at
+function M.decode_utf8(text, cjson)
+  if fast then
+    local v, bad_at = fast(text)
+    if v ~= nil then
+      return v
+    elseif bad_at then
+      return nil, "not UTF-8", bad_at
+    end
+  end
+  return cjson.decode(text)
+end
+
 --- Whether the fast path is there (false outside a runtime).
 M.native = fast ~= nil
 

@@ -9,8 +9,8 @@ local json = require "lupin.json"
 local byte = string.byte
 
 -- Request bodies are read as RFC 8259 says: no NaN, Infinity or hex numbers
--- (lua-cjson takes them by default).  UTF-8 is checked before, in C
--- (core/request.c, with utf8proc), which passes where it failed.
+-- (lua-cjson takes them by default).  UTF-8 is checked as simdjson parses
+-- (lupin.json.decode_utf8), which gives where it failed.
 local strict = cjson.new()
 strict.decode_invalid_numbers(false)
 
@@ -388,13 +388,12 @@ local function check_form(route, text, content_type)
   return fields
 end
 
---- Checks the body of the request path names.  bad_utf8_at: the offset of
---- its first byte that is not UTF-8 (core/request.c), or nil; content_type:
---- the request's, for the multipart routes.  Returns the decoded body (a
+--- Checks the body of the request path names.  content_type: the
+--- request's, for the multipart routes.  Returns the decoded body (a
 --- form's fields for multipart), or nil, a message a person can act on and
 --- the offending parameter.
 ---@return table? body, string? message, string? param
-function M.check(path, text, bad_utf8_at, content_type)
+function M.check(path, text, content_type)
   text = text or ""
   local route = route_of(path)
   if route.form then -- binary audio: not UTF-8, not JSON
@@ -404,12 +403,11 @@ function M.check(path, text, bad_utf8_at, content_type)
     end
     return body, msg, param
   end
+  local body, err, bad_utf8_at = json.decode_utf8(text, strict)
   if bad_utf8_at then
     return bad(("the request body is not valid UTF-8 at byte %d (0x%02x): JSON text must be"
       .. " UTF-8 (RFC 8259)"):format(bad_utf8_at + 1, byte(text, bad_utf8_at + 1)))
-  end
-  local body, err = json.decode(text, strict)
-  if body == nil then
+  elseif body == nil then
     return bad(("the request body is not valid JSON (RFC 8259): %s"):format(tostring(err)))
   end
   if type(body) ~= "table" or is_array_text(text) then

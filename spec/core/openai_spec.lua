@@ -59,6 +59,9 @@ describe("check_body", function()
       { "/v1/completions", "", "not valid JSON" },
       { "/v1/completions", '{"model":"m","prompt":"x","temperature":NaN}', "not valid JSON" },
       { "/v1/completions", '{"model":"m","prompt":"\255"}', "not valid UTF-8 at byte 24 (0xff)" },
+      -- not UTF-8 and not JSON either: the UTF-8 refusal, as it is the first
+      { "/v1/completions", '{"model":"m","prompt":"\226\130', "not valid UTF-8 at byte 24 (0xe2)" },
+      { "/v1/completions", '{"model":"m","prompt":"x"} \237\160\128', "not valid UTF-8 at byte 28 (0xed)" },
       { "/v1/completions", '{"prompt":"x"}', 'missing "model"', "model" },
       { "/v1/completions", '{"model":""}', '"model" must be a non-empty string', "model" },
       { "/v1/completions", '{"model":"m","stream":1,"prompt":"x"}', '"stream" must be true or false',
@@ -209,13 +212,13 @@ describe("the route table", function()
     it("reads the model and stream fields; the file is binary and need not be UTF-8", function()
       local text = form({ { "model", "whisper" }, { "file", "\255\0\254binary", "a.wav" },
         { "stream", "true" } })
-      local body = openai.check("/v1/audio/transcriptions", text, 40, CT)
+      local body = openai.check("/v1/audio/transcriptions", text, CT)
       assert.equal("whisper", body.model)
       assert.is_true(body.stream)
       assert.same({ filename = "a.wav", size = 9 }, body.file)
       assert.equal("", openai.prompt("/v1/audio/transcriptions", body))
       body = openai.check("/v1/audio/translations", form({ { "model", "w" }, { "file", "x", "f" } },
-        "b-1"), nil, 'multipart/form-data; boundary="b-1"')
+        "b-1"), 'multipart/form-data; boundary="b-1"')
       assert.equal("w", body.model)
     end)
 
@@ -234,7 +237,7 @@ describe("the route table", function()
         { "no parts", CT, nil, "holds no part" },
       }
       for i, c in ipairs(cases) do
-        local ok, msg, param = openai.check("/v1/audio/transcriptions", c[1], nil, c[2])
+        local ok, msg, param = openai.check("/v1/audio/transcriptions", c[1], c[2])
         assert.is_nil(ok, i)
         assert.equal(c[3], param, i)
         assert.matches(c[4], msg, 1, true)
