@@ -71,7 +71,10 @@ static void push_name(lua_State *L, const char *name) {
     lua_pushstring(L, name);
     return;
   }
-  for (size_t i = 0; i < len; i++) buf[i] = (char)tolower((unsigned char)name[i]);
+  for (size_t i = 0; i < len; i++) { /* ASCII: what tolower does in the C locale, no call */
+    unsigned char c = (unsigned char)name[i];
+    buf[i] = (char)((unsigned)(c - 'A') < 26u ? c | 0x20 : c);
+  }
   lua_pushlstring(L, buf, len);
 }
 

@@ -97,6 +97,27 @@ static inline int gw_name_is(const char *name, const char *lower) {
  * each side writes for itself. */
 int gw_hop_by_hop(const char *name);
 
+/* --- timeouts pushed back by a store (timer.c) ---------------------------- */
+
+/* A timeout that moves at every request and every piece read: restarting a
+ * libuv timer each time is a removal from its heap and an insertion.  The
+ * deadline moves in a field; the libuv timer, armed for the earliest
+ * deadline it was given, finds on firing whether it has moved since and
+ * re-arms for what is left.  handle comes first: callbacks get &handle, and
+ * its data is the owner's. */
+typedef struct gw_timer {
+  uv_timer_t handle;
+  uint64_t due;   /* loop time (ms) of the deadline, while pending */
+  uint64_t armed; /* loop time the libuv timer fires at, while it is active */
+  int pending;
+  uv_timer_cb cb;
+} gw_timer;
+
+void gw_timer_init(uv_loop_t *loop, gw_timer *t, void *data);
+/* cb runs once, ms from now, unless set again (to a new deadline) or cleared */
+void gw_timer_set(gw_timer *t, uv_timer_cb cb, uint64_t ms);
+void gw_timer_clear(gw_timer *t);
+
 /* --- writing to sockets (write.c) ----------------------------------------- */
 
 /* Called for a write that had to be queued, once its bytes have left (or

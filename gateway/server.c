@@ -31,7 +31,7 @@ struct gw_server {
 
 struct gw_conn {
   uv_tcp_t tcp;
-  uv_timer_t timer;
+  gw_timer timer;
   uv_shutdown_t shutdown;
   gw_server *srv;
   http_parser parser;
@@ -198,7 +198,7 @@ static void close_now(gw_conn *c) {
   c->closed = 1;
   c->drain_fn = NULL;
   uv_close((uv_handle_t *)&c->tcp, on_close);
-  uv_close((uv_handle_t *)&c->timer, on_close);
+  uv_close((uv_handle_t *)&c->timer.handle, on_close);
 }
 
 static void on_shutdown(uv_shutdown_t *r, int status) {
@@ -230,7 +230,7 @@ static void close_after_writes(gw_conn *c) {
   gw_conn_uncork(c);
   c->closing = 1;
   c->shutdown.data = c;
-  uv_timer_start(&c->timer, on_timer, c->srv->gw->set.header_timeout_ms, 0);
+  gw_timer_set(&c->timer, on_timer, c->srv->gw->set.header_timeout_ms);
   if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown)) close_now(c);
 }
 
@@ -372,7 +372,7 @@ static void response_done(gw_conn *c) {
     close_after_writes(c);
     return;
   }
-  uv_timer_start(&c->timer, on_timer, c->srv->gw->set.header_timeout_ms, 0);
+  gw_timer_set(&c->timer, on_timer, c->srv->gw->set.header_timeout_ms);
   http_parser_pause(&c->parser, 0);
   if (c->pending.len) {
     gw_buf p = c->pending;
@@ -516,7 +516,7 @@ static const char too_large[] = "the request body is larger than maxBodyBytes: s
 static int on_headers_complete(http_parser *p) {
   gw_conn *c = p->data;
   c->req.method = p->method;
-  uv_timer_start(&c->timer, on_timer, c->srv->gw->set.header_timeout_ms, 0);
+  gw_timer_set(&c->timer, on_timer, c->srv->gw->set.header_timeout_ms);
   if (p->content_length != ULLONG_MAX && p->content_length > c->srv->gw->set.max_body_bytes)
     return refuse(c, 413, too_large);
   int sized = p->content_length != ULLONG_MAX;
@@ -541,7 +541,7 @@ static int on_body(http_parser *p, const char *at, size_t len) {
   if (capped(c) && more && body_total(gw) + more > gw->set.max_buffered_body_bytes)
     return refuse(c, 503, over_cap(c, more)); /* a chunked body grew past the cap */
   /* headerTimeoutMs runs between body pieces: a big body may take longer */
-  uv_timer_start(&c->timer, on_timer, gw->set.header_timeout_ms, 0);
+  gw_timer_set(&c->timer, on_timer, gw->set.header_timeout_ms);
   if (gw_buf_append(&c->req.body, at, len)) return -1;
   if (capped(c)) count_body(c, (int64_t)more);
   return 0;
@@ -549,7 +549,7 @@ static int on_body(http_parser *p, const char *at, size_t len) {
 
 static int on_message_complete(http_parser *p) {
   gw_conn *c = p->data;
-  uv_timer_stop(&c->timer);
+  gw_timer_clear(&c->timer);
   c->keep_alive = http_should_keep_alive(p);
   if (!c->req.body.data) gw_buf_append(&c->req.body, "", 0);
   c->ready = 1;
@@ -651,8 +651,8 @@ static void on_connection(uv_stream_t *ls, int status) {
   if (!c) return;
   c->srv = s;
   uv_tcp_init(s->gw->loop, &c->tcp);
-  uv_timer_init(s->gw->loop, &c->timer);
-  c->tcp.data = c->timer.data = c;
+  gw_timer_init(s->gw->loop, &c->timer, c);
+  c->tcp.data = c;
   c->handles = 2;
   c->next = s->conns;
   if (s->conns) s->conns->prev = c;
@@ -666,7 +666,7 @@ static void on_connection(uv_stream_t *ls, int status) {
   http_parser_init(&c->parser, HTTP_REQUEST);
   c->parser.data = c;
   reset_request(c);
-  uv_timer_start(&c->timer, on_timer, s->gw->set.header_timeout_ms, 0);
+  gw_timer_set(&c->timer, on_timer, s->gw->set.header_timeout_ms);
   uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 

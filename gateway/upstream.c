@@ -35,7 +35,7 @@ struct gw_uconn {
 };
 
 struct gw_upstream {
-  uv_timer_t timer;
+  gw_timer timer;
   gw_endpoint *ep;
   gw_uconn *conn;
   gw_buf request; /* serialized, kept for a retry */
@@ -44,8 +44,8 @@ struct gw_upstream {
   gw_upstream_cb cb;
   void *ud;
   int reused, connected, got_bytes, complete, done, keep_alive, paused;
-  int addr_try;            /* which of the endpoint's addresses (resolve.c) */
-  uint64_t connect_start;  /* uv_now() of the first address's try */
+  int addr_try;               /* which of the endpoint's addresses (resolve.c) */
+  uint64_t connect_start;     /* uv_now() of the first address's try */
   int idempotent;             /* a GET: may be sent again on a fresh connection */
   int interim;                /* the message being parsed is a 1xx (skipped) */
   int refused;                /* the response was refused (detail says why) */
@@ -201,8 +201,7 @@ static void on_timer_closed(uv_handle_t *h) {
 
 static void release(gw_upstream *u) {
   u->done = 1;
-  uv_timer_stop(&u->timer);
-  uv_close((uv_handle_t *)&u->timer, on_timer_closed);
+  uv_close((uv_handle_t *)&u->timer.handle, on_timer_closed);
 }
 
 static void finish(gw_upstream *u, gw_upstream_error e, const char *detail) {
@@ -228,10 +227,10 @@ void gw_upstream_pause(gw_upstream *u, int pause) {
   u->paused = pause;
   if (pause) {
     uv_read_stop((uv_stream_t *)&u->conn->tcp);
-    uv_timer_stop(&u->timer);
+    gw_timer_clear(&u->timer);
   } else {
     uv_read_start((uv_stream_t *)&u->conn->tcp, on_alloc, on_read);
-    uv_timer_start(&u->timer, on_timeout, u->t.idle_ms, 0);
+    gw_timer_set(&u->timer, on_timeout, u->t.idle_ms);
   }
 }
 
@@ -251,7 +250,7 @@ static void connect_new(gw_upstream *u);
 static void fail_soon(gw_upstream *u, gw_upstream_error e, const char *detail) {
   u->deferred = e;
   u->deferred_detail = detail;
-  uv_timer_start(&u->timer, on_timeout, 0, 0);
+  gw_timer_set(&u->timer, on_timeout, 0);
 }
 
 /* A send that failed.  written: some bytes may have left (a queued write
@@ -279,7 +278,7 @@ static void send_request(gw_upstream *u) {
   gw_uconn *c = u->conn;
   http_parser_init(&c->parser, HTTP_RESPONSE);
   c->parser.data = c;
-  uv_timer_start(&u->timer, on_timeout, u->t.first_byte_ms, 0);
+  gw_timer_set(&u->timer, on_timeout, u->t.first_byte_ms);
   uv_buf_t b = uv_buf_init(u->request.data, (unsigned)u->request.len);
   int rc = gw_write((uv_stream_t *)&c->tcp, &b, 1, on_written, NULL);
   if (rc) send_failed(u, rc, 0);
@@ -321,7 +320,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     on_eof(u, nread);
   } else if (nread > 0) {
     u->got_bytes = 1;
-    if (!u->paused) uv_timer_start(&u->timer, on_timeout, u->t.idle_ms, 0);
+    if (!u->paused) gw_timer_set(&u->timer, on_timeout, u->t.idle_ms);
     size_t n = http_parser_execute(&c->parser, &response_settings, buf->base, (size_t)nread);
     enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
     if (!u->done && u->complete) {
@@ -409,7 +408,7 @@ static void connect_addr(gw_upstream *u) {
   uint64_t spent = uv_now(ep->gw->loop) - u->connect_start;
   uint64_t left = u->t.connect_ms > spent ? u->t.connect_ms - spent : 1;
   int untried = ep->n_addrs - u->addr_try;
-  uv_timer_start(&u->timer, on_timeout, untried > 1 ? left / (uint64_t)untried + 1 : left, 0);
+  gw_timer_set(&u->timer, on_timeout, untried > 1 ? left / (uint64_t)untried + 1 : left);
   int rc = uv_tcp_connect(&c->connect, &c->tcp, addr, on_connect);
   if (rc) {
     snprintf(u->detail, sizeof u->detail, "%s", uv_strerror(rc));
@@ -463,8 +462,7 @@ gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *
   }
   gw_endpoint_ref(ep);
   ep->gw->n_upstreams++;
-  uv_timer_init(ep->gw->loop, &u->timer);
-  u->timer.data = u;
+  gw_timer_init(ep->gw->loop, &u->timer, u);
   gw_uconn *c = pool_take(ep, u->idempotent ? GW_POOL_AUX : GW_POOL_GEN);
   if (c) {
     c->u = u;

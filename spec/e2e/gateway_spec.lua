@@ -438,6 +438,30 @@ describe("lupin serve, failures and lifecycle events", function()
     assert.equal(1, P.metric(gw, 'lupin_request_outcomes_total{outcome="timeout"}'))
   end)
 
+  it("cuts a stream whose endpoint stalls past idleTimeoutMs", function()
+    local sim = start_sim("--itl-ms 1500")
+    start_gateway(config(eps(sim), { idleTimeoutMs = 300 }))
+    local status, _, body, rc = P.post(gw.base, "/v1/completions",
+      with(COMPLETION, { stream = true, max_tokens = 4 }))
+    assert.equal(200, status)
+    -- the first token, then the cut: 0.3 s of silence, well before the second
+    assert.equal(1, select(2, body:gsub("data: ", "")), body)
+    assert.not_equal(0, rc)
+    assert.equal(1, P.metric(gw, 'lupin_request_outcomes_total{outcome="timeout"}'))
+  end)
+
+  it("relays a stream whose tokens each come within idleTimeoutMs, however long it runs", function()
+    local sim = start_sim("--itl-ms 150")
+    -- 8 tokens 150 ms apart: 1.2 s in all, four times idleTimeoutMs
+    start_gateway(config(eps(sim), { idleTimeoutMs = 300, firstByteTimeoutMs = 300 }))
+    local status, _, body, rc = P.post(gw.base, "/v1/completions",
+      with(COMPLETION, { stream = true, max_tokens = 8 }))
+    assert.equal(200, status, body)
+    assert.truthy(body:match("%[DONE%]"), body)
+    assert.equal(0, rc)
+    assert.equal(0, P.metric(gw, 'lupin_request_outcomes_total{outcome="timeout"}'))
+  end)
+
   it("429 when admission sheds the request", function()
     local sim = start_sim()
     local cfg = config(eps(sim))
@@ -533,6 +557,41 @@ describe("lupin serve, failures and lifecycle events", function()
     assert.truthy(out:match("^HTTP/1.1 408"), out)
     assert.truthy(out:match("headerTimeoutMs"), out)
     ok_request(gw)
+  end)
+
+  it("keeps a keep-alive connection used within headerTimeoutMs, closes it idle past that", function()
+    local sim = start_sim()
+    start_gateway(config(eps(sim), { headerTimeoutMs = 500 }))
+    -- five requests 0.3 s apart on one connection (1.2 s in all), then 1 s idle
+    local script = [[
+import socket, sys, time
+body = b'{"model":"m","prompt":"hi","max_tokens":2}'
+req = (b"POST /v1/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+       b"content-length: %d\r\n\r\n" % len(body)) + body
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+f = s.makefile("rb")
+for i in range(5):
+    if i:
+        time.sleep(0.3)
+    s.sendall(req)
+    status = f.readline().decode().strip()
+    length = 0
+    while True:
+        line = f.readline()
+        if line in (b"\r\n", b""):
+            break
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    f.read(length)
+    print(status)
+time.sleep(1.0)
+s.settimeout(2)
+print("closed" if f.read(1) == b"" else "open")
+]]
+    local file = support.write(P.dir .. "/keep_alive_idle.py", script)
+    local out, rc = P.run(("python3 %s %s"):format(file, gw.base:match(":(%d+)$")))
+    assert.equal(0, rc, out)
+    assert.equal(("HTTP/1.1 200 OK\n"):rep(5) .. "closed\n", out)
   end)
 
   it("SIGTERM lets a request in flight complete, then exits 0", function()
