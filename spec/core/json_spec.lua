@@ -114,6 +114,27 @@ describe("request body JSON", function()
     assert.same({ "same", "same" }, compare({ big, '{"after":"the big one"}' }))
   end)
 
+  it("finds where a text stops being UTF-8, in utf8proc's terms, only when it is not", function()
+    local v = S.eval(rt, [[
+      local json = require "lupin.json"
+      local cjson = require "cjson.safe"
+      local out = {}
+      for i, text in ipairs({
+        '{"p":"caf\195\169 \240\159\152\128"}', -- valid: no offset
+        '{"p":"\255"}', -- not a UTF-8 byte
+        '{"p":"\192\175"}', -- an overlong "/"
+        '{"p":"\237\160\128"}', -- a surrogate
+        '{"p":"\244\144\128\128"}', -- past U+10FFFF
+        '{"p":"ok \226\130', -- cut short, and not JSON either
+        '{"a":-0,"p":"\255"}', -- what would go to lua-cjson
+      }) do
+        local value, err, at = json.decode_utf8(text, cjson)
+        out[i] = at or (value ~= nil and "value") or err
+      end
+      return out]])
+    assert.same({ "value", 6, 6, 6, 6, 9, 13 }, v)
+  end)
+
   it("reads the body a plugin sees with it, null as cjson.null", function()
     local v = S.eval(rt, [[
       local json = require "lupin.json"
