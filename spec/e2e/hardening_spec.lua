@@ -155,6 +155,35 @@ describe("lupin serve, hardened", function()
     end)
   end)
 
+  describe("hop-by-hop headers", function()
+    it("stay on the client's hop, whatever their case; names that only look alike go through",
+      function()
+        local up = upstream("--name A")
+        local gw = gateway(config({ ep("a", up.port) }))
+        local hop = { "Keep-Alive", "PROXY-CONNECTION", "te", "Upgrade", "Trailer" }
+        local alike = { "X-Connection", "Hosts", "Tes", "Upgraded", "Keep-Alive-Not", "Expectation",
+          "Content-Lengths", "Trailers" }
+        local args = { "-H 'Connection: keep-alive, hop-0'" }
+        for i, name in ipairs(hop) do
+          args[#args + 1] = ("-H '%s: hop-%d'"):format(name, i)
+        end
+        for i, name in ipairs(alike) do
+          args[#args + 1] = ("-H '%s: alike-%d'"):format(name, i)
+        end
+        local status, _, body = P.post(gw.base, "/v1/completions", { model = "m", prompt = "hi" },
+          table.concat(args, " "))
+        assert.equal(200, status, body)
+        local received = json.decode(body).received
+        for _, name in ipairs(hop) do
+          assert.is_nil(received[name:lower()], name)
+        end
+        assert.is_nil((received.connection or ""):find("hop-0", 1, true)) -- its own, if any
+        for i, name in ipairs(alike) do
+          assert.equal("alike-" .. i, received[name:lower()], name)
+        end
+      end)
+  end)
+
   describe("headers that arrive in pieces", function()
     -- The gateway keeps header texts in blocks of 1 KB it reuses from one
     -- request of a connection to the next (gateway/buf.c): a name or value
