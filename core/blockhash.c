@@ -20,12 +20,16 @@
  * faster than the streaming state for the usual 64-256 character blocks. */
 #define SMALL_BLOCK 512
 
+/* One store (GCC left a loop of byte stores a loop: ~45 instructions a
+ * block); the bytes swapped first on a big-endian host. */
 static void le64(unsigned char out[8], uint64_t v) {
-  for (int i = 0; i < 8; i++) out[i] = (unsigned char)(v >> (8 * i));
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap64(v);
+#endif
+  memcpy(out, &v, 8);
 }
 
-uint64_t lupin_block_seed(const char *model, size_t model_len, const char *salt,
-                          size_t salt_len) {
+uint64_t lupin_block_seed(const char *model, size_t model_len, const char *salt, size_t salt_len) {
   XXH64_state_t st;
   XXH64_reset(&st, 0);
   if (model_len) XXH64_update(&st, model, model_len);
