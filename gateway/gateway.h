@@ -107,8 +107,7 @@ int gw_hop_by_hop(const char *name);
  * its data is the owner's. */
 typedef struct gw_timer {
   uv_timer_t handle;
-  uint64_t due;   /* loop time (ms) of the deadline, while pending */
-  uint64_t armed; /* loop time the libuv timer fires at, while it is active */
+  uint64_t due; /* loop time (ms) of the deadline, while pending */
   int pending;
   uv_timer_cb cb;
 } gw_timer;

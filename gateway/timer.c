@@ -10,7 +10,6 @@ static void fire(uv_timer_t *h) {
   if (!t->pending) return;
   uint64_t now = uv_now(h->loop);
   if (now < t->due) { /* moved since it was armed */
-    t->armed = t->due;
     uv_timer_start(h, fire, t->due - now, 0);
     return;
   }
@@ -28,10 +27,8 @@ void gw_timer_set(gw_timer *t, uv_timer_cb cb, uint64_t ms) {
   t->due = uv_now(t->handle.loop) + ms;
   t->pending = 1;
   t->cb = cb;
-  if (!uv_is_active((uv_handle_t *)&t->handle) || t->armed > t->due) {
-    t->armed = t->due;
+  if (!uv_is_active((uv_handle_t *)&t->handle) || uv_timer_get_due_in(&t->handle) > ms)
     uv_timer_start(&t->handle, fire, ms, 0);
-  }
 }
 
 void gw_timer_clear(gw_timer *t) { t->pending = 0; }
