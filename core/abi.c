@@ -56,6 +56,7 @@ static const lupin_abi_entry abi[] = {
     FIELD(lupin_capi, request_count),
     FIELD(lupin_capi, result_add_header),
     FIELD(lupin_capi, client_add_header),
+    FIELD(lupin_capi, header_find),
     FIELD(lupin_capi, block_hashes),
     FIELD(lupin_capi, prefix_new),
     FIELD(lupin_capi, prefix_free),

@@ -298,6 +298,9 @@ typedef struct lupin_capi {
                        int64_t tokens);
   int (*result_add_header)(lupin_request *req, const char *name, const char *value);
   int (*client_add_header)(lupin_request *req, const char *name, const char *value);
+  /* a header's value in the begin hook's header block (request.c) */
+  const char *(*header_find)(const char *block, size_t len, const char *name, size_t name_len,
+                             size_t *value_len);
   /* the prefix primitives (blockhash.c, prefix_index.c) */
   long (*block_hashes)(const lupin_hash_input *in, uint64_t *out, size_t cap);
   lupin_prefix_index *(*prefix_new)(lupin_runtime *rt, uint32_t default_capacity);
@@ -426,6 +429,8 @@ void lupin__endpoint_free(lupin_endpoint *ep);
 int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep);
 int lupin__result_add_header(lupin_request *req, const char *name, const char *value);
 int lupin__client_add_header(lupin_request *req, const char *name, const char *value);
+const char *lupin__header_find(const char *block, size_t len, const char *name, size_t name_len,
+                               size_t *value_len);
 int lupin__request_count(lupin_request *req, const lupin_endpoint *ep, int64_t requests,
                          int64_t tokens);
 void lupin__requests_cancel_all(lupin_runtime *rt);

@@ -34,8 +34,8 @@ struct lupin_request {
   lupin_pick *fallbacks; /* lupin_request_fallbacks: owned copies */
   size_t n_fallbacks;
   int fallbacks_done;
-  unsigned flags;  /* LUPIN_REQUEST_* */
-  char *explain;   /* lupin_request_explain's last answer */
+  unsigned flags;       /* LUPIN_REQUEST_* */
+  char *explain;        /* lupin_request_explain's last answer */
   header_list upstream; /* set by plugins for the upstream request */
   header_list client;   /* set by plugins for the client's response */
   char *model;
@@ -53,9 +53,8 @@ struct lupin_request {
 };
 
 static const char *const outcome_names[] = {
-    "ok",        "rejected", "no_endpoint",    "plugin_error",
-    "upstream_error", "cancelled", "timeout", "invalid_request",
-    "queue_ttl",      "queue_full", "shed",
+    "ok",      "rejected",        "no_endpoint", "plugin_error", "upstream_error", "cancelled",
+    "timeout", "invalid_request", "queue_ttl",   "queue_full",   "shed",
 };
 
 const char *lupin_outcome_name(lupin_outcome o) {
@@ -78,6 +77,60 @@ static void push_name(lua_State *L, const char *name) {
   lua_pushlstring(L, buf, len);
 }
 
+/* The request's headers for the begin hook: one string, "name\0value\0"
+ * per header, names in lower case (C strings hold no NUL, so the fields
+ * split unambiguously).  One string to make where a table, its hash part
+ * and a string per name and value were made for every request; the engine
+ * looks up the few headers it needs with lupin__header_find, and the table
+ * plugins read (ctx.request.headers) is made from it on first use.  -1:
+ * out of memory. */
+static int push_header_block(lua_State *L, const lupin_header *h, size_t n) {
+  char stack[2048], *block = stack;
+  size_t len = 0;
+  if (!n) {
+    lua_pushliteral(L, "");
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++)
+    len += strlen(h[i].name) + (h[i].value ? strlen(h[i].value) : 0) + 2;
+  if (len > sizeof stack && !(block = malloc(len))) return -1;
+  char *w = block;
+  for (size_t i = 0; i < n; i++) {
+    for (const char *c = h[i].name; *c; c++) { /* ASCII, as push_name */
+      unsigned char ch = (unsigned char)*c;
+      *w++ = (char)((unsigned)(ch - 'A') < 26u ? ch | 0x20 : ch);
+    }
+    *w++ = '\0';
+    size_t vl = h[i].value ? strlen(h[i].value) : 0;
+    memcpy(w, h[i].value ? h[i].value : "", vl);
+    w += vl;
+    *w++ = '\0';
+  }
+  lua_pushlstring(L, block, len);
+  if (block != stack) free(block);
+  return 0;
+}
+
+/* The value of the last header named name (lower case) in a header block,
+ * as the table made from it keeps the last; NULL when there is none.  The
+ * block is a Lua string: a NUL follows its last byte, so strlen stops. */
+const char *lupin__header_find(const char *block, size_t len, const char *name, size_t name_len,
+                               size_t *value_len) {
+  const char *found = NULL, *end = block + len;
+  for (const char *p = block; p < end;) {
+    size_t nl = strlen(p);
+    const char *value = p + nl + 1;
+    if (value >= end) break; /* not a block push_header_block made */
+    size_t vl = strlen(value);
+    if (nl == name_len && memcmp(p, name, nl) == 0) {
+      found = value;
+      *value_len = vl;
+    }
+    p = value + vl + 1;
+  }
+  return found;
+}
+
 static void push_headers(lua_State *L, const lupin_header *h, size_t n) {
   lua_createtable(L, 0, (int)n);
   for (size_t i = 0; i < n; i++) {
@@ -88,12 +141,12 @@ static void push_headers(lua_State *L, const lupin_header *h, size_t n) {
 }
 
 /* The description as the begin hook's arguments: id, path (nil: the
- * body's), body, model, headers, subset (nil when absent), check_body,
+ * body's), body, model, the header block, subset (nil when absent), check_body,
  * flags, with no table to build.  Whether the body is UTF-8 is found by
  * the JSON decoder as it parses (core/json.cpp), not by a scan of its own. */
 enum { DESC_ARGS = 8 };
 
-static void push_desc(lua_State *L, const lupin_request_desc *d) {
+static int push_desc(lua_State *L, const lupin_request_desc *d) {
   if (d->id && *d->id)
     lua_pushstring(L, d->id);
   else
@@ -110,7 +163,7 @@ static void push_desc(lua_State *L, const lupin_request_desc *d) {
     lua_pushstring(L, d->model);
   else
     lua_pushnil(L);
-  push_headers(L, d->headers, d->n_headers);
+  if (push_header_block(L, d->headers, d->n_headers)) return -1;
   if (d->subset) {
     lua_createtable(L, (int)d->n_subset, 0);
     for (size_t i = 0; i < d->n_subset; i++) {
@@ -122,6 +175,7 @@ static void push_desc(lua_State *L, const lupin_request_desc *d) {
   }
   lua_pushboolean(L, d->check_body);
   lua_pushinteger(L, (lua_Integer)d->flags);
+  return 0;
 }
 
 lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *desc, char *err,
@@ -142,7 +196,13 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
   /* as a number: LuaJIT compiles ffi.cast from a number, not from a light
    * userdata (x86-64 user addresses fit a double's 53 bits) */
   lua_pushnumber(L, (lua_Number)(uintptr_t)req);
-  push_desc(L, desc);
+  int top = lua_gettop(L) - 3;
+  if (push_desc(L, desc)) {
+    lua_settop(L, top);
+    free(req);
+    lupin__errf(err, errlen, "out of memory");
+    return NULL;
+  }
   if (lupin__call(rt, 2 + DESC_ARGS, 4, err, errlen)) {
     free(req);
     return NULL;
@@ -338,9 +398,10 @@ int lupin__request_schedule_into(lupin_request *req, lupin_result *out) {
     req->failed_outcome = LUPIN_PLUGIN_ERROR;
   }
   req->failed = status != 200 && status != LUPIN_QUEUED;
-  *out = (lupin_result){status,           req->message,    req->plugin,
-                        req->picks,       req->n_picks,    req->upstream.v,
-                        req->upstream.n,  req->failed ? (int)req->failed_outcome : LUPIN_OK,
+  *out = (lupin_result){status,          req->message,
+                        req->plugin,     req->picks,
+                        req->n_picks,    req->upstream.v,
+                        req->upstream.n, req->failed ? (int)req->failed_outcome : LUPIN_OK,
                         req->param};
   return status;
 }
@@ -478,7 +539,7 @@ void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   lupin_runtime *rt = req->rt;
   int flow = req->flow;
   release_holds(req); /* first: the flow pump below sees the load without it */
-  if (flow) { /* out of the queue at once, out of the in-flight counts */
+  if (flow) {         /* out of the queue at once, out of the in-flight counts */
     lupin__push_hook(rt, LUPIN_HOOK_FLOW);
     lua_pushstring(rt->L, "end");
     lua_rawgeti(rt->L, LUA_REGISTRYINDEX, req->ref);

@@ -248,6 +248,7 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
                           lupin__request_count,
                           lupin__result_add_header,
                           lupin__client_add_header,
+                          lupin__header_find,
                           lupin_block_hashes,
                           lupin_prefix_new,
                           lupin_prefix_free,

@@ -98,6 +98,8 @@ typedef struct lupin_capi {
   int (*request_count)(void *req, const lupin_endpoint *ep, int64_t requests, int64_t tokens);
   int (*result_add_header)(void *req, const char *name, const char *value);
   int (*client_add_header)(void *req, const char *name, const char *value);
+  const char *(*header_find)(const char *block, size_t len, const char *name, size_t name_len,
+                             size_t *value_len);
   long (*block_hashes)(const lupin_hash_input *in, uint64_t *out, size_t cap);
   lupin_prefix_index *(*prefix_new)(void *rt, uint32_t default_capacity);
   void (*prefix_free)(lupin_prefix_index *x);

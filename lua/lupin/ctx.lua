@@ -25,6 +25,7 @@
 local M = {}
 
 local cjson = require "cjson.safe"
+local ffi = require "ffi"
 local json = require "lupin.json"
 local new_table = require "table.new"
 local capi = require "lupin.capi"
@@ -242,7 +243,39 @@ end
 ---@field stream boolean
 ---@field dry_run boolean? true for the synthetic request that checks a new generation before it serves
 
+local found_len = ffi.new("size_t[1]")
+
+--- The value of the header named name (in lower case) in a header block
+--- (the begin hook's: core/request.c), or nil: the last one of that name.
+---@param block string
+---@param name string
+---@return string?
+function M.header(block, name)
+  local p = capi.api.header_find(block, #block, name, #name, found_len)
+  if p ~= nil then
+    return ffi.string(p, found_len[0])
+  end
+end
+
+--- The headers of a block as the table plugins read, name to value.
+---@param block string
+---@return table<string,string>
+function M.header_table(block)
+  local t = {}
+  for name, value in block:gmatch("(%Z*)%z(%Z*)%z") do
+    t[name] = value
+  end
+  return t
+end
+
 local LAZY = {}
+
+-- Made from the block the request came with on first use: a default
+-- request's plugins never read its headers.
+function LAZY.headers(v)
+  local block = rawget(v, "raw_headers")
+  return block and M.header_table(block) or {}
+end
 
 function LAZY.body(v)
   local raw = rawget(v, "raw_body")
@@ -356,7 +389,7 @@ local CTX = {
 ---@param path string
 ---@param body string? the raw body
 ---@param model string?
----@param headers table<string,string> lower-case names
+---@param headers table<string,string>|string lower-case names, or a header block (M.header)
 function M.new_request(gen, creq, id, path, body, model, headers)
   -- every field the engine sets later is here from the start (false until
   -- then, or nil where plugins see it: result, response, shared): the table
@@ -366,7 +399,8 @@ function M.new_request(gen, creq, id, path, body, model, headers)
     gen = gen,
     creq = creq,
     request = setmetatable({ id = id, path = path, raw_body = body, model = model,
-      headers = headers }, VIEW),
+      headers = type(headers) == "table" and headers or nil,
+      raw_headers = type(headers) == "string" and headers or nil }, VIEW),
     profiles = false, -- made on first use (FIELDS.cycle)
     profile = false, -- the profile of the plugin call under way (engine.call)
     ctxs = new_table(#gen.instances, 0), -- by the instance's slot: an array

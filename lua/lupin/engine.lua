@@ -24,6 +24,8 @@ local EXPLAIN, DRY = 1, 2
 
 local now = capi.clock
 local enter, leave = ctx.enter, ctx.leave
+local header = ctx.header
+
 -- upper bounds (seconds) of the plugin call duration buckets: the endpoint
 -- picker's, as LUPIN_PLUGIN_BOUNDS in core/lupin.h (the gateway's
 -- inference_extension_plugin_duration_seconds)
@@ -220,13 +222,14 @@ local until_compact = COMPACT_EVERY
 
 --- The begin hook: the request description comes as arguments
 --- (core/request.c); path nil: the body's (chat when it has "messages");
---- check: the host asked for the body's checks; flags: LUPIN_REQUEST_*.
+--- headers: a header block (ctx.header); check: the host asked for the
+--- body's checks; flags: LUPIN_REQUEST_*.
 --- Returns the request, its id, its model and stream flag when known.  A
 --- body that fails the checks makes a request that fails scheduling with a
 --- 400 and reaches no plugin.
 function M.begin(gen, creq, id, path, body, model, headers, subset, check, flags)
   path = path or openai.path_of(body)
-  id = id or headers["x-request-id"] -- names in lower case (core/request.c)
+  id = id or header(headers, "x-request-id") -- names in lower case (core/request.c)
   if not id or id == "" then
     id_seq = id_seq + 1
     id = id_prefix .. "-" .. id_seq
@@ -235,16 +238,17 @@ function M.begin(gen, creq, id, path, body, model, headers, subset, check, flags
   local passthrough = parser and parser.passthrough
   if passthrough then -- the config's parser: the body is not read
     check = false
-    model = model or parser.model_header and headers[parser.model_header] or parser.model
+    model = model or parser.model_header and header(headers, parser.model_header) or parser.model
   end
   local decoded, message, param
   if check then
-    decoded, message, param = openai.check(path, body, headers["content-type"])
+    decoded, message, param = openai.check(path, body, header(headers, "content-type"))
     model = model or (decoded and decoded.model)
   end
   -- the EPP's model rewrite: the model the request is scheduled for (and the
   -- host forwards in the body) in place of the one it names
-  local rewrite = headers["x-llm-d-model-name-rewrite"] or headers["x-gateway-model-name-rewrite"]
+  local rewrite = header(headers, "x-llm-d-model-name-rewrite")
+    or header(headers, "x-gateway-model-name-rewrite")
   if rewrite and rewrite ~= "" and not message then
     model = rewrite
     if decoded and decoded.model ~= nil then

@@ -138,3 +138,58 @@ describe("headers plugins set", function()
     end)
   end
 end)
+
+-- The headers a request comes with reach Lua as one header block (core/request.c):
+-- the engine looks up what it needs in it, and ctx.request.headers is made from
+-- it when a plugin first reads it.
+describe("the headers a request comes with", function()
+  local rt
+  after_each(function()
+    rt:free()
+  end)
+
+  it("are looked up in the header block by whole name, the last of a name winning", function()
+    rt = S.runtime()
+    local got = S.eval(rt, [[
+      local ctx = require "lupin.ctx"
+      local block = "a\0one\0ab\0\0b\0two\0a\0three\0"
+      local t = ctx.header_table(block)
+      local function show(v) return v == nil and "nil" or v end
+      return { show(ctx.header(block, "a")), show(ctx.header(block, "ab")),
+        show(ctx.header(block, "b")), show(ctx.header(block, "x")), show(ctx.header(block, "")),
+        t.a, t.ab, t.b, show(ctx.header("", "a")), show(ctx.header("a\0one", "a")),
+        show(ctx.header("a\0", "a")), show(ctx.header("a", "a")) }]])
+    assert.same({ "three", "", "two", "nil", "nil", "three", "", "two", "nil", "one", "nil", "nil" },
+      got)
+  end)
+
+  it("reach plugins in lower case, made into a table on first read", function()
+    local dir = S.tmpdir()
+    S.write(dir .. "/spec-header-reader.lua", [[
+return {
+  type = "spec-header-reader",
+  pre_request = function(_, ctx)
+    local before = rawget(ctx.request, "headers")
+    local h = ctx.request.headers
+    local names = {}
+    for k, v in pairs(h) do
+      names[#names + 1] = k .. "=" .. v
+    end
+    table.sort(names)
+    ctx:set_header("x-seen", (before == nil and "lazy " or "eager ") .. table.concat(names, ","))
+  end,
+}
+]])
+    rt = S.loaded({ plugins = { { type = "spec-header-reader", name = "reader" } } },
+      { plugin_dirs = { dir, S.FIXTURES } })
+    S.endpoints(rt, 1)
+    local req = rt:begin({ id = "h-2", headers = { ["X-Mixed-Case"] = "V a:l", ["x-empty"] = "",
+      ["Content-Type"] = "application/json" } })
+    local res = req:schedule()
+    req:finish("ok")
+    os.execute("rm -rf " .. dir)
+    assert.equal(200, res.status)
+    assert.equal("lazy content-type=application/json,x-empty=,x-mixed-case=V a:l",
+      res.headers["x-seen"])
+  end)
+end)
