@@ -222,7 +222,7 @@ local until_compact = COMPACT_EVERY
 
 --- The begin hook: the request description comes as arguments
 --- (core/request.c); path nil: the body's (chat when it has "messages");
---- headers: a header block (ctx.header); check: the host asked for the
+--- headers: a header block (lupin.ctx's header); check: the host asked for the
 --- body's checks; flags: LUPIN_REQUEST_*.
 --- Returns the request, its id, its model and stream flag when known.  A
 --- body that fails the checks makes a request that fails scheduling with a
