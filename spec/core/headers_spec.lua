@@ -163,33 +163,53 @@ describe("the headers a request comes with", function()
       got)
   end)
 
-  it("reach plugins in lower case, made into a table on first read", function()
-    local dir = S.tmpdir()
-    S.write(dir .. "/spec-header-reader.lua", [[
+  -- reports what it read in x-seen: whether the table was made before its
+  -- first read, then the headers sorted as name=value
+  local READER = [[
 return {
   type = "spec-header-reader",
   pre_request = function(_, ctx)
     local before = rawget(ctx.request, "headers")
-    local h = ctx.request.headers
     local names = {}
-    for k, v in pairs(h) do
+    for k, v in pairs(ctx.request.headers) do
       names[#names + 1] = k .. "=" .. v
     end
     table.sort(names)
     ctx:set_header("x-seen", (before == nil and "lazy " or "eager ") .. table.concat(names, ","))
   end,
 }
-]])
+]]
+
+  local function seen(headers)
+    local dir = S.tmpdir()
+    S.write(dir .. "/spec-header-reader.lua", READER)
     rt = S.loaded({ plugins = { { type = "spec-header-reader", name = "reader" } } },
       { plugin_dirs = { dir, S.FIXTURES } })
     S.endpoints(rt, 1)
-    local req = rt:begin({ id = "h-2", headers = { ["X-Mixed-Case"] = "V a:l", ["x-empty"] = "",
-      ["Content-Type"] = "application/json" } })
+    local req = rt:begin({ headers = headers })
     local res = req:schedule()
+    local id = req:id()
     req:finish("ok")
     os.execute("rm -rf " .. dir)
     assert.equal(200, res.status)
+    return res.headers["x-seen"], id
+  end
+
+  it("reach plugins in lower case, made into a table on first read", function()
     assert.equal("lazy content-type=application/json,x-empty=,x-mixed-case=V a:l",
-      res.headers["x-seen"])
+      seen({ ["X-Mixed-Case"] = "V a:l", ["x-empty"] = "", ["Content-Type"] = "application/json" }))
+  end)
+
+  it("come whole when there are more than the begin hook's stack buffer holds", function()
+    local headers, want = { ["X-Request-Id"] = "big-1" }, { "x-request-id=big-1" }
+    for i = 1, 40 do -- ~6 KB: the block is assembled in a heap buffer
+      local value = ("v%02d"):format(i) .. ("."):rep(150)
+      headers[("X-Big-%02d"):format(i)] = value
+      want[#want + 1] = ("x-big-%02d=%s"):format(i, value)
+    end
+    table.sort(want)
+    local got, id = seen(headers)
+    assert.equal("lazy " .. table.concat(want, ","), got)
+    assert.equal("big-1", id) -- found by the engine's own lookup
   end)
 end)
