@@ -26,6 +26,9 @@ struct lupin_request {
   char *id;
   int failed;         /* scheduling failed: its outcome wins at the end */
   int response_hooks; /* call the response hooks (see lupin_request_schedule) */
+  int head_status;    /* the response head kept for finish alone (keep_head) */
+  char *head;
+  size_t head_len;
   lupin_outcome failed_outcome;
   char *message;
   char *plugin;
@@ -69,36 +72,21 @@ static char ascii_lower(char c) {
   return (char)((unsigned)(ch - 'A') < 26u ? ch | 0x20 : ch);
 }
 
-static void push_name(lua_State *L, const char *name) {
-  char buf[256];
-  size_t len = strlen(name);
-  if (len >= sizeof buf) {
-    lua_pushstring(L, name);
-    return;
-  }
-  for (size_t i = 0; i < len; i++)
-    buf[i] = ascii_lower(name[i]);
-  lua_pushlstring(L, buf, len);
-}
-
-/* The request's headers for the begin hook: one string, "name\0value\0"
- * per header, names in lower case (C strings hold no NUL, so the fields
- * split unambiguously).  One string to make where a table, its hash part
- * and a string per name and value were made for every request; the engine
- * looks up the few headers it needs with lupin__header_find, and the table
- * plugins read (ctx.request.headers) is made from it on first use.  -1:
- * out of memory. */
-static int push_header_block(lua_State *L, const lupin_header *h, size_t n) {
-  char stack[2048], *block = stack;
+/* Headers for Lua as one string, "name\0value\0" per header, names in
+ * lower case (C strings hold no NUL, so the fields split unambiguously):
+ * one string to make where a table, its hash part and a string per name and
+ * value were made for every request and every response head.  The engine
+ * looks up the few request headers it needs with lupin__header_find, and
+ * the tables plugins read (ctx.request.headers, ctx.response.headers) are
+ * made from it on first use. */
+static size_t header_block_len(const lupin_header *h, size_t n) {
   size_t len = 0;
-  if (!n) {
-    lua_pushliteral(L, "");
-    return 0;
-  }
   for (size_t i = 0; i < n; i++)
     len += strlen(h[i].name) + (h[i].value ? strlen(h[i].value) : 0) + 2;
-  if (len > sizeof stack && !(block = malloc(len))) return -1;
-  char *w = block;
+  return len;
+}
+
+static void header_block_write(char *w, const lupin_header *h, size_t n) {
   for (size_t i = 0; i < n; i++) {
     for (const char *c = h[i].name; *c; c++)
       *w++ = ascii_lower(*c);
@@ -108,6 +96,18 @@ static int push_header_block(lua_State *L, const lupin_header *h, size_t n) {
     w += vl;
     *w++ = '\0';
   }
+}
+
+/* -1: out of memory, nothing pushed. */
+static int push_header_block(lua_State *L, const lupin_header *h, size_t n) {
+  char stack[2048], *block = stack;
+  size_t len = header_block_len(h, n);
+  if (!len) {
+    lua_pushliteral(L, "");
+    return 0;
+  }
+  if (len > sizeof stack && !(block = malloc(len))) return -1;
+  header_block_write(block, h, n);
   lua_pushlstring(L, block, len);
   if (block != stack) free(block);
   return 0;
@@ -131,15 +131,6 @@ const char *lupin__header_find(const char *block, size_t len, const char *name, 
     p = value + vl + 1;
   }
   return found;
-}
-
-static void push_headers(lua_State *L, const lupin_header *h, size_t n) {
-  lua_createtable(L, 0, (int)n);
-  for (size_t i = 0; i < n; i++) {
-    push_name(L, h[i].name);
-    lua_pushstring(L, h[i].value ? h[i].value : "");
-    lua_rawset(L, -3);
-  }
 }
 
 /* The description as the begin hook's arguments: id, path (nil: the
@@ -442,19 +433,45 @@ static void push_call(lupin_request *req, enum lupin_hook hook) {
   lua_rawgeti(req->rt->L, LUA_REGISTRYINDEX, req->ref);
 }
 
+/* The head of the response for a generation whose only plugins to see it
+ * are finish hooks (the default's bounded-load-picker): kept here as a
+ * header block and handed over with the end, one call into Lua a request
+ * instead of two. */
+static int keep_head(lupin_request *req, int status, const lupin_header *headers, size_t n) {
+  size_t len = header_block_len(headers, n);
+  char *block = malloc(len ? len : 1);
+  if (!block) {
+    lupin__log(req->rt, LUPIN_LOG_ERROR, "request %s: out of memory keeping the response head",
+               req->id);
+    return -1;
+  }
+  header_block_write(block, headers, n);
+  free(req->head);
+  req->head = block;
+  req->head_len = len;
+  req->head_status = status;
+  return 0;
+}
+
 /* The response hooks only keep ctx.response for plugins and call theirs:
  * with no plugin of the generation to see them (and no response headers to
  * publish) a response costs no call into Lua at all.  The head is seen by
- * every response hook and by finish (ctx.response); a chunk or the end only
- * by the plugins having that hook: a generation with finish alone (the
- * default's bounded-load-picker) makes one call per response, not one per
- * streamed chunk. */
+ * every response hook, and by finish (ctx.response) with the end when no
+ * response hook calls in before; a chunk or the end only by the plugins
+ * having that hook. */
 int lupin_request_response_header(lupin_request *req, int status, const lupin_header *headers,
                                   size_t n) {
-  if (!req->response_hooks) return 0;
+  if (!req->response_hooks)
+    return req->gen->flags & LUPIN_GEN_HAS_FINISH ? keep_head(req, status, headers, n) : 0;
+  lua_State *L = req->rt->L;
   push_call(req, LUPIN_HOOK_RESPONSE_HEADER);
-  lua_pushinteger(req->rt->L, status);
-  push_headers(req->rt->L, headers, n);
+  lua_pushinteger(L, status);
+  if (push_header_block(L, headers, n)) {
+    lua_pop(L, 3);
+    lupin__log(req->rt, LUPIN_LOG_ERROR, "request %s: out of memory passing the response head",
+               req->id);
+    return -1;
+  }
   return call_request(req, 2);
 }
 
@@ -554,7 +571,13 @@ void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   if (req->gen->flags & LUPIN_GEN_HAS_FINISH) {
     push_call(req, LUPIN_HOOK_FINISH);
     lua_pushstring(rt->L, name);
-    call_request(req, 1);
+    int nargs = 1;
+    if (req->head_status) { /* ctx.response for finish, kept by keep_head */
+      lua_pushinteger(rt->L, req->head_status);
+      lua_pushlstring(rt->L, req->head, req->head_len);
+      nargs = 3;
+    }
+    call_request(req, nargs);
   } else {
     /* no finish hook to run: all the Lua side needs is the outcome (the
      * request's state is ended, see lua/lupin/leaks.lua); the field exists
@@ -582,6 +605,7 @@ void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
   free(req->picks);
   free_fallbacks(req);
   free(req->explain);
+  free(req->head);
   free(req->upstream.v);
   free(req->client.v);
   free(req->id);

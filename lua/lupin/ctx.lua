@@ -270,6 +270,25 @@ end
 
 local LAZY = {}
 
+-- The response as plugins read it: the status, and the headers made from
+-- the core's header block on first use.
+local RESPONSE = {
+  __index = function(v, k)
+    if k == "headers" then
+      local t = M.header_table(rawget(v, "raw_headers"))
+      rawset(v, "headers", t)
+      return t
+    end
+  end,
+}
+
+--- ctx.response from the core's status and header block.
+---@param status integer
+---@param block string
+function M.response_view(status, block)
+  return setmetatable({ status = status, raw_headers = block }, RESPONSE)
+end
+
 -- Made from the block the request came with on first use: a default
 -- request's plugins never read its headers.
 function LAZY.headers(v)

@@ -745,15 +745,15 @@ end
 -- mirrors LUPIN_GEN_* in core/internal.h
 local OBSERVES_RESPONSE, HAS_FINISH, OBSERVES_CHUNKS, OBSERVES_COMPLETE = 1, 2, 4, 8
 
---- What the core may skip for a generation's requests: the response head
---- when no plugin has response_header, response_chunk, response_complete or
---- finish (nothing else reads ctx.response), each chunk when no plugin has
---- response_chunk, the end of the response when none has
---- response_complete, the finish hook when no plugin has finish.
+--- What the core may skip for a generation's requests: the call at the
+--- response head when no plugin has response_header, response_chunk or
+--- response_complete (finish hooks alone get the head with the end: M.finish),
+--- each chunk when no plugin has response_chunk, the end of the response when
+--- none has response_complete, the finish hook when no plugin has finish.
 function M.flags(gen)
   local p = gen.points
   local flags = 0
-  if #p.response_header + #p.response_chunk + #p.response_complete + #p.finish > 0 then
+  if #p.response_header + #p.response_chunk + #p.response_complete > 0 then
     flags = flags + OBSERVES_RESPONSE
   end
   if #p.finish > 0 then
@@ -805,8 +805,9 @@ function M.point(r, name, x, y)
   each(r.gen.points[name], 1, notify, r, name, x, y)
 end
 
+-- headers: a header block (lupin.ctx's header), as at begin
 function M.response_header(r, status, headers)
-  r.response = { status = status, headers = headers }
+  r.response = ctx.response_view(status, headers)
   M.point(r, "response_header", r.response)
   if r.response_headers then
     local creq = r.creq
@@ -837,9 +838,13 @@ end
 
 -- Request state needs nothing at the end (lupin.leaks): the core calls this
 -- only when the generation has finish hooks, and otherwise sets r.outcome
--- itself.
-function M.finish(r, outcome)
+-- itself.  status and head: the response's, when no response hook took them
+-- (the core keeps the head for finish hooks alone: ctx.response).
+function M.finish(r, outcome, status, head)
   r.outcome = outcome
+  if status and not r.response then
+    r.response = ctx.response_view(status, head)
+  end
   each(r.gen.points.finish, 1, finish, r, outcome)
 end
 

@@ -61,7 +61,8 @@ return {
   { name = "response_header", driver = "lupin_request_response_header", layer = "request", args = "ctx, response",
     returns = "nothing; may set response headers",
     on_error = "counted and logged; the request proceeds",
-    absent = "nothing (with no response hook or finish at all, a response costs no call into Lua)" },
+    absent = "nothing (with no response hook at all, a response costs no call into Lua:"
+      .. " finish hooks get its head with the end)" },
   { name = "response_chunk", driver = "lupin_request_response_chunk", layer = "request", args = "ctx, response, chunk",
     returns = "nothing", on_error = "counted and logged; the request proceeds",
     absent = "nothing (a chunk costs no call into Lua, even when other hooks or finish see the response)" },

@@ -50,13 +50,16 @@ describe("points no plugin implements", function()
     assert.equal(0, rt:stats().live_request_tables)
   end)
 
-  it("calls into Lua for a chunk or the end only when a plugin has that hook", function()
-    -- finish alone (the default config's bounded-load-picker): the head is
-    -- seen (ctx.response in finish), the chunks and the end are not
+  it("calls into Lua for the head, a chunk or the end only when a plugin has that hook", function()
+    -- finish alone (the default config's bounded-load-picker): no call at the
+    -- head, the chunks or the end; finish still sees the head (ctx.response)
     local FINISH_ONLY = [[
       return {
         type = "spec-finish-only",
-        finish = function(self, ctx) self.status = ctx.response and ctx.response.status end,
+        finish = function(self, ctx)
+          self.status = ctx.response and ctx.response.status
+          self.type = ctx.response and ctx.response.headers["content-type"]
+        end,
       }]]
     S.write(dir .. "/spec-finish-only.lua", FINISH_ONLY)
     S.write(dir .. "/spec-chunks.lua", [[
@@ -76,7 +79,7 @@ describe("points no plugin implements", function()
         return 0]])
       local req = rt:begin({})
       assert.equal(200, req:schedule().status)
-      req:response_header(201, { ["content-type"] = "text/event-stream" })
+      req:response_header(201, { ["Content-Type"] = "text/event-stream" })
       for _ = 1, 3 do
         req:response_chunk("data: x\n\n")
       end
@@ -84,17 +87,51 @@ describe("points no plugin implements", function()
       req:finish("ok")
       local got = S.eval(rt, [[
         local p = require("lupin.runtime").current.by_name.p.obj
-        return { points = _G.spec_points, status = p.status or false, n = p.n or 0 }]])
+        return { points = _G.spec_points, status = p.status or false, n = p.n or 0,
+          type = p.type or false }]])
       rt:free()
       return got
     end
     local finish_only = points("spec-finish-only")
-    assert.same({ response_header = 1 }, finish_only.points)
+    assert.same({}, finish_only.points)
     assert.equal(201, finish_only.status)
+    assert.equal("text/event-stream", finish_only.type)
     local chunks = points("spec-chunks")
     assert.same({ response_header = 1, response_chunk = 3 }, chunks.points)
     assert.equal(3, chunks.n)
     rt = S.runtime() -- (after_each frees one)
+  end)
+
+  it("gives finish no ctx.response when no response came, and each request its own", function()
+    S.write(dir .. "/spec-finish-seen.lua", [[
+      return {
+        type = "spec-finish-seen",
+        new = function() return { seen = {} } end,
+        finish = function(self, ctx, outcome)
+          local r = ctx.response
+          self.seen[#self.seen + 1] = outcome .. " " .. (r and (r.status .. " "
+            .. tostring(r.headers["x-n"])) or "none")
+        end,
+      }]])
+    rt = S.loaded({ plugins = { { type = "spec-finish-seen", name = "p" } } },
+      { plugin_dirs = { dir, S.FIXTURES } })
+    S.endpoints(rt, 2)
+    local cancelled = rt:begin({})
+    cancelled:schedule()
+    local a, b = rt:begin({}), rt:begin({})
+    a:schedule()
+    b:schedule()
+    a:response_header(200, { ["X-N"] = "a" })
+    b:response_header(503, { ["x-n"] = "b", ["X-Other"] = "o" })
+    a:response_header(201, { ["x-n"] = "a2" }) -- a second head replaces the first
+    cancelled:finish("cancelled")
+    b:finish("upstream_error")
+    a:finish("ok")
+    -- (the first: the dry run that checks the generation before it serves)
+    assert.same({ "dry_run none", "cancelled none", "upstream_error 503 b", "ok 201 a2" },
+      S.eval(rt, [[
+      return require("lupin.runtime").current.by_name.p.obj.seen]]))
+    assert.equal(0, (rt:check_leaks()))
   end)
 
   it("still finds state held past the end of its request", function()
