@@ -26,8 +26,17 @@ describe("memory", function()
       rt:check_leaks() -- full GC
       return rt:stats().lua_memory
     end
-    local warm = run(100000)
-    local after = run(900000)
+    -- The heap after a full collection moves by up to ~200 KiB from one
+    -- measure to the next with no trend (the string table's size, the
+    -- collector's timing): the least of three measures, early and late,
+    -- compared; a leak of a third of a byte a request still shows.
+    local function least(n)
+      return math.min(run(n), run(n), run(n))
+    end
+    run(100000)
+    local warm = least(50000)
+    run(600000)
+    local after = least(50000)
     local s = rt:stats()
     assert.equal(1000000, s.requests_ended)
     assert.equal(0, s.live_request_tables)
