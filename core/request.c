@@ -91,10 +91,10 @@ static void header_block_write(char *w, const lupin_header *h, size_t n) {
     for (const char *c = h[i].name; *c; c++)
       *w++ = ascii_lower(*c);
     *w++ = '\0';
-    size_t vl = h[i].value ? strlen(h[i].value) : 0;
-    memcpy(w, h[i].value ? h[i].value : "", vl);
+    const char *v = h[i].value ? h[i].value : "";
+    size_t vl = strlen(v) + 1; /* its NUL too */
+    memcpy(w, v, vl);
     w += vl;
-    *w++ = '\0';
   }
 }
 

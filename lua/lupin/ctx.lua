@@ -270,13 +270,20 @@ end
 
 local LAZY = {}
 
+-- Made from the block the request came with on first use: a default
+-- request's plugins never read its headers.
+function LAZY.headers(v)
+  local block = rawget(v, "raw_headers")
+  return block and M.header_table(block) or {}
+end
+
 -- The response as plugins read it: the status, and the headers made from
--- the core's header block on first use.
+-- the core's header block on first use, as the request's.
 local RESPONSE = {
   __index = function(v, k)
     if k == "headers" then
-      local t = M.header_table(rawget(v, "raw_headers"))
-      rawset(v, "headers", t)
+      local t = LAZY.headers(v)
+      rawset(v, k, t)
       return t
     end
   end,
@@ -287,13 +294,6 @@ local RESPONSE = {
 ---@param block string
 function M.response_view(status, block)
   return setmetatable({ status = status, raw_headers = block }, RESPONSE)
-end
-
--- Made from the block the request came with on first use: a default
--- request's plugins never read its headers.
-function LAZY.headers(v)
-  local block = rawget(v, "raw_headers")
-  return block and M.header_table(block) or {}
 end
 
 function LAZY.body(v)
