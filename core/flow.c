@@ -63,8 +63,10 @@ void lupin_runtime_tick(lupin_runtime *rt) { lupin__flow_pump(rt, 1); }
 double lupin__flow_add(lupin_runtime *rt, int64_t delta) {
   int64_t *n = &lupin__shared_store(rt->shared)->flow_queued;
   rt->flow_queued += delta;
-  if (!delta) return (double)__atomic_load_n(n, __ATOMIC_RELAXED);
-  return (double)__atomic_add_fetch(n, delta, __ATOMIC_RELAXED);
+  /* release/acquire: a runtime that sees a request leave the count sees the
+   * endpoint's in-flight count its scheduling made first (flow.lua, take) */
+  if (!delta) return (double)__atomic_load_n(n, __ATOMIC_ACQUIRE);
+  return (double)__atomic_add_fetch(n, delta, __ATOMIC_ACQ_REL);
 }
 
 uint64_t lupin_runtime_flow_elsewhere(lupin_runtime *rt) {

@@ -732,6 +732,9 @@ end
 --- control holds or counts it (the core then tells it of the end).
 function M.schedule(r)
   local status, message, plugin, outcome, param = schedule(r)
+  if r.fc then
+    flow.settle(r)
+  end
   local x = r.explain
   if x and not x.status and status ~= 0 then
     if r.fc and r.fc.state ~= "through" then

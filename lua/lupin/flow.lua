@@ -316,15 +316,30 @@ local function unlist(band, f)
   end
 end
 
-local function take(fc)
+-- Out of the process's counts and its band's published oldest: what the
+-- other runtimes see of fc goes.
+local function settle(fc)
+  count(fc.band, fc.bytes, -1)
+  publish(fc.band)
+end
+
+-- Out of the runtime's queue.  A request let through (released) stays in
+-- the process's counts until its scheduling has counted it in flight
+-- (M.settle): were it to leave them first, another worker could see, for a
+-- moment, neither the request waiting nor the endpoint busy, and send a
+-- lower band, or a later request, into the place it is taking.
+local function take(fc, released)
   local f, band = fc.flow_rec, fc.band
   heap_remove(band, f.heap, fc.index)
   f.len, f.bytes = f.len - 1, f.bytes - fc.bytes
   band.n, band.bytes = band.n - 1, band.bytes - fc.bytes
-  queued_n, queued_bytes = queued_n - 1, queued_bytes - fc.bytes
-  count(band, fc.bytes, -1)
   fc.out = true
-  publish(band)
+  if released then
+    fc.unsettled = true
+  else
+    settle(fc)
+  end
+  queued_n, queued_bytes = queued_n - 1, queued_bytes - fc.bytes
   if f.len == 0 then
     unlist(band, f)
   end
@@ -591,6 +606,17 @@ function M.started(r)
   end
 end
 
+--- A request let through the gate has been scheduled (and counted in
+--- flight when it got an endpoint), or ends: the other runtimes stop
+--- counting it as waiting.
+function M.settle(r)
+  local fc = r.fc
+  if fc and fc.unsettled then
+    fc.unsettled = nil
+    settle(fc)
+  end
+end
+
 local function creq_of(fc)
   return tonumber(ffi.cast("uintptr_t", fc.r.creq))
 end
@@ -633,7 +659,7 @@ function ops.next(sweep)
     f = band.list[1]
   end
   fc = f.heap[1]
-  take(fc)
+  take(fc, true)
   band.dispatched = band.dispatched + 1
   fc.state = "released"
   return creq_of(fc)
@@ -646,6 +672,7 @@ ops["end"] = function(r)
   if not fc then
     return
   end
+  M.settle(r)
   if fc.state == "queued" then
     take(fc)
     fc.band.cancelled = fc.band.cancelled + 1

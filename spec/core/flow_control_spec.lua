@@ -31,6 +31,18 @@ return {
   end,
 }
 ]])
+  -- a scorer calling what a spec hands it (obj.probe), from inside scheduling
+  S.write(dir .. "/window-probe.lua", [[
+return {
+  type = "window-probe",
+  score = function(self, _, endpoints)
+    if self.probe then self.probe(endpoints) end
+    local s = {}
+    for i = 1, #endpoints do s[i] = 0 end
+    return s
+  end,
+}
+]])
   S.write(dir .. "/broken-fairness.lua", [[
 return { type = "broken-fairness", pick_flow = function() error("broken on purpose") end }
 ]])
@@ -44,7 +56,7 @@ local function config(fc, extra)
       { type = "queue-scorer" }, { type = "max-score-picker" }, { type = "finish-count" },
       { type = "concurrency-detector", parameters = { maxConcurrency = 1 } },
       { type = "round-robin-fairness-policy" }, { type = "edf-ordering-policy" },
-      { type = "longest-queue-fairness" }, { type = "broken-fairness" },
+      { type = "longest-queue-fairness" }, { type = "broken-fairness" }, { type = "window-probe" },
     },
     schedulingProfiles = { { name = "default", plugins = {
       { pluginRef = "queue-scorer" }, { pluginRef = "max-score-picker" } } } },
@@ -577,6 +589,43 @@ describe("flow control across runtimes sharing their state", function()
     assert.equal(1, rt1:flow_elsewhere())
     rt2:tick() -- what lupin serve posts to the other workers when a request ends
     assert.equal("gold", ids(got2))
+    gold:finish("ok")
+    rt1:tick()
+    assert.equal("plain", ids(got1))
+    plain:finish("ok")
+    rt1:free()
+    rt2:free()
+  end)
+
+  it("counts a request it lets through as waiting until it is counted in flight", function()
+    local profiles = { { name = "default", plugins = { { pluginRef = "window-probe" },
+      { pluginRef = "queue-scorer" }, { pluginRef = "max-score-picker" } } } }
+    local rt1, got1, rt2, got2 = pair({}, { schedulingProfiles = profiles,
+      objectives = { { name = "gold", priority = 5 } } })
+    local first = begin(rt1, "first")
+    assert.equal(200, first:schedule().status)
+    local plain = begin(rt1, "plain")
+    assert.equal(0, plain:schedule().status)
+    local gold = begin(rt2, "gold", { ["x-gateway-inference-objective"] = "gold" })
+    assert.equal(0, gold:schedule().status)
+    -- what rt1's gate reads of gold (its band's count, its published arrival)
+    -- and of the endpoint, at the moment rt2 schedules it out of its queue
+    S.eval(rt2, [[
+      local obj = require('lupin.runtime').current.by_name['window-probe'].obj
+      local d = require('lupin.shared').dict('lupin.flow')
+      obj.probe = function(eps)
+        obj.seen = { waiting = d:get('n:5'), arrival = d:get('o:5:2') ~= nil,
+          in_flight = eps[1].in_flight }
+      end]])
+    first:finish("ok")
+    rt2:tick()
+    assert.equal("gold", ids(got2))
+    assert.same({ waiting = 1, arrival = true, in_flight = 0 }, S.eval(rt2,
+      "return require('lupin.runtime').current.by_name['window-probe'].obj.seen"))
+    -- after: out of the counts, in flight, so the endpoint holds plain
+    assert.equal(0, rt1:flow_elsewhere())
+    rt1:tick()
+    assert.equal("", ids(got1))
     gold:finish("ok")
     rt1:tick()
     assert.equal("plain", ids(got1))
