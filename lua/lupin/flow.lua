@@ -74,7 +74,7 @@ local known, known_n = {}, 0 -- the priorities ever queued in the process
 
 local function dict()
   if not sd then
-    sd = shared.dict("lupin.flow", { max_entries = DICT_ENTRIES })
+    sd = shared._runtime_dict("lupin.flow", { max_entries = DICT_ENTRIES })
     sd:incr("bytes", 0, 0)
     sd:incr("prios", 0, 0)
     me = sd:incr("runtimes", 1, 0) or 0

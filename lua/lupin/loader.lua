@@ -115,8 +115,20 @@ local function sandbox_require(name)
       tostring(name), table.concat(allowed, ", ")), 2)
   end
   local mod = require(name)
-  -- a copy: a plugin cannot change what another plugin or the runtime sees
-  return type(mod) == "table" and copy(mod) or mod
+  if type(mod) ~= "table" then
+    return mod
+  end
+  -- a copy: a plugin cannot change what another plugin or the runtime sees;
+  -- an SDK module's fields named with a leading "_" are the runtime's alone
+  local c = copy(mod)
+  if name:sub(1, 6) == "lupin." then
+    for k in pairs(mod) do
+      if type(k) == "string" and k:sub(1, 1) == "_" then
+        c[k] = nil
+      end
+    end
+  end
+  return c
 end
 
 -- Only tables' metatables: strings' and cdata's belong to the runtime.

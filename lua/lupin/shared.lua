@@ -50,8 +50,30 @@ local function check_key(key, level)
   end
 end
 
+local function open(name, opts)
+  local max = opts and opts.max_entries or M.DEFAULT_MAX_ENTRIES
+  if type(max) ~= "number" or max < 1 or max % 1 ~= 0 or max > 2 ^ 31 then
+    error(("shared dict %q: max_entries must be an integer from 1 to 2^31, got %s"):format(
+      name, tostring(max)), 3)
+  end
+  local self = dicts[name]
+  if self then
+    return self
+  end
+  local d = capi.shared.dict_open(capi.rt, name, max)
+  if d == nil then
+    error(("shared dict %q: out of memory"):format(name), 3)
+  end
+  self = setmetatable({ d = d, name = name }, Dict)
+  dicts[name] = self
+  return self
+end
+
 --- The dict of that name, made on first use with room for max_entries keys
---- (later callers get the same dict, whatever bound they give).
+--- (later callers get the same dict, whatever bound they give).  Names
+--- beginning with "lupin." are the runtime's own (flow control's counts
+--- are in "lupin.flow"): a plugin writing there could hold every worker's
+--- queue.
 ---@param name string
 ---@param opts? { max_entries: integer? }
 ---@return lupin.SharedDict
@@ -60,23 +82,15 @@ function M.dict(name, opts)
     error(("shared dict name must be a non-empty string, got %s"):format(
       name == "" and '""' or type(name)), 2)
   end
-  local max = opts and opts.max_entries or M.DEFAULT_MAX_ENTRIES
-  if type(max) ~= "number" or max < 1 or max % 1 ~= 0 or max > 2 ^ 31 then
-    error(("shared dict %q: max_entries must be an integer from 1 to 2^31, got %s"):format(
-      name, tostring(max)), 2)
+  if name:sub(1, 6) == "lupin." then
+    error(("shared dict %q: names beginning with \"lupin.\" are reserved for the runtime"):format(
+      name), 2)
   end
-  local self = dicts[name]
-  if self then
-    return self
-  end
-  local d = capi.shared.dict_open(capi.rt, name, max)
-  if d == nil then
-    error(("shared dict %q: out of memory"):format(name), 2)
-  end
-  self = setmetatable({ d = d, name = name }, Dict)
-  dicts[name] = self
-  return self
+  return open(name, opts)
 end
+
+-- The runtime's own dicts (a leading "_": not in a plugin's copy of the module).
+M._runtime_dict = open
 
 --- The value of key, or nil.
 ---@param key string

@@ -612,7 +612,7 @@ describe("flow control across runtimes sharing their state", function()
     -- and of the endpoint, at the moment rt2 schedules it out of its queue
     S.eval(rt2, [[
       local obj = require('lupin.runtime').current.by_name['window-probe'].obj
-      local d = require('lupin.shared').dict('lupin.flow')
+      local d = require('lupin.shared')._runtime_dict('lupin.flow')
       obj.probe = function(eps)
         obj.seen = { waiting = d:get('n:5'), arrival = d:get('o:5:2') ~= nil,
           in_flight = eps[1].in_flight }

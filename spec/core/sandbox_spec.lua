@@ -53,6 +53,10 @@ describe("the plugin sandbox", function()
     sdk_ffi = { "local _ = require('lupin.prefix').ffi.C", "attempt to index field 'ffi'" },
     reserved_name = { "local __lupin_c = 1", "the name __lupin_c is reserved for lupin" },
     print = { "print('hi')", "print is not available to plugins" },
+    runtime_dict = { "require('lupin.shared').dict('lupin.flow'):set('n:5', 1e9)",
+      'shared dict "lupin.flow": names beginning with "lupin." are reserved for the runtime' },
+    runtime_dict_opener = { "require('lupin.shared')._runtime_dict('lupin.flow')",
+      "attempt to call field '_runtime_dict'" },
   }) do
     it("refuse " .. name, function()
       local code = case[1]:format(marker, marker)
