@@ -161,6 +161,8 @@ typedef struct lupin_shared_store {
   lupin_prefix_shared *prefix; /* keyed prefix indexes */
   unsigned prefix_shards;      /* a new index's shards: 1 in a runtime's private store */
   lupin_dict *dicts;
+  size_t n_dicts;    /* under the lock */
+  size_t dict_bytes; /* what every dict's entries hold: __atomic */
   /* requests waiting in flow control, every runtime's (flow.c): __atomic */
   int64_t flow_queued;
   /* the host's hook on records (prefix_sync.c): set before other threads
@@ -211,17 +213,30 @@ typedef struct lupin_dict_value {
 } lupin_dict_value;
 
 /* What the dict calls answer beside 0. */
-enum { LUPIN_DICT_FULL = 1, LUPIN_DICT_NOT_FOUND, LUPIN_DICT_NOT_NUMBER, LUPIN_DICT_TOO_LONG };
-#define LUPIN_DICT_MAX_KEY 65535
+enum {
+  LUPIN_DICT_FULL = 1,
+  LUPIN_DICT_NOT_FOUND,
+  LUPIN_DICT_NOT_NUMBER,
+  LUPIN_DICT_TOO_LONG,
+  LUPIN_DICT_NO_MEMORY /* the process's dicts hold LUPIN_DICT_MAX_BYTES */
+};
+#define LUPIN_DICT_MAX_KEY   65535
 #define LUPIN_DICT_MAX_VALUE (1 << 20)
+/* Bounds over the plugins' dicts of a lupin_shared, together: a plugin's bug
+ * (a dict per request, values never deleted) fails its own sets, not the
+ * process.  The runtime's own dicts ("lupin.*") are outside them. */
+#define LUPIN_DICT_MAX_BYTES ((size_t)64 << 20)
+#define LUPIN_DICT_MAX_DICTS 1024
 
 /* The dict of that name in the runtime's lupin_shared, made on first use
- * with room for max_entries; NULL: out of memory. */
+ * with room for max_entries; NULL: LUPIN_DICT_MAX_DICTS dicts exist
+ * already, or out of memory. */
 lupin_dict *lupin_dict_open(lupin_runtime *rt, const char *name, size_t max_entries);
 /* Copies the value's bytes (at most cap) into buf; out->len is its length. */
 int lupin_dict_get(lupin_dict *d, const char *key, size_t klen, lupin_dict_value *out, char *buf,
                    size_t cap);
-/* type LUPIN_DICT_NIL deletes.  0, LUPIN_DICT_FULL, _TOO_LONG or -1 (memory). */
+/* type LUPIN_DICT_NIL deletes.  0, LUPIN_DICT_FULL, _TOO_LONG, _NO_MEMORY or
+ * -1 (malloc failed). */
 int lupin_dict_set(lupin_dict *d, const char *key, size_t klen, int type, double num,
                    const char *str, size_t slen);
 /* Adds delta to a number; an absent key starts at init when has_init, else

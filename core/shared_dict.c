@@ -7,7 +7,9 @@
  * insert, short enough that a lock-free design would buy nothing.  Its
  * entries are bounded (max_entries, fixed when made) and so are keys and
  * string values (LUPIN_DICT_MAX_KEY, _MAX_VALUE): a set past the bound is
- * refused, the dict never grows without limit. */
+ * refused, the dict never grows without limit.  So are the process's dicts
+ * together: at most LUPIN_DICT_MAX_DICTS of them, their entries at most
+ * LUPIN_DICT_MAX_BYTES, counted in the store whatever dict's lock is held. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -26,6 +28,7 @@ typedef struct entry {
 
 struct lupin_dict {
   lupin_dict *next; /* the store's list */
+  size_t *bytes;    /* the store's count of the plugins' dicts' entries; NULL: the runtime's */
   char *name;
   pthread_mutex_t lock;
   size_t max, count;
@@ -35,9 +38,10 @@ struct lupin_dict {
 
 /* --- the store ---------------------------------------------------------------- */
 
-static lupin_dict *dict_new(const char *name, size_t max) {
+static lupin_dict *dict_new(const char *name, size_t max, size_t *bytes) {
   lupin_dict *d = calloc(1, sizeof *d);
   if (!d) return NULL;
+  d->bytes = bytes;
   d->name = strdup(name);
   d->max = max;
   d->mask = 15;
@@ -72,9 +76,15 @@ lupin_dict *lupin_dict_open(lupin_runtime *rt, const char *name, size_t max_entr
   pthread_mutex_lock(&st->lock);
   lupin_dict *d = st->dicts;
   while (d && strcmp(d->name, name) != 0) d = d->next;
-  if (!d && (d = dict_new(name, max_entries))) {
+  /* the runtime's own dicts ("lupin.", which lupin.shared keeps from
+   * plugins) are bounded by their users alone: a plugin filling the budget
+   * must not stop flow control's counts */
+  int own = strncmp(name, "lupin.", 6) == 0;
+  if (!d && (own || st->n_dicts < LUPIN_DICT_MAX_DICTS) &&
+      (d = dict_new(name, max_entries, own ? NULL : &st->dict_bytes))) {
     d->next = st->dicts;
     st->dicts = d;
+    st->n_dicts += !own;
   }
   pthread_mutex_unlock(&st->lock);
   return d;
@@ -86,9 +96,26 @@ void lupin__dict_free_all(lupin_shared_store *st) {
     st->dicts = d->next;
     dict_free(d);
   }
+  st->n_dicts = 0;
+  st->dict_bytes = 0;
 }
 
 /* --- entries ---------------------------------------------------------------- */
+
+/* What an entry of klen key bytes and slen value bytes holds. */
+static size_t entry_bytes(size_t klen, size_t slen) { return sizeof(entry) + klen + slen; }
+
+/* Takes n bytes of the process's budget; -1: it has not that much left. */
+static int charge(lupin_dict *d, size_t n) {
+  if (!d->bytes || __atomic_add_fetch(d->bytes, n, __ATOMIC_RELAXED) <= LUPIN_DICT_MAX_BYTES)
+    return 0;
+  __atomic_sub_fetch(d->bytes, n, __ATOMIC_RELAXED);
+  return -1;
+}
+
+static void uncharge(lupin_dict *d, size_t n) {
+  if (d->bytes) __atomic_sub_fetch(d->bytes, n, __ATOMIC_RELAXED);
+}
 
 /* The link pointing at key's entry (or at the NULL ending its bucket). */
 static entry **find(lupin_dict *d, const char *key, size_t klen, uint64_t hash) {
@@ -116,26 +143,46 @@ static void maybe_grow(lupin_dict *d) {
   d->mask = cap - 1;
 }
 
-/* A new entry at *p (the end of its bucket); NULL: full or out of memory. */
-static entry *add(lupin_dict *d, entry **p, const char *key, size_t klen, uint64_t hash) {
+/* A new entry at *p (the end of its bucket) in *out: 0, LUPIN_DICT_NO_MEMORY
+ * (the budget) or -1 (malloc). */
+static int add(lupin_dict *d, entry **p, const char *key, size_t klen, uint64_t hash, entry **out) {
+  if (charge(d, entry_bytes(klen, 0))) return LUPIN_DICT_NO_MEMORY;
   entry *e = malloc(sizeof *e + klen);
-  if (!e) return NULL;
+  if (!e) {
+    uncharge(d, entry_bytes(klen, 0));
+    return -1;
+  }
   *e = (entry){.hash = hash, .klen = klen};
   memcpy(e->key, key, klen);
   *p = e;
   d->count++;
   maybe_grow(d);
-  return e;
+  *out = e;
+  return 0;
 }
 
-/* Sets e's value; -1 (out of memory) leaves it as it was. */
-static int assign(entry *e, int type, double num, const char *str, size_t slen) {
+/* Unlinks the entry at *p and frees it. */
+static void drop(lupin_dict *d, entry **p) {
+  entry *e = *p;
+  *p = e->next;
+  d->count--;
+  uncharge(d, entry_bytes(e->klen, e->slen));
+  free(e->str);
+  free(e);
+}
+
+/* Sets e's value; LUPIN_DICT_NO_MEMORY or -1 leave it as it was. */
+static int assign(lupin_dict *d, entry *e, int type, double num, const char *str, size_t slen) {
   char *copy = NULL;
   if (type == LUPIN_DICT_STRING) {
-    copy = malloc(slen ? slen : 1);
-    if (!copy) return -1;
+    if (charge(d, slen)) return LUPIN_DICT_NO_MEMORY;
+    if (!(copy = malloc(slen ? slen : 1))) {
+      uncharge(d, slen);
+      return -1;
+    }
     memcpy(copy, str, slen);
   }
+  uncharge(d, e->slen);
   free(e->str);
   e->type = type;
   e->num = num;
@@ -168,23 +215,13 @@ int lupin_dict_set(lupin_dict *d, const char *key, size_t klen, int type, double
   pthread_mutex_lock(&d->lock);
   entry **p = find(d, key, klen, hash), *e = *p;
   if (type == LUPIN_DICT_NIL) {
-    if (e) {
-      *p = e->next;
-      d->count--;
-      free(e->str);
-      free(e);
-    }
+    if (e) drop(d, p);
   } else if (e) {
-    rc = assign(e, type, num, str, slen);
+    rc = assign(d, e, type, num, str, slen);
   } else if (d->count >= d->max) {
     rc = LUPIN_DICT_FULL;
-  } else if (!(e = add(d, p, key, klen, hash)) || assign(e, type, num, str, slen)) {
-    if (e) { /* a new entry without its value: take it back out */
-      *find(d, key, klen, hash) = NULL;
-      d->count--;
-      free(e);
-    }
-    rc = -1;
+  } else if (!(rc = add(d, p, key, klen, hash, &e)) && (rc = assign(d, e, type, num, str, slen))) {
+    drop(d, find(d, key, klen, hash)); /* a new entry without its value */
   }
   pthread_mutex_unlock(&d->lock);
   return rc;
@@ -203,9 +240,7 @@ int lupin_dict_incr(lupin_dict *d, const char *key, size_t klen, double delta, d
     rc = LUPIN_DICT_NOT_FOUND;
   } else if (!e && d->count >= d->max) {
     rc = LUPIN_DICT_FULL;
-  } else if (!e && !(e = add(d, p, key, klen, hash))) {
-    rc = -1;
-  } else {
+  } else if (e || !(rc = add(d, p, key, klen, hash, &e))) {
     if (e->type != LUPIN_DICT_NUMBER) { /* just added */
       e->type = LUPIN_DICT_NUMBER;
       e->num = init;

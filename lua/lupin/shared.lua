@@ -20,9 +20,13 @@ local M = {}
 M.DEFAULT_MAX_ENTRIES = 10000
 M.MAX_KEY = 65535
 M.MAX_VALUE = 1048576
+--- What every dict of the process holds at most together, and how many
+--- dicts there are at most (core/internal.h).
+M.MAX_BYTES = 64 * 1048576
+M.MAX_DICTS = 1024
 
 local NIL, NUMBER, STRING, BOOLEAN = 0, 1, 2, 3
-local FULL, NOT_FOUND, NOT_NUMBER, TOO_LONG = 1, 2, 3, 4
+local FULL, NOT_FOUND, NOT_NUMBER, TOO_LONG, NO_MEMORY = 1, 2, 3, 4, 5
 
 local value = ffi.new("lupin_dict_value") -- reused: a runtime is single-threaded
 local result = ffi.new("double[1]")
@@ -62,7 +66,8 @@ local function open(name, opts)
   end
   local d = capi.shared.dict_open(capi.rt, name, max)
   if d == nil then
-    error(("shared dict %q: out of memory"):format(name), 3)
+    error(("shared dict %q: cannot be made: the process has %d dicts, the most it holds"
+      .. " (or memory ran out); use fewer names"):format(name, M.MAX_DICTS), 3)
   end
   self = setmetatable({ d = d, name = name }, Dict)
   dicts[name] = self
@@ -120,6 +125,8 @@ end
 local function set_error(self, rc)
   if rc == FULL then
     return nil, "full"
+  elseif rc == NO_MEMORY then
+    return nil, "no memory"
   elseif rc == TOO_LONG then
     error(("shared dict %q: the value is longer than %d bytes"):format(self.name, M.MAX_VALUE), 3)
   end
@@ -127,7 +134,8 @@ local function set_error(self, rc)
 end
 
 --- Sets key to v (nil deletes it).  Returns true, or nil, "full" when key is
---- new and the dict holds max_entries keys already.
+--- new and the dict holds max_entries keys already, or nil, "no memory" when
+--- the process's dicts hold MAX_BYTES together.
 ---@param key string
 ---@param v number|string|boolean|nil
 ---@return true|nil ok
@@ -156,7 +164,7 @@ end
 --- Adds delta to key's number, atomically across runtimes, and returns the
 --- new value.  A missing key starts at init (nil, "not found" without one);
 --- a key holding no number gives nil, "not a number"; a new key in a full
---- dict nil, "full".
+--- dict nil, "full"; past the process's MAX_BYTES nil, "no memory".
 ---@param key string
 ---@param delta number
 ---@param init number?

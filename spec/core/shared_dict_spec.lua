@@ -86,6 +86,58 @@ describe("lupin.shared dicts", function()
     assert.same({ "nil full", "nil full", true, 3, true, { 2, 2, 2 } }, got)
   end)
 
+  it("bounds the process's dicts together: no memory past MAX_BYTES, room back on delete",
+    function()
+    local got = run(a, [[
+      local mb = ("v"):rep(1048576)
+      local d = shared.dict("big")
+      local n, ok, err = 0, true, nil
+      while ok and n < 100 do
+        ok, err = d:set("k" .. n, mb)
+        n = ok and n + 1 or n
+      end
+      -- a set that would replace a value with a longer one keeps the old one
+      d:set("short", "x")
+      local replaced = pair(d:set("short", mb))
+      return { n, err, replaced, d:get("short") }]])
+    assert.same({ "no memory", "nil no memory", "x" }, { got[2], got[3], got[4] })
+    assert.is_true(got[1] >= 60 and got[1] < 64, "1 MB values that fit: " .. got[1])
+    -- another runtime, another dict: the same budget
+    assert.equal("nil no memory", run(b, [[
+      return pair(shared.dict("other"):set("k", ("w"):rep(1048576)))]]))
+    -- small keys fill what is left, incr's new keys included, then stop
+    assert.equal("nil no memory", run(b, [[
+      local d, i, v, e = shared.dict("counters", { max_entries = 1000000 }), 0, 0, nil
+      while v do
+        i = i + 1
+        v, e = d:incr("c" .. i, 1, 0)
+      end
+      return pair(v, e)]]))
+    -- the runtime's own dicts (flow control's counts) are outside the budget
+    assert.equal(1, run(b, [[return shared._runtime_dict("lupin.flow"):incr("n:0", 1, 0)]]))
+    run(a, [[shared.dict("big"):delete("k0")]])
+    assert.equal(true, run(b, [[return shared.dict("other"):set("k", ("w"):rep(1048576))]]))
+  end)
+
+  it("makes at most MAX_DICTS dicts for plugins in a process, and says so past it", function()
+    local got = run(a, [[
+      local made, err = 0, nil
+      for i = 1, shared.MAX_DICTS + 1 do
+        local ok, e = pcall(shared.dict, "d" .. i)
+        if not ok then
+          err = e
+          break
+        end
+        made = made + 1
+      end
+      return { made, err, shared.dict("d1"):set("k", 1),
+        shared._runtime_dict("lupin.flow"):incr("n:0", 1, 0) }]])
+    assert.equal(1024, got[1])
+    assert.matches('shared dict "d1025": cannot be made: the process has 1024 dicts', got[2], 1, true)
+    assert.is_true(got[3]) -- the dicts made still serve
+    assert.equal(1, got[4]) -- and the runtime still opens its own
+  end)
+
   it("names what is wrong with a bad name, key, value, delta or bound", function()
     local got = run(a, [[
       local d = shared.dict("t")
