@@ -20,8 +20,8 @@ local M = {}
 M.DEFAULT_MAX_ENTRIES = 10000
 M.MAX_KEY = 65535
 M.MAX_VALUE = 1048576
---- What every dict of the process holds at most together, and how many
---- dicts there are at most (core/internal.h).
+--- What the plugins' dicts of the process hold at most together, and how
+--- many there are at most (core/internal.h); the runtime's own are apart.
 M.MAX_BYTES = 64 * 1048576
 M.MAX_DICTS = 1024
 
