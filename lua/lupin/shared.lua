@@ -12,6 +12,7 @@
 --- reloads.
 local ffi = require "ffi"
 local capi = require "lupin.capi"
+local log = require "lupin.log"
 
 ---@class lupin.shared
 local M = {}
@@ -126,6 +127,10 @@ local function set_error(self, rc)
   if rc == FULL then
     return nil, "full"
   elseif rc == NO_MEMORY then
+    -- a plugin may drop the answer: the operator hears of it (once a second)
+    log.limited("shared/no-memory", "warn", "shared dict %q: a write was refused: the plugins'"
+      .. " dicts hold %d MB together, the most a process gives them; a plugin keeps keys it"
+      .. " never deletes", self.name, M.MAX_BYTES / 1048576)
     return nil, "no memory"
   elseif rc == TOO_LONG then
     error(("shared dict %q: the value is longer than %d bytes"):format(self.name, M.MAX_VALUE), 3)

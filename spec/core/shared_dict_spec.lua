@@ -105,6 +105,12 @@ describe("lupin.shared dicts", function()
     -- another runtime, another dict: the same budget
     assert.equal("nil no memory", run(b, [[
       return pair(shared.dict("other"):set("k", ("w"):rep(1048576)))]]))
+    local warned = {}
+    for _, l in ipairs(b:logs()) do
+      warned[#warned + 1] = l[2]
+    end
+    assert.matches('shared dict "other": a write was refused: the plugins\' dicts hold 64 MB',
+      table.concat(warned, "\n"), 1, true)
     -- small keys fill what is left, incr's new keys included, then stop
     assert.equal("nil no memory", run(b, [[
       local d, i, v, e = shared.dict("counters", { max_entries = 1000000 }), 0, 0, nil
