@@ -576,14 +576,23 @@ describe("flow control across runtimes sharing their state", function()
     rt2:free()
   end)
 
-  it("sends no band while a higher one waits in another runtime", function()
-    local rt1, got1, rt2, got2 = pair({}, { objectives = { { name = "gold", priority = 5 } } })
+  -- rt1's endpoint busy with "first", "plain" queued on rt1, "gold" (a
+  -- higher band) queued on rt2
+  local function plain_and_gold(extra)
+    extra = extra or {}
+    extra.objectives = { { name = "gold", priority = 5 } }
+    local rt1, got1, rt2, got2 = pair({}, extra)
     local first = begin(rt1, "first")
     assert.equal(200, first:schedule().status)
     local plain = begin(rt1, "plain")
     assert.equal(0, plain:schedule().status)
     local gold = begin(rt2, "gold", { ["x-gateway-inference-objective"] = "gold" })
     assert.equal(0, gold:schedule().status)
+    return rt1, got1, rt2, got2, first, plain, gold
+  end
+
+  it("sends no band while a higher one waits in another runtime", function()
+    local rt1, got1, rt2, got2, first, plain, gold = plain_and_gold()
     first:finish("ok")
     assert.equal("", ids(got1)) -- gold waits on rt2: plain stays
     assert.equal(1, rt1:flow_elsewhere())
@@ -600,14 +609,8 @@ describe("flow control across runtimes sharing their state", function()
   it("counts a request it lets through as waiting until it is counted in flight", function()
     local profiles = { { name = "default", plugins = { { pluginRef = "window-probe" },
       { pluginRef = "queue-scorer" }, { pluginRef = "max-score-picker" } } } }
-    local rt1, got1, rt2, got2 = pair({}, { schedulingProfiles = profiles,
-      objectives = { { name = "gold", priority = 5 } } })
-    local first = begin(rt1, "first")
-    assert.equal(200, first:schedule().status)
-    local plain = begin(rt1, "plain")
-    assert.equal(0, plain:schedule().status)
-    local gold = begin(rt2, "gold", { ["x-gateway-inference-objective"] = "gold" })
-    assert.equal(0, gold:schedule().status)
+    local rt1, got1, rt2, got2, first, plain, gold = plain_and_gold({
+      schedulingProfiles = profiles })
     -- what rt1's gate reads of gold (its band's count, its published arrival)
     -- and of the endpoint, at the moment rt2 schedules it out of its queue
     S.eval(rt2, [[
