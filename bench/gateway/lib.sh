@@ -131,14 +131,18 @@ CONF
   wait_http "http://127.0.0.1:$NGINX_PORT/metrics" || { cat "$WORK/nginx/error.log" >&2; return 1; }
 }
 
-# cpu_ticks PID...: user+system clock ticks of the processes and their live
-# children (nginx's worker is the master's child)
-cpu_ticks() {
-  local p t=0 c
+# ticks AWK_EXPR PID...: clock ticks of the processes and their live children
+# (nginx's worker is the master's child), as the awk expression over
+# /proc/PID/stat makes them ($14 user, $15 system)
+ticks() {
+  local expr=$1 p t=0 c
+  shift
   for p in "$@"; do
     for c in "$p" $(cat /proc/"$p"/task/*/children 2>/dev/null); do
-      t=$((t + $(awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null || echo 0)))
+      t=$((t + $(awk "{print $expr}" "/proc/$c/stat" 2>/dev/null || echo 0)))
     done
   done
   echo "$t"
 }
+cpu_ticks() { ticks '$14 + $15' "$@"; }  # user + system
+user_ticks() { ticks '$14' "$@"; }

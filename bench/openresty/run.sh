@@ -53,26 +53,27 @@ for port in "$LUPIN_PORT" "$PEER_PORT" "$NGINX_PORT"; do
   [ "$code" = 200 ] || { echo "bench-openresty: port $port answered $code" >&2; exit 1; }
 done
 
-# run TARGET MODE SECONDS -> R_N requests, R_S seconds, R_TICKS proxy CPU ticks, R_P99, R_BAD
+# run TARGET MODE SECONDS -> R_N requests, R_S seconds, R_TICKS proxy CPU ticks (R_UTICKS of
+# them user time), R_P99, R_BAD
 run() {
-  local target=$1 mode=$2 secs=$3 port pid out t0 t1 n s p99 non2xx errs
+  local target=$1 mode=$2 secs=$3 port pid out t0 t1 u0 u1 n s p99 non2xx errs
   case $target in
     lupin) port=$LUPIN_PORT; pid=$LUPIN_PID ;;
     peer)  port=$PEER_PORT; pid=$PEER_PID ;;
     nginx) port=$NGINX_PORT; pid=$NGINX_PID ;;
   esac
-  t0=$(cpu_ticks "$pid")
+  t0=$(cpu_ticks "$pid"); u0=$(user_ticks "$pid")
   out=$(LUPIN_BENCH_STREAM=$([ "$mode" = stream ] && echo 1 || echo 0) LUPIN_BENCH_RATE=0 \
         LUPIN_BENCH_MODEL=$MODEL taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${secs}s" \
         --timeout 10s -s bench/gateway/post.lua "http://127.0.0.1:$port")
-  t1=$(cpu_ticks "$pid")
+  t1=$(cpu_ticks "$pid"); u1=$(user_ticks "$pid")
   read -r _ n s _ p99 _ non2xx errs <<<"$(grep '^RESULT' <<<"$out")"
-  R_N=$n; R_S=$s; R_TICKS=$((t1 - t0)); R_P99=$p99; R_BAD=$((non2xx + errs))
+  R_N=$n; R_S=$s; R_TICKS=$((t1 - t0)); R_UTICKS=$((u1 - u0)); R_P99=$p99; R_BAD=$((non2xx + errs))
 }
 
 echo "bench-openresty: $WORKERS worker(s) each, lupin-sim --instant x$SIM_ENDPOINTS, wrk -t1 -c$CONNS -d${DURATION}s x$REPS interleaved;" >&2
 echo "  proxies on CPU $PROXY_CPU, wrk + lupin-sim on CPU $LOAD_CPU" >&2
-declare -A N S T P99
+declare -A N S T U P99
 bad_total=0
 for mode in plain stream; do
   for target in lupin peer nginx; do run "$target" "$mode" "$WARMUP"; done
@@ -81,6 +82,7 @@ for mode in plain stream; do
       run "$target" "$mode" "$DURATION"
       k=$mode$target
       N[$k]=$(( ${N[$k]:-0} + R_N )); T[$k]=$(( ${T[$k]:-0} + R_TICKS ))
+      U[$k]=$(( ${U[$k]:-0} + R_UTICKS ))
       S[$k]=$(awk -v a="${S[$k]:-0}" -v b="$R_S" 'BEGIN { print a + b }')
       P99[$k]="${P99[$k]:+${P99[$k]} }$R_P99"
       bad_total=$((bad_total + R_BAD))
@@ -96,15 +98,20 @@ eff() { awk -v t="${T[$1]}" -v h="$HZ" -v n="${N[$1]}" 'BEGIN { printf "%.0f", t
 rps() { awk -v n="${N[$1]}" -v s="${S[$1]}" 'BEGIN { printf "%.0f", n / s }'; }
 cpu() { awk -v t="${T[$1]}" -v h="$HZ" -v s="${S[$1]}" 'BEGIN { printf "%.0f%%", 100 * t / h / s }'; }
 med() { tr ' ' '\n' <<<"$1" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# µs of user and of system time a request: "user / system"
+user_sys() {
+  awk -v t="${T[$1]}" -v u="${U[$1]}" -v h="$HZ" -v n="${N[$1]}" \
+    'BEGIN { if (n) printf "%.1f / %.1f", 1e6 * u / h / n, 1e6 * (t - u) / h / n }'
+}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b ? a / b : 0 }'; }
 echo
-echo "| mode | target | req/s | proxy CPU | req per CPU-s | µs CPU per req | p99 (median of reps) | lupin ÷ target, req per CPU-s |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| mode | target | req/s | proxy CPU | req per CPU-s | µs CPU per req | of which user / system | p99 (median of reps) | lupin ÷ target, req per CPU-s |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for mode in plain stream; do
   for target in lupin peer nginx; do
     k=$mode$target; e=$(eff "$k")
     echo "| $mode | $target | $(rps "$k") | $(cpu "$k") | $e | $(awk -v e="$e" 'BEGIN { printf "%.1f", e ? 1e6 / e : 0 }') \
-| $(med "${P99[$k]}") µs | $(ratio "$(eff "${mode}lupin")" "$e") |"
+| $(user_sys "$k") | $(med "${P99[$k]}") µs | $(ratio "$(eff "${mode}lupin")" "$e") |"
   done
 done
 echo
