@@ -306,13 +306,14 @@ typedef struct lupin_capi {
   double (*now)(void);
   void (*log)(lupin_runtime *rt, int level, const char *msg);
   void (*endpoint_free)(lupin_endpoint *ep);
-  int (*result_add_pick)(lupin_request *req, const lupin_endpoint *ep);
+  /* req: the request's address as the number its Lua state keeps
+   * (lupin_request_begin), not a pointer cdata: no box per request */
+  int (*result_add_pick)(uintptr_t req, const lupin_endpoint *ep);
   /* sets the requests and tokens req counts in flight on ep until it ends
    * (negative: unchanged) */
-  int (*request_count)(lupin_request *req, const lupin_endpoint *ep, int64_t requests,
-                       int64_t tokens);
-  int (*result_add_header)(lupin_request *req, const char *name, const char *value);
-  int (*client_add_header)(lupin_request *req, const char *name, const char *value);
+  int (*request_count)(uintptr_t req, const lupin_endpoint *ep, int64_t requests, int64_t tokens);
+  int (*result_add_header)(uintptr_t req, const char *name, const char *value);
+  int (*client_add_header)(uintptr_t req, const char *name, const char *value);
   /* a header's value in the begin hook's header block (request.c) */
   const char *(*header_find)(const char *block, size_t len, const char *name, size_t name_len,
                              size_t *value_len);
@@ -441,13 +442,12 @@ void lupin__generation_drop(lupin_runtime *rt, int ref);
 void lupin__endpoint_free(lupin_endpoint *ep);
 
 /* request.c */
-int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep);
-int lupin__result_add_header(lupin_request *req, const char *name, const char *value);
-int lupin__client_add_header(lupin_request *req, const char *name, const char *value);
+int lupin__result_add_pick(uintptr_t req, const lupin_endpoint *ep);
+int lupin__result_add_header(uintptr_t req, const char *name, const char *value);
+int lupin__client_add_header(uintptr_t req, const char *name, const char *value);
 const char *lupin__header_find(const char *block, size_t len, const char *name, size_t name_len,
                                size_t *value_len);
-int lupin__request_count(lupin_request *req, const lupin_endpoint *ep, int64_t requests,
-                         int64_t tokens);
+int lupin__request_count(uintptr_t req, const lupin_endpoint *ep, int64_t requests, int64_t tokens);
 void lupin__requests_cancel_all(lupin_runtime *rt);
 /* Runs scheduling (or reads its answer again) into *out. */
 int lupin__request_schedule_into(lupin_request *req, lupin_result *out);

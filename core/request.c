@@ -186,8 +186,9 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
   lua_State *L = rt->L;
   lupin__push_hook(rt, LUPIN_HOOK_BEGIN);
   lua_rawgeti(L, LUA_REGISTRYINDEX, gen->ref);
-  /* as a number: LuaJIT compiles ffi.cast from a number, not from a light
-   * userdata (x86-64 user addresses fit a double's 53 bits) */
+  /* as a number, which the request's state keeps and hands back to the
+   * capi functions as uintptr_t: a pointer cdata would be one more Lua
+   * object a request (x86-64 user addresses fit a double's 53 bits) */
   lua_pushnumber(L, (lua_Number)(uintptr_t)req);
   int top = lua_gettop(L) - 3;
   if (push_desc(L, desc)) {
@@ -239,7 +240,8 @@ static void *grow(void *a, size_t *cap, size_t n, size_t size) {
   return b;
 }
 
-int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep) {
+int lupin__result_add_pick(uintptr_t addr, const lupin_endpoint *ep) {
+  lupin_request *req = (lupin_request *)addr;
   lupin_pick *p = grow(req->picks, &req->cap_picks, req->n_picks, sizeof *p);
   if (!p) return -1;
   req->picks = p;
@@ -252,8 +254,9 @@ int lupin__result_add_pick(lupin_request *req, const lupin_endpoint *ep) {
  * nothing twice.  The counters stay valid until the end: the Lua side keeps
  * the endpoint objects counted on alive in the request's state (ctx.lua's
  * r.held), and each holds its slot in the shared registry. */
-int lupin__request_count(lupin_request *req, const lupin_endpoint *ep, int64_t requests,
+int lupin__request_count(uintptr_t addr, const lupin_endpoint *ep, int64_t requests,
                          int64_t tokens) {
+  lupin_request *req = (lupin_request *)addr;
   if (!ep->counters || req->released) return -1;
   hold *h = NULL;
   for (size_t i = 0; i < req->n_holds && !h; i++)
@@ -331,12 +334,12 @@ static void clear_headers(header_list *l) {
   l->n = 0;
 }
 
-int lupin__result_add_header(lupin_request *req, const char *name, const char *value) {
-  return add_header(&req->upstream, name, value);
+int lupin__result_add_header(uintptr_t addr, const char *name, const char *value) {
+  return add_header(&((lupin_request *)addr)->upstream, name, value);
 }
 
-int lupin__client_add_header(lupin_request *req, const char *name, const char *value) {
-  return add_header(&req->client, name, value);
+int lupin__client_add_header(uintptr_t addr, const char *name, const char *value) {
+  return add_header(&((lupin_request *)addr)->client, name, value);
 }
 
 size_t lupin_request_client_headers(const lupin_request *req, const lupin_header **out) {

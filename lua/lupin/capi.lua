@@ -94,10 +94,10 @@ typedef struct lupin_capi {
   double (*now)(void);
   void (*log)(void *rt, int level, const char *msg);
   void (*endpoint_free)(lupin_endpoint *ep);
-  int (*result_add_pick)(void *req, const lupin_endpoint *ep);
-  int (*request_count)(void *req, const lupin_endpoint *ep, int64_t requests, int64_t tokens);
-  int (*result_add_header)(void *req, const char *name, const char *value);
-  int (*client_add_header)(void *req, const char *name, const char *value);
+  int (*result_add_pick)(uintptr_t req, const lupin_endpoint *ep);
+  int (*request_count)(uintptr_t req, const lupin_endpoint *ep, int64_t requests, int64_t tokens);
+  int (*result_add_header)(uintptr_t req, const char *name, const char *value);
+  int (*client_add_header)(uintptr_t req, const char *name, const char *value);
   const char *(*header_find)(const char *block, size_t len, const char *name, size_t name_len,
                              size_t *value_len);
   long (*block_hashes)(const lupin_hash_input *in, uint64_t *out, size_t cap);

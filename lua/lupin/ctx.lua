@@ -81,7 +81,7 @@ end
 function FIELDS.shared(r)
   local t = r.shared
   if not t then
-    t = {}
+    t = new_table(0, 2) -- made for what it will hold, as the private table
     r.shared = t
     leaks.own(r, t, false)
   end
@@ -403,7 +403,7 @@ local CTX = {
 
 --- A request's state table.
 ---@param gen table the generation it is pinned to
----@param creq ffi.cdata* the C request
+---@param creq number|false|nil the C request's address (nil: the dry run, false: a probe)
 ---@param id string
 ---@param path string
 ---@param body string? the raw body

@@ -255,7 +255,7 @@ function M.begin(gen, creq, id, path, body, model, headers, subset, check, flags
       decoded.model = rewrite
     end
   end
-  local r = ctx.new_request(gen, ffi.cast("void *", creq), id, path, body, model, headers)
+  local r = ctx.new_request(gen, creq, id, path, body, model, headers)
   r.candidates = candidates(subset)
   r.subset = subset ~= nil
   if flags ~= 0 then
@@ -488,6 +488,11 @@ local function profile_list(gen, v)
   return names_of(gen, keys, 1, keys)
 end
 
+-- Room for the results of the profiles a request runs, made at once: the
+-- configs lupin ships run one or two, and a table grown by its first key
+-- is rehashed (LuaJIT), costlier than one made at that size.
+local RESULTS_SIZE = 2
+
 -- from's entries after key k into to.
 local function copy(from, to, k)
   local key, value = next(from, k)
@@ -506,7 +511,7 @@ local function results_view(r, results)
   if v then
     clear(v)
   else
-    v = {}
+    v = new_table(0, RESULTS_SIZE)
     r.results_view = v
   end
   return copy(results, v, nil)
@@ -671,7 +676,7 @@ local function decide(r)
     return fail(r, 503, r.subset and "no endpoint matches x-gateway-destination-endpoint-subset"
       or "no endpoints in the pool", nil, NO_ENDPOINT)
   end
-  local results = {}
+  local results = new_table(0, RESULTS_SIZE)
   if run_profiles(r, results) then
     return failed(r.failure)
   end

@@ -40,7 +40,6 @@
 --              control sent there since its last scrape
 local config = require "lupin.config"
 local capi = require "lupin.capi"
-local ffi = require "ffi"
 local log = require "lupin.log"
 local pool = require "lupin.pool"
 local shared = require "lupin.shared"
@@ -617,10 +616,6 @@ function M.settle(r)
   end
 end
 
-local function creq_of(fc)
-  return tonumber(ffi.cast("uintptr_t", fc.r.creq))
-end
-
 -- --- what the core calls (core/flow.c, core/request.c) ---------------------
 
 local ops = {}
@@ -638,7 +633,7 @@ function ops.next(sweep)
   local fc = pop_ready()
   if fc then
     fc.state = "evicted"
-    return creq_of(fc)
+    return fc.r.creq
   end
   if queued_n == 0 or M.saturated() then
     return nil
@@ -662,7 +657,7 @@ function ops.next(sweep)
   take(fc, true)
   band.dispatched = band.dispatched + 1
   fc.state = "released"
-  return creq_of(fc)
+  return fc.r.creq
 end
 
 --- The request ends: out of the queue at once (the core took it out of the
