@@ -215,7 +215,10 @@ end
 -- endpoint holds the prompt: that case has no loop, which would abort
 -- LuaJIT's traces at one trip (docs/performance.md, "Compiled paths").
 local function matched(ids, counts, k)
-  local out = new_table(k, 0) -- made at its size (ids are small: the array part)
+  -- made at its size, in the hash part: ids are the process's, growing as
+  -- endpoints come and go, so an array part keyed by them would be rehashed
+  -- into a hash part by the first id past k
+  local out = new_table(0, k)
   if k == 1 then
     out[ids[0]] = counts[0]
     return out
