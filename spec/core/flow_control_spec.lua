@@ -591,6 +591,16 @@ describe("flow control across runtimes sharing their state", function()
     return rt1, got1, rt2, got2, first, plain, gold
   end
 
+  -- gold ends: rt1's next tick sends plain; then both runtimes go
+  local function gold_then_plain(rt1, got1, rt2, plain, gold)
+    gold:finish("ok")
+    rt1:tick()
+    assert.equal("plain", ids(got1))
+    plain:finish("ok")
+    rt1:free()
+    rt2:free()
+  end
+
   it("sends no band while a higher one waits in another runtime", function()
     local rt1, got1, rt2, got2, first, plain, gold = plain_and_gold()
     first:finish("ok")
@@ -598,12 +608,7 @@ describe("flow control across runtimes sharing their state", function()
     assert.equal(1, rt1:flow_elsewhere())
     rt2:tick() -- what lupin serve posts to the other workers when a request ends
     assert.equal("gold", ids(got2))
-    gold:finish("ok")
-    rt1:tick()
-    assert.equal("plain", ids(got1))
-    plain:finish("ok")
-    rt1:free()
-    rt2:free()
+    gold_then_plain(rt1, got1, rt2, plain, gold)
   end)
 
   it("counts a request it lets through as waiting until it is counted in flight", function()
@@ -629,12 +634,7 @@ describe("flow control across runtimes sharing their state", function()
     assert.equal(0, rt1:flow_elsewhere())
     rt1:tick()
     assert.equal("", ids(got1))
-    gold:finish("ok")
-    rt1:tick()
-    assert.equal("plain", ids(got1))
-    plain:finish("ok")
-    rt1:free()
-    rt2:free()
+    gold_then_plain(rt1, got1, rt2, plain, gold)
   end)
 
   it("lets the runtime holding the band's oldest request send next", function()
