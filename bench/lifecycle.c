@@ -4,13 +4,15 @@
  * Beside the lifecycle's p99 it prints the machine's own: the p99 of a plain C
  * loop as long as the lifecycle's median, timed the same way (on a shared VM
  * the host's interruptions alone can make it several times the median).
- * LUPIN_BENCH_GC=between holds the Lua GC off during each timed lifecycle and
- * steps it between them (untimed): what the p99 owes to the collector.
+ * The lifecycles are timed twice: with LuaJIT pacing the collector (its
+ * steps inside the lifecycles that allocate) and with the host pacing it
+ * (lupin_options.host_paces_collector, as lupin serve does: the steps
+ * between lifecycles, timed apart).
  *
  *   LUPIN_HOME=. ./build/bench-lifecycle [config] [endpoints] [lifecycles] [prompt bytes] */
 #include <lupin.h>
 
-#include "internal.h" /* lupin__eval, for LUPIN_BENCH_GC */
+#include "internal.h" /* lupin__eval: the collector stopped to count garbage */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,18 +111,14 @@ static uint64_t lua_memory_after_gc(lupin_runtime *rt) {
   return s.lua_memory;
 }
 
-int main(int argc, char **argv) {
-  const char *config = argc > 1 ? argv[1] : "examples/configs/minimal.json";
-  int n_endpoints = argc > 2 ? atoi(argv[2]) : 16;
-  int n = argc > 3 ? atoi(argv[3]) : 200000;
-  size_t prompt = argc > 4 ? (size_t)atol(argv[4]) : 100;
-  make_body(prompt);
+/* A runtime with config's plugins and n_endpoints endpoints. */
+static lupin_runtime *open_runtime(const char *config, int n_endpoints, int host_paced) {
   char err[2048];
-  lupin_runtime *rt =
-      lupin_runtime_new(&(lupin_options){.log_level = LUPIN_LOG_WARN, .seed = 1}, err, sizeof err);
+  lupin_options o = {.log_level = LUPIN_LOG_WARN, .seed = 1, .host_paces_collector = host_paced};
+  lupin_runtime *rt = lupin_runtime_new(&o, err, sizeof err);
   if (!rt || lupin_runtime_load(rt, config, err, sizeof err)) {
     fprintf(stderr, "bench: %s\n", err);
-    return 1;
+    exit(1);
   }
   for (int i = 0; i < n_endpoints; i++) {
     char name[16], addr[32];
@@ -130,26 +128,51 @@ int main(int argc, char **argv) {
     lupin_endpoint_set_metrics(
         rt, name, &(lupin_metrics){.waiting_queue_size = i % 7, .kv_cache_usage = 0.1 * (i % 10)});
   }
+  return rt;
+}
 
-  for (int i = 0; i < n / 10; i++)
-    lifecycle(rt); /* warm up the JIT */
-  double *t = malloc(sizeof *t * n);
-  const char *gc = getenv("LUPIN_BENCH_GC");
-  int gc_between = gc && !strcmp(gc, "between");
+typedef struct timing {
+  double median, p99, mean, steps; /* steps: the host's collector steps, mean per lifecycle */
+} timing;
+
+/* n lifecycles timed one by one, after a warm-up; with a host-paced
+ * collector, its steps come between them, timed apart. */
+static timing time_lifecycles(lupin_runtime *rt, int n, int host_paced) {
+  for (int i = 0; i < n / 10; i++) { /* warm up the JIT */
+    lifecycle(rt);
+    if (host_paced) lupin_runtime_collect_step(rt);
+  }
+  double *t = malloc(sizeof *t * n), total = 0, steps = 0;
   for (int i = 0; i < n; i++) {
-    if (gc_between) free(lupin__eval(rt, "collectgarbage('stop')", err, sizeof err));
     double s = now_ns();
     lifecycle(rt);
     t[i] = now_ns() - s;
-    if (gc_between)
-      free(lupin__eval(rt, "collectgarbage('restart') collectgarbage('step', 8)", err, sizeof err));
-  }
-  /* the timed lifecycles only: with LUPIN_BENCH_GC=between, the collection
-   * between them is left out (it is then not a throughput figure) */
-  double total = 0;
-  for (int i = 0; i < n; i++)
     total += t[i];
+    if (host_paced) {
+      s = now_ns();
+      lupin_runtime_collect_step(rt);
+      steps += now_ns() - s;
+    }
+  }
   qsort(t, n, sizeof *t, cmp);
+  timing r = {t[n / 2], t[n * 99 / 100], total / n, steps / n};
+  free(t);
+  return r;
+}
+
+int main(int argc, char **argv) {
+  const char *config = argc > 1 ? argv[1] : "examples/configs/minimal.json";
+  int n_endpoints = argc > 2 ? atoi(argv[2]) : 16;
+  int n = argc > 3 ? atoi(argv[3]) : 200000;
+  size_t prompt = argc > 4 ? (size_t)atol(argv[4]) : 100;
+  char err[2048];
+  make_body(prompt);
+
+  lupin_runtime *rt = open_runtime(config, n_endpoints, 0);
+  timing a = time_lifecycles(rt, n, 0);
+  lupin_runtime *paced = open_runtime(config, n_endpoints, 1);
+  timing h = time_lifecycles(paced, n, 1);
+  lupin_runtime_free(paced);
 
   /* garbage: what lifecycles allocate, counted with the collector stopped */
   enum { GARBAGE_RUNS = 10000 };
@@ -174,12 +197,15 @@ int main(int argc, char **argv) {
     lupin_request_end(reqs[i], LUPIN_OK);
   uint64_t after = lua_memory_after_gc(rt);
 
-  printf("config %s, %d endpoints, %d lifecycles, %zu-byte prompt%s\n", config, n_endpoints, n,
-         prompt, gc_between ? ", GC held off during each (LUPIN_BENCH_GC=between)" : "");
+  printf("config %s, %d endpoints, %d lifecycles, %zu-byte prompt\n", config, n_endpoints, n,
+         prompt);
   printf("lifecycle  median %.2f us  p99 %.2f us  mean %.2f us  (%.0f lifecycles/s on one core)\n",
-         t[n / 2] / 1e3, t[n * 99 / 100] / 1e3, total / n / 1e3, n / (total / 1e9));
+         a.median / 1e3, a.p99 / 1e3, a.mean / 1e3, 1e9 / a.mean);
+  printf("host-paced median %.2f us  p99 %.2f us  mean %.2f us  + collector steps between "
+         "lifecycles %.2f us  (%.0f lifecycles/s on one core)\n",
+         h.median / 1e3, h.p99 / 1e3, h.mean / 1e3, h.steps / 1e3, 1e9 / (h.mean + h.steps));
   double floor_median, floor_p99;
-  machine_floor(t[n / 2], n < 100000 ? n : 100000, &floor_median, &floor_p99);
+  machine_floor(a.median, n < 100000 ? n : 100000, &floor_median, &floor_p99);
   printf("machine    median %.2f us  p99 %.2f us  (a plain C loop as long as the median, "
          "timed alike)\n",
          floor_median / 1e3, floor_p99 / 1e3);
@@ -188,7 +214,6 @@ int main(int argc, char **argv) {
   printf("lua heap per in-flight request (scheduled, %d in flight): %.0f bytes\n", IN_FLIGHT,
          (double)(during - before) / IN_FLIGHT);
   printf("lua heap after they ended: %+lld bytes from before\n", (long long)(after - before));
-  free(t);
   free(body);
   lupin_runtime_free(rt);
   return 0;

@@ -13,11 +13,12 @@ echo
 echo "| section | figure | value |"
 echo "|---|---|---|"
 
-# bench-lifecycle: "config X, N endpoints, M lifecycles, P-byte prompt" then
-# "lifecycle  median A us  p99 B us ..."
+# bench-lifecycle: "config X, N endpoints, M lifecycles, P-byte prompt", then
+# "lifecycle  median A us  p99 B us ..." and "host-paced median C us  p99 D us ..."
 awk '/^config .*lifecycles, .*-byte prompt/ { c = $2; sub(",", "", c); n = $3; p = $(NF - 1) }
-  /^lifecycle  median/ { printf "| lifecycle (bench-lifecycle) | %s, %s endpoints, %s prompt | median %s µs, p99 %s µs |\n",
-    c, n, p, $3, $6 }' "$log"
+  /^lifecycle  median/ { m = $3; q = $6 }
+  /^host-paced median/ { printf "| lifecycle (bench-lifecycle) | %s, %s endpoints, %s prompt | median %s µs, p99 %s µs; collector between requests: p99 %s µs |\n",
+    c, n, p, m, q, $6 }' "$log"
 
 # bench-prefix: "    16KB   hash  insert  evict  lookup"
 v=$(awk '$1 == "16KB" && NF == 5 { printf "%s GB/s hashing, %s ns/block insert, %s ns/block lookup", $2, $3, $5 }' "$log" | head -n 1)

@@ -84,6 +84,7 @@ void *lupin_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize) {
   void *p = (old | nsize) < BIG ? a->base(a->base_ud, ptr, osize, nsize)
                                 : underneath(a, ptr, osize, nsize);
   if (!p && nsize) return NULL;
+  if (nsize > old) a->allocated += nsize - old;
   a->used = used;
   if (used > a->peak) a->peak = used;
   return p;

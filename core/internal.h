@@ -26,6 +26,7 @@ typedef struct lupin_alloc {
     size_t size;
   } spare[LUPIN_ALLOC_SPARES];
   size_t n_spare, spare_bytes;
+  uint64_t allocated; /* bytes ever asked for: the host-paced collector's clock */
 } lupin_alloc;
 
 void *lupin_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize);
@@ -381,6 +382,16 @@ typedef struct lupin_staged {
   double seconds;
 } lupin_staged;
 
+/* The collector paced by the host (collector.c). */
+typedef struct lupin_collector {
+  int on;          /* lupin_options.host_paces_collector */
+  int in_cycle;    /* a cycle started and not finished */
+  size_t next;     /* the heap's size that starts the next cycle */
+  uint64_t paced;  /* alloc.allocated up to which steps were made */
+} lupin_collector;
+
+void lupin__collector_start(lupin_runtime *rt);
+
 struct lupin_runtime {
   lua_State *L;
   lupin_shared *shared; /* the host's, or own_shared */
@@ -414,6 +425,7 @@ struct lupin_runtime {
   uint64_t flow_requests; /* live requests flow control knows of */
   int64_t flow_queued;    /* of the store's flow_queued, this runtime's */
   int pumping, pump_again;
+  lupin_collector collector;
 };
 
 /* json.cpp: the module lupin.json.native, preloaded in every runtime's state

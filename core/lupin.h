@@ -87,6 +87,12 @@ typedef struct lupin_options {
    * "The Lua heap's allocator"). */
   lupin_allocator allocator;
   void *allocator_ud;
+  /* Nonzero: the host paces the Lua collector by calling
+   * lupin_runtime_collect_step between requests, and no collection work
+   * happens inside a request's calls (docs/design.md, "The collector
+   * between requests").  0: LuaJIT paces it from the allocations, inside
+   * whatever call makes them. */
+  int host_paces_collector;
 } lupin_options;
 
 /* --- state shared between runtimes (docs/workers.md) ----------------------
@@ -222,6 +228,12 @@ int lupin_runtime_check_leaks(lupin_runtime *rt, char *report, size_t len);
  * requests is reclaimed and live_request_tables counts live ones again.
  * Blocks for the collection (about a millisecond per MB of Lua heap). */
 void lupin_runtime_collect(lupin_runtime *rt);
+/* With lupin_options.host_paces_collector: the collection work owed for
+ * what Lua allocated since the last call, done now, the amount LuaJIT's own
+ * pacing would have done inside the calls that allocated.  Call it between
+ * requests and often (an event loop: once per iteration); the heap grows
+ * until it is called.  Without that option it does nothing. */
+void lupin_runtime_collect_step(lupin_runtime *rt);
 
 /* --- what a host builds on ----------------------------------------------- */
 

@@ -294,6 +294,7 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
     return NULL;
   }
   jit_profile(rt, 1);
+  if (o->host_paces_collector) lupin__collector_start(rt);
   return rt;
 }
 
@@ -489,6 +490,7 @@ int lupin_runtime_check_leaks(lupin_runtime *rt, char *report, size_t len) {
   int n = (int)lua_tonumber(L, -2);
   lupin__errf(report, len, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
   lua_pop(L, 2);
+  if (rt->collector.on) lupin__collector_start(rt); /* its full collections set LuaJIT's pace */
   return n;
 }
 
@@ -501,4 +503,7 @@ char *lupin__eval(lupin_runtime *rt, const char *code, char *err, size_t errlen)
   return out;
 }
 
-void lupin_runtime_collect(lupin_runtime *rt) { lua_gc(rt->L, LUA_GCCOLLECT, 0); }
+void lupin_runtime_collect(lupin_runtime *rt) {
+  lua_gc(rt->L, LUA_GCCOLLECT, 0);
+  if (rt->collector.on) lupin__collector_start(rt); /* paced afresh from the heap left */
+}

@@ -281,6 +281,7 @@ static void shutdown_all(lupin_gateway *gw) {
   close_handle(gw->sigint);
   close_handle(gw->sighup);
   close_handle(gw->drain_timer);
+  close_handle(gw->collector);
   gw_inbox_close(gw);
   close_handle(gw->watch);
   close_handle(gw->rewatch);
@@ -288,6 +289,7 @@ static void shutdown_all(lupin_gateway *gw) {
   gw_replicas_stop(gw);
   gw->sigterm = gw->sigint = gw->sighup = NULL;
   gw->drain_timer = gw->rewatch = NULL;
+  gw->collector = NULL;
   gw->watch = NULL;
 }
 
@@ -379,7 +381,8 @@ static int open_runtime(lupin_gateway *gw, char *err, size_t errlen) {
                      .log_level = gw->opts.log_level,
                      .seed = seed ? seed : 1,
                      .shared = gw->shared,
-                     .allocator = gw_lua_alloc};
+                     .allocator = gw_lua_alloc,
+                     .host_paces_collector = 1};
   gw->rt = lupin_runtime_new(&o, err, errlen);
   if (!gw->rt) return -1;
   lupin_runtime_set_dispatch(gw->rt, gw_proxy_dispatched, gw);
@@ -428,9 +431,31 @@ static int open_loop(lupin_gateway *gw, char *err, size_t errlen) {
   return -1;
 }
 
+static void collect_step(uv_prepare_t *p) {
+  lupin_gateway *gw = p->data;
+  lupin_runtime_collect_step(gw->rt);
+}
+
+/* The Lua collector's steps, made before the loop waits for events: not
+ * inside the requests' calls, whose latency they would add to. */
+static int start_collector(lupin_gateway *gw, char *err, size_t errlen) {
+  gw->collector = malloc(sizeof *gw->collector);
+  if (!gw->collector) {
+    gw_errf(err, errlen, "out of memory");
+    return -1;
+  }
+  uv_prepare_init(gw->loop, gw->collector);
+  gw->collector->data = gw;
+  uv_prepare_start(gw->collector, collect_step);
+  uv_unref((uv_handle_t *)gw->collector); /* it keeps no loop alive */
+  return 0;
+}
+
 /* The runtime and the endpoints of one worker. */
 static int open_worker(lupin_gateway *gw, char *err, size_t errlen) {
-  if (open_runtime(gw, err, errlen) || gw_endpoints_load(gw, err, errlen)) return -1;
+  if (open_runtime(gw, err, errlen) || start_collector(gw, err, errlen) ||
+      gw_endpoints_load(gw, err, errlen))
+    return -1;
   /* the first load's dry cycle ran with no endpoints: run it as a reload would */
   return lupin_runtime_dry_run(gw->rt, err, errlen);
 }

@@ -613,6 +613,7 @@ struct lupin_gateway {
   gw_reload_stats reloads;
   uv_signal_t *sigterm, *sigint, *sighup;
   uv_timer_t *drain_timer;
+  uv_prepare_t *collector; /* paces the Lua collector between requests */
   int draining;
   gw_exchange *exchanges; /* live proxied requests, newest first */
   size_t n_exchanges;

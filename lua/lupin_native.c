@@ -176,7 +176,7 @@ static int l_shared_apply(lua_State *L) {
 }
 
 /* native.new{home=, plugin_dirs={...}, memory_limit=, seed=, log_level=,
- * shared=native.shared()} */
+ * shared=native.shared(), host_paces_collector=true} */
 static int l_new(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lupin_options o = {0};
@@ -188,6 +188,9 @@ static int l_new(lua_State *L) {
   o.memory_limit = (size_t)opt_number(L, 1, "memory_limit", 0);
   o.seed = (uint64_t)opt_number(L, 1, "seed", 1);
   o.log_level = (int)opt_number(L, 1, "log_level", LUPIN_LOG_DEBUG);
+  lua_getfield(L, 1, "host_paces_collector");
+  o.host_paces_collector = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   const char *dirs[16];
   lua_getfield(L, 1, "plugin_dirs");
   if (lua_istable(L, -1)) {
@@ -489,6 +492,11 @@ static int l_set_healthy(lua_State *L) {
 
 static int l_collect(lua_State *L) {
   lupin_runtime_collect(check_rt(L)->rt);
+  return 0;
+}
+
+static int l_collect_step(lua_State *L) {
+  lupin_runtime_collect_step(check_rt(L)->rt);
   return 0;
 }
 
@@ -913,6 +921,7 @@ static const luaL_Reg rt_methods[] = {
     {"set_metrics", l_set_metrics},
     {"set_healthy", l_set_healthy},
     {"collect", l_collect},
+    {"collect_step", l_collect_step},
     {"stats", l_stats},
     {"plugin_stats", l_plugin_stats},
     {"generations", l_generations},

@@ -361,6 +361,46 @@ describe("lupin serve", function()
   end)
 end)
 
+-- The gateway paces the Lua collector itself (lupin_options.host_paces_collector):
+-- its steps run once per event-loop iteration, between requests, and no
+-- collection work happens inside one.  Were the steps never made, the heap
+-- would keep every request's garbage (~3 KB and its body).
+describe("lupin serve, the Lua collector between requests", function()
+  local sim, gw
+
+  setup(function()
+    sim = P.sim("--model m --instant --max-num-seqs 4096", 2)
+    gw = P.gateway(config(eps(sim)))
+  end)
+
+  teardown(function()
+    P.stop(gw)
+    P.stop(sim)
+  end)
+
+  local function load(seconds)
+    local script = P.dir .. "/collector-wrk.lua"
+    support.write(script, ([[
+      wrk.method = "POST"
+      wrk.body = %q
+      wrk.headers["Content-Type"] = "application/json"
+    ]]):format(json.encode(COMPLETION)))
+    local out = P.run(("wrk -t1 -c4 -d%ds -s %s %s/v1/completions"):format(seconds, script,
+      gw.base))
+    return tonumber(out:match("(%d+) requests in")) or 0, out
+  end
+
+  it("collects the requests' garbage as they come, the heap kept to LuaJIT's pace", function()
+    load(1) -- warm: the JIT's traces, the plugins' first tables
+    local before = P.metric(gw, "lupin_lua_memory_bytes")
+    local n, out = load(2)
+    assert.truthy(n >= 5000, "wrk made too few requests to tell: " .. out)
+    local grown = P.metric(gw, "lupin_lua_memory_bytes") - before
+    assert.truthy(grown < n * 300, ("the heap grew by %d bytes over %d requests"):format(grown, n))
+    assert.falsy(out:find("Non-2xx", 1, true), out)
+  end)
+end)
+
 describe("lupin serve, failures and lifecycle events", function()
   local gw, procs
 
