@@ -47,13 +47,16 @@ void lupin_runtime_collect_step(lupin_runtime *rt) {
   }
   uint64_t steps = (allocated - c->paced) / STEP_BYTES;
   c->paced += steps * STEP_BYTES;
+  double t0 = steps ? lupin_now() : 0;
   for (; steps; steps--) {
     if (lua_gc(rt->L, LUA_GCSTEP, 0)) { /* with 0: one step; 1: it ended the cycle */
       c->in_cycle = 0;
       c->next = rt->alloc.used * PAUSE;
       c->paced = allocated;
+      c->cycles++;
       break;
     }
   }
+  if (t0) c->seconds += lupin_now() - t0;
   lua_gc(rt->L, LUA_GCSTOP, 0); /* each step set LuaJIT's threshold again */
 }

@@ -388,6 +388,8 @@ typedef struct lupin_collector {
   int in_cycle;    /* a cycle started and not finished */
   size_t next;     /* the heap's size that starts the next cycle */
   uint64_t paced;  /* alloc.allocated up to which steps were made */
+  uint64_t cycles; /* completed, for lupin_stats */
+  double seconds;  /* in steps, for lupin_stats */
 } lupin_collector;
 
 void lupin__collector_start(lupin_runtime *rt);

@@ -172,6 +172,10 @@ typedef struct lupin_stats {
   uint64_t generations_alive;
   uint64_t generation; /* number of the current generation, 0: none */
   uint64_t endpoints;
+  /* the collector paced by the host (lupin_options.host_paces_collector):
+   * the cycles its steps completed and the time they took; 0 otherwise */
+  uint64_t collector_cycles;
+  uint64_t collector_ns;
 } lupin_stats;
 
 void lupin_runtime_stats(lupin_runtime *rt, lupin_stats *out);

@@ -445,6 +445,8 @@ void lupin_runtime_stats(lupin_runtime *rt, lupin_stats *out) {
   out->lua_memory_peak = rt->alloc.peak;
   out->memory_limit_hits = rt->alloc.refused;
   out->endpoints = rt->n_endpoints;
+  out->collector_cycles = rt->collector.cycles;
+  out->collector_ns = (uint64_t)(rt->collector.seconds * 1e9);
   for (lupin_generation *g = rt->generations; g; g = g->next) {
     out->generations_alive++;
     if (g->current) out->generation = g->number;

@@ -176,6 +176,8 @@ static void metrics_runtime(lupin_gateway *gw, gw_expo *e) {
   scalar(e, GW_M_LIVE_TABLES, (double)st.live_request_tables);
   scalar(e, GW_M_LUA_MEMORY, (double)st.lua_memory);
   scalar(e, GW_M_LUA_PEAK, (double)st.lua_memory_peak);
+  scalar(e, GW_M_LUA_GC_CYCLES, (double)st.collector_cycles);
+  scalar(e, GW_M_LUA_GC_SECONDS, (double)st.collector_ns / 1e9);
   scalar(e, GW_M_GENERATION, (double)st.generation);
   scalar(e, GW_M_GENERATIONS_ALIVE, (double)st.generations_alive);
   scalar(e, GW_M_ENDPOINTS, (double)gw->n_endpoints);

@@ -517,6 +517,8 @@ static int l_stats(lua_State *L) {
   SET_NUM(generations_alive);
   SET_NUM(generation);
   SET_NUM(endpoints);
+  SET_NUM(collector_cycles);
+  SET_NUM(collector_ns);
   return 1;
 }
 

@@ -69,9 +69,14 @@ describe("the collector paced by the host", function()
     local before = memory(rt)
     lifecycles(rt, 2000)
     local grown = memory(rt) - before
+    local cycles = rt:stats().collector_cycles
     rt:collect_step() -- owes a step per KB: a whole cycle
     local left = memory(rt) - before
     assert.is_true(left < grown / 2, ("%d of %d bytes left"):format(left, grown))
+    -- counted for the host's metrics
+    local s = rt:stats()
+    assert.equal(cycles + 1, s.collector_cycles)
+    assert.is_true(s.collector_ns > 0)
   end)
 
   it("keeps the heap as LuaJIT's own pacing does with a step after each request", function()
@@ -114,5 +119,7 @@ describe("the collector paced by the host", function()
     rt:collect_step()
     assert.is_true(math.abs(memory(rt) - before) < 1000, "collect_step collected")
     rt:eval("collectgarbage('restart') return 0")
+    assert.equal(0, rt:stats().collector_cycles)
+    assert.equal(0, rt:stats().collector_ns)
   end)
 end)

@@ -398,6 +398,9 @@ describe("lupin serve, the Lua collector between requests", function()
     local grown = P.metric(gw, "lupin_lua_memory_bytes") - before
     assert.truthy(grown < n * 300, ("the heap grew by %d bytes over %d requests"):format(grown, n))
     assert.falsy(out:find("Non-2xx", 1, true), out)
+    -- and says what the collector did
+    assert.truthy(P.metric(gw, "lupin_lua_collector_cycles_total") >= 1)
+    assert.truthy(P.metric(gw, "lupin_lua_collector_seconds_total") > 0)
   end)
 end)
 
