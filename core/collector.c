@@ -42,21 +42,24 @@ void lupin_runtime_collect_step(lupin_runtime *rt) {
       return;
     }
     /* owed: a step for each KB past the threshold, the first starting it */
+    uint64_t owed = rt->alloc.used - c->next + STEP_BYTES;
     c->in_cycle = 1;
-    c->paced = allocated - (rt->alloc.used - c->next) - STEP_BYTES;
+    c->paced = allocated > owed ? allocated - owed : 0;
   }
   uint64_t steps = (allocated - c->paced) / STEP_BYTES;
   c->paced += steps * STEP_BYTES;
-  double t0 = steps ? lupin_now() : 0;
-  for (; steps; steps--) {
-    if (lua_gc(rt->L, LUA_GCSTEP, 0)) { /* with 0: one step; 1: it ended the cycle */
-      c->in_cycle = 0;
-      c->next = rt->alloc.used * PAUSE;
-      c->paced = allocated;
-      c->cycles++;
-      break;
+  if (steps) {
+    double t0 = lupin_now();
+    for (uint64_t i = 0; i < steps; i++) {
+      if (lua_gc(rt->L, LUA_GCSTEP, 0)) { /* with 0: one step; 1: it ended the cycle */
+        c->in_cycle = 0;
+        c->next = rt->alloc.used * PAUSE;
+        c->paced = allocated;
+        c->cycles++;
+        break;
+      }
     }
+    c->seconds += lupin_now() - t0;
   }
-  if (t0) c->seconds += lupin_now() - t0;
-  lua_gc(rt->L, LUA_GCSTOP, 0); /* each step set LuaJIT's threshold again */
+  lua_gc(rt->L, LUA_GCSTOP, 0); /* a step (or a full collection) set LuaJIT's threshold */
 }
