@@ -393,10 +393,12 @@ describe("lupin serve, the Lua collector between requests", function()
   it("collects the requests' garbage as they come, the heap kept to LuaJIT's pace", function()
     load(1) -- warm: the JIT's traces, the plugins' first tables
     local before = P.metric(gw, "lupin_lua_memory_bytes")
-    local n, out = load(2)
+    local n, out = load(3)
+    -- uncollected, 5,000 requests would leave over 12 MB; the heap itself
+    -- may be caught up to twice its live size (a few MB)
     assert.truthy(n >= 5000, "wrk made too few requests to tell: " .. out)
     local grown = P.metric(gw, "lupin_lua_memory_bytes") - before
-    assert.truthy(grown < n * 300, ("the heap grew by %d bytes over %d requests"):format(grown, n))
+    assert.truthy(grown < 8e6, ("the heap grew by %d bytes over %d requests"):format(grown, n))
     assert.falsy(out:find("Non-2xx", 1, true), out)
     -- and says what the collector did
     assert.truthy(P.metric(gw, "lupin_lua_collector_cycles_total") >= 1)
