@@ -111,8 +111,10 @@ describe("flow control over two workers", function()
     local plain = P.send(gw, "plain")
     until_queued(gw, 1)
     local holder = worker_of(gw, "plain")
+    -- connections one after another go to worker 0 about three times in
+    -- four (whichever worker wakes first accepts), more under TSan: up to 40
     local golds, ids, elsewhere = {}, {}, false
-    while not elsewhere and #golds < 12 do
+    while not elsewhere and #golds < 40 do
       local id = "gold" .. (#golds + 1)
       golds[#golds + 1] = P.send(gw, id,
         { headers = { ["x-gateway-inference-objective"] = "gold" } })
