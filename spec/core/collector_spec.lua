@@ -15,6 +15,10 @@ local config = {
     { pluginRef = "max-score-picker" } } } },
 }
 
+local function memory(rt)
+  return rt:stats().lua_memory
+end
+
 local function lifecycles(rt, n, step)
   local peak = 0
   for i = 1, n do
@@ -26,13 +30,9 @@ local function lifecycles(rt, n, step)
     if step then
       rt:collect_step()
     end
-    peak = math.max(peak, rt:stats().lua_memory)
+    peak = math.max(peak, memory(rt))
   end
   return peak
-end
-
-local function memory(rt)
-  return rt:stats().lua_memory
 end
 
 describe("the collector paced by the host", function()
