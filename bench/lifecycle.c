@@ -7,7 +7,8 @@
  * The lifecycles are timed twice: with LuaJIT pacing the collector (its
  * steps inside the lifecycles that allocate) and with the host pacing it
  * (lupin_options.host_paces_collector, as lupin serve does: the steps
- * between lifecycles, timed apart).
+ * between lifecycles, timed apart).  Last, each plugin's time per call
+ * (lupin_runtime_plugin_stats): where a lifecycle's time goes.
  *
  *   LUPIN_HOME=. ./build/bench-lifecycle [config] [endpoints] [lifecycles] [prompt bytes] */
 #include <lupin.h>
@@ -160,6 +161,14 @@ static timing time_lifecycles(lupin_runtime *rt, int n, int host_paced) {
   return r;
 }
 
+/* One line per (plugin instance, extension point): where a lifecycle's time
+ * goes, per call. */
+static void print_plugin_stat(void *ud, const lupin_plugin_stat *st) {
+  (void)ud;
+  printf("  %-30s %-16s %9.3f us/call  (%llu calls)\n", st->plugin, st->point,
+         st->nanoseconds / 1e3 / (double)st->calls, (unsigned long long)st->calls);
+}
+
 int main(int argc, char **argv) {
   const char *config = argc > 1 ? argv[1] : "examples/configs/minimal.json";
   int n_endpoints = argc > 2 ? atoi(argv[2]) : 16;
@@ -172,7 +181,6 @@ int main(int argc, char **argv) {
   timing a = time_lifecycles(rt, n, 0);
   lupin_runtime *paced = open_runtime(config, n_endpoints, 1);
   timing h = time_lifecycles(paced, n, 1);
-  lupin_runtime_free(paced);
 
   /* garbage: what lifecycles allocate, counted with the collector stopped */
   enum { GARBAGE_RUNS = 10000 };
@@ -214,6 +222,9 @@ int main(int argc, char **argv) {
   printf("lua heap per in-flight request (scheduled, %d in flight): %.0f bytes\n", IN_FLIGHT,
          (double)(during - before) / IN_FLIGHT);
   printf("lua heap after they ended: %+lld bytes from before\n", (long long)(after - before));
+  printf("plugin calls (the host-paced lifecycles, warm-up included):\n");
+  lupin_runtime_plugin_stats(paced, print_plugin_stat, NULL);
+  lupin_runtime_free(paced);
   free(body);
   lupin_runtime_free(rt);
   return 0;

@@ -109,12 +109,13 @@ local function chars(ep)
   return size > 0 and math.floor(size) * M.CHARS_PER_TOKEN or nil
 end
 
--- The first size endpoints[2..] announce, in characters, or nil.
+-- The first size endpoints[2..] announce, in characters, or nil.  The loop
+-- only compares: when no endpoint reports a size it runs over them all, on
+-- every call.
 local function announced(endpoints)
   for i = 2, #endpoints do
-    local size = chars(endpoints[i])
-    if size then
-      return size
+    if endpoints[i].cache_block_size > 0 then
+      return chars(endpoints[i])
     end
   end
 end
