@@ -60,6 +60,20 @@ local function id_of(ep)
   return ((ep.labels and ep.labels.namespace) or "default") .. "/" .. ep.name
 end
 
+-- Whether want names ep: its id_of, or its bare name.  Compared in place: the
+-- scorer asks for every candidate, and an id made per endpoint was a string
+-- per endpoint per request.
+local function names(want, ep)
+  local name = ep.name
+  if want == name then
+    return true
+  end
+  local ns = (ep.labels and ep.labels.namespace) or "default"
+  local at = #ns + 2 -- where the name starts after "<ns>/"
+  return #want == at - 1 + #name and want:byte(at - 1) == 47 -- "/"
+    and want:find(ns, 1, true) == 1 and want:find(name, at, true) == at
+end
+
 local function chosen(self, result)
   local res = result and result.profiles[self.profile or result.primary]
   return res and res.endpoints[1]
@@ -149,8 +163,14 @@ return {
       end
     end
     local scores = {}
-    for i, ep in ipairs(endpoints) do
-      scores[i] = want and (id_of(ep) == want or ep.name == want) and 1 or 0
+    if not want then
+      for i = 1, #endpoints do
+        scores[i] = 0
+      end
+      return scores
+    end
+    for i = 1, #endpoints do
+      scores[i] = names(want, endpoints[i]) and 1 or 0
     end
     return scores
   end,

@@ -56,6 +56,17 @@ describe(T, function()
     assert.same({ ["x-session-token"] = "dGVhbS1hL2VwMQ==" }, out.response_headers)
   end)
 
+  it("scores 0 for a token only close to an endpoint's namespace/name", function()
+    local rt = K.pool(2, { {}, {} })
+    local zero = { ep1 = 0, ep2 = 0 }
+    assert.same(zero, K.scores(rt, T, nil, { headers = { ["x-session-token"] = "ZGVmYXVsdC9lcDIy" } })) -- default/ep22
+    assert.same(zero, K.scores(rt, T, nil, { headers = { ["x-session-token"] = "ZGVmYXVsdC9lcA==" } })) -- default/ep
+    assert.same(zero, K.scores(rt, T, nil, { headers = { ["x-session-token"] = "eGRlZmF1bHQvZXAy" } })) -- xdefault/ep2
+    assert.same(zero, K.scores(rt, T, nil, { headers = { ["x-session-token"] = "ZGVmYXVsdC1lcDI=" } })) -- default-ep2
+    assert.same(zero, K.scores(rt, T, nil, { headers = { ["x-session-token"] = "ZGVmYXVseC9lcDI=" } })) -- defaulx/ep2
+    assert.same(zero, K.scores(rt, T, nil, { headers = { ["x-session-token"] = "dGVhbS1hL2VwMg==" } })) -- team-a/ep2
+  end)
+
   -- TestSessionAffinity_Score "custom header selects endpointB" and "custom header
   -- ignores default header"; TestSessionAffinity_ResponseHeader "custom header
   -- carries the token".
