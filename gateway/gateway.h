@@ -720,6 +720,7 @@ struct gw_exchange {
   double sched_us;
   int status;
   int started_response; /* headers sent to the client */
+  int streamed;         /* the response has no length: each read's pieces leave in one write */
   int failed_connects, timed_out_connects;
   gw_buf connect_errors;
   /* attempts: picks first, then the runtime's ranked fallbacks */

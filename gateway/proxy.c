@@ -237,7 +237,8 @@ static void on_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
   n += gw_explain_headers(x, out + n);
   /* a streamed response: what each read from the endpoint brings (head,
    * chunks, end) leaves together when the read is handled (on_read_end) */
-  if (cl < 0) gw_conn_cork(x->conn);
+  x->streamed = cl < 0;
+  if (x->streamed) gw_conn_cork(x->conn);
   gw_conn_start(x->conn, status, out, n, cl);
   x->started_response = 1;
 }
@@ -260,6 +261,9 @@ static void on_body(void *ud, const char *data, size_t len) {
   gw_exchange *x = ud;
   x->response_bytes += len;
   lupin_request_response_chunk(x->req, data, len);
+  /* the reads after the head's too: one read often holds several chunks and
+   * the end, which would otherwise be a write each */
+  if (x->streamed) gw_conn_cork(x->conn);
   gw_conn_write(x->conn, data, len);
   if (gw_conn_backlog(x->conn) > BACKLOG_LIMIT && x->up) {
     gw_upstream_pause(x->up, 1);

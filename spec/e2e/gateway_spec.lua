@@ -1023,6 +1023,45 @@ end)
 -- A client slower than the endpoint: what the socket does not take at once is
 -- queued behind, in order, and past 1 MiB queued the upstream is paused until
 -- the client catches up.  Every byte must arrive, in order.
+describe("lupin serve, the writes of a streamed response", function()
+  local up, gw
+
+  setup(function()
+    up = P.upstream("--name A")
+    -- no scrape while a request is measured, no access log line: each
+    -- would be a write too
+    gw = P.gateway(config({ ep("a", up.port) }, { refreshIntervalMs = 600000 }),
+      "--log-level warn")
+  end)
+
+  teardown(function()
+    P.stop(gw)
+    P.stop(up)
+  end)
+
+  -- write system calls the gateway's process has made
+  local function writes()
+    return tonumber(P.read("/proc/" .. gw.pid .. "/io"):match("syscw: (%d+)"))
+  end
+
+  -- The fixture sends the head, then three events, [DONE] and the end in one
+  -- write: one read for the gateway, which must leave as one write, not as a
+  -- write per chunk (five then).  Counted: the request to the endpoint, the
+  -- head, the rest.
+  it("sends what one read from the endpoint brings in one write", function()
+    local body = json.encode(with(COMPLETION, { stream = true, prompt = "burst" }))
+    for _ = 1, 3 do
+      local before = writes()
+      local code, _, text = P.post(gw.base, "/v1/completions", body)
+      local made = writes() - before
+      assert.equal(200, code)
+      assert.equal("hi from A", stream_text(text))
+      assert.truthy(text:find("data: [DONE]", 1, true), text)
+      assert.truthy(made <= 3, ("%d writes for one streamed response"):format(made))
+    end
+  end)
+end)
+
 describe("lupin serve, a stream as the endpoint sends it", function()
   local sim, gw
 
