@@ -54,9 +54,9 @@ for port in "$LUPIN_PORT" "$PEER_PORT" "$NGINX_PORT"; do
 done
 
 # run TARGET MODE SECONDS -> R_N requests, R_S seconds, R_TICKS proxy CPU ticks (R_UTICKS of
-# them user time), R_P99, R_BAD
+# them user time), R_P50, R_P99, R_BAD
 run() {
-  local target=$1 mode=$2 secs=$3 port pid out t0 t1 u0 u1 n s p99 non2xx errs
+  local target=$1 mode=$2 secs=$3 port pid out t0 t1 u0 u1 n s p50 p99 non2xx errs
   case $target in
     lupin) port=$LUPIN_PORT; pid=$LUPIN_PID ;;
     peer)  port=$PEER_PORT; pid=$PEER_PID ;;
@@ -67,13 +67,14 @@ run() {
         LUPIN_BENCH_MODEL=$MODEL taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${secs}s" \
         --timeout 10s -s bench/gateway/post.lua "http://127.0.0.1:$port")
   t1=$(cpu_ticks "$pid"); u1=$(user_ticks "$pid")
-  read -r _ n s _ p99 _ non2xx errs <<<"$(grep '^RESULT' <<<"$out")"
-  R_N=$n; R_S=$s; R_TICKS=$((t1 - t0)); R_UTICKS=$((u1 - u0)); R_P99=$p99; R_BAD=$((non2xx + errs))
+  read -r _ n s p50 p99 _ non2xx errs <<<"$(grep '^RESULT' <<<"$out")"
+  R_N=$n; R_S=$s; R_TICKS=$((t1 - t0)); R_UTICKS=$((u1 - u0)); R_P50=$p50; R_P99=$p99
+  R_BAD=$((non2xx + errs))
 }
 
 echo "bench-openresty: $WORKERS worker(s) each, lupin-sim --instant x$SIM_ENDPOINTS, wrk -t1 -c$CONNS -d${DURATION}s x$REPS interleaved;" >&2
 echo "  proxies on CPU $PROXY_CPU, wrk + lupin-sim on CPU $LOAD_CPU" >&2
-declare -A N S T U P99
+declare -A N S T U P50 P99
 bad_total=0
 for mode in plain stream; do
   for target in lupin peer nginx; do run "$target" "$mode" "$WARMUP"; done
@@ -84,6 +85,7 @@ for mode in plain stream; do
       N[$k]=$(( ${N[$k]:-0} + R_N )); T[$k]=$(( ${T[$k]:-0} + R_TICKS ))
       U[$k]=$(( ${U[$k]:-0} + R_UTICKS ))
       S[$k]=$(awk -v a="${S[$k]:-0}" -v b="$R_S" 'BEGIN { print a + b }')
+      P50[$k]="${P50[$k]:+${P50[$k]} }$R_P50"
       P99[$k]="${P99[$k]:+${P99[$k]} }$R_P99"
       bad_total=$((bad_total + R_BAD))
       printf '  %-6s %-5s rep %d: %6.0f req/s, proxy CPU %3.0f%%, %6.0f req/CPU-s, p99 %d µs\n' \
@@ -105,13 +107,13 @@ user_sys() {
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b ? a / b : 0 }'; }
 echo
-echo "| mode | target | req/s | proxy CPU | req per CPU-s | µs CPU per req | of which user / system | p99 (median of reps) | lupin ÷ target, req per CPU-s |"
+echo "| mode | target | req/s | proxy CPU | req per CPU-s | µs CPU per req | of which user / system | p50, p99 (medians of reps) | lupin ÷ target, req per CPU-s |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for mode in plain stream; do
   for target in lupin peer nginx; do
     k=$mode$target; e=$(eff "$k")
     echo "| $mode | $target | $(rps "$k") | $(cpu "$k") | $e | $(awk -v e="$e" 'BEGIN { printf "%.1f", e ? 1e6 / e : 0 }') \
-| $(user_sys "$k") | $(med "${P99[$k]}") µs | $(ratio "$(eff "${mode}lupin")" "$e") |"
+| $(user_sys "$k") | $(med "${P50[$k]}"), $(med "${P99[$k]}") µs | $(ratio "$(eff "${mode}lupin")" "$e") |"
   done
 done
 echo
