@@ -56,8 +56,12 @@ local function decode(s)
 end
 
 -- "namespace/name", as upstream's NamespacedName.String().
+local function namespace_of(ep)
+  return (ep.labels and ep.labels.namespace) or "default"
+end
+
 local function id_of(ep)
-  return ((ep.labels and ep.labels.namespace) or "default") .. "/" .. ep.name
+  return namespace_of(ep) .. "/" .. ep.name
 end
 
 -- Whether want names ep: its id_of, or its bare name.  Compared in place: the
@@ -68,7 +72,7 @@ local function names(want, ep)
   if want == name then
     return true
   end
-  local ns = (ep.labels and ep.labels.namespace) or "default"
+  local ns = namespace_of(ep)
   local at = #ns + 2 -- where the name starts after "<ns>/"
   return #want == at - 1 + #name and want:byte(at - 1) == 47 -- "/"
     and want:find(ns, 1, true) == 1 and want:find(name, at, true) == at

@@ -1023,9 +1023,6 @@ describe("lupin serve, the leak check", function()
   end)
 end)
 
--- A client slower than the endpoint: what the socket does not take at once is
--- queued behind, in order, and past 1 MiB queued the upstream is paused until
--- the client catches up.  Every byte must arrive, in order.
 describe("lupin serve, the writes of a streamed response", function()
   local up, gw
 
@@ -1100,6 +1097,9 @@ describe("lupin serve, a stream as the endpoint sends it", function()
   end)
 end)
 
+-- A client slower than the endpoint: what the socket does not take at once is
+-- queued behind, in order, and past 1 MiB queued the upstream is paused until
+-- the client catches up.  Every byte must arrive, in order.
 describe("lupin serve, a slow client", function()
   local sim, gw
 
