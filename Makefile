@@ -46,7 +46,7 @@ SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson 2>/dev/null) -lhtt
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
      $(B)/bench-prefix $(B)/bench-soak $(B)/bench-reload $(B)/lupin-sim $(B)/lupin \
      $(B)/shared-threads \
-     $(B)/prefix-threads $(B)/host-allocator
+     $(B)/prefix-threads $(B)/host-allocator $(B)/request-reuse $(B)/malloc-count.so
 
 # The install prefix is compiled in (the default home): rebuild when it changes.
 $(B)/prefix.stamp: FORCE
@@ -100,6 +100,16 @@ $(B)/shared-threads: spec/core/shared_threads.c $(B)/liblupin.a $(CORE_HDR)
 # a host's allocator under the Lua heap (spec/core/host_allocator_spec.lua)
 $(B)/host-allocator: spec/core/host_allocator.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
+
+# requests reused, no C allocation a lifecycle (spec/core/request_reuse_spec.lua):
+# --wrap counts liblupin's allocations
+$(B)/request-reuse: spec/core/request_reuse.c $(B)/liblupin.a core/lupin.h
+	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS) \
+	  -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup
+
+# counts a process's allocations, preloaded (spec/e2e/gateway_spec.lua)
+$(B)/malloc-count.so: spec/fixtures/gateway/malloc_count.c
+	$(CC) $(XCFLAGS) -shared -o $@ $<
 
 $(B)/bench-lifecycle: bench/lifecycle.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)

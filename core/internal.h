@@ -420,6 +420,8 @@ struct lupin_runtime {
   lupin_prefix_index *prefix_indexes; /* live indexes, purged on endpoint removal */
   /* requests */
   lupin_request *requests, *requests_tail; /* live, oldest first */
+  lupin_request *spare_requests;           /* ended, for reuse (request.c) */
+  size_t n_spare_requests;
   uint64_t requests_begun, requests_ended;
   /* flow control (flow.c) */
   lupin_dispatch_fn dispatch;
@@ -463,6 +465,7 @@ const char *lupin__header_find(const char *block, size_t len, const char *name, 
                                size_t *value_len);
 int lupin__request_count(uintptr_t req, const lupin_endpoint *ep, int64_t requests, int64_t tokens);
 void lupin__requests_cancel_all(lupin_runtime *rt);
+void lupin__requests_free_spares(lupin_runtime *rt);
 /* Runs scheduling (or reads its answer again) into *out. */
 int lupin__request_schedule_into(lupin_request *req, lupin_result *out);
 

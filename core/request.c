@@ -22,13 +22,16 @@ typedef struct {
 struct lupin_request {
   lupin_runtime *rt;
   lupin_generation *gen;
-  int ref; /* the request table */
-  char *id;
+  int ref;           /* the request table */
+  const char *id;    /* in text, or "" when it could not be copied */
+  const char *model; /* in text after the id, or NULL */
+  char *text;        /* "id\0model\0": kept with its capacity by a spare */
+  size_t text_cap;
   int failed;         /* scheduling failed: its outcome wins at the end */
   int response_hooks; /* call the response hooks (see lupin_request_schedule) */
   int head_status;    /* the response head kept for finish alone (keep_head) */
-  char *head;
-  size_t head_len;
+  char *head;         /* kept with its capacity by a spare */
+  size_t head_len, head_cap;
   lupin_outcome failed_outcome;
   char *message;
   char *plugin;
@@ -41,7 +44,6 @@ struct lupin_request {
   char *explain;        /* lupin_request_explain's last answer */
   header_list upstream; /* set by plugins for the upstream request */
   header_list client;   /* set by plugins for the client's response */
-  char *model;
   int stream;
   char *param; /* the parameter a failed body check names */
   void *data;  /* the host's (lupin_request_set_data) */
@@ -52,8 +54,89 @@ struct lupin_request {
   size_t n_holds, cap_holds;
   int released; /* the end released them: nothing more is counted */
   hold holds_inline[2];
-  lupin_request *prev, *next;
+  lupin_request *prev, *next; /* next: the spare list's too */
 };
+
+/* Ended requests kept for the next (at most SPARE_REQUESTS, above what a
+ * loop usually has in flight): the next request reuses their texts, picks
+ * and response-head buffer, so a lifecycle allocates nothing in C in the
+ * steady state.  A buffer past SPARE_BYTES (a long request id, a big head)
+ * is not kept. */
+enum { SPARE_REQUESTS = 256, SPARE_BYTES = 4096 };
+
+static lupin_request *request_new(lupin_runtime *rt) {
+  lupin_request *req = rt->spare_requests;
+  if (!req) return calloc(1, sizeof *req);
+  rt->spare_requests = req->next;
+  rt->n_spare_requests--;
+  *req = (lupin_request){.text = req->text,
+                         .text_cap = req->text_cap,
+                         .head = req->head,
+                         .head_cap = req->head_cap,
+                         .picks = req->picks,
+                         .cap_picks = req->cap_picks};
+  return req;
+}
+
+static void request_free(lupin_request *req) {
+  free(req->text);
+  free(req->head);
+  free(req->picks);
+  free(req);
+}
+
+static void drop_big(char **buf, size_t *cap) {
+  if (*cap <= SPARE_BYTES) return;
+  free(*buf);
+  *buf = NULL;
+  *cap = 0;
+}
+
+static void request_recycle(lupin_runtime *rt, lupin_request *req) {
+  if (rt->n_spare_requests >= SPARE_REQUESTS) {
+    request_free(req);
+    return;
+  }
+  drop_big(&req->text, &req->text_cap);
+  drop_big(&req->head, &req->head_cap);
+  req->next = rt->spare_requests;
+  rt->spare_requests = req;
+  rt->n_spare_requests++;
+}
+
+void lupin__requests_free_spares(lupin_runtime *rt) {
+  while (rt->spare_requests) {
+    lupin_request *req = rt->spare_requests;
+    rt->spare_requests = req->next;
+    request_free(req);
+  }
+  rt->n_spare_requests = 0;
+}
+
+/* Copies the id and the model (NULL: none) into the request's text.  Out
+ * of memory, the request goes on with the id "" and no model: its Lua
+ * state exists by now and ends like any other's. */
+static void set_texts(lupin_request *req, const char *id, size_t id_len, const char *model,
+                      size_t model_len) {
+  size_t need = id_len + 1 + (model ? model_len + 1 : 0);
+  if (need > req->text_cap) {
+    free(req->text);
+    req->text_cap = 0;
+    if (!(req->text = malloc(need))) {
+      req->id = "";
+      req->model = NULL;
+      return;
+    }
+    req->text_cap = need;
+  }
+  memcpy(req->text, id, id_len + 1);
+  req->id = req->text;
+  req->model = NULL;
+  if (model) {
+    memcpy(req->text + id_len + 1, model, model_len + 1);
+    req->model = req->text + id_len + 1;
+  }
+}
 
 static const char *const outcome_names[] = {
     "ok",      "rejected",        "no_endpoint", "plugin_error", "upstream_error", "cancelled",
@@ -178,7 +261,7 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
     lupin__errf(err, errlen, "no config loaded: call lupin_runtime_load first");
     return NULL;
   }
-  lupin_request *req = calloc(1, sizeof *req);
+  lupin_request *req = request_new(rt);
   if (!req) {
     lupin__errf(err, errlen, "out of memory");
     return NULL;
@@ -193,16 +276,19 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
   int top = lua_gettop(L) - 3;
   if (push_desc(L, desc)) {
     lua_settop(L, top);
-    free(req);
+    request_recycle(rt, req);
     lupin__errf(err, errlen, "out of memory");
     return NULL;
   }
   if (lupin__call(rt, 2 + DESC_ARGS, 4, err, errlen)) {
-    free(req);
+    request_recycle(rt, req);
     return NULL;
   }
-  req->id = strdup(lua_tostring(L, -3));
-  req->model = lua_isstring(L, -2) ? strdup(lua_tostring(L, -2)) : NULL;
+  size_t id_len, model_len = 0;
+  const char *id = lua_tolstring(L, -3, &id_len);
+  if (!id) id = "", id_len = 0;
+  const char *model = lua_isstring(L, -2) ? lua_tolstring(L, -2, &model_len) : NULL;
+  set_texts(req, id, id_len, model, model_len);
   req->stream = lua_toboolean(L, -1);
   lua_pop(L, 3);
   req->ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -442,15 +528,17 @@ static void push_call(lupin_request *req, enum lupin_hook hook) {
  * instead of two. */
 static int keep_head(lupin_request *req, int status, const lupin_header *headers, size_t n) {
   size_t len = header_block_len(headers, n);
-  char *block = malloc(len ? len : 1);
-  if (!block) {
-    lupin__log(req->rt, LUPIN_LOG_ERROR, "request %s: out of memory keeping the response head",
-               req->id);
-    return -1;
+  if (len > req->head_cap) {
+    free(req->head);
+    req->head_cap = 0;
+    if (!(req->head = malloc(len))) {
+      lupin__log(req->rt, LUPIN_LOG_ERROR, "request %s: out of memory keeping the response head",
+                 req->id);
+      return -1;
+    }
+    req->head_cap = len;
   }
-  header_block_write(block, headers, n);
-  free(req->head);
-  req->head = block;
+  header_block_write(req->head, headers, n);
   req->head_len = len;
   req->head_status = status;
   return 0;
@@ -605,15 +693,11 @@ void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
 
   clear_result(req);
   clear_headers(&req->client);
-  free(req->picks);
   free_fallbacks(req);
   free(req->explain);
-  free(req->head);
   free(req->upstream.v);
   free(req->client.v);
-  free(req->id);
-  free(req->model);
-  free(req);
+  request_recycle(rt, req);
   if (flow) lupin__flow_pump(rt, 0); /* its place is free for a queued one */
 }
 

@@ -418,6 +418,7 @@ void lupin_runtime_free(lupin_runtime *rt) {
   jit_profile(rt, 0);
   rt->dispatch = NULL; /* no callback while the requests are cancelled */
   lupin__requests_cancel_all(rt);
+  lupin__requests_free_spares(rt);
   lupin_runtime_abort(rt);
   lupin__generation_free_all(rt);
   close_state(rt); /* runs the endpoints' finalizers: their slots are let go */

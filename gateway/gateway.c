@@ -434,10 +434,12 @@ static int open_loop(lupin_gateway *gw, char *err, size_t errlen) {
 static void collect_step(uv_prepare_t *p) {
   lupin_gateway *gw = p->data;
   lupin_runtime_collect_step(gw->rt);
+  gw_access_log_flush(gw);
 }
 
 /* The Lua collector's steps, made before the loop waits for events: not
- * inside the requests' calls, whose latency they would add to. */
+ * inside the requests' calls, whose latency they would add to.  The access
+ * log's lines of the iteration are written then too. */
 static int start_collector(lupin_gateway *gw, char *err, size_t errlen) {
   gw->collector = malloc(sizeof *gw->collector);
   if (!gw->collector) {
@@ -527,8 +529,11 @@ int gw_run(lupin_gateway *gw) {
   if (gw->draining != 2) shutdown_all(gw); /* a failed open or a drain timeout */
   if (gw->server) gw_server_close(gw->server);
   if (gw->loop) uv_run(gw->loop, UV_RUN_DEFAULT); /* the close callbacks */
+  gw_access_log_flush(gw);
+  gw_buf_free(&gw->access_log);
   if (gw->rt) lupin_runtime_free(gw->rt);
   gw_upstream_free_spares(gw);
+  gw_proxy_free_spares(gw);
   gw_server_free(gw->server);
   gw_server_free(gw->admin);
   gw_objectives_free(gw);

@@ -502,6 +502,10 @@ const char *gw_health_state_name(gw_health_state s);
 
 void gw_proxy_handle(void *gw, gw_conn *c, gw_http_request *req);
 void gw_proxy_cancel_all(lupin_gateway *gw);
+/* Frees the ended exchanges kept for reuse (at the loop's end). */
+void gw_proxy_free_spares(lupin_gateway *gw);
+/* Writes the access log's waiting lines (each loop iteration, and at the end). */
+void gw_access_log_flush(lupin_gateway *gw);
 /* The runtime's dispatch callback: a queued request's final result. */
 void gw_proxy_dispatched(void *gw, lupin_request *req, const lupin_result *res);
 
@@ -614,7 +618,7 @@ struct lupin_gateway {
   gw_reload_stats reloads;
   uv_signal_t *sigterm, *sigint, *sighup;
   uv_timer_t *drain_timer;
-  uv_prepare_t *collector; /* paces the Lua collector between requests */
+  uv_prepare_t *collector; /* paces the Lua collector between requests, writes the access log */
   int draining;
   gw_exchange *exchanges; /* live proxied requests, newest first */
   size_t n_exchanges;
@@ -622,6 +626,9 @@ struct lupin_gateway {
   /* ended exchanges kept, buffers and all, for the next ones (upstream.c) */
   gw_upstream *spare_upstreams;
   size_t n_spare_upstreams;
+  gw_exchange *spare_exchanges; /* the same for exchanges (proxy.c) */
+  size_t n_spare_exchanges;
+  gw_buf access_log; /* lines this loop iteration ended, not written yet */
   size_t n_retrying;  /* exchanges on a second or later attempt (the retry budget) */
   uint64_t retries_denied;  /* retries the budget refused */
   uv_timer_t *health_timer; /* health.c */
@@ -711,7 +718,7 @@ struct gw_exchange {
   size_t pick;
   gw_endpoint *ep;
   gw_upstream *up;
-  char *model;     /* the model scheduled for (the model-name rewrite's) */
+  const char *model; /* the model scheduled for (the model-name rewrite's): the core's */
   char *requested; /* the body's, when a rewrite replaced it */
   gw_objective *objective; /* set once scheduled: counted as running */
   uint64_t response_bytes;

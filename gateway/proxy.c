@@ -59,28 +59,42 @@ static void count(lupin_gateway *gw, int status) {
   if (status >= 100 && status < 600) gw->stats.by_status[status]++;
 }
 
+/* The access log's lines wait in gw->access_log for the end of the loop's
+ * iteration (gw_access_log_flush): one write for all the requests an
+ * iteration ended, not one each, and a buffer reused, not one a line. */
+enum { ACCESS_LOG_FLUSH_BYTES = 64 << 10 };
+
+void gw_access_log_flush(lupin_gateway *gw) {
+  gw_buf *b = &gw->access_log;
+  if (!b->len) return;
+  fwrite(b->data, 1, b->len, stdout);
+  fflush(stdout);
+  b->len = 0;
+}
+
 static void log_access(lupin_gateway *gw, const gw_exchange *x, const char *path, const char *id,
                        int status, const char *outcome) {
   if (gw->opts.log_level < LUPIN_LOG_INFO) return;
-  gw_buf b = {0};
+  gw_buf *b = &gw->access_log;
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  gw_buf_printf(&b, "{\"ts\":%.3f,\"id\":", (double)now.tv_sec + now.tv_nsec / 1e9);
-  gw_buf_json(&b, id);
-  gw_buf_printf(&b, ",\"path\":");
-  gw_buf_json(&b, path);
-  gw_buf_printf(&b, ",\"model\":");
-  gw_buf_json(&b, x && x->model ? x->model : "");
-  gw_buf_printf(&b, ",\"endpoint\":");
-  gw_buf_json(&b, x && x->ep ? x->ep->hostport : "");
-  gw_buf_printf(&b, ",\"status\":%d,\"scheduling_us\":%.1f,\"total_ms\":%.3f,\"outcome\":\"%s\"",
+  gw_buf_printf(b, "{\"ts\":%.3f,\"id\":", (double)now.tv_sec + now.tv_nsec / 1e9);
+  gw_buf_json(b, id);
+  gw_buf_str(b, ",\"path\":");
+  gw_buf_json(b, path);
+  gw_buf_str(b, ",\"model\":");
+  gw_buf_json(b, x && x->model ? x->model : "");
+  gw_buf_str(b, ",\"endpoint\":");
+  gw_buf_json(b, x && x->ep ? x->ep->hostport : "");
+  gw_buf_printf(b, ",\"status\":%d,\"scheduling_us\":%.1f,\"total_ms\":%.3f,\"outcome\":\"%s\"",
                 status, x ? x->sched_us : 0, x ? (lupin_now() - x->started) * 1000 : 0, outcome);
-  if (x && x->attempt_log.len)
-    gw_buf_printf(&b, ",\"attempts\":[%.*s]", (int)x->attempt_log.len, x->attempt_log.data);
-  gw_buf_printf(&b, "}\n");
-  if (b.data) fputs(b.data, stdout);
-  fflush(stdout);
-  gw_buf_free(&b);
+  if (x && x->attempt_log.len) {
+    gw_buf_str(b, ",\"attempts\":[");
+    gw_buf_append(b, x->attempt_log.data, x->attempt_log.len);
+    gw_buf_str(b, "]");
+  }
+  gw_buf_str(b, "}\n");
+  if (b->len >= ACCESS_LOG_FLUSH_BYTES) gw_access_log_flush(gw);
 }
 
 /* --- ending an exchange -------------------------------------------------- */
@@ -132,6 +146,48 @@ static void flow_left(gw_exchange *x, const char *why) {
   x->queued = 0;
 }
 
+/* Ended exchanges kept for the next (at most SPARE_EXCHANGES, sized as
+ * upstream.c's spares), with the capacity of their connect-error and
+ * attempt-log buffers: a request allocates no exchange in the steady state. */
+enum { SPARE_EXCHANGES = 256, SPARE_LOG_BYTES = 4096 };
+
+static gw_exchange *exchange_new(lupin_gateway *gw) {
+  gw_exchange *x = gw->spare_exchanges;
+  if (!x) return calloc(1, sizeof *x);
+  gw->spare_exchanges = x->next;
+  gw->n_spare_exchanges--;
+  *x = (gw_exchange){.connect_errors = {x->connect_errors.data, 0, x->connect_errors.cap},
+                     .attempt_log = {x->attempt_log.data, 0, x->attempt_log.cap}};
+  return x;
+}
+
+static void exchange_free(gw_exchange *x) {
+  gw_buf_free(&x->connect_errors);
+  gw_buf_free(&x->attempt_log);
+  free(x);
+}
+
+static void exchange_recycle(lupin_gateway *gw, gw_exchange *x) {
+  if (gw->n_spare_exchanges >= SPARE_EXCHANGES) {
+    exchange_free(x);
+    return;
+  }
+  if (x->connect_errors.cap > SPARE_LOG_BYTES) gw_buf_free(&x->connect_errors);
+  if (x->attempt_log.cap > SPARE_LOG_BYTES) gw_buf_free(&x->attempt_log);
+  x->next = gw->spare_exchanges;
+  gw->spare_exchanges = x;
+  gw->n_spare_exchanges++;
+}
+
+void gw_proxy_free_spares(lupin_gateway *gw) {
+  while (gw->spare_exchanges) {
+    gw_exchange *x = gw->spare_exchanges;
+    gw->spare_exchanges = x->next;
+    exchange_free(x);
+  }
+  gw->n_spare_exchanges = 0;
+}
+
 static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   lupin_gateway *gw = x->gw;
   if (x->conn) gw_conn_on_abort(x->conn, NULL, NULL);
@@ -141,8 +197,8 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   objective_end(x, outcome, status);
   /* an endpoint's own error status, relayed, is the request's outcome "ok"
    * for the plugins; the access log tells it apart */
-  const char *name = outcome == LUPIN_OK && status >= 400 ? "endpoint_error"
-                                                          : lupin_outcome_name(outcome);
+  const char *name =
+      outcome == LUPIN_OK && status >= 400 ? "endpoint_error" : lupin_outcome_name(outcome);
   log_access(gw, x, x->path, lupin_request_id(x->req), status, name);
   gw_explain_ended(x, status, name);
   lupin_request_end(x->req, outcome);
@@ -156,12 +212,9 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   gw->n_exchanges--;
   if (x->ep) gw_endpoint_unref(x->ep);
   if (x->retrying) gw->n_retrying--;
-  gw_buf_free(&x->connect_errors);
-  gw_buf_free(&x->attempt_log);
   free(x->explain_summary);
-  free(x->model);
   free(x->requested);
-  free(x);
+  exchange_recycle(gw, x);
   gw_check_drained(gw);
 }
 
@@ -605,17 +658,24 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
   }
   const char *model = lupin_request_model(req);
   char *requested = rewrite_model(http, model);
-  gw_exchange *x = calloc(1, sizeof *x);
-  *x = (gw_exchange){.gw = gw,
-                     .conn = c,
-                     .http = http,
-                     .req = req,
-                     .model = model ? strdup(model) : NULL,
-                     .requested = requested,
-                     .stream = lupin_request_stream(req),
-                     .started = http->started,
-                     .path = path,
-                     .explain = explain};
+  gw_exchange *x = exchange_new(gw);
+  if (!x) {
+    free(requested);
+    lupin_request_end(req, LUPIN_CANCELLED);
+    gw_log(gw, LUPIN_LOG_ERROR, "beginning a request: out of memory");
+    reply_error(gw, c, path, 500, "internal error while beginning the request", NULL);
+    return;
+  }
+  x->gw = gw;
+  x->conn = c;
+  x->http = http;
+  x->req = req;
+  x->model = model;
+  x->requested = requested;
+  x->stream = lupin_request_stream(req);
+  x->started = http->started;
+  x->path = path;
+  x->explain = explain;
   x->next = gw->exchanges;
   if (gw->exchanges) gw->exchanges->prev = x;
   gw->exchanges = x;

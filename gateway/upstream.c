@@ -153,8 +153,10 @@ static void on_timeout(uv_timer_t *t);
 
 /* Ended exchanges kept for reuse: their request buffer and header texts
  * spare the next exchange its allocations.  A request buffer past
- * SPARE_REQUEST_BYTES (a big body) is not kept. */
-enum { MAX_SPARES = 64, SPARE_REQUEST_BYTES = 16384 };
+ * SPARE_REQUEST_BYTES (a big body) is not kept.  MAX_SPARES is above what
+ * one loop usually has in flight: a list capped at the concurrency frees at
+ * every lull (all responses out, scrapes in flight) and allocates again. */
+enum { MAX_SPARES = 256, SPARE_REQUEST_BYTES = 16384 };
 
 static void upstream_free(gw_upstream *u) {
   gw_headers_free(&u->headers);

@@ -154,8 +154,8 @@ function M.sim(args, n, host)
 end
 
 --- lupin serve with a config given as a table; returns the process with
---- base (http://host:port) and admin URLs.
-function M.gateway(config, args)
+--- base (http://host:port) and admin URLs.  env: "NAME=value ..." for it.
+function M.gateway(config, args, env)
   seq = seq + 1
   local path = ("%s/config-%d.json"):format(dir, seq)
   support.write(path, type(config) == "string" and config or cjson.encode(config))
@@ -165,8 +165,8 @@ function M.gateway(config, args)
   if not (args or ""):find("--workers", 1, true) then
     listen = listen .. "--workers " .. (os.getenv("LUPIN_TEST_WORKERS") or "1") .. " "
   end
-  local p = M.start(("%s serve --config %s %s--admin 127.0.0.1:0 %s"):format(
-    M.LUPIN, path, listen, args or ""))
+  local p = M.start(("%s%s serve --config %s %s--admin 127.0.0.1:0 %s"):format(
+    env and env .. " " or "", M.LUPIN, path, listen, args or ""))
   p.config = path
   M.poll(function()
     local s = read(p.out) or ""
