@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 typedef struct {
   lupin_header *v;
@@ -61,12 +64,31 @@ struct lupin_request {
  * loop usually has in flight): the next request reuses their texts, picks
  * and response-head buffer, so a lifecycle allocates nothing in C in the
  * steady state.  A buffer past SPARE_BYTES (a long request id, a big head)
- * is not kept. */
+ * is not kept.  Under ASan a spare is poisoned, buffers and all: a stale
+ * pointer into an ended request is still reported, as when it was freed. */
 enum { SPARE_REQUESTS = 256, SPARE_BYTES = 4096 };
+
+#if defined(__SANITIZE_ADDRESS__)
+static void spare_poison(lupin_request *req, int poison) {
+  void (*mark)(const volatile void *, size_t) =
+      poison ? __asan_poison_memory_region : __asan_unpoison_memory_region;
+  if (!poison) mark(req, sizeof *req); /* its fields first, to read the buffers' */
+  if (req->text) mark(req->text, req->text_cap);
+  if (req->head) mark(req->head, req->head_cap);
+  if (req->picks) mark(req->picks, req->cap_picks * sizeof *req->picks);
+  if (poison) mark(req, sizeof *req);
+}
+#else
+static void spare_poison(lupin_request *req, int poison) {
+  (void)req;
+  (void)poison;
+}
+#endif
 
 static lupin_request *request_new(lupin_runtime *rt) {
   lupin_request *req = rt->spare_requests;
   if (!req) return calloc(1, sizeof *req);
+  spare_poison(req, 0);
   rt->spare_requests = req->next;
   rt->n_spare_requests--;
   *req = (lupin_request){.text = req->text,
@@ -102,11 +124,13 @@ static void request_recycle(lupin_runtime *rt, lupin_request *req) {
   req->next = rt->spare_requests;
   rt->spare_requests = req;
   rt->n_spare_requests++;
+  spare_poison(req, 1);
 }
 
 void lupin__requests_free_spares(lupin_runtime *rt) {
   while (rt->spare_requests) {
     lupin_request *req = rt->spare_requests;
+    spare_poison(req, 0);
     rt->spare_requests = req->next;
     request_free(req);
   }

@@ -27,6 +27,9 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 /* The P/D routing headers name hosts a sidecar connects to: only the
  * scheduler sets them, never the client (llm-d's PreRequest clears them). */
@@ -148,12 +151,23 @@ static void flow_left(gw_exchange *x, const char *why) {
 
 /* Ended exchanges kept for the next (at most SPARE_EXCHANGES, sized as
  * upstream.c's spares), with the capacity of their connect-error and
- * attempt-log buffers: a request allocates no exchange in the steady state. */
+ * attempt-log buffers: a request allocates no exchange in the steady state.
+ * Under ASan a spare is poisoned: a callback left pointing at an ended
+ * exchange is still reported, as when it was freed. */
 enum { SPARE_EXCHANGES = 256, SPARE_LOG_BYTES = 4096 };
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SPARE_POISON(x) __asan_poison_memory_region((x), sizeof *(x))
+#define SPARE_UNPOISON(x) __asan_unpoison_memory_region((x), sizeof *(x))
+#else
+#define SPARE_POISON(x) ((void)(x))
+#define SPARE_UNPOISON(x) ((void)(x))
+#endif
 
 static gw_exchange *exchange_new(lupin_gateway *gw) {
   gw_exchange *x = gw->spare_exchanges;
   if (!x) return calloc(1, sizeof *x);
+  SPARE_UNPOISON(x);
   gw->spare_exchanges = x->next;
   gw->n_spare_exchanges--;
   *x = (gw_exchange){.connect_errors = {x->connect_errors.data, 0, x->connect_errors.cap},
@@ -177,11 +191,13 @@ static void exchange_recycle(lupin_gateway *gw, gw_exchange *x) {
   x->next = gw->spare_exchanges;
   gw->spare_exchanges = x;
   gw->n_spare_exchanges++;
+  SPARE_POISON(x);
 }
 
 void gw_proxy_free_spares(lupin_gateway *gw) {
   while (gw->spare_exchanges) {
     gw_exchange *x = gw->spare_exchanges;
+    SPARE_UNPOISON(x);
     gw->spare_exchanges = x->next;
     exchange_free(x);
   }
