@@ -98,12 +98,12 @@ $(B)/shared-threads: spec/core/shared_threads.c $(B)/liblupin.a $(CORE_HDR)
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
 # a host's allocator under the Lua heap (spec/core/host_allocator_spec.lua)
-$(B)/host-allocator: spec/core/host_allocator.c $(B)/liblupin.a core/lupin.h
+$(B)/host-allocator: spec/core/host_allocator.c spec/core/program.h $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)
 
 # requests reused, no C allocation a lifecycle (spec/core/request_reuse_spec.lua):
 # --wrap counts liblupin's allocations
-$(B)/request-reuse: spec/core/request_reuse.c $(B)/liblupin.a core/lupin.h
+$(B)/request-reuse: spec/core/request_reuse.c spec/core/program.h $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS) \
 	  -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup
 

@@ -7,7 +7,8 @@
  * test-asan).
  *
  *   LUPIN_HOME=. ./build/host-allocator spec/fixtures/plugins */
-#include <lupin.h>
+#define PROGRAM "host-allocator"
+#include "program.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,16 +51,6 @@ static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   return p;
 }
 
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "host-allocator: " __VA_ARGS__);                                             \
-      fputc('\n', stderr);                                                                         \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
-
 static int lifecycle(lupin_runtime *rt, const char *body) {
   char err[512];
   lupin_request_desc d = {.path = "/v1/completions", .body = body, .body_len = strlen(body)};
@@ -88,13 +79,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "host-allocator: %s\n", err);
     return 1;
   }
-  char name[16], address[32];
-  for (int i = 1; i <= 4; i++) {
-    snprintf(name, sizeof name, "ep%d", i);
-    snprintf(address, sizeof address, "10.0.0.%d", i);
-    lupin_endpoint_upsert(rt, &(lupin_endpoint_desc){name, address, 8000, NULL, 0}, err,
-                          sizeof err);
-  }
+  add_endpoints(rt, 4);
 
   /* the hog allocates only over the limit: without one, small lifecycles */
   lupin_runtime_set_memory_limit(rt, LIMIT);

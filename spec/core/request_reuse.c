@@ -7,7 +7,8 @@
  * spec/core/request_reuse_spec.lua (and under ASan by make test-asan).
  *
  *   LUPIN_HOME=. ./build/request-reuse spec/fixtures/plugins */
-#include <lupin.h>
+#define PROGRAM "request-reuse"
+#include "program.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,16 +55,6 @@ static void *lua_heap(void *ud, void *ptr, size_t osize, size_t nsize) {
   free(ptr);
   return NULL;
 }
-
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "request-reuse: " __VA_ARGS__);                                              \
-      fputc('\n', stderr);                                                                         \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
 
 static lupin_request *begin(lupin_runtime *rt, const char *id, const char *body) {
   char err[512];
@@ -167,13 +158,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "request-reuse: %s\n", err);
     return 1;
   }
-  char name[16], address[32];
-  for (int i = 1; i <= 4; i++) {
-    snprintf(name, sizeof name, "ep%d", i);
-    snprintf(address, sizeof address, "10.0.0.%d", i);
-    lupin_endpoint_upsert(rt, &(lupin_endpoint_desc){name, address, 8000, NULL, 0}, err,
-                          sizeof err);
-  }
+  add_endpoints(rt, 4);
   no_allocation_in_the_steady_state(rt);
   a_reused_request_reads_its_own(rt);
   more_in_flight_than_spares(rt);

@@ -177,6 +177,22 @@ function M.gateway(config, args, env)
   return p
 end
 
+--- wrk posting body (a table, as JSON) to base's /v1/completions for the
+--- seconds given over conns connections; returns the requests it counted
+--- and its output.
+function M.wrk_post(base, body, seconds, conns)
+  seq = seq + 1
+  local script = ("%s/wrk-%d.lua"):format(dir, seq)
+  support.write(script, ([[
+    wrk.method = "POST"
+    wrk.body = %q
+    wrk.headers["Content-Type"] = "application/json"
+  ]]):format(cjson.encode(body)))
+  local out = M.run(("wrk -t1 -c%d -d%ds -s %s %s/v1/completions"):format(conns, seconds,
+    script, base))
+  return tonumber(out:match("(%d+) requests in")) or 0, out
+end
+
 --- Runs a shell command; returns its output and exit status (LuaJIT's
 --- io.popen does not report the status).
 function M.run(cmd)
