@@ -49,6 +49,23 @@ int gw_buf_uint(gw_buf *b, unsigned long long v) {
   return gw_buf_append(b, d + k, sizeof d - k);
 }
 
+int gw_buf_fixed(gw_buf *b, double v, unsigned decimals) {
+  static const double scale[] = {1, 10, 100, 1e3, 1e4, 1e5, 1e6};
+  if (decimals >= sizeof scale / sizeof *scale) decimals = sizeof scale / sizeof *scale - 1;
+  /* past 2^53 a double has no fraction left to show: %g's exponent form */
+  if (!isfinite(v) || fabs(v) * scale[decimals] >= 9007199254740992.0) return gw_buf_number(b, v);
+  if (v < 0 && gw_buf_append(b, "-", 1)) return -1;
+  unsigned long long n = (unsigned long long)llround(fabs(v) * scale[decimals]);
+  unsigned long long unit = (unsigned long long)scale[decimals];
+  if (gw_buf_uint(b, n / unit)) return -1;
+  if (!decimals) return 0;
+  char d[8] = {'.'};
+  unsigned long long frac = n % unit;
+  for (unsigned i = decimals; i > 0; i--, frac /= 10)
+    d[i] = (char)('0' + frac % 10);
+  return gw_buf_append(b, d, decimals + 1);
+}
+
 int gw_buf_header(gw_buf *b, const char *name, const char *value) {
   size_t n = strlen(name), v = strlen(value);
   if (reserve(b, n + v + 4)) return -1;

@@ -43,6 +43,9 @@ int gw_buf_append(gw_buf *b, const char *data, size_t len);
  * are written with these, not gw_buf_printf). */
 int gw_buf_str(gw_buf *b, const char *s);
 int gw_buf_uint(gw_buf *b, unsigned long long v);
+/* v with that many decimals (at most 6), as "%.*f" would write it but
+ * for a tie's rounding; a value past 2^53 or not finite as gw_buf_number. */
+int gw_buf_fixed(gw_buf *b, double v, unsigned decimals);
 /* "name: value\r\n" */
 int gw_buf_header(gw_buf *b, const char *name, const char *value);
 int gw_buf_printf(gw_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -81,7 +81,9 @@ static void log_access(lupin_gateway *gw, const gw_exchange *x, const char *path
   gw_buf *b = &gw->access_log;
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  gw_buf_printf(b, "{\"ts\":%.3f,\"id\":", (double)now.tv_sec + now.tv_nsec / 1e9);
+  gw_buf_str(b, "{\"ts\":");
+  gw_buf_fixed(b, (double)now.tv_sec + now.tv_nsec / 1e9, 3);
+  gw_buf_str(b, ",\"id\":");
   gw_buf_json(b, id);
   gw_buf_str(b, ",\"path\":");
   gw_buf_json(b, path);
@@ -89,8 +91,15 @@ static void log_access(lupin_gateway *gw, const gw_exchange *x, const char *path
   gw_buf_json(b, x && x->model ? x->model : "");
   gw_buf_str(b, ",\"endpoint\":");
   gw_buf_json(b, x && x->ep ? x->ep->hostport : "");
-  gw_buf_printf(b, ",\"status\":%d,\"scheduling_us\":%.1f,\"total_ms\":%.3f,\"outcome\":\"%s\"",
-                status, x ? x->sched_us : 0, x ? (lupin_now() - x->started) * 1000 : 0, outcome);
+  gw_buf_str(b, ",\"status\":");
+  gw_buf_fixed(b, status, 0);
+  gw_buf_str(b, ",\"scheduling_us\":");
+  gw_buf_fixed(b, x ? x->sched_us : 0, 1);
+  gw_buf_str(b, ",\"total_ms\":");
+  gw_buf_fixed(b, x ? (lupin_now() - x->started) * 1000 : 0, 3);
+  gw_buf_str(b, ",\"outcome\":\"");
+  gw_buf_str(b, outcome);
+  gw_buf_str(b, "\"");
   if (x && x->attempt_log.len) {
     gw_buf_str(b, ",\"attempts\":[");
     gw_buf_append(b, x->attempt_log.data, x->attempt_log.len);
@@ -350,21 +359,26 @@ static void attempt_log(gw_exchange *x, const char *reason, const char *detail) 
   if (x->gw->opts.log_level < LUPIN_LOG_INFO && x->explain <= 0) return;
   double ms = (lupin_now() - x->attempt_started) * 1000;
   gw_buf *b = &x->attempt_log;
-  gw_buf_printf(b, "%s{\"endpoint\":", b->len ? "," : "");
+  gw_buf_str(b, b->len ? ",{\"endpoint\":" : "{\"endpoint\":");
   gw_buf_json(b, x->ep->hostport);
-  gw_buf_printf(b, ",\"name\":");
+  gw_buf_str(b, ",\"name\":");
   gw_buf_json(b, x->ep->name);
-  gw_buf_printf(b, ",\"via\":\"%s\"", x->pick < x->result.n_picks ? "pick" : "fallback");
+  gw_buf_str(b, x->pick < x->result.n_picks ? ",\"via\":\"pick\"" : ",\"via\":\"fallback\"");
   if (reason) {
-    gw_buf_printf(b, ",\"reason\":\"%s\"", reason);
+    gw_buf_str(b, ",\"reason\":\"");
+    gw_buf_str(b, reason);
+    gw_buf_str(b, "\"");
     if (detail) {
-      gw_buf_printf(b, ",\"detail\":");
+      gw_buf_str(b, ",\"detail\":");
       gw_buf_json(b, detail);
     }
-    gw_buf_printf(b, ",\"ms\":%.3f}", ms);
   } else {
-    gw_buf_printf(b, ",\"status\":%d,\"ms\":%.3f}", x->status, ms);
+    gw_buf_str(b, ",\"status\":");
+    gw_buf_fixed(b, x->status, 0);
   }
+  gw_buf_str(b, ",\"ms\":");
+  gw_buf_fixed(b, ms, 3);
+  gw_buf_str(b, "}");
 }
 
 /* One finished attempt: the access log's entry, the endpoint's health. */

@@ -156,13 +156,24 @@ describe("lupin serve", function()
     it("one JSON access-log line per request", function()
       local _, h = P.post(gw.base, "/v1/completions", COMPLETION, "-H 'x-request-id: log-1'")
       P.get(gw.base .. "/nowhere")
-      local line = P.poll(function()
+      local raw = P.poll(function()
         for l in (P.read(gw.out) or ""):gmatch("[^\n]+") do
           if l:match('"id":"log%-1"') then
-            return json.decode(l)
+            return l
           end
         end
       end, "the access-log line")
+      -- the numbers as the docs give them: seconds to the millisecond, the
+      -- scheduling to a tenth of a microsecond, the total to a microsecond
+      assert.matches('^{"ts":%d+%.%d%d%d,', raw)
+      assert.matches(',"scheduling_us":%d+%.%d,', raw)
+      assert.matches(',"total_ms":%d+%.%d%d%d,', raw)
+      assert.matches(',"status":200,', raw)
+      assert.matches(',"attempts":%[{"endpoint":"[^"]+","name":"[^"]+","via":"pick","status":200,'
+        .. '"ms":%d+%.%d%d%d}%]}$', raw)
+      local line = json.decode(raw)
+      assert.is_true(math.abs(line.ts - os.time()) < 60, "ts is the wall clock's")
+      assert.is_true(line.total_ms >= 0 and line.total_ms < 10000, "total_ms in ms")
       assert.equal("m", line.model)
       assert.equal("/v1/completions", line.path)
       assert.equal(h["x-sim-endpoint"], line.endpoint)
