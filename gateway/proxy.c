@@ -166,10 +166,10 @@ static void flow_left(gw_exchange *x, const char *why) {
 enum { SPARE_EXCHANGES = 256, SPARE_LOG_BYTES = 4096 };
 
 #if defined(__SANITIZE_ADDRESS__)
-#define SPARE_POISON(x) __asan_poison_memory_region((x), sizeof *(x))
+#define SPARE_POISON(x)   __asan_poison_memory_region((x), sizeof *(x))
 #define SPARE_UNPOISON(x) __asan_unpoison_memory_region((x), sizeof *(x))
 #else
-#define SPARE_POISON(x) ((void)(x))
+#define SPARE_POISON(x)   ((void)(x))
 #define SPARE_UNPOISON(x) ((void)(x))
 #endif
 
