@@ -199,7 +199,7 @@ static int group_by_shard(lupin_prefix_view *v, const uint64_t *hashes, size_t n
   if (room_for_positions(v, n)) return -1;
   const lupin_prefix_shared *ix = v->ix;
   size_t next[MAX_SHARDS];
-  memset(off, 0, (MAX_SHARDS + 1) * sizeof *off);
+  memset(off, 0, (ix->n_shards + 1) * sizeof *off);
   for (size_t i = 0; i < n; i++) off[shard_of(ix, hashes[i]) + 1]++;
   for (unsigned s = 0; s < ix->n_shards; s++) {
     off[s + 1] += off[s];
@@ -288,31 +288,56 @@ int lupin__prefix_shared_record(lupin_shared_store *st, const char *key, uint32_
   return rc;
 }
 
-/* The found-index + 1 of endpoint id in the match being counted, adding it
- * when new; 0: out of memory. */
-static uint32_t found_slot(lupin_prefix_view *v, uint32_t id, size_t *n_found) {
-  if (!v->map || (*n_found + 1) * 2 > v->map_mask + 1) {
-    size_t cap = v->map ? (v->map_mask + 1) * 2 : 64;
-    uint32_t *m = calloc(cap, sizeof *m);
-    if (!m || grow(&v->found, cap / 2, sizeof *v->found) ||
-        grow(&v->fcount, cap / 2, sizeof *v->fcount)) {
-      free(m);
-      return 0;
-    }
-    free(v->map);
-    v->map = m;
-    v->map_mask = cap - 1;
-    for (size_t f = 0; f < *n_found; f++) { /* rehash what is found so far */
-      size_t i = (v->found[f] * 0x9E3779B1u) & v->map_mask;
-      while (v->map[i]) i = (i + 1) & v->map_mask;
-      v->map[i] = (uint32_t)f + 1;
-    }
+/* A match's endpoints are counted in found/fcount.  Most matches find a
+ * few endpoints, and a scan of those beats hashing each holder; past
+ * SCAN_FOUND the view's map (endpoint id -> found index + 1, open
+ * addressing) takes over for the rest of that match. */
+#define SCAN_FOUND 8
+
+static void map_insert(lupin_prefix_view *v, size_t f) {
+  size_t i = (v->found[f] * 0x9E3779B1u) & v->map_mask;
+  while (v->map[i]) i = (i + 1) & v->map_mask;
+  v->map[i] = (uint32_t)f + 1;
+}
+
+/* Room in the map for one more than n found, holding the n. */
+static int map_room(lupin_prefix_view *v, size_t n) {
+  if (v->map && (n + 1) * 2 <= v->map_mask + 1) return 0;
+  size_t cap = v->map ? (v->map_mask + 1) * 2 : 64;
+  uint32_t *m = calloc(cap, sizeof *m);
+  if (!m || grow(&v->found, cap / 2, sizeof *v->found) ||
+      grow(&v->fcount, cap / 2, sizeof *v->fcount)) {
+    free(m);
+    return -1;
   }
+  free(v->map);
+  v->map = m;
+  v->map_mask = cap - 1;
+  for (size_t f = 0; f < n; f++) map_insert(v, f);
+  return 0;
+}
+
+/* The found-index + 1 of endpoint id in the match being counted, adding it
+ * when new; 0: out of memory.  *mapped: whether the map holds them yet. */
+static uint32_t found_slot(lupin_prefix_view *v, uint32_t id, size_t *n_found, int *mapped) {
+  size_t n = *n_found;
+  if (!*mapped) {
+    for (size_t f = 0; f < n; f++)
+      if (v->found[f] == id) return (uint32_t)f + 1;
+    if (n < SCAN_FOUND) { /* map_room(v, 0) at the match's start made room */
+      v->found[n] = id;
+      v->fcount[n] = 0;
+      return (uint32_t)++*n_found;
+    }
+    for (size_t f = 0; f < n; f++) map_insert(v, f);
+    *mapped = 1;
+  }
+  if (map_room(v, n)) return 0;
   size_t i = (id * 0x9E3779B1u) & v->map_mask;
   for (; v->map[i]; i = (i + 1) & v->map_mask)
     if (v->found[v->map[i] - 1] == id) return v->map[i];
-  v->found[*n_found] = id;
-  v->fcount[*n_found] = 0;
+  v->found[n] = id;
+  v->fcount[n] = 0;
   v->map[i] = (uint32_t)++*n_found;
   return v->map[i];
 }
@@ -372,7 +397,8 @@ long lupin_prefix_view_match(lupin_prefix_view *v, const uint64_t *hashes, size_
     return k;
   }
   size_t off[MAX_SHARDS + 1], stop = n, used = 0, n_found = 0;
-  if (group_by_shard(v, hashes, n, off)) return -1;
+  int mapped = 0;
+  if (map_room(v, 0) || group_by_shard(v, hashes, n, off)) return -1;
   for (unsigned s = 0; s < ix->n_shards; s++)
     if (off[s] < off[s + 1] && collect(v, s, hashes, off, &stop, &used)) return -1;
   long rc = 0;
@@ -380,7 +406,7 @@ long lupin_prefix_view_match(lupin_prefix_view *v, const uint64_t *hashes, size_
     for (j = i + 1; j < stop && same_holders(v, i, j); j++) {
     }
     for (uint32_t h = v->start[i]; h < v->start[i] + v->len[i]; h++) {
-      uint32_t f = found_slot(v, v->holders[h], &n_found);
+      uint32_t f = found_slot(v, v->holders[h], &n_found, &mapped);
       if (!f) {
         rc = -1;
         break;
@@ -394,7 +420,7 @@ long lupin_prefix_view_match(lupin_prefix_view *v, const uint64_t *hashes, size_
       counts[f] = v->fcount[f];
     }
   }
-  if (n_found) memset(v->map, 0, (v->map_mask + 1) * sizeof *v->map);
+  if (mapped) memset(v->map, 0, (v->map_mask + 1) * sizeof *v->map);
   return rc ? rc : (long)n_found;
 }
 

@@ -110,6 +110,29 @@ describe("keyed prefix indexes", function()
     assert.truthy(got.matched > 1000, got.matched)
   end)
 
+  it("count a match over many endpoints as one unsharded index does", function()
+    -- a few endpoints are counted by a scan, more through a map that grows:
+    -- 40 endpoints, endpoint i holding the first 2i blocks of one prompt
+    S.endpoints(a, 40)
+    local got = run(a, ([[
+      local x, y = prefix.index(100000, "k"), prefix.index(100000)
+      local p = %q
+      for i, ep in ipairs(pool.list) do
+        local h = prefix.hashes(p:sub(1, 8 * i), "m", "", 4, 256)
+        x:record(ep.id, h)
+        y:record(ep.id, h)
+      end
+      local h = prefix.hashes(p, "m", "", 4, 256)
+      local mx, my, out = x:match(h), y:match(h), { n = 0, differ = 0, sum = 0 }
+      for _, ep in ipairs(pool.list) do
+        if mx[ep.id] ~= my[ep.id] then out.differ = out.differ + 1 end
+        if mx[ep.id] then out.n, out.sum = out.n + 1, out.sum + mx[ep.id] end
+      end
+      return out
+    ]]):format(PROMPT))
+    print(require("cjson").encode(got)) assert.same({ n = 40, differ = 0, sum = 40 * 41 }, got)
+  end)
+
   it("purge an endpoint removed from a runtime, for every runtime", function()
     local record = ([[
       local x = prefix.index(1000, "k")
