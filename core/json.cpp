@@ -156,11 +156,19 @@ int decode_with(lua_State *L, simdjson::dom::parser &p, const char *text, size_t
   return 0;
 }
 
-/* decode(text): the value; or nothing when simdjson refuses the text, and
- * nil and the offset of its first byte that is not UTF-8 when it is not. */
+/* decode(text) or decode(pointer, length) (a body in the host's memory,
+ * core/request.c): the value; or nothing when simdjson refuses the text,
+ * and nil and the offset of its first byte that is not UTF-8 when it is
+ * not. */
 int decode(lua_State *L) {
   size_t len;
-  const char *text = luaL_checklstring(L, 1, &len);
+  const char *text;
+  if (lua_islightuserdata(L, 1)) {
+    text = static_cast<const char *>(lua_touserdata(L, 1));
+    len = static_cast<size_t>(luaL_checkinteger(L, 2));
+  } else {
+    text = luaL_checklstring(L, 1, &len);
+  }
   if (len > KEPT_CAPACITY) {
     simdjson::dom::parser once;
     return decode_with(L, once, text, len);

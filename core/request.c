@@ -242,9 +242,13 @@ const char *lupin__header_find(const char *block, size_t len, const char *name, 
 
 /* The description as the begin hook's arguments: id, path (nil: the
  * body's), body, model, the header block, subset (nil when absent), check_body,
- * flags, with no table to build.  Whether the body is UTF-8 is found by
- * the JSON decoder as it parses (core/json.cpp), not by a scan of its own. */
-enum { DESC_ARGS = 8 };
+ * flags, the body's length, with no table to build.  Whether the body is
+ * UTF-8 is found by the JSON decoder as it parses (core/json.cpp), not by a
+ * scan of its own.  A body to check is decoded before the hook returns and
+ * never read again, so it goes as a pointer into the host's memory, not as
+ * a Lua string: a request holds its decoded values, not a copy of its text
+ * besides them (a body read only when a plugin asks stays a string). */
+enum { DESC_ARGS = 9 };
 
 static int push_desc(lua_State *L, const lupin_request_desc *d) {
   if (d->id && *d->id)
@@ -255,7 +259,9 @@ static int push_desc(lua_State *L, const lupin_request_desc *d) {
     lua_pushstring(L, d->path);
   else
     lua_pushnil(L);
-  if (d->body)
+  if (d->body && d->check_body)
+    lua_pushlightuserdata(L, (void *)d->body);
+  else if (d->body)
     lua_pushlstring(L, d->body, d->body_len);
   else
     lua_pushnil(L);
@@ -275,6 +281,7 @@ static int push_desc(lua_State *L, const lupin_request_desc *d) {
   }
   lua_pushboolean(L, d->check_body);
   lua_pushinteger(L, (lua_Integer)d->flags);
+  lua_pushinteger(L, d->body ? (lua_Integer)d->body_len : 0);
   return 0;
 }
 

@@ -406,10 +406,12 @@ local CTX = {
 ---@param creq number|false|nil the C request's address (nil: the dry run, false: a probe)
 ---@param id string
 ---@param path string
----@param body string? the raw body
+---@param body string|lightuserdata|nil the raw body: kept when a string, to
+--- decode on first use; a pointer (a checked body, decoded already) is not
 ---@param model string?
 ---@param headers table<string,string>|string lower-case names, or a header block (M.header)
-function M.new_request(gen, creq, id, path, body, model, headers)
+---@param body_len integer? the body's bytes (flow control counts them)
+function M.new_request(gen, creq, id, path, body, model, headers, body_len)
   -- every field the engine sets later is here from the start (false until
   -- then, or nil where plugins see it: result, response, shared): the table
   -- is made at its final size, with no rehash on the way
@@ -417,7 +419,9 @@ function M.new_request(gen, creq, id, path, body, model, headers)
     id = id,
     gen = gen,
     creq = creq,
-    request = setmetatable({ id = id, path = path, raw_body = body, model = model,
+    request = setmetatable({ id = id, path = path, model = model,
+      raw_body = type(body) == "string" and body or nil,
+      body_bytes = type(body) == "string" and #body or body_len or 0,
       headers = type(headers) == "table" and headers or nil,
       raw_headers = type(headers) == "string" and headers or nil }, VIEW),
     profiles = false, -- made on first use (FIELDS.cycle)

@@ -222,13 +222,15 @@ local until_compact = COMPACT_EVERY
 
 --- The begin hook: the request description comes as arguments
 --- (core/request.c); path nil: the body's (chat when it has "messages");
---- headers: a header block (lupin.ctx's header); check: the host asked for the
---- body's checks; flags: LUPIN_REQUEST_*.
+--- body: a string, or, when the host asked for the body's checks (check), a
+--- pointer into the host's memory, valid only during this call, and
+--- body_len its bytes; headers: a header block (lupin.ctx's header);
+--- flags: LUPIN_REQUEST_*.
 --- Returns the request, its id, its model and stream flag when known.  A
 --- body that fails the checks makes a request that fails scheduling with a
 --- 400 and reaches no plugin.
-function M.begin(gen, creq, id, path, body, model, headers, subset, check, flags)
-  path = path or openai.path_of(body)
+function M.begin(gen, creq, id, path, body, model, headers, subset, check, flags, body_len)
+  path = path or openai.path_of(body, body_len)
   id = id or header(headers, "x-request-id") -- names in lower case (core/request.c)
   if not id or id == "" then
     id_seq = id_seq + 1
@@ -242,7 +244,7 @@ function M.begin(gen, creq, id, path, body, model, headers, subset, check, flags
   end
   local decoded, message, param
   if check then
-    decoded, message, param = openai.check(path, body, header(headers, "content-type"))
+    decoded, message, param = openai.check(path, body, header(headers, "content-type"), body_len)
     model = model or (decoded and decoded.model)
   end
   -- the EPP's model rewrite: the model the request is scheduled for (and the
@@ -255,7 +257,7 @@ function M.begin(gen, creq, id, path, body, model, headers, subset, check, flags
       decoded.model = rewrite
     end
   end
-  local r = ctx.new_request(gen, creq, id, path, body, model, headers)
+  local r = ctx.new_request(gen, creq, id, path, body, model, headers, body_len)
   r.candidates = candidates(subset)
   r.subset = subset ~= nil
   if flags ~= 0 then

@@ -538,9 +538,8 @@ function M.arrive(r)
   local ttl = header_ttl(headers[TTL_HEADER]) or (conf_for(p) or {}).ttl or conf.ttl
   local t = now()
   seq = seq + 1
-  local body = r.request.raw_body
   local fc = { r = r, id = r.id, seq = seq, priority = p, flow = headers[FAIRNESS] or "",
-    bytes = body and #body or 0, enqueued_at = t, ttl = ttl,
+    bytes = rawget(r.request, "body_bytes"), enqueued_at = t, ttl = ttl,
     deadline = ttl > 0 and t + ttl or math.huge, state = "through", waited = 0 }
   r.fc = fc
   if not waiting_from(p) and not M.saturated() then

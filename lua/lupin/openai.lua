@@ -6,6 +6,7 @@
 local cjson = require "cjson.safe"
 local json = require "lupin.json"
 
+local ffi = require "ffi"
 local byte = string.byte
 
 -- Request bodies are read as RFC 8259 says: no NaN, Infinity or hex numbers
@@ -292,12 +293,21 @@ local function check_need(body, route)
   return true
 end
 
--- Whether a JSON text's first token opens an array: cjson decodes [] and {}
--- alike.  A byte loop, not a pattern: string.match would stop LuaJIT's trace
--- of validate, which runs for every request.
-local function is_array_text(text)
-  for i = 1, #text do
-    local b = byte(text, i)
+-- Byte i of a text: a string, or a pointer into the host's memory (a
+-- body to check, which the core passes without a Lua copy: json.text).
+local function byte_at(text, i)
+  if type(text) == "string" then
+    return byte(text, i)
+  end
+  return ffi.cast("const uint8_t *", text)[i - 1]
+end
+
+-- Whether a JSON text of len bytes opens an array with its first token:
+-- cjson decodes [] and {} alike.  A byte loop, not a pattern: string.match
+-- would stop LuaJIT's trace of validate, which runs for every request.
+local function is_array_text(text, len)
+  for i = 1, len do
+    local b = byte_at(text, i)
     if b == 91 then -- [
       return true
     end
@@ -313,8 +323,9 @@ local NUMBERS = { "max_tokens", "max_completion_tokens", "max_output_tokens", "t
 
 --- The API path of a body a host sent without one: chat when it has
 --- "messages", else completions (bodies that do not decode included).
-function M.path_of(text)
-  local body = text and json.decode(text, cjson)
+--- text: a string, or a pointer and its len (json.text).
+function M.path_of(text, len)
+  local body = text and json.decode(text, cjson, len)
   return type(body) == "table" and body.messages ~= nil and "/v1/chat/completions"
     or "/v1/completions"
 end
@@ -391,26 +402,30 @@ end
 --- Checks the body of the request path names.  content_type: the
 --- request's, for the multipart routes.  Returns the decoded body (a
 --- form's fields for multipart), or nil, a message a person can act on and
---- the offending parameter.
+--- the offending parameter.  text: a string, or a pointer and its len
+--- (json.text), read only during the call.
 ---@return table? body, string? message, string? param
-function M.check(path, text, content_type)
+function M.check(path, text, content_type, len)
   text = text or ""
+  if type(text) == "string" then
+    len = #text
+  end
   local route = route_of(path)
   if route.form then -- binary audio: not UTF-8, not JSON
-    local body, msg, param = check_form(route, text, content_type)
+    local body, msg, param = check_form(route, json.text(text, len), content_type)
     if body and body.model ~= nil and body.model == "" then
       return bad('"model" must be a non-empty string', "model")
     end
     return body, msg, param
   end
-  local body, err, bad_utf8_at = json.decode_utf8(text, strict)
+  local body, err, bad_utf8_at = json.decode_utf8(text, strict, len)
   if bad_utf8_at then
     return bad(("the request body is not valid UTF-8 at byte %d (0x%02x): JSON text must be"
-      .. " UTF-8 (RFC 8259)"):format(bad_utf8_at + 1, byte(text, bad_utf8_at + 1)))
+      .. " UTF-8 (RFC 8259)"):format(bad_utf8_at + 1, byte_at(text, bad_utf8_at + 1)))
   elseif body == nil then
     return bad(("the request body is not valid JSON (RFC 8259): %s"):format(tostring(err)))
   end
-  if type(body) ~= "table" or is_array_text(text) then
+  if type(body) ~= "table" or is_array_text(text, len) then
     return bad("the request body must be a JSON object")
   end
   if body.model == nil and route.model then

@@ -45,6 +45,29 @@ describe("check_body", function()
     assert.equal(before + 2, finished()) -- valid requests reach the plugins
   end)
 
+  it("keeps no Lua copy of a checked body, only its values and its size", function()
+    local text = '{"model":"m","prompt":"' .. ("x"):rep(1000) .. '"}'
+    local seen = function(id)
+      return S.eval(rt, ([[local out = {}
+        require("lupin.leaks").each_live(function(r)
+          if r.id == %q then
+            local v = r.request
+            out = { raw = rawget(v, "raw_body") or false, bytes = rawget(v, "body_bytes"),
+              prompt = #v.prompt }
+          end
+        end)
+        return out]]):format(id))
+    end
+    local req = assert(rt:begin({ id = "copy-0", path = "/v1/completions", body = text,
+      check_body = true }))
+    assert.same({ raw = false, bytes = #text, prompt = 1000 }, seen("copy-0"))
+    req:finish("ok")
+    -- a body decoded on first use is kept until then
+    req = assert(rt:begin({ id = "copy-1", path = "/v1/completions", body = text }))
+    assert.same({ raw = text, bytes = #text, prompt = 1000 }, seen("copy-1"))
+    req:finish("ok")
+  end)
+
   it("leaves the body alone when not asked: no model known, no check", function()
     local req = assert(rt:begin({ path = "/v1/completions", body = "not json" }))
     assert.is_nil((req:model()))
@@ -73,6 +96,9 @@ describe("check_body", function()
         '"max_tokens" must be a finite number', "max_tokens" },
       { "/v1/chat/completions", '{"model":"m","messages":[3]}', "messages[0] must be an object",
         "messages" },
+      -- what the fast decoder refuses is read again from the host's bytes
+      { "/v1/completions", " \r\n\t[1]", "must be a JSON object" },
+      { "/v1/completions", "nope", "not valid JSON" },
     }
     local before = finished()
     for _, c in ipairs(cases) do
