@@ -178,6 +178,31 @@ describe("lifecycle budgets", function()
     end)
   end
 
+  it("load a plugin whose first call only is cut: the dry cycle runs once more", function()
+    -- slow once, as a cold first call or a preempted machine can make any
+    -- plugin: the second dry cycle decides, and the plugin then serves
+    S.write(ldir .. "/slow-once.lua", [[
+local calls = 0
+return {
+  type = "slow-once",
+  new = function() return {} end,
+  score = function(self, ctx, endpoints)
+    calls = calls + 1
+    if calls == 1 then while true do end end
+    return { 1, 1 }
+  end,
+}]])
+    local rt = rt_with_endpoints()
+    assert(rt:load_string(S.json.encode({
+      plugins = { { type = "slow-once", name = "s" }, { type = "test-picker", name = "p" } },
+      schedulingProfiles = { { name = "default", plugins = { { pluginRef = "s" },
+        { pluginRef = "p" } } } },
+    }), "slow.json"))
+    assert.equal(1, rt:stats().generation)
+    assert.equal(200, S.lifecycle(rt).status)
+    rt:free()
+  end)
+
   it("refuse a reload whose plugin loops in migrate", function()
     local rt = rt_with_endpoints()
     assert(rt:load_string(cfg("migrate")))
