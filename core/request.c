@@ -137,21 +137,26 @@ void lupin__requests_free_spares(lupin_runtime *rt) {
   rt->n_spare_requests = 0;
 }
 
+/* Room for need bytes (at least one) in a kept buffer; its old contents
+ * are not kept.  -1: out of memory, the buffer gone. */
+static int room(char **buf, size_t *cap, size_t need) {
+  if (need <= *cap && *buf) return 0;
+  free(*buf);
+  *cap = 0;
+  if (!(*buf = malloc(need ? need : 1))) return -1;
+  *cap = need ? need : 1;
+  return 0;
+}
+
 /* Copies the id and the model (NULL: none) into the request's text.  Out
  * of memory, the request goes on with the id "" and no model: its Lua
  * state exists by now and ends like any other's. */
 static void set_texts(lupin_request *req, const char *id, size_t id_len, const char *model,
                       size_t model_len) {
-  size_t need = id_len + 1 + (model ? model_len + 1 : 0);
-  if (need > req->text_cap) {
-    free(req->text);
-    req->text_cap = 0;
-    if (!(req->text = malloc(need))) {
-      req->id = "";
-      req->model = NULL;
-      return;
-    }
-    req->text_cap = need;
+  if (room(&req->text, &req->text_cap, id_len + 1 + (model ? model_len + 1 : 0))) {
+    req->id = "";
+    req->model = NULL;
+    return;
   }
   memcpy(req->text, id, id_len + 1);
   req->id = req->text;
@@ -559,15 +564,10 @@ static void push_call(lupin_request *req, enum lupin_hook hook) {
  * instead of two. */
 static int keep_head(lupin_request *req, int status, const lupin_header *headers, size_t n) {
   size_t len = header_block_len(headers, n);
-  if (len > req->head_cap) {
-    free(req->head);
-    req->head_cap = 0;
-    if (!(req->head = malloc(len))) {
-      lupin__log(req->rt, LUPIN_LOG_ERROR, "request %s: out of memory keeping the response head",
-                 req->id);
-      return -1;
-    }
-    req->head_cap = len;
+  if (room(&req->head, &req->head_cap, len)) {
+    lupin__log(req->rt, LUPIN_LOG_ERROR, "request %s: out of memory keeping the response head",
+               req->id);
+    return -1;
   }
   header_block_write(req->head, headers, n);
   req->head_len = len;
