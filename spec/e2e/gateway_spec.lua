@@ -1099,8 +1099,11 @@ local sanitized = os.getenv("LUPIN_ASAN") == "1" or os.getenv("LUPIN_TSAN") == "
   local function allocations()
     os.remove(count_file)
     P.signal(gw, "USR2")
+    -- the handler creates the file, then writes it: a read between the two
+    -- sees it empty, so only a whole line counts
     return tonumber(P.poll(function()
-      return P.read(count_file)
+      local text = P.read(count_file)
+      return text and text:match("^(%d+)\n$")
     end, "the allocation count"))
   end
 
