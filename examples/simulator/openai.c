@@ -61,7 +61,38 @@ static bool bad_type(http_reply *err, const char *param, const char *want, const
 
 /* ---- the prompt ------------------------------------------------------------------ */
 
+/* A token id as four bytes: the prompt's length then counts one token per id
+ * (prompt_tokens is a token per four bytes), and the prefix cache sees the
+ * same blocks for the same ids. */
+static bool add_token(strbuf *text, const json_t *id, http_reply *err) {
+  if (!json_is_integer(id)) return bad_type(err, "prompt", "a list of token ids (integers)", id);
+  json_int_t v = json_integer_value(id);
+  if (v < 0 || v > (json_int_t)UINT32_MAX) {
+    openai_error(err, 400, "invalid_request_error", "prompt", NULL,
+                 "token id %" JSON_INTEGER_FORMAT " in 'prompt' is out of range: ids are 0 to %lu",
+                 v, (unsigned long)UINT32_MAX);
+    return false;
+  }
+  unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                        (unsigned char)(v >> 24)};
+  sb_add(text, (const char *)b, sizeof b);
+  return true;
+}
+
+static bool add_tokens(strbuf *text, const json_t *ids, http_reply *err) {
+  size_t i;
+  json_t *id;
+  json_array_foreach(ids, i, id) {
+    if (!add_token(text, id, err)) return false;
+  }
+  return true;
+}
+
+/* vLLM's four shapes: a string, strings, token ids, lists of token ids.  A
+ * list is served as one prompt (vLLM would batch its strings or id lists). */
 static bool completion_prompt(json_t *body, strbuf *text, http_reply *err) {
+  static const char want[] = "a string, or a non-empty array of strings, of token ids or of "
+                             "non-empty arrays of token ids";
   json_t *p = json_object_get(body, "prompt");
   if (!p) {
     openai_error(err, 400, "invalid_request_error", "prompt", NULL,
@@ -72,14 +103,24 @@ static bool completion_prompt(json_t *body, strbuf *text, http_reply *err) {
     sb_add(text, json_string_value(p), json_string_length(p));
     return true;
   }
-  if (!json_is_array(p) || json_array_size(p) == 0)
-    return bad_type(err, "prompt", "a string or a non-empty array of strings", p);
-  /* An array of strings is served as one prompt (vLLM would batch them). */
+  json_t *first = json_array_get(p, 0); /* NULL unless a non-empty array */
+  if (json_is_integer(first)) return add_tokens(text, p, err);
+  if (!json_is_string(first) && !(json_is_array(first) && json_array_size(first) > 0))
+    return bad_type(err, "prompt", want, first ? first : p);
   size_t i;
   json_t *s;
   json_array_foreach(p, i, s) {
-    if (!json_is_string(s)) return bad_type(err, "prompt", "a string or an array of strings", s);
-    sb_add(text, json_string_value(s), json_string_length(s));
+    if (json_is_string(first) && json_is_string(s)) {
+      sb_add(text, json_string_value(s), json_string_length(s));
+    } else if (json_is_array(first) && json_is_array(s) && json_array_size(s) > 0) {
+      if (!add_tokens(text, s, err)) return false;
+    } else {
+      openai_error(err, 400, "invalid_request_error", "prompt", NULL,
+                   "'prompt' must be %s: prompt[%zu] is %s, prompt[0] %s", want, i,
+                   json_is_array(s) && json_array_size(s) == 0 ? "an empty array" : type_name(s),
+                   type_name(first));
+      return false;
+    }
   }
   return true;
 }
@@ -318,8 +359,8 @@ static const char *const vocab[] = {
 
 /* Token index of choice c: choice 0 is the text openai_token gives. */
 static const char *choice_token(const job *j, int c, int index) {
-  uint64_t s = j->text_seed + (uint64_t)c * 0xd1b54a32d192ed03ULL +
-               (uint64_t)index * 0x9e3779b97f4a7c15ULL;
+  uint64_t s =
+      j->text_seed + (uint64_t)c * 0xd1b54a32d192ed03ULL + (uint64_t)index * 0x9e3779b97f4a7c15ULL;
   return vocab[rng_next(&s) % (sizeof vocab / sizeof vocab[0])];
 }
 
@@ -328,9 +369,8 @@ const char *openai_token(const job *j, int index) { return choice_token(j, 0, in
 static json_t *usage_json(const job *j) {
   int completion = j->generated * j->n;
   return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", j->prompt_tokens,
-                   "completion_tokens", completion, "total_tokens",
-                   j->prompt_tokens + completion, "prompt_tokens_details", "cached_tokens",
-                   j->cached_tokens);
+                   "completion_tokens", completion, "total_tokens", j->prompt_tokens + completion,
+                   "prompt_tokens_details", "cached_tokens", j->cached_tokens);
 }
 
 static json_t *envelope(const job *j, const char *object) {

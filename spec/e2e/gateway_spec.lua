@@ -934,34 +934,51 @@ describe("lupin serve with the default config", function()
     return tonumber(t:match("\nvllm:prefix_cache_hits_total{[^}]*} (%S+)"))
   end
 
-  it("sends requests sharing a long prefix where it is cached", function()
-    local system = ("You are a careful assistant. "):rep(150)
-    local _, h = P.post(gw.base, "/v1/completions",
-      { model = "m", prompt = system .. "Question 0?", max_tokens = 2 })
-    local home = h["x-sim-endpoint"]
-    local before, at_home = hits(home), 0
-    -- the default (bounded-load-picker) keeps affinity while the load stays
-    -- balanced.  Each request waits for a scrape that sees the one before it
-    -- gone: with several workers (the TSan run), a worker does not know that
-    -- a request another worker sent has ended, and a scrape that caught it
-    -- running would count against home's load (bounded_load_picker_spec has
-    -- that correction's own cases).  Even so most, not all, must go home.
-    local function idle(e)
-      return e.fresh and e.metrics.running_requests == 0 and e.metrics.waiting_queue_size == 0
-    end
-    for i = 1, 5 do
-      P.poll_endpoints(gw, idle, "a scrape with no request running")
-      local status, h2, body = P.post(gw.base, "/v1/completions",
-        { model = "m", prompt = system .. "Question " .. i .. "?", max_tokens = 2 })
-      assert.equal(200, status, body)
-      if h2["x-sim-endpoint"] == home then
-        at_home = at_home + 1
-        assert.truthy(json.decode(body).usage.prompt_tokens_details.cached_tokens > 0)
+  -- a prompt as text, and as token ids (vLLM takes both; the prefix scorer
+  -- hashes the ids as their text)
+  local PROMPTS = {
+    text = function(i)
+      return ("You are a careful assistant. "):rep(150) .. "Question " .. i .. "?"
+    end,
+    ["token ids"] = function(i)
+      local ids = {}
+      for k = 1, 600 do
+        ids[k] = 5000 + k % 97
       end
-    end
-    assert.truthy(at_home >= 3, at_home)
-    assert.truthy(hits(home) > before)
-  end)
+      ids[601], ids[602] = 11, 100 + i
+      return ids
+    end,
+  }
+
+  for _, kind in ipairs({ "text", "token ids" }) do
+    it("sends requests sharing a long prefix where it is cached, a prompt as " .. kind, function()
+      local prompt = PROMPTS[kind]
+      local _, h = P.post(gw.base, "/v1/completions", { model = "m", prompt = prompt(0), max_tokens = 2 })
+      local home = h["x-sim-endpoint"]
+      local before, at_home = hits(home), 0
+      -- the default (bounded-load-picker) keeps affinity while the load stays
+      -- balanced.  Each request waits for a scrape that sees the one before it
+      -- gone: with several workers (the TSan run), a worker does not know that
+      -- a request another worker sent has ended, and a scrape that caught it
+      -- running would count against home's load (bounded_load_picker_spec has
+      -- that correction's own cases).  Even so most, not all, must go home.
+      local function idle(e)
+        return e.fresh and e.metrics.running_requests == 0 and e.metrics.waiting_queue_size == 0
+      end
+      for i = 1, 5 do
+        P.poll_endpoints(gw, idle, "a scrape with no request running")
+        local status, h2, body = P.post(gw.base, "/v1/completions",
+          { model = "m", prompt = prompt(i), max_tokens = 2 })
+        assert.equal(200, status, body)
+        if h2["x-sim-endpoint"] == home then
+          at_home = at_home + 1
+          assert.truthy(json.decode(body).usage.prompt_tokens_details.cached_tokens > 0)
+        end
+      end
+      assert.truthy(at_home >= 3, at_home)
+      assert.truthy(hits(home) > before)
+    end)
+  end
 
   it("reloads on POST /admin/reload and SIGHUP, refusing a broken config", function()
     assert.equal(200, (P.post(gw.admin, "/admin/reload", "")))

@@ -593,6 +593,26 @@ describe("lupin-sim", function()
       assert.equal(0, elsewhere.usage.prompt_tokens_details.cached_tokens)
     end)
 
+    -- vLLM takes token ids for a prompt; a token a id, cached like text
+    it("serves a prompt of token ids or of lists of them, a token an id, its blocks cached", function()
+      local ids, first, second = {}, {}, {}
+      for i = 1, 40 do
+        ids[i] = 1000 + i
+        table.insert(i <= 25 and first or second, 1000 + i)
+      end
+      local p = sim.port + 1
+      local _, r = post(p, "/v1/completions", { model = MODEL, prompt = ids, max_tokens = 1 })
+      assert.equal(40, r.usage.prompt_tokens)
+      assert.equal(0, r.usage.prompt_tokens_details.cached_tokens)
+      -- the same ids in two lists: one prompt, the same two full blocks of 16
+      _, r = post(p, "/v1/completions", { model = MODEL, prompt = { first, second }, max_tokens = 1 })
+      assert.equal(40, r.usage.prompt_tokens)
+      assert.equal(32, r.usage.prompt_tokens_details.cached_tokens)
+      ids[1] = 7 -- another first token: nothing in common
+      _, r = post(p, "/v1/completions", { model = MODEL, prompt = ids, max_tokens = 1 })
+      assert.equal(0, r.usage.prompt_tokens_details.cached_tokens)
+    end)
+
     describe("errors, in the OpenAI shape", function()
       local function expect(status, message, path, body, param, code)
         local st, r, h = post(sim.port, path or "/v1/completions", body)
@@ -634,8 +654,18 @@ describe("lupin-sim", function()
           "max_tokens")
         expect(400, "'stream' must be a boolean, got a string", nil, { model = MODEL, prompt = "x", stream = "yes" },
           "stream")
-        expect(400, "'prompt' must be a string or a non-empty array of strings, got an integer", nil,
-          { model = MODEL, prompt = 5 }, "prompt")
+        local shapes = "'prompt' must be a string, or a non-empty array of strings, of token ids or"
+          .. " of non-empty arrays of token ids"
+        expect(400, shapes .. ", got an integer", nil, { model = MODEL, prompt = 5 }, "prompt")
+        expect(400, shapes .. ", got an array", nil, '{"model":"' .. MODEL .. '","prompt":[]}', "prompt")
+        expect(400, shapes .. ": prompt[1] is a string, prompt[0] an array", nil,
+          { model = MODEL, prompt = { { 1 }, "x" } }, "prompt")
+        expect(400, shapes .. ": prompt[1] is an empty array, prompt[0] an array", nil,
+          '{"model":"' .. MODEL .. '","prompt":[[1],[]]}', "prompt")
+        expect(400, "'prompt' must be a list of token ids (integers), got a number", nil,
+          { model = MODEL, prompt = { 1, 2.5 } }, "prompt")
+        expect(400, "token id -1 in 'prompt' is out of range: ids are 0 to 4294967295", nil,
+          { model = MODEL, prompt = { -1 } }, "prompt")
         expect(400, "'messages' must be a non-empty array of messages, got a string", "/v1/chat/completions",
           { model = MODEL, messages = "hi" }, "messages")
         expect(400, "messages[0] must be an object with a string 'role'", "/v1/chat/completions",
