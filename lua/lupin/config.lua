@@ -591,6 +591,27 @@ local function parse_band(E, b, path, need_priority)
   return out
 end
 
+-- The flowControl fields lupin checks but does not act on, and why: a
+-- config ported from the EPP loads, and its operator is told what differs.
+local IGNORED_FLOW = {
+  { "noEndpointRequestTTL", "a request that finds no endpoint waits as any other, up to its"
+    .. " band's defaultRequestTTL" },
+  { "usageLimitPolicyPluginRef", "lupin has no usage-limit policies; the bands' maxBytes and"
+    .. " maxRequests bound the queue" },
+  { "bandSelectionPolicyPluginRef", "bands are served strictly by priority, highest first" },
+  { "enableEviction", "lupin never evicts a request it has sent to an endpoint" },
+}
+
+local function warn_ignored_flow(E, f)
+  for _, k in ipairs(IGNORED_FLOW) do
+    local v = f[k[1]]
+    if v ~= nil and v ~= false then
+      local log = require "lupin.log"
+      log.warn("%s", E:at("flowControl." .. k[1], "accepted, no effect in lupin: %s", k[2]))
+    end
+  end
+end
+
 -- flowControl, in llm-d-router's shape: checked and kept as cfg.flow_control;
 -- lupin.flow_config makes it what lupin.flow runs (docs/flow-control.md).
 local function parse_flow_control(E, root, cfg)
@@ -662,6 +683,7 @@ local function parse_flow_control(E, root, cfg)
     end
   end
   cfg.flow_control = out
+  warn_ignored_flow(E, f)
 end
 
 --- The feature gates upstream knows, and what lupin does with each

@@ -252,6 +252,38 @@ flowControl:
         { priority = -1, defaultRequestTTL = 5, orderingPolicyRef = "fcfs-ordering-policy" } } }, f)
   end)
 
+  -- checked, without an effect in lupin: the operator is told, at the line
+  it("warns, naming the line, of each field lupin accepts without acting on it", function()
+    local text = BASE .. [[
+- type: saturation-detector
+flowControl:
+  noEndpointRequestTTL: 10m
+  usageLimitPolicyPluginRef: saturation-detector
+  bandSelectionPolicyPluginRef: saturation-detector
+  enableEviction: true
+]]
+    local rt = S.runtime()
+    local ok, err = rt:load_string(text, "cfg.yaml")
+    assert(ok, err)
+    local warned = {}
+    for _, l in ipairs(rt:logs()) do
+      local line, field = l[2]:match("cfg%.yaml:(%d+): flowControl%.(%w+): accepted, no effect in lupin: ")
+      if line then
+        warned[field] = tonumber(line)
+      end
+    end
+    rt:free()
+    assert.same({ noEndpointRequestTTL = 5, usageLimitPolicyPluginRef = 6,
+      bandSelectionPolicyPluginRef = 7, enableEviction = 8 }, warned)
+    -- enableEviction false asks for what lupin does: no warning
+    rt = S.runtime()
+    assert(rt:load_string(BASE .. "flowControl: {enableEviction: false}\n", "cfg.yaml"))
+    for _, l in ipairs(rt:logs()) do
+      assert.falsy(l[2]:find("no effect in lupin", 1, true), l[2])
+    end
+    rt:free()
+  end)
+
   it("refuses what the EPP refuses, at the line", function()
     fails(BASE .. "flowControl: {maxRequests: lots}\n", "cfg.yaml:3:", "flowControl.maxRequests",
       "quantity")
