@@ -7,6 +7,10 @@ local P = require "e2e.procs"
 local json = P.json
 
 local SLOW = "--model m --itl-ms 100 --default-max-tokens 8 --seed 1" -- ~0.8 s a request
+-- ~3 s at the endpoint: the request that saturates it runs while the others
+-- are sent and queue behind it, however slowly curl starts (a loaded
+-- machine, a sanitizer build: at 0.8 s a late curl found the endpoint free)
+local HOLD = { max_tokens = 30 }
 
 local function config(sim, fc, extra)
   local cfg = {
@@ -52,7 +56,7 @@ describe("flow control through lupin serve", function()
 
   it("holds a request while the endpoint is busy and sends it when it frees", function()
     local gw = P.gateway(config(sim))
-    local a = P.send(gw, "a")
+    local a = P.send(gw, "a", HOLD)
     P.until_running(gw, "a")
     local b = P.send(gw, "b")
     local band = until_queued(gw, 1)
@@ -72,7 +76,7 @@ describe("flow control through lupin serve", function()
 
   it("answers 503 past the TTL and 429 for a sheddable request, with a message", function()
     local gw = P.gateway(config(sim, { defaultRequestTTL = "100ms" }))
-    local a = P.send(gw, "a")
+    local a = P.send(gw, "a", HOLD)
     P.until_running(gw, "a")
     local b = P.send(gw, "b")
     local s = P.send(gw, "s", { headers = { ["x-gateway-inference-objective"] = "-1" } })
@@ -92,7 +96,7 @@ describe("flow control through lupin serve", function()
 
   it("answers queue_full at once when the band is full", function()
     local gw = P.gateway(config(sim, { defaultPriorityBand = { maxRequests = 1 } }))
-    local a = P.send(gw, "a")
+    local a = P.send(gw, "a", HOLD)
     P.until_running(gw, "a")
     local b = P.send(gw, "b")
     until_queued(gw, 1)
@@ -115,9 +119,7 @@ describe("flow control through lupin serve", function()
       { "global-strict-fairness-policy", "first a1 a2 a3 b1" } }) do
       local gw = P.gateway(config(sim, { defaultPriorityBand = { fairnessPolicyRef = case[1] } }),
         case[3])
-      -- ~3 s at the endpoint: every later request queues behind it, however
-      -- slowly curl starts (a loaded machine, a sanitizer build)
-      local procs = { P.send(gw, "first", { max_tokens = 30 }) }
+      local procs = { P.send(gw, "first", HOLD) }
       P.until_running(gw, "first")
       for i, id in ipairs({ "a1", "a2", "a3", "b1" }) do
         procs[#procs + 1] = P.send(gw, id,
@@ -137,7 +139,7 @@ describe("flow control through lupin serve", function()
 
   it("serves the higher band first", function()
     local gw = P.gateway(config(sim, {}, { objectives = { { name = "gold", priority = 5 } } }))
-    local procs = { P.send(gw, "first", { max_tokens = 30 }) }
+    local procs = { P.send(gw, "first", HOLD) }
     P.until_running(gw, "first")
     procs[#procs + 1] = P.send(gw, "plain")
     until_queued(gw, 1)
@@ -153,7 +155,7 @@ describe("flow control through lupin serve", function()
 
   it("drops a queued request whose client leaves, at once", function()
     local gw = P.gateway(config(sim))
-    local a = P.send(gw, "a")
+    local a = P.send(gw, "a", HOLD)
     P.until_running(gw, "a")
     local b = P.send(gw, "b", { max_time = 0.3 })
     until_queued(gw, 1)
@@ -169,7 +171,7 @@ describe("flow control through lupin serve", function()
 
   it("answers the queue 503 on SIGTERM and finishes what runs", function()
     local gw = P.gateway(config(sim))
-    local a = P.send(gw, "a")
+    local a = P.send(gw, "a", HOLD)
     P.until_running(gw, "a")
     local b = P.send(gw, "b")
     until_queued(gw, 1)
