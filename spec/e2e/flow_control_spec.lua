@@ -30,8 +30,13 @@ local function config(sim, fc, extra)
 end
 
 local function flows(gw)
-  local _, _, body = P.get(gw.admin .. "/admin/flows")
-  return json.decode(body)
+  local code, _, body, rc = P.get(gw.admin .. "/admin/flows")
+  local ok, v = pcall(json.decode, body)
+  if not ok then -- what curl saw and what the gateway said, for a failure in CI
+    error(("GET /admin/flows: status %s, curl exit %s, body %q; the gateway's stderr:\n%s")
+      :format(code, tostring(rc), body, P.read(gw.err) or ""), 2)
+  end
+  return v
 end
 
 -- Polls /admin/flows until band priority holds n requests waiting.
