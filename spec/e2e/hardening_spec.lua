@@ -415,8 +415,11 @@ print(json.dumps(answer()))
         statuses[#statuses + 1] = line
       end
       assert.equal(100, #statuses, out)
-      for _, s in ipairs(statuses) do
-        assert.equal("200", s)
+      for i, s in ipairs(statuses) do
+        -- a failure names why: the gateway's access-log line and its stderr
+        assert.equal("200", s, ("request %d: %s\n%s"):format(i,
+          (P.read(gw.out) or ""):match('[^\n]*"status":' .. s .. '[^\n]*') or "no log line",
+          P.read(gw.err) or ""))
       end
     end)
 
