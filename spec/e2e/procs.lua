@@ -83,7 +83,7 @@ getmetatable(sentinel).__gc = function()
     end
   end
 end
-M._sentinel = sentinel
+M._sentinel = sentinel -- held by the module, so collected only when the state closes
 
 --- Starts a command in the background; its stdout, stderr and exit status go
 --- to files.  Returns a process record.
