@@ -318,6 +318,55 @@ int lupin_prefix_set_capacity(lupin_prefix_index *x, uint32_t id, uint32_t capac
   return 0;
 }
 
+/* --- prefetching ------------------------------------------------------------
+ *
+ * A record into full LRUs is a chain of cache misses into tables of tens of
+ * MB: each block's pair and hash slots, and for each eviction the victim's
+ * node, its chain neighbours and its slots.  The blocks of one record do not
+ * depend on each other, and the victims are the LRU's tail walked backwards,
+ * so both are known ahead: the loads are started a few blocks early and
+ * overlap instead of following one another (docs/performance.md). */
+#define PREFETCH_AHEAD 4 /* blocks between a block's slots and its insert */
+
+/* GCC 12 deems a function whose only work is __builtin_prefetch free of
+ * side effects and drops calls to it: on x86 the instruction is written out. */
+#if defined(__x86_64__) || defined(__i386__)
+#define PREFETCH(p) __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)(p)))
+#else
+#define PREFETCH(p) __builtin_prefetch(p)
+#endif
+
+static void prefetch_slot(const table *t, uint64_t key, uint32_t ep) {
+  if (t->s) PREFETCH(&t->s[home(t, key, ep)]);
+}
+
+static void prefetch_block(const lupin_prefix_index *x, uint32_t es, uint64_t hash) {
+  prefetch_slot(&x->pairs, hash, es);
+  prefetch_slot(&x->hashes, hash, 0);
+}
+
+/* Half way: the block's pair slot arrived, so a block already held can
+ * have its node fetched (a hit moves it; its LRU neighbours are mostly the
+ * prompt's next and previous blocks, fetched by their own inserts). */
+static void prefetch_held(const lupin_prefix_index *x, uint32_t es, uint64_t hash) {
+  const slot *s = tab_find(&x->pairs, hash, es);
+  if (s) PREFETCH(&x->nodes[s->val]);
+}
+
+/* Before evicting the tail: the next victim's node arrived (prefetched by
+ * the eviction before), so its slots and chain neighbours can be fetched,
+ * and the node after it. */
+static void prefetch_victims(const lupin_prefix_index *x, const endpoint *e) {
+  uint32_t next = x->nodes[e->tail].prev;
+  if (next == NIL) return;
+  const node *d = &x->nodes[next];
+  prefetch_slot(&x->pairs, d->hash, d->ep);
+  prefetch_slot(&x->hashes, d->hash, 0);
+  if (d->rprev) PREFETCH(&x->nodes[d->rprev]);
+  if (d->rnext) PREFETCH(&x->nodes[d->rnext]);
+  if (d->prev) PREFETCH(&x->nodes[d->prev]);
+}
+
 /* One hash into one endpoint's LRU: a hit moves it to the front; a miss
  * evicts the least recent entry when full and inserts at the front. */
 static int insert(lupin_prefix_index *x, endpoint *e, uint64_t hash) {
@@ -329,6 +378,7 @@ static int insert(lupin_prefix_index *x, endpoint *e, uint64_t hash) {
     return 0;
   }
   if (e->capacity == 0) return 0;
+  if (e->count >= e->capacity && e->tail) prefetch_victims(x, e);
   evict_to(x, e, e->capacity - 1);
   uint32_t n = node_alloc(x);
   if (n == NIL) return -1;
@@ -355,8 +405,12 @@ int lupin_prefix_record(lupin_prefix_index *x, uint32_t id, const uint64_t *hash
   /* Last block first, so the first block ends most recent: like vLLM, which
    * frees a request's blocks tail first, the end of a prompt is evicted
    * before its start, and a trimmed entry keeps a matchable prefix. */
-  for (size_t i = n; i-- > 0;)
+  uint32_t es = (uint32_t)(e - x->eps);
+  for (size_t i = n; i-- > 0;) {
+    if (i >= PREFETCH_AHEAD) prefetch_block(x, es, hashes[i - PREFETCH_AHEAD]);
+    if (i >= PREFETCH_AHEAD / 2) prefetch_held(x, es, hashes[i - PREFETCH_AHEAD / 2]);
     if (insert(x, e, hashes[i])) return -1;
+  }
   return 0;
 }
 
@@ -369,6 +423,7 @@ long lupin_prefix_match(lupin_prefix_index *x, const uint64_t *hashes, size_t n,
   }
   size_t found = 0;
   for (size_t i = 0; i < n; i++) {
+    if (i + PREFETCH_AHEAD < n) prefetch_slot(&x->hashes, hashes[i + PREFETCH_AHEAD], 0);
     slot *s = tab_find(&x->hashes, hashes[i], 0);
     if (!s) break; /* nobody holds block i, so nobody holds a longer prefix */
     for (uint32_t d = s->val; d != NIL; d = x->nodes[d].rnext) {
