@@ -204,13 +204,16 @@ end
 
 --- Full GC, then names what holds state of ended requests.  A compiled
 --- trace can keep a table it ran on as a constant until it is flushed: not
---- a plugin's doing, so a second look after jit.flush() decides.
+--- a plugin's doing, so a second look after jit.flush() decides.  The first
+--- look's tables hold what they list, so they are dropped before the second
+--- (kept, they made every survivor of the first look survive the second).
 ---@param generations table<table, boolean> the live generations
 ---@return integer requests, string report
 function M.check(generations)
   spare, n_spare = {}, 0 -- a cache: what is measured after a check is what lives
   local targets, owner, ids, n = survivors()
   if n > 0 then
+    targets, owner, ids = nil, nil, nil -- luacheck: ignore 311 (read by the collector)
     jit.flush()
     targets, owner, ids, n = survivors()
   end
