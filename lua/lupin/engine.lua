@@ -137,6 +137,11 @@ local function call(r, rec, point, profile, x, y)
   B.deadline = t0 + rec.call_budget
   local outer = enter(r)
   local ok, a, b, d = invoke(on_error, rec[point], rec.obj, c, x, y)
+  if budget.at_entry then -- cut before its first line ran: once more, afresh
+    budget.tripped, budget.at_entry, B.cut, last_trace = false, false, 0, nil
+    B.deadline = now() + rec.call_budget
+    ok, a, b, d = invoke(on_error, rec[point], rec.obj, c, x, y)
+  end
   leave(outer)
   B.deadline = 0
   if limit > 0 then -- a store into a cdata costs when interpreted
@@ -145,7 +150,7 @@ local function call(r, rec, point, profile, x, y)
   if budget.tripped then -- over budget, even if the plugin caught the cut
     -- (a flag left from a call that ended is cleared by the next poll)
     B.cut = 0
-    budget.tripped = false
+    budget.tripped, budget.at_entry = false, false
     ok, a = false, cut(r, rec, point)
   end
   local dt = now() - t0

@@ -116,6 +116,58 @@ describe("call budgets", function()
   end
 end)
 
+-- Time that passes between the call's deadline being set and the plugin's
+-- first line (a preempted VM counts it as the thread's CPU): a call hook
+-- moves the deadline into the past and raises the cut flag as the picker's
+-- `pick` is entered, for its next `times` calls.
+local function late_start(rt, times)
+  S.eval(rt, ([[
+    local capi = require "lupin.capi"
+    local B, now, left = capi.budget, capi.now, %d
+    local pick = require("lupin.runtime").current.by_name.p.pick
+    debug.sethook(function()
+      if left > 0 and debug.getinfo(2, "f").func == pick then
+        left = left - 1
+        B.deadline, B.cut = now() - 0.001, 1
+      end
+    end, "c")
+    return 0]]):format(times))
+end
+
+describe("a call whose time ran out before its first line", function()
+  local rt
+  before_each(function()
+    rt = runtime()
+    assert(rt:load_string(S.json.encode(config("test-scorer", {}))))
+    S.endpoints(rt, 2)
+  end)
+  after_each(function()
+    S.eval(rt, "debug.sethook() return 0")
+    rt:free()
+  end)
+
+  it("is called once more with its whole budget, not cut", function()
+    late_start(rt, 1)
+    local res = S.lifecycle(rt)
+    assert.equal(200, res.status, res.message)
+    local st = stat(rt, "p", "pick")
+    assert.equal(0, st.cuts)
+    assert.equal(0, st.errors)
+    assert.not_matches("exceeded its budget", logs(rt), 1, true)
+  end)
+
+  it("is cut, once, when that happens to the second call too", function()
+    late_start(rt, 2)
+    local res = S.lifecycle(rt)
+    assert.equal(500, res.status)
+    assert.matches('picker "p" failed in profile "default": .*exceeded its budget of 5 ms',
+      res.message)
+    local st = stat(rt, "p", "pick")
+    assert.equal(1, st.cuts)
+    assert.equal(200, S.lifecycle(rt).status) -- the hook is spent: the next one goes
+  end)
+end)
+
 -- A plugin whose hook `where` loops: "load" (the file's top level), "new",
 -- "init", "migrate", "shutdown", "dry" (score, in the dry cycle too).
 local function lifecycle_plugin(where)
