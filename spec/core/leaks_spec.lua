@@ -12,6 +12,13 @@ local function config(stash)
   }
 end
 
+-- One request through schedule to its end.
+local function ended(rt, id)
+  local req = rt:begin({ id = id })
+  req:schedule()
+  req:finish("ok")
+end
+
 describe("leak detection", function()
   local rt
   after_each(function()
@@ -34,9 +41,7 @@ describe("leak detection", function()
     rt = S.loaded(config(true))
     S.endpoints(rt, 2)
     for i = 1, 3 do
-      local req = rt:begin({ id = "stash-" .. i })
-      req:schedule()
-      req:finish("ok")
+      ended(rt, "stash-" .. i)
     end
     local n, report = rt:check_leaks()
     assert.equal(3, n)
@@ -52,21 +57,16 @@ describe("leak detection", function()
       c.plugins[2].parameters.stashOnly = "keep"
       rt = S.loaded(c)
       S.endpoints(rt, 2)
-      local function one(id)
-        local req = rt:begin({ id = id })
-        req:schedule()
-        req:finish("ok")
-      end
-      one("keep-1")
+      ended(rt, "keep-1")
       -- thousands of requests, collected as they go: their manifests are
       -- swept and handed to later requests
       for i = 1, 3000 do
-        one("r" .. i)
+        ended(rt, "r" .. i)
         if i % 500 == 0 then
           S.eval(rt, "collectgarbage() collectgarbage() return 0")
         end
       end
-      one("keep-2")
+      ended(rt, "keep-2")
       local n, report = rt:check_leaks()
       assert.equal(2, n)
       assert.matches("ended request keep-1 at globals.stashed", report, 1, true)
@@ -89,9 +89,7 @@ describe("leak detection", function()
     })
     S.endpoints(rt, 2)
     for i = 1, 5 do
-      local req = rt:begin({ id = "tc-" .. i })
-      req:schedule()
-      req:finish("ok")
+      ended(rt, "tc-" .. i)
     end
     local held = [[
       collectgarbage() collectgarbage()
