@@ -157,18 +157,20 @@ start_sims() {
 run_one() { # family level config -> one results line
   local fam=$1 level=$2 cfg=$3 cfgfile
   cfgfile=$(config_file "$fam" "$cfg")
+  # one log a run: a failed request's record outlives the rest of the matrix
+  local log="$OUT/gateway-$fam-${level#*:}-$cfg.log"
   rm -f "$OUT"/sim*.log
   start_sims
   "$B/lupin" serve --config "$cfgfile" --endpoints "$OUT/endpoints.json" \
     --listen "127.0.0.1:$GW_PORT" --admin "127.0.0.1:$ADMIN_PORT" --log-level warn \
-    --workers "${WORKERS:-1}" > "$OUT/gateway-$cfg.log" 2>&1 &
+    --workers "${WORKERS:-1}" > "$log" 2>&1 &
   pids+=($!)
   local ready=
   for _ in $(seq 200); do
     if curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" > /dev/null 2>&1; then ready=1; break; fi
     sleep 0.05
   done
-  [ -n "$ready" ] || { echo "gateway not ready ($cfg); see $OUT/gateway-$cfg.log" >&2; exit 1; }
+  [ -n "$ready" ] || { echo "gateway not ready ($cfg); see $log" >&2; exit 1; }
   sleep 0.2 # a scrape of every endpoint: the picker sees all 8 from the first request
   local load summary
   case $level in
@@ -179,7 +181,7 @@ run_one() { # family level config -> one results line
   summary=$("$B/bench-routing-client" --target "127.0.0.1:$GW_PORT" $load $WORKLOAD \
     --max-tokens "$MAX_TOKENS" --block-size "$BLOCK_SIZE" --seed "$SEED" --model "$MODEL" \
     --out "$OUT/requests-$fam-${level#*:}-$cfg.txt") ||
-    echo "warning: $fam $level $cfg: some requests failed" >&2
+    echo "warning: $fam $level $cfg: some requests failed (see $log)" >&2
   local counters
   counters=$(scrape)
   stop
