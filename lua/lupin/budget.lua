@@ -19,11 +19,13 @@ M.CUT = "lupin: plugin call over its budget"
 --- Set by a cut; the caller of the budgeted call reads and clears it.
 M.tripped = false
 
---- Set with tripped when the cut came at the first line of the function the
---- engine called (lupin.invoke), before any of its code ran: the time went
---- elsewhere (on a VM that does not report stolen time, a preempted vCPU
---- counts as the thread's CPU), so the engine calls it once more.
-M.at_entry = false
+--- What a call on the request path gets once more at its first overrun,
+--- counted from the moment it noticed (the engine sets it to the call's
+--- budget before each call; 0: no second chance, as for the lifecycle calls
+--- and a call that has had it): on a VM that
+--- does not report stolen time, a vCPU the host preempted counts as the
+--- thread's CPU, so one overrun can be time the plugin never ran.
+M.grace = 0
 
 --- Defaults (the config's "budgets" section overrides them): calls on the
 --- request path, and file load, new, init, migrate and shutdown.
@@ -138,27 +140,20 @@ local B -- the runtime's lupin_budget (core/budget.c), once bound
 local cell, poll
 local now = capi.now
 
-local invoke -- lupin.invoke, the engine's way into a plugin, once looked up
-
--- Whether the frame that polled (level 3 from here) is the function the
--- engine called, at its first line: where its entry poll is.
-local function at_entry()
-  invoke = invoke or package.loaded["lupin.invoke"]
-  local caller = debug.getinfo(4, "f")
-  if not caller or caller.func ~= invoke then
-    return false
-  end
-  local f = debug.getinfo(3, "Sl")
-  return f.currentline == f.linedefined
-end
-
 -- Thrown into the plugin's frame while its call is over budget: a plugin
 -- that catches it with pcall meets it again at its next loop, goto or call.
+-- The first overrun of a request-path call only moves its deadline.
 local function trip()
   local d = B.deadline
-  if d > 0 and now() >= d then
+  local t = now()
+  if d > 0 and t >= d then
+    local grace = M.grace
+    if grace > 0 then
+      M.grace = 0
+      B.deadline, B.cut = t + grace, 0
+      return
+    end
     M.tripped = true
-    M.at_entry = at_entry()
     error(M.CUT, 0)
   end
   B.cut = 0 -- a late flag from a call that has since ended
@@ -201,12 +196,13 @@ end
 ---@param seconds number
 ---@param f function
 function M.pcall(seconds, f, ...)
+  M.grace = 0
   B.deadline = now() + seconds
   local ok, res = pcall(f, ...)
   B.deadline = 0
   B.cut = 0
   if M.tripped then
-    M.tripped, M.at_entry = false, false
+    M.tripped = false
     return false, M.CUT, true
   end
   return ok, res, false

@@ -134,14 +134,10 @@ local function call(r, rec, point, profile, x, y)
     end
     alloc.enforce = 1
   end
+  budget.grace = rec.call_budget -- its second chance (budget.lua, trip)
   B.deadline = t0 + rec.call_budget
   local outer = enter(r)
   local ok, a, b, d = invoke(on_error, rec[point], rec.obj, c, x, y)
-  if budget.at_entry then -- cut before its first line ran: once more, afresh
-    budget.tripped, budget.at_entry, B.cut, last_trace = false, false, 0, nil
-    B.deadline = now() + rec.call_budget
-    ok, a, b, d = invoke(on_error, rec[point], rec.obj, c, x, y)
-  end
   leave(outer)
   B.deadline = 0
   if limit > 0 then -- a store into a cdata costs when interpreted
@@ -150,7 +146,7 @@ local function call(r, rec, point, profile, x, y)
   if budget.tripped then -- over budget, even if the plugin caught the cut
     -- (a flag left from a call that ended is cleared by the next poll)
     B.cut = 0
-    budget.tripped, budget.at_entry = false, false
+    budget.tripped = false
     ok, a = false, cut(r, rec, point)
   end
   local dt = now() - t0

@@ -116,29 +116,48 @@ describe("call budgets", function()
   end
 end)
 
--- Time that passes between the call's deadline being set and the plugin's
--- first line (a preempted VM counts it as the thread's CPU): a call hook
--- moves the deadline into the past and raises the cut flag as the picker's
--- `pick` is entered, for its next `times` calls.
-local function late_start(rt, times)
+-- A picker whose call runs out of time where the spec says: as each of
+-- `stall`'s calls is entered, a call hook (stall_at) moves the deadline into
+-- the past and raises the cut flag, as a host preempting the VM's vCPU does
+-- (on a VM that reports no stolen time, the wait counts as the thread's CPU).
+local STALLS_PICKER = [[
+local function stall() end
+return {
+  type = "stalls-picker",
+  pick = function(self, ctx, res)
+    stall()
+    stall()
+    return { res.endpoints[1] }
+  end,
+}]]
+
+-- The next `times` entries into a function of the stalls-picker defined at
+-- line `line` (1: stall, 4: pick) find their time run out.
+local function stall_at(rt, line, times)
   S.eval(rt, ([[
     local capi = require "lupin.capi"
     local B, now, left = capi.budget, capi.now, %d
-    local pick = require("lupin.runtime").current.by_name.p.pick
     debug.sethook(function()
-      if left > 0 and debug.getinfo(2, "f").func == pick then
+      local f = debug.getinfo(2, "S")
+      if left > 0 and f.linedefined == %d and f.short_src:find("stalls-picker", 1, true) then
         left = left - 1
         B.deadline, B.cut = now() - 0.001, 1
       end
     end, "c")
-    return 0]]):format(times))
+    return 0]]):format(times, line))
 end
 
-describe("a call whose time ran out before its first line", function()
+describe("a call's first overrun", function()
   local rt
+  setup(function()
+    S.write(dir .. "/stalls-picker.lua", STALLS_PICKER)
+  end)
   before_each(function()
     rt = runtime()
-    assert(rt:load_string(S.json.encode(config("test-scorer", {}))))
+    assert(rt:load_string(S.json.encode({
+      plugins = { { type = "stalls-picker", name = "p" } },
+      schedulingProfiles = { { name = "default", plugins = { { pluginRef = "p" } } } },
+    })))
     S.endpoints(rt, 2)
   end)
   after_each(function()
@@ -146,25 +165,34 @@ describe("a call whose time ran out before its first line", function()
     rt:free()
   end)
 
-  it("is called once more with its whole budget, not cut", function()
-    late_start(rt, 1)
-    local res = S.lifecycle(rt)
-    assert.equal(200, res.status, res.message)
-    local st = stat(rt, "p", "pick")
-    assert.equal(0, st.cuts)
-    assert.equal(0, st.errors)
-    assert.not_matches("exceeded its budget", logs(rt), 1, true)
-  end)
+  for what, line in pairs({ ["in its code"] = 1, ["before its first line"] = 4 }) do
+    it(what .. " gives it its budget once more: not cut", function()
+      stall_at(rt, line, 1)
+      local res = S.lifecycle(rt)
+      assert.equal(200, res.status, res.message)
+      local st = stat(rt, "p", "pick")
+      assert.equal(0, st.cuts)
+      assert.equal(0, st.errors)
+      assert.not_matches("exceeded its budget", logs(rt), 1, true)
+    end)
+  end
 
-  it("is cut, once, when that happens to the second call too", function()
-    late_start(rt, 2)
+  it("is cut, once, when it overruns again in the same call", function()
+    stall_at(rt, 1, 2)
     local res = S.lifecycle(rt)
     assert.equal(500, res.status)
     assert.matches('picker "p" failed in profile "default": .*exceeded its budget of 5 ms',
       res.message)
-    local st = stat(rt, "p", "pick")
-    assert.equal(1, st.cuts)
+    assert.equal(1, stat(rt, "p", "pick").cuts)
     assert.equal(200, S.lifecycle(rt).status) -- the hook is spent: the next one goes
+  end)
+
+  it("is forgiven in each call anew", function()
+    for _ = 1, 3 do -- one overrun in each request's pick
+      stall_at(rt, 1, 1)
+      assert.equal(200, S.lifecycle(rt).status)
+    end
+    assert.equal(0, stat(rt, "p", "pick").cuts)
   end)
 end)
 
