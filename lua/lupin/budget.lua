@@ -20,11 +20,11 @@ M.CUT = "lupin: plugin call over its budget"
 M.tripped = false
 
 --- What a call on the request path gets once more at its first overrun,
---- counted from the moment it noticed (the engine sets it to the call's
---- budget before each call; 0: no second chance, as for the lifecycle calls
---- and a call that has had it): on a VM that
---- does not report stolen time, a vCPU the host preempted counts as the
---- thread's CPU, so one overrun can be time the plugin never ran.
+--- counted from the moment it noticed: the engine sets it to the call's
+--- budget before each call; 0 for none (the lifecycle calls, and a call that
+--- has had it).  On a VM that does not report stolen time, a vCPU the host
+--- preempted counts as the thread's CPU, so one overrun can be time the
+--- plugin never ran.
 M.grace = 0
 
 --- Defaults (the config's "budgets" section overrides them): calls on the

@@ -121,6 +121,7 @@ end)
 -- the past and raises the cut flag, as a host preempting the VM's vCPU does
 -- (on a VM that reports no stolen time, the wait counts as the thread's CPU).
 local STALLS_PICKER = [[
+-- line 1 is the instrumented file's own function: stall is at line 2
 local function stall() end
 return {
   type = "stalls-picker",
@@ -132,7 +133,7 @@ return {
 }]]
 
 -- The next `times` entries into a function of the stalls-picker defined at
--- line `line` (1: stall, 4: pick) find their time run out.
+-- line `line` (2: stall, 5: pick) find their time run out.
 local function stall_at(rt, line, times)
   S.eval(rt, ([[
     local capi = require "lupin.capi"
@@ -165,7 +166,7 @@ describe("a call's first overrun", function()
     rt:free()
   end)
 
-  for what, line in pairs({ ["in its code"] = 1, ["before its first line"] = 4 }) do
+  for what, line in pairs({ ["in its code"] = 2, ["before its first line"] = 5 }) do
     it(what .. " gives it its budget once more: not cut", function()
       stall_at(rt, line, 1)
       local res = S.lifecycle(rt)
@@ -178,7 +179,7 @@ describe("a call's first overrun", function()
   end
 
   it("is cut, once, when it overruns again in the same call", function()
-    stall_at(rt, 1, 2)
+    stall_at(rt, 2, 2)
     local res = S.lifecycle(rt)
     assert.equal(500, res.status)
     assert.matches('picker "p" failed in profile "default": .*exceeded its budget of 5 ms',
@@ -187,9 +188,29 @@ describe("a call's first overrun", function()
     assert.equal(200, S.lifecycle(rt).status) -- the hook is spent: the next one goes
   end)
 
+  it("is not forgiven in a lifecycle call: a new that overruns once refuses the load",
+    function()
+      S.write(dir .. "/stalls-picker-in-new.lua", [[
+-- as the stalls-picker: stall at line 2
+local function stall() end
+return {
+  type = "stalls-picker-in-new",
+  new = function() stall() return {} end,
+  pick = function(self, ctx, res) return { res.endpoints[1] } end,
+}]])
+      stall_at(rt, 2, 1)
+      local ok, err = rt:load_string(S.json.encode({
+        plugins = { { type = "stalls-picker-in-new", name = "q" } },
+        schedulingProfiles = { { name = "default", plugins = { { pluginRef = "q" } } } },
+      }), "stall.json")
+      assert.is_nil(ok)
+      assert.matches("new exceeded its budget of 1000 ms", err, 1, true)
+      assert.equal(1, rt:stats().generation)
+    end)
+
   it("is forgiven in each call anew", function()
     for _ = 1, 3 do -- one overrun in each request's pick
-      stall_at(rt, 1, 1)
+      stall_at(rt, 2, 1)
       assert.equal(200, S.lifecycle(rt).status)
     end
     assert.equal(0, stat(rt, "p", "pick").cuts)
