@@ -417,19 +417,22 @@ static void release_holds(lupin_request *req) {
 /* The last guard on headers plugins set (ctx:set_header checks the same and
  * names the plugin; a plugin writing the header table directly gets here):
  * a token name, no control character but tab in the value, none of the
- * framing headers each side writes for itself.  A header refused here never
- * reaches the wire. */
+ * framing headers each side writes for itself, nor the request id or the
+ * destination the host writes (a forged one would point the upstream
+ * elsewhere).  A header refused here never reaches the wire. */
 static int header_ok(const char *name, const char *value) {
-  static const char *const framing[] = {
-      "connection", "keep-alive", "proxy-connection", "te",   "transfer-encoding",
-      "upgrade",    "trailer",    "content-length",   "host", "expect"};
+  static const char *const reserved[] = {
+      "connection", "keep-alive",        "proxy-connection",
+      "te",         "transfer-encoding", "upgrade",
+      "trailer",    "content-length",    "host",
+      "expect",     "x-request-id",      "x-gateway-destination-endpoint"};
   if (!*name) return 0;
   for (const char *p = name; *p; p++)
     if (!isalnum((unsigned char)*p) && !strchr("!#$%&'*+-.^_`|~", *p)) return 0;
   for (const unsigned char *p = (const unsigned char *)value; *p; p++)
     if ((*p < 32 && *p != '\t') || *p == 127) return 0;
-  for (size_t i = 0; i < sizeof framing / sizeof *framing; i++)
-    if (!strcasecmp(name, framing[i])) return 0;
+  for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++)
+    if (!strcasecmp(name, reserved[i])) return 0;
   return 1;
 }
 

@@ -35,6 +35,7 @@ local log = require "lupin.log"
 local pool = require "lupin.pool"
 
 local FIELDS = {}
+local current = false -- the request whose plugin call is under way (M.enter)
 
 -- A ctx is a three-slot array: the instance's name, its private table once
 -- made, and the instance's slot in its request's ctxs.  A small array part
@@ -95,22 +96,28 @@ end
 function FIELDS.result(r) return r.result end
 function FIELDS.response(r) return r.response end
 
-function FIELDS.upstream_headers(r)
-  local h = r.upstream_headers
-  if not h then
-    h = {}
-    r.upstream_headers = h
+-- ctx.upstream_headers and ctx.response_headers are views: a write goes
+-- through the same checks as ctx:set_header, so a plugin cannot forge a
+-- header the gateway owns by assigning it.  The view finds its table through
+-- the request whose call is under way (no reference of its own to keep).
+local HEADER_FIELDS = {} -- the request's field of a view -> the view's metatable
+
+local function headers_view(r, field, view_field)
+  local v = r[view_field]
+  if not v then
+    r[field] = r[field] or {}
+    v = setmetatable({}, HEADER_FIELDS[view_field])
+    r[view_field] = v
   end
-  return h
+  return v
+end
+
+function FIELDS.upstream_headers(r)
+  return headers_view(r, "upstream_headers", "upstream_headers_view")
 end
 
 function FIELDS.response_headers(r)
-  local h = r.response_headers
-  if not h then
-    h = {}
-    r.response_headers = h
-  end
-  return h
+  return headers_view(r, "response_headers", "response_headers_view")
 end
 
 local METHODS = {}
@@ -175,19 +182,22 @@ local function set(h, name, value)
   h[n] = v
 end
 
+
 --- Sets a header on the upstream request (from pre_request and before).  A
 --- bad name or value (see check_header) is an error of the calling plugin.
 ---@param name string a token, not a hop-by-hop or framing header
 ---@param value string|number no control characters but tab
 function METHODS.set_header(c, name, value)
-  set(c.upstream_headers, name, value)
+  local _ = c.upstream_headers -- made on first use (and c checked)
+  set(current.upstream_headers, name, value)
 end
 
 --- Sets a header on the response to the client (e.g. a session cookie).
 ---@param name string a token, not a hop-by-hop or framing header
 ---@param value string|number no control characters but tab
 function METHODS.set_response_header(c, name, value)
-  set(c.response_headers, name, value)
+  local _ = c.response_headers
+  set(current.response_headers, name, value)
 end
 
 local count -- capi's request_count, looked up once bound
@@ -280,6 +290,7 @@ end
 -- The response as plugins read it: the status, and the headers made from
 -- the core's header block on first use, as the request's.
 local RESPONSE = {
+  __metatable = false, -- shared by every response: read-only to plugins
   __index = function(v, k)
     if k == "headers" then
       local t = LAZY.headers(v)
@@ -317,6 +328,7 @@ function LAZY.stream(v)
 end
 
 local VIEW = {
+  __metatable = false, -- shared by every request: read-only to plugins
   __index = function(v, k)
     local f = LAZY[k]
     if f then
@@ -338,7 +350,6 @@ local VIEW = {
 -- closures they call and of the metatables they guard on: a per-request
 -- closure or metatable caught in a trace would keep that request's table
 -- alive.
-local current = false -- the request whose plugin call is under way
 
 --- Makes r the request whose plugin call is under way; returns the one
 --- before, for M.leave (calls may nest).
@@ -351,6 +362,32 @@ end
 --- Ends the call M.enter started.
 function M.leave(prev)
   current = prev
+end
+
+for view_field, field in pairs({ upstream_headers_view = "upstream_headers",
+  response_headers_view = "response_headers" }) do
+  -- the request's table behind view v, which must be that request's
+  local function headers_of(v)
+    local r = current
+    if not r or r[view_field] ~= v then
+      error("ctx." .. field .. " used after its request ended", 3)
+    end
+    return r[field]
+  end
+  HEADER_FIELDS[view_field] = {
+    __index = function(v, k)
+      return headers_of(v)[type(k) == "string" and k:lower() or k]
+    end,
+    __newindex = function(v, k, value)
+      local h = headers_of(v)
+      if value == nil and type(k) == "string" then
+        h[k:lower()] = nil
+      else
+        set(h, k, value)
+      end
+    end,
+    __metatable = false,
+  }
 end
 
 -- The request of ctx c, which must be the one whose call is under way.

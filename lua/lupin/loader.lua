@@ -104,7 +104,33 @@ local function denier(what, names)
   }
 end
 
+-- A copy of an SDK module for one plugin, its plain tables (schemas,
+-- presets, counters) copied too: what one plugin changes in it, no other
+-- plugin, runtime code or later generation sees.  Tables with a metatable
+-- are objects whose metatables lock them; functions are shared.
+local function module_copy(t, seen)
+  local c = {}
+  seen[t] = c
+  for k, v in pairs(t) do
+    if type(v) == "table" and getmetatable(v) == nil then
+      v = seen[v] or module_copy(v, seen)
+    end
+    c[k] = v
+  end
+  return c
+end
+
+-- Libraries whose settings are process-wide (cjson's number precision and
+-- depth limits) come as an instance of the plugin's own.
+local INSTANCE = {
+  cjson = function() return require("cjson").new() end,
+  ["cjson.safe"] = function() return require("cjson.safe").new() end,
+}
+
 local function sandbox_require(name)
+  if INSTANCE[name] then
+    return INSTANCE[name]()
+  end
   if not M.REQUIRE[name] then
     local allowed = {}
     for k in pairs(M.REQUIRE) do
@@ -120,7 +146,7 @@ local function sandbox_require(name)
   end
   -- a copy: a plugin cannot change what another plugin or the runtime sees;
   -- an SDK module's fields named with a leading "_" are the runtime's alone
-  local c = copy(mod)
+  local c = module_copy(mod, {})
   if name:sub(1, 6) == "lupin." then
     for k in pairs(mod) do
       if type(k) == "string" and k:sub(1, 1) == "_" then
@@ -139,6 +165,21 @@ local function sandbox_getmetatable(v)
   return getmetatable(v)
 end
 
+-- A table whose metatable is locked (__metatable) is the runtime's: shared
+-- by plugins (a dict handle, a prefix index), it takes no raw writes either.
+local raw_getmetatable, raw_rawset = debug.getmetatable, rawset
+local function sandbox_rawset(t, k, v)
+  if type(t) == "table" and getmetatable(t) ~= raw_getmetatable(t) then
+    error("rawset: the table is the runtime's and read-only to plugins", 2)
+  end
+  return raw_rawset(t, k, v)
+end
+
+local function no_randomseed()
+  error("math.randomseed is not available to plugins: the random stream is every plugin's"
+    .. " (seed a generator of your own)", 2)
+end
+
 --- A fresh global environment for one plugin file: the allow-list and
 --- private copies of the standard library tables.
 function M.environment()
@@ -152,6 +193,8 @@ function M.environment()
   env.rawlen = rawget(_G, "rawlen") or function(v) return #v end -- 5.2-only in LuaJIT
   env.require = sandbox_require
   env.getmetatable = sandbox_getmetatable
+  env.rawset = sandbox_rawset
+  env.math.randomseed = no_randomseed
   env.os = setmetatable({ clock = os.clock, time = os.time },
     denier("os.", { "execute", "exit", "getenv", "remove", "rename", "tmpname", "date",
       "setlocale", "difftime" }))

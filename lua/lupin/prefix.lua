@@ -20,11 +20,31 @@ M.counters = { hashed = 0, matched = 0, reused = 0 }
 
 local live = setmetatable({}, { __mode = "k" }) -- every index alive, for memory()
 
----@class lupin.Hashes a cdata struct, room for n hashes or more (lists are reused: M.release)
----@field h ffi.cdata* uint64_t[n], h[0] is the first block's hash
+---@class lupin.Hashes a prompt's block hashes (lists are reused: M.release)
 ---@field n integer the number of full blocks hashed
 ---@field block_size integer characters per block
 local HASHES = ffi.typeof("struct { int32_t n, block_size, cap; uint64_t h[?]; }")
+
+-- What a caller holds is a plain table; the C list behind it lives here.  A
+-- list handed out as cdata would let plugin code index it past its end or
+-- write its count, and C would read or write that far (a crash or worse).
+local lists = setmetatable({}, { __mode = "k" }) -- hashes -> HASHES cdata
+local HASHES_VIEW = {
+  __newindex = function(_, k)
+    error(("prefix hashes are read-only (setting %s)"):format(tostring(k)), 2)
+  end,
+  __metatable = false,
+}
+
+-- The C list of hashes h; an error at the caller's caller for anything else
+-- (forged, or released already).
+local function list_of(h)
+  local hs = lists[h]
+  if not hs then
+    error("prefix: hashes must come from prefix.hashes and not be released yet", 3)
+  end
+  return hs
+end
 
 local input = ffi.new("lupin_hash_input") -- reused: a runtime is single-threaded
 
@@ -79,7 +99,26 @@ function M.hashes(prompt, model, salt, block_size, max_blocks)
   end
   M.counters.hashed = M.counters.hashed + 1
   hs.n, hs.block_size = got, block_size
-  return hs
+  local h = setmetatable({ n = got, block_size = block_size }, HASHES_VIEW)
+  lists[h] = hs
+  return h
+end
+
+-- The runtime's own (a leading "_": not in a plugin's copy of the module):
+-- the C list behind hashes, and hashes made from given values (specs).
+function M._list(h)
+  return list_of(h)
+end
+
+function M._from(values)
+  local hs = HASHES(math.max(#values, 1))
+  hs.cap, hs.n, hs.block_size = math.max(#values, 1), #values, 1
+  for i, v in ipairs(values) do
+    hs.h[i - 1] = v
+  end
+  local h = setmetatable({ n = #values, block_size = 1 }, HASHES_VIEW)
+  lists[h] = hs
+  return h
 end
 
 --- Gives back hashes its caller is done with (recorded, and referred to
@@ -87,18 +126,40 @@ end
 --- read after this.
 ---@param h lupin.Hashes
 function M.release(h)
-  if not ffi.istype(HASHES, h) then
-    error(("prefix.release: h must be hashes from prefix.hashes, got %s"):format(type(h)), 2)
-  end
-  if h.cap <= MAX_KEPT then
-    kept[h.cap] = h
+  local hs = list_of(h)
+  lists[h] = nil
+  if hs.cap <= MAX_KEPT then
+    kept[hs.cap] = hs
   end
 end
 
 ---@class lupin.PrefixIndex
----@field x ffi.cdata* the C index
 local Index = {}
-Index.__index = Index
+
+-- An index is an empty table too: its C index and match buffers live here
+-- (an index whose buffer size a plugin could write would let C write past
+-- the buffer's end).
+local states = setmetatable({}, { __mode = "k" }) -- index -> { x, cap, ids, counts }
+
+local function read_only(methods)
+  return {
+    __index = methods,
+    __newindex = function(_, k)
+      error(("a prefix index is read-only (setting %s)"):format(tostring(k)), 2)
+    end,
+    __metatable = false, -- its methods are every index's
+  }
+end
+local INDEX = read_only(Index)
+
+-- The state of index self; an error at the caller's caller for anything else.
+local function state_of(self)
+  local st = states[self]
+  if not st then
+    error("not a prefix index: call the methods on what prefix.index returns", 3)
+  end
+  return st
+end
 
 --- The EPP's estimate of characters per token (blocks are in characters).
 M.CHARS_PER_TOKEN = 4
@@ -158,7 +219,7 @@ function M.record_result(index, result, h, auto)
 end
 
 local Shared = {}
-Shared.__index = Shared
+local SHARED = read_only(Shared)
 
 --- A prefix index; entries per endpoint are capped at capacity (LRU).
 --- Removing an endpoint from the pool purges its entries.
@@ -184,7 +245,8 @@ function M.index(capacity, key)
     if v == nil then
       error("prefix index: out of memory", 2)
     end
-    local self = setmetatable({ x = ffi.gc(v, sh.prefix_close), cap = 0, key = key }, Shared)
+    local self = setmetatable({}, SHARED)
+    states[self] = { x = ffi.gc(v, sh.prefix_close), cap = 0, key = key }
     live[self] = true
     return self
   end
@@ -193,9 +255,19 @@ function M.index(capacity, key)
   if x == nil then
     error("prefix index: out of memory", 2)
   end
-  local self = setmetatable({ x = ffi.gc(x, api.prefix_free), cap = 0 }, Index)
+  local self = setmetatable({}, INDEX)
+  states[self] = { x = ffi.gc(x, api.prefix_free), cap = 0 }
   live[self] = true
   return self
+end
+
+-- The hash of block i (0-based) of h.
+local function block(h, i)
+  local hs = list_of(h)
+  if type(i) ~= "number" or i < 0 or i >= hs.n or i % 1 ~= 0 then
+    error(("prefix: block %s is not one of the %d hashed"):format(tostring(i), hs.n), 3)
+  end
+  return hs.h[i]
 end
 
 --- Records that endpoint id has cached the blocks of h (the last block is
@@ -204,10 +276,11 @@ end
 ---@param h lupin.Hashes
 ---@param capacity integer? caps id's entries first (its reported cache size)
 function Index:record(id, h, capacity)
+  local st, hs = state_of(self), list_of(h)
   if capacity then
     self:set_capacity(id, capacity)
   end
-  if capi.api.prefix_record(self.x, id, h.h, h.n) ~= 0 then
+  if capi.api.prefix_record(st.x, id, hs.h, hs.n) ~= 0 then
     error("prefix index: out of memory", 2)
   end
 end
@@ -235,98 +308,111 @@ end
 ---@param h lupin.Hashes
 ---@return table<integer, integer> matches endpoint id -> matched blocks
 function Index:match(h)
-  local api, x = capi.api, self.x
+  local st, hs = state_of(self), list_of(h)
+  local api, x = capi.api, st.x
   local need = tonumber(api.prefix_endpoints(x))
-  if need > self.cap then
-    self.cap = need * 2
-    self.ids = ffi.new("uint32_t[?]", self.cap)
-    self.counts = ffi.new("uint32_t[?]", self.cap)
+  if need > st.cap then
+    st.cap = need * 2
+    st.ids = ffi.new("uint32_t[?]", st.cap)
+    st.counts = ffi.new("uint32_t[?]", st.cap)
   end
   M.counters.matched = M.counters.matched + 1
-  if h.n == 0 or need == 0 then
+  if hs.n == 0 or need == 0 then
     return {}
   end
-  local k = tonumber(api.prefix_match(x, h.h, h.n, self.ids, self.counts, self.cap))
-  return matched(self.ids, self.counts, k)
+  local k = tonumber(api.prefix_match(x, hs.h, hs.n, st.ids, st.counts, st.cap))
+  return matched(st.ids, st.counts, k)
 end
 
 --- Caps endpoint id's entries (evicting the least recent ones now if over).
 function Index:set_capacity(id, capacity)
-  if capi.api.prefix_set_capacity(self.x, id, capacity) ~= 0 then
+  local st = state_of(self)
+  if capi.api.prefix_set_capacity(st.x, id, capacity) ~= 0 then
     error("prefix index: out of memory", 2)
   end
 end
 
 --- Drops every entry of endpoint id.
 function Index:purge(id)
-  capi.api.prefix_purge(self.x, id)
+  local st = state_of(self)
+  capi.api.prefix_purge(st.x, id)
 end
 
 --- How many block hashes endpoint id holds.
 ---@return integer
 function Index:count(id)
-  return tonumber(capi.api.prefix_count(self.x, id))
+  local st = state_of(self)
+  return tonumber(capi.api.prefix_count(st.x, id))
 end
 
 --- Whether endpoint id holds block i (0-based) of h.
 ---@return boolean
 function Index:holds(id, h, i)
-  return capi.api.prefix_holds(self.x, id, h.h[i]) ~= 0
+  local st = state_of(self)
+  return capi.api.prefix_holds(st.x, id, block(h, i)) ~= 0
 end
 
 --- Bytes of C memory the index holds.
 ---@return integer
 function Index:memory()
-  return tonumber(capi.api.prefix_memory(self.x))
+  local st = state_of(self)
+  return tonumber(capi.api.prefix_memory(st.x))
 end
 
 -- The keyed index: the same methods over core/prefix_shared.c.
 
 function Shared:record(id, h, capacity)
-  if capi.shared.prefix_record(self.x, id, h.h, h.n, capacity or 0) ~= 0 then
+  local st, hs = state_of(self), list_of(h)
+  if capi.shared.prefix_record(st.x, id, hs.h, hs.n, capacity or 0) ~= 0 then
     error("prefix index: out of memory", 2)
   end
 end
 
 function Shared:match(h)
+  local st, hs = state_of(self), list_of(h)
   M.counters.matched = M.counters.matched + 1
-  if h.n == 0 then
+  if hs.n == 0 then
     return {}
   end
-  local sh, x = capi.shared, self.x
-  local k = tonumber(sh.prefix_match(x, h.h, h.n, self.ids, self.counts, self.cap))
-  while k > self.cap do -- more endpoints than room: it says how many
-    self.cap = k * 2
-    self.ids = ffi.new("uint32_t[?]", self.cap)
-    self.counts = ffi.new("uint32_t[?]", self.cap)
-    k = tonumber(sh.prefix_match(x, h.h, h.n, self.ids, self.counts, self.cap))
+  local sh, x = capi.shared, st.x
+  local k = tonumber(sh.prefix_match(x, hs.h, hs.n, st.ids, st.counts, st.cap))
+  while k > st.cap do -- more endpoints than room: it says how many
+    st.cap = k * 2
+    st.ids = ffi.new("uint32_t[?]", st.cap)
+    st.counts = ffi.new("uint32_t[?]", st.cap)
+    k = tonumber(sh.prefix_match(x, hs.h, hs.n, st.ids, st.counts, st.cap))
   end
   if k < 0 then
     error("prefix index: out of memory", 2)
   end
-  return matched(self.ids, self.counts, k)
+  return matched(st.ids, st.counts, k)
 end
 
 function Shared:set_capacity(id, capacity)
-  if capi.shared.prefix_set_capacity(self.x, id, capacity) ~= 0 then
+  local st = state_of(self)
+  if capi.shared.prefix_set_capacity(st.x, id, capacity) ~= 0 then
     error("prefix index: out of memory", 2)
   end
 end
 
 function Shared:purge(id)
-  capi.shared.prefix_purge(self.x, id)
+  local st = state_of(self)
+  capi.shared.prefix_purge(st.x, id)
 end
 
 function Shared:count(id)
-  return tonumber(capi.shared.prefix_count(self.x, id))
+  local st = state_of(self)
+  return tonumber(capi.shared.prefix_count(st.x, id))
 end
 
 function Shared:holds(id, h, i)
-  return capi.shared.prefix_holds(self.x, id, h.h[i]) ~= 0
+  local st = state_of(self)
+  return capi.shared.prefix_holds(st.x, id, block(h, i)) ~= 0
 end
 
 function Shared:memory()
-  return tonumber(capi.shared.prefix_memory(self.x))
+  local st = state_of(self)
+  return tonumber(capi.shared.prefix_memory(st.x))
 end
 
 --- Bytes held by every live prefix index of this runtime (a keyed index

@@ -35,13 +35,37 @@ local buf_size = 256
 local buf = ffi.new("char[?]", buf_size)
 
 ---@class lupin.SharedDict
----@field d ffi.cdata* the C dict (lives with the process's lupin_shared)
----@field name string
 local Dict = {}
-Dict.__index = Dict
-Dict.__metatable = false -- a plugin cannot change the methods other plugins call
 
-local dicts = {} -- name -> Dict, for this runtime
+-- A handle is an empty table: its C dict and name live here, where Lua code
+-- outside this file cannot reach them (a plugin that wrote handle.d = nil
+-- made the next call pass NULL to C).  Every plugin of a runtime using a
+-- name gets the same handle, so the handle itself is read-only.
+local cdict = setmetatable({}, { __mode = "k" }) -- handle -> lupin_dict *
+local names = setmetatable({}, { __mode = "k" }) -- handle -> name
+
+local HANDLE = {
+  __index = Dict,
+  __newindex = function(_, k)
+    error(("a shared dict handle is read-only (setting %s)"):format(tostring(k)), 2)
+  end,
+  __tostring = function(self)
+    return ("shared dict %q"):format(names[self] or "?")
+  end,
+  __metatable = false, -- a plugin cannot change the methods other plugins call
+}
+
+-- The C dict of a handle; an error at the caller's caller for anything else
+-- (a method called on another table: Dict.get(t, k)).
+local function dict_of(self)
+  local d = cdict[self]
+  if not d then
+    error("not a shared dict handle: call the methods on what shared.dict returns (d:get(k))", 3)
+  end
+  return d
+end
+
+local dicts = {} -- name -> handle, for this runtime
 
 local function check_key(key, level)
   if type(key) ~= "string" then
@@ -70,7 +94,8 @@ local function open(name, opts)
     error(("shared dict %q: cannot be made: the process has %d dicts, the most it holds"
       .. " (or memory ran out); use fewer names"):format(name, M.MAX_DICTS), 3)
   end
-  self = setmetatable({ d = d, name = name }, Dict)
+  self = setmetatable({}, HANDLE)
+  cdict[self], names[self] = d, name
   dicts[name] = self
   return self
 end
@@ -102,10 +127,11 @@ M._runtime_dict = open
 ---@param key string
 ---@return number|string|boolean|nil
 function Dict:get(key)
+  local d = dict_of(self)
   check_key(key, 2)
   local api = capi.shared
   while true do
-    api.dict_get(self.d, key, #key, value, buf, buf_size)
+    api.dict_get(d, key, #key, value, buf, buf_size)
     local t = value.type
     if t == NUMBER then
       return value.num
@@ -130,12 +156,12 @@ local function set_error(self, rc)
     -- a plugin may drop the answer: the operator hears of it (once a second)
     log.limited("shared/no-memory", "warn", "shared dict %q: a write was refused: the plugins'"
       .. " dicts hold %d MB together, the most a process gives them; a plugin keeps keys it"
-      .. " never deletes", self.name, M.MAX_BYTES / 1048576)
+      .. " never deletes", names[self], M.MAX_BYTES / 1048576)
     return nil, "no memory"
   elseif rc == TOO_LONG then
-    error(("shared dict %q: the value is longer than %d bytes"):format(self.name, M.MAX_VALUE), 3)
+    error(("shared dict %q: the value is longer than %d bytes"):format(names[self], M.MAX_VALUE), 3)
   end
-  error(("shared dict %q: out of memory"):format(self.name), 3)
+  error(("shared dict %q: out of memory"):format(names[self]), 3)
 end
 
 --- Sets key to v (nil deletes it).  Returns true, or nil, "full" when key is
@@ -146,17 +172,18 @@ end
 ---@return true|nil ok
 ---@return string? err
 function Dict:set(key, v)
+  local d = dict_of(self)
   check_key(key, 2)
   local t, rc = type(v), nil
   local api = capi.shared
   if t == "number" then
-    rc = api.dict_set(self.d, key, #key, NUMBER, v, nil, 0)
+    rc = api.dict_set(d, key, #key, NUMBER, v, nil, 0)
   elseif t == "string" then
-    rc = api.dict_set(self.d, key, #key, STRING, 0, v, #v)
+    rc = api.dict_set(d, key, #key, STRING, 0, v, #v)
   elseif t == "boolean" then
-    rc = api.dict_set(self.d, key, #key, BOOLEAN, v and 1 or 0, nil, 0)
+    rc = api.dict_set(d, key, #key, BOOLEAN, v and 1 or 0, nil, 0)
   elseif t == "nil" then
-    rc = api.dict_set(self.d, key, #key, NIL, 0, nil, 0)
+    rc = api.dict_set(d, key, #key, NIL, 0, nil, 0)
   else
     error(("shared dict value must be a number, string, boolean or nil, got %s"):format(t), 2)
   end
@@ -176,6 +203,7 @@ end
 ---@return number|nil value
 ---@return string? err
 function Dict:incr(key, delta, init)
+  local d = dict_of(self)
   check_key(key, 2)
   if type(delta) ~= "number" then
     error(("shared dict incr: delta must be a number, got %s"):format(type(delta)), 2)
@@ -183,7 +211,7 @@ function Dict:incr(key, delta, init)
   if init ~= nil and type(init) ~= "number" then
     error(("shared dict incr: init must be a number or nil, got %s"):format(type(init)), 2)
   end
-  local rc = capi.shared.dict_incr(self.d, key, #key, delta, init or 0, init and 1 or 0, result)
+  local rc = capi.shared.dict_incr(d, key, #key, delta, init or 0, init and 1 or 0, result)
   if rc == 0 then
     return result[0]
   elseif rc == NOT_FOUND then
@@ -197,20 +225,21 @@ end
 --- Deletes key (no error when absent).
 ---@param key string
 function Dict:delete(key)
+  local d = dict_of(self)
   check_key(key, 2)
-  capi.shared.dict_set(self.d, key, #key, NIL, 0, nil, 0)
+  capi.shared.dict_set(d, key, #key, NIL, 0, nil, 0)
 end
 
 --- The number of keys held now.
 ---@return integer
 function Dict:count()
-  return tonumber(capi.shared.dict_count(self.d))
+  return tonumber(capi.shared.dict_count(dict_of(self)))
 end
 
 --- The bound on keys it was made with.
 ---@return integer
 function Dict:max_entries()
-  return tonumber(capi.shared.dict_max(self.d))
+  return tonumber(capi.shared.dict_max(dict_of(self)))
 end
 
 return M

@@ -9,8 +9,7 @@ local ffi, prefix, pool = require "ffi", require "lupin.prefix", require "lupin.
 local ID = {}
 for _, ep in ipairs(pool.list) do ID[tostring(ep)] = ep.id end
 local function H(...)
-  local v = { ... }
-  return { h = ffi.new("uint64_t[?]", math.max(#v, 1), v), n = #v }
+  return prefix._from({ ... })
 end
 local function named(m)
   local out = {}
@@ -127,8 +126,7 @@ describe("prefix index", function()
     assert.same({ 0, 0, {} }, S.eval(rt, [[
       local x, y, id = _G.spec_x, _G.spec_y, _G.spec_id
       _G.spec_x, _G.spec_y = nil, nil
-      local ffi = require "ffi"
-      return { x:count(id), y:count(id), x:match({ h = ffi.new("uint64_t[1]", 1), n = 1 }) }
+      return { x:count(id), y:count(id), x:match(require("lupin.prefix")._from({ 1 })) }
     ]]))
   end)
 

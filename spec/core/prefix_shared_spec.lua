@@ -68,7 +68,7 @@ describe("keyed prefix indexes", function()
       local half = prefix.hashes(%q, "m", "", 4, 40)
       x:record(ID.ep3, half)
       local full = named(x:match(h))
-      h.h[30] = 12345 -- a block nobody holds: the 57 after it no longer count
+      prefix._list(h).h[30] = 12345 -- a block nobody holds: the 57 after it no longer count
       return { full = full, cut = named(x:match(h)) }
     ]]):format(PROMPT, PROMPT))
     assert.same({ ep1 = 88, ep3 = 40 }, got.full)

@@ -98,7 +98,8 @@ describe("prefix records across processes", function()
     assert.equal(-1, sb:prefix_apply("k", nil, { "1" }))
     assert.same({}, run(b, [[
       local h = prefix.hashes("abcdefgh", "m", "", 4, 8)
-      h.h[0], h.h[1] = 1, 2
+      local l = prefix._list(h)
+      l.h[0], l.h[1] = 1, 2
       return named(X:match(h))
     ]]))
   end)
