@@ -29,11 +29,12 @@ typedef struct lupin_endpoint {
   double num_blocks;
   double scraped_at;
   /* named c_* here so that ep.name and ep.address reach the Lua strings of
-   * lupin.pool's side table, not these C pointers */
-  const char *c_name;
-  const char *c_address;
-  /* the shared counters: ep.in_flight and ep.in_flight_tokens (lupin.pool) */
-  const lupin_counters *c_counters;
+   * lupin.pool's side table; addresses, not pointers, to the FFI: plugins
+   * read endpoints, and a pointer they could index would read anywhere.
+   * c_counters: ep.in_flight and ep.in_flight_tokens (lupin.pool) */
+  uintptr_t c_name;
+  uintptr_t c_address;
+  uintptr_t c_counters;
 } lupin_endpoint;
 
 typedef struct lupin_hash_input {

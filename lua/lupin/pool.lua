@@ -23,6 +23,7 @@ M.list = {}
 
 -- Plain aligned 64-bit loads of counters C updates atomically (x86-64);
 -- an endpoint object Lua made itself (a pick at another port) has none.
+local COUNTERS_PTR = ffi.typeof("const lupin_counters *")
 local COUNTERS = {
   in_flight = function(c)
     return tonumber(c.in_flight)
@@ -37,7 +38,7 @@ ffi.metatype("lupin_endpoint", {
     local counter = COUNTERS[k]
     if counter then
       local c = ep.c_counters
-      return c ~= nil and counter(c) or 0
+      return c ~= 0 and counter(ffi.cast(COUNTERS_PTR, c)) or 0
     end
     local i = info[ep.id]
     return i and i[k]
@@ -47,6 +48,8 @@ ffi.metatype("lupin_endpoint", {
     return i and i.name or "endpoint"
   end,
 })
+
+local EP_PTR = ffi.typeof("const lupin_endpoint *")
 
 local function release(ep)
   local i = info[ep.id]
@@ -80,8 +83,11 @@ local function adapter_set(csv)
 end
 
 function M.add(ud, labels)
-  local ep = ffi.gc(ffi.cast("lupin_endpoint *", ud), release)
-  local name, address = ffi.string(ep.c_name), ffi.string(ep.c_address)
+  -- a const reference: plugin code can neither write its fields (the pool's
+  -- metrics, its id) nor do arithmetic on it to read past it
+  local ep = ffi.gc(ffi.cast(EP_PTR, ud)[0], release)
+  local name = ffi.string(ffi.cast("const char *", ep.c_name))
+  local address = ffi.string(ffi.cast("const char *", ep.c_address))
   local old = info[ep.id]
   info[ep.id] = {
     name = name,
@@ -142,9 +148,10 @@ function M.is_candidate(ep)
   return by_id[ep.id] == ep and not ejected[ep.id]
 end
 
-local EP = ffi.typeof("lupin_endpoint *")
+local EP = ffi.typeof("lupin_endpoint")
 
---- True when v is an endpoint object.
+--- True when v is an endpoint object (the pool's references, or a pick at
+--- another port: lupin.engine's at_port).
 function M.is_endpoint(v)
   return ffi.istype(EP, v)
 end
