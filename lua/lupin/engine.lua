@@ -194,23 +194,12 @@ local function notify_explained(r, rec, point, x)
   end
 end
 
--- The request's own copy of the pool's list: plugins get it, and a plugin
--- that removed or replaced an element of the pool's list itself would change
--- the candidates of every later request.
-local function copy_list(list)
-  local n = #list
-  local out = new_table(n, 0)
-  for i = 1, n do
-    out[i] = list[i]
-  end
-  return out
-end
-
+-- The request's own copy of the pool's list (plugins get it: pool.copy).
 local function candidates(subset)
-  local list = pool.list
   if not subset then
-    return copy_list(list)
+    return pool.copy()
   end
+  local list = pool.list
   local want = {}
   for _, s in ipairs(subset) do
     want[s] = true
@@ -799,7 +788,7 @@ local DRY_BODY = '{"model":"lupin-dry-run","prompt":"lupin checks a new generati
 local function dry_cycle(gen)
   local r = ctx.new_request(gen, nil, "dry-run", "/v1/completions", DRY_BODY, nil, {})
   r.request.dry_run = true
-  r.candidates = copy_list(pool.list)
+  r.candidates = pool.copy()
   r.errors = {}
   each(gen.observers, 1, reach, r)
   decide(r)

@@ -40,6 +40,7 @@
 --              control sent there since its last scrape
 local config = require "lupin.config"
 local capi = require "lupin.capi"
+local budget = require "lupin.budget"
 local log = require "lupin.log"
 local pool = require "lupin.pool"
 local shared = require "lupin.shared"
@@ -191,13 +192,17 @@ end
 -- --- the policies' calls: an error is logged and the default used ----------
 
 local function policy(rec, method, ...)
-  local ok, a, b = pcall(rec.obj[method], rec.obj, ...)
+  -- under the plugin's call budget like any plugin call: a policy that
+  -- loops must not hold the event loop
+  local ok, a, cut = budget.pcall(rec.call_budget or budget.DEFAULT_CALL_MS / 1000,
+    rec.obj[method], rec.obj, ...)
   if not ok then
     log.limited("flow/" .. rec.name, "error", "flow control: plugin %s (%s) failed in %s: %s",
-      rec.name, rec.type, method, tostring(a))
+      rec.name, rec.type, method, cut and ("exceeded its budget of %g ms"):format(
+        (rec.call_budget or budget.DEFAULT_CALL_MS / 1000) * 1000) or budget.describe(a))
     return nil
   end
-  return true, a, b
+  return true, a
 end
 
 -- --- items in a flow: a binary heap by the band's ordering ----------------
@@ -428,22 +433,27 @@ end
 
 -- --- the gate -------------------------------------------------------------
 
-local LOAD = {
-  inflight = function(ep)
-    return ep.in_flight
-  end,
-  since_scrape = function(ep)
-    local m = marks[ep.name]
-    return m and m.at == ep.scraped_at and m.n or 0
-  end,
-}
+-- What a detector reads of the load, read-only: every detector call gets it.
+local LOAD = setmetatable({}, {
+  __index = {
+    inflight = function(ep)
+      return ep.in_flight
+    end,
+    since_scrape = function(ep)
+      local m = marks[ep.name]
+      return m and m.at == ep.scraped_at and m.n or 0
+    end,
+  },
+  __newindex = function() error("the load a detector reads is read-only", 2) end,
+  __metatable = false,
+})
 
 --- Whether the pool is saturated now (false when flow control is off).
 function M.saturated()
   if not conf then
     return false
   end
-  local ok, sat = policy(conf.detector, "saturated", pool.list, LOAD)
+  local ok, sat = policy(conf.detector, "saturated", pool.copy(), LOAD)
   return ok and sat and true or false -- a failing detector does not hold traffic
 end
 

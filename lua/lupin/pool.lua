@@ -4,6 +4,7 @@
 -- ep.in_flight_tokens); the rest (name, labels, adapters) comes from a side
 -- table keyed by the endpoint's id.
 local ffi = require "ffi"
+local new_table = require "table.new"
 local capi = require "lupin.capi"
 
 local M = {}
@@ -20,6 +21,20 @@ local ejected = {} -- id -> true: out of the candidates (the host's health check
 ---@type lupin.Endpoint[] the current pool, healthy endpoints only; replaced,
 ---never mutated, on change
 M.list = {}
+
+--- A copy of the list, for a plugin to get: a plugin that removed or
+--- replaced an element of M.list itself would change the candidates of
+--- every later request.
+---@return lupin.Endpoint[]
+function M.copy()
+  local list = M.list
+  local n = #list
+  local out = new_table(n, 0)
+  for i = 1, n do
+    out[i] = list[i]
+  end
+  return out
+end
 
 -- Plain aligned 64-bit loads of counters C updates atomically (x86-64);
 -- an endpoint object Lua made itself (a pick at another port) has none.
