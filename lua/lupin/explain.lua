@@ -114,7 +114,7 @@ function M.new(r, t0)
   for i, ep in ipairs(r.candidates or {}) do
     eps[i] = { name = ep.name, address = ep.hostport, waiting_queue_size = ep.waiting_queue_size,
       running_requests = ep.running_requests, kv_cache_usage = ep.kv_cache_usage,
-      labels = ep.labels }
+      labels = pool.raw_labels(ep) }
   end
   return { request_id = r.id, path = r.request.path, model = r.request.model or null,
     generation = r.gen.number, dry_run = r.request.dry_run or false, candidates = eps,

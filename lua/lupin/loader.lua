@@ -2,6 +2,7 @@
 -- environment, so a plugin's globals are its own and a reload gets new code.
 local ffi = require "ffi"
 local budget = require "lupin.budget"
+local readonly = require "lupin.readonly"
 local schema = require "lupin.schema"
 
 local M = {}
@@ -104,6 +105,34 @@ local function denier(what, names)
   }
 end
 
+-- A table whose metatable is locked (__metatable) is the runtime's: shared
+-- by plugins (a dict handle, a prefix index), it takes no raw writes either.
+local raw_getmetatable, raw_rawset = debug.getmetatable, rawset
+local function locked(t)
+  return type(t) == "table" and getmetatable(t) ~= raw_getmetatable(t)
+end
+
+local function sandbox_rawset(t, k, v)
+  if locked(t) then
+    error("rawset: the table is the runtime's and read-only to plugins", 2)
+  end
+  return raw_rawset(t, k, v)
+end
+
+-- The table functions that write without metamethods, refusing the same.
+local function guarded(f, name)
+  return function(t, ...)
+    if locked(t) then
+      error(name .. ": the table is the runtime's and read-only to plugins", 2)
+    end
+    return f(t, ...)
+  end
+end
+local TABLE_WRITES = {}
+for _, name in ipairs({ "insert", "remove", "sort" }) do
+  TABLE_WRITES[name] = guarded(table[name], "table." .. name)
+end
+
 -- A copy of an SDK module for one plugin, its plain tables (schemas,
 -- presets, counters) copied too: what one plugin changes in it, no other
 -- plugin, runtime code or later generation sees.  Tables with a metatable
@@ -126,6 +155,8 @@ local INSTANCE = {
   cjson = function() return require("cjson").new() end,
   ["cjson.safe"] = function() return require("cjson.safe").new() end,
 }
+local guarded_clear = guarded(require "table.clear", "table.clear")
+INSTANCE["table.clear"] = function() return guarded_clear end
 
 local function sandbox_require(name)
   if INSTANCE[name] then
@@ -165,14 +196,23 @@ local function sandbox_getmetatable(v)
   return getmetatable(v)
 end
 
--- A table whose metatable is locked (__metatable) is the runtime's: shared
--- by plugins (a dict handle, a prefix index), it takes no raw writes either.
-local raw_getmetatable, raw_rawset = debug.getmetatable, rawset
-local function sandbox_rawset(t, k, v)
-  if type(t) == "table" and getmetatable(t) ~= raw_getmetatable(t) then
-    error("rawset: the table is the runtime's and read-only to plugins", 2)
-  end
-  return raw_rawset(t, k, v)
+-- Iteration and length see through read-only views (lupin.readonly).
+local unwrap = readonly.unwrap
+local raw_next, raw_ipairs, raw_unpack = next, ipairs, unpack
+local function sandbox_pairs(t)
+  return raw_next, unwrap(t), nil
+end
+local function sandbox_next(t, k)
+  return raw_next(unwrap(t), k)
+end
+local function sandbox_ipairs(t)
+  return raw_ipairs(unwrap(t))
+end
+local function sandbox_unpack(t, i, j)
+  return raw_unpack(unwrap(t), i, j)
+end
+local function sandbox_rawlen(v)
+  return #unwrap(v)
 end
 
 local function no_randomseed()
@@ -190,7 +230,12 @@ function M.environment()
   for _, k in ipairs(LIBS) do
     env[k] = copy(_G[k])
   end
-  env.rawlen = rawget(_G, "rawlen") or function(v) return #v end -- 5.2-only in LuaJIT
+  env.rawlen = sandbox_rawlen -- 5.2-only in LuaJIT
+  env.pairs, env.next, env.ipairs, env.unpack = sandbox_pairs, sandbox_next, sandbox_ipairs,
+    sandbox_unpack
+  for name, f in pairs(TABLE_WRITES) do
+    env.table[name] = f
+  end
   env.require = sandbox_require
   env.getmetatable = sandbox_getmetatable
   env.rawset = sandbox_rawset

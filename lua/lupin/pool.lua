@@ -6,6 +6,7 @@
 local ffi = require "ffi"
 local new_table = require "table.new"
 local capi = require "lupin.capi"
+local readonly = require "lupin.readonly"
 
 local M = {}
 
@@ -109,7 +110,8 @@ function M.add(ud, labels)
     address = address,
     port = ep.port,
     hostport = address .. ":" .. ep.port,
-    labels = labels,
+    labels = labels and readonly.view(labels), -- what plugins read: every request's
+    raw_labels = labels,
     active_adapters = adapter_set(),
     waiting_adapters = adapter_set(),
     objects = (old and old.objects or 0) + 1,
@@ -136,13 +138,20 @@ function M.labels_of(name)
   for i = 1, #order do
     local inf = info[order[i]]
     if inf and inf.name == name then
-      return inf.labels
+      return inf.raw_labels
     end
   end
 end
 
 function M.set_labels(id, labels)
-  info[id].labels = labels
+  info[id].labels, info[id].raw_labels = labels and readonly.view(labels), labels
+end
+
+--- The labels of endpoint ep as the host gave them (ep.labels is a
+--- read-only view of them).
+function M.raw_labels(ep)
+  local i = info[ep.id]
+  return i and i.raw_labels
 end
 
 function M.set_adapters(id, running, waiting)

@@ -18,7 +18,7 @@ describe("endpoint pool", function()
         out[i] = { name = ep.name, address = ep.address, port = ep.port, hostport = ep.hostport,
           q = ep.waiting_queue_size, running = ep.running_requests, kv = ep.kv_cache_usage,
           max_lora = ep.max_lora, block = ep.cache_block_size, blocks = ep.num_blocks,
-          fresh = ep.scraped_at > 0, labels = ep.labels,
+          fresh = ep.scraped_at > 0, labels = require("lupin.readonly").unwrap(ep.labels),
           active = table.concat(ep.active_adapters, ","), has_sql = ep.active_adapters.sql or false,
           waiting = table.concat(ep.waiting_adapters, ","), waits_x = ep.waiting_adapters.x or false }
       end

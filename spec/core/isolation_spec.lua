@@ -30,6 +30,9 @@ local ATTACKS = {
   endpoint_index = [[return endpoints[1][100000000] ]],
   endpoint_pointer = [[return endpoints[1].c_name[100000000] ]],
   pool_list = [[table.remove(endpoints, 1)]],
+  labels_write = [[endpoints[1].labels.role = "poisoned"]],
+  labels_insert = [[table.insert(endpoints[1].labels, "poisoned")]],
+  labels_clear = [[require("table.clear")(endpoints[1].labels)]],
   -- shared metatables and module tables
   request_metatable = [[getmetatable(ctx.request).__index = function() error("poisoned") end]],
   request_rawset = [[rawset(ctx.request, "path", "/poisoned")]],
@@ -90,6 +93,9 @@ return {
       deep = safe.decode("[[[1]]]") ~= nil, dict = shared.dict("spec"):get("k"),
       chars = prefix.CHARS_PER_TOKEN, path = ctx.request.path, matched = matched,
       waiting = endpoints[1].waiting_queue_size, picker_fields = n > 0,
+      role = endpoints[1].labels.role, label_list = #endpoints[1].labels,
+      label_keys = (function() local k = 0 for _ in pairs(endpoints[1].labels) do k = k + 1 end
+        return k end)(),
       header = pcall(ctx.set_header, ctx, "x-victim", "1"),
     }
     local out = {}
@@ -99,7 +105,8 @@ return {
 }]=]
 
 local EXPECTED = { endpoints = 2, json = "[0.123456]", deep = true, dict = "v", chars = 4,
-  path = "/v1/completions", matched = 16, waiting = 3, picker_fields = true, header = true }
+  path = "/v1/completions", matched = 16, waiting = 3, picker_fields = true, header = true,
+  role = "decode", label_list = 0, label_keys = 1 }
 
 local function config(attack)
   local plugins = { { type = "spec-victim", name = "victim" },
@@ -134,7 +141,8 @@ describe("plugins sharing one VM", function()
     it("cannot reach each other or the runtime: " .. name, function()
       local rt = S.runtime({ plugin_dirs = { S.FIXTURES, dir } })
       assert(rt:load_string(config(name), "hostile.json"))
-      S.endpoints(rt, 2, { { waiting_queue_size = 3 }, { waiting_queue_size = 3 } })
+      local m = { waiting_queue_size = 3, labels = { role = "decode" } }
+      S.endpoints(rt, 2, { m, m })
       for _ = 1, 3 do
         local req = assert(rt:begin({ path = "/v1/completions", body = '{"prompt":"x"}' }))
         local res = req:schedule()
