@@ -713,12 +713,16 @@ static int adopt(uv_tcp_t *tcp, const gw_server *share) {
   return rc;
 }
 
-gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, const gw_server *share,
-                            gw_handler h, void *ud, char *err, size_t errlen) {
+gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, const char *role,
+                            const gw_server *share, gw_handler h, void *ud, char *err,
+                            size_t errlen) {
   struct sockaddr_storage ss;
   if (gw_parse_hostport(hostport, &ss, err, errlen)) return NULL;
   gw_server *s = calloc(1, sizeof *s);
-  if (!s) return NULL;
+  if (!s) {
+    gw_errf(err, errlen, "cannot listen on %s (%s): out of memory", hostport, role);
+    return NULL;
+  }
   *s = (gw_server){.gw = gw, .handler = h, .ud = ud, .started_ns = uv_hrtime()};
   uv_tcp_init(gw->loop, &s->tcp);
   s->tcp.data = s;
@@ -726,7 +730,7 @@ gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, const gw_se
   int rc = share ? adopt(&s->tcp, share) : uv_tcp_bind(&s->tcp, (struct sockaddr *)&ss, 0);
   if (!rc) rc = uv_listen((uv_stream_t *)&s->tcp, 511, on_connection);
   if (rc) {
-    gw_errf(err, errlen, "cannot listen on %s: %s", hostport, uv_strerror(rc));
+    gw_errf(err, errlen, "cannot listen on %s (%s): %s", hostport, role, uv_strerror(rc));
     gw_server_close(s);
     s->closing = 2; /* free once the handle is closed */
     return NULL;
