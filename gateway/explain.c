@@ -212,7 +212,12 @@ static void decide(lupin_gateway *gw, gw_conn *c, gw_http_request *req) {
                           .check_body = 1,
                           .flags = LUPIN_REQUEST_EXPLAIN | LUPIN_REQUEST_DRY_RUN};
   const char *hint = gw_headers_get(&req->headers, "x-gateway-destination-endpoint-subset");
-  if (hint && (subset_text = strdup(hint))) {
+  if (hint && !(subset_text = strdup(hint))) {
+    gw_conn_error(c, 503, "the gateway could not allocate memory for this request: retry later",
+                  NULL, NULL, 0);
+    return;
+  }
+  if (subset_text) {
     d.subset = subset;
     for (char *save = NULL, *tok = strtok_r(subset_text, ", ", &save); tok && d.n_subset < 256;
          tok = strtok_r(NULL, ", ", &save))

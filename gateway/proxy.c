@@ -675,7 +675,12 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
         shown[d.n_headers++] = http->headers.v[i];
   }
   const char *hint = gw_headers_get(&http->headers, "x-gateway-destination-endpoint-subset");
-  if (hint && (subset_text = strdup(hint))) {
+  if (hint && !(subset_text = strdup(hint))) { /* not scheduled past the client's subset */
+    reply_error(gw, c, path, 503,
+                "the gateway could not allocate memory for this request: retry later", NULL);
+    return;
+  }
+  if (subset_text) {
     d.subset = subset;
     d.n_subset = parse_subset(subset_text, subset, 256);
   }
@@ -793,7 +798,12 @@ static void models(lupin_gateway *gw, gw_conn *c) {
     return;
   }
   models_fan *f = calloc(1, sizeof *f);
-  f->calls = calloc(gw->n_endpoints, sizeof *f->calls);
+  if (!f || !(f->calls = calloc(gw->n_endpoints, sizeof *f->calls))) {
+    free(f);
+    reply_error(gw, c, "/v1/models", 503,
+                "the gateway could not allocate memory for this request: retry later", NULL);
+    return;
+  }
   f->gw = gw;
   f->conn = c;
   gw_timeouts t = {gw->set.connect_timeout_ms, gw->set.scrape_timeout_ms,

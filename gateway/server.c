@@ -27,6 +27,12 @@ struct gw_server {
   int listener_open;
   uint64_t started_ns; /* tells generated request ids of two runs apart */
   unsigned long long id_seq;
+  /* A connection there was no memory for is still accepted (libuv polls a
+   * listener again only once its pending connection is taken), answered
+   * 503 if the socket takes it at once, and closed, on this handle. */
+  uv_tcp_t refused;
+  int refusing;       /* refused is closing: its callback frees it */
+  int accept_waiting; /* a connection waits for refused to be free */
 };
 
 struct gw_conn {
@@ -175,6 +181,12 @@ static void on_close(uv_handle_t *h) {
   gw_conn *c = h->data;
   if (--c->handles) return;
   gw_server *s = c->srv;
+  if (c->abort_fn) { /* closed under its owner (a write found no memory): the owner lets go */
+    gw_abort_fn fn = c->abort_fn;
+    c->abort_fn = NULL;
+    c->busy = 0;
+    fn(c->owner);
+  }
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -368,7 +380,7 @@ static void response_done(gw_conn *c) {
   c->abort_fn = NULL;
   c->owner = NULL;
   reset_request(c);
-  if (!c->keep_alive || c->srv->closing) {
+  if (!c->keep_alive || c->srv->closing || c->closed) {
     close_after_writes(c);
     return;
   }
@@ -470,6 +482,12 @@ static int refuse(gw_conn *c, int status, const char *msg) {
   return -1;
 }
 
+/* A buffer of this request's could not grow: this request is answered,
+ * the gateway goes on. */
+static int out_of_memory(gw_conn *c) {
+  return refuse(c, 503, "the gateway could not allocate memory for this request: retry later");
+}
+
 static int count_header(gw_conn *c, size_t len) {
   c->header_bytes += len;
   if (c->header_bytes > c->srv->gw->set.max_header_bytes)
@@ -488,7 +506,8 @@ static int on_message_begin(http_parser *p) {
 
 static int on_url(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
-  if (count_header(c, len) || gw_buf_append(&c->url, at, len)) return -1;
+  if (count_header(c, len)) return -1;
+  if (gw_buf_append(&c->url, at, len)) return out_of_memory(c);
   c->req.url = c->url.data;
   return 0;
 }
@@ -501,13 +520,13 @@ static int on_header_field(http_parser *p, const char *at, size_t len) {
     c->fail_status = 400;
     c->fail_msg = "malformed HTTP request: whitespace in a header field name";
   }
-  return rc ? -1 : 0;
+  return rc == -1 ? out_of_memory(c) : rc ? -1 : 0;
 }
 
 static int on_header_value(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
   if (count_header(c, len)) return -1;
-  return gw_headers_value(&c->req.headers, at, len);
+  return gw_headers_value(&c->req.headers, at, len) ? out_of_memory(c) : 0;
 }
 
 static const char too_large[] = "the request body is larger than maxBodyBytes: send a smaller "
@@ -542,7 +561,7 @@ static int on_body(http_parser *p, const char *at, size_t len) {
     return refuse(c, 503, over_cap(c, more)); /* a chunked body grew past the cap */
   /* headerTimeoutMs runs between body pieces: a big body may take longer */
   gw_timer_set(&c->timer, on_timer, gw->set.header_timeout_ms);
-  if (gw_buf_append(&c->req.body, at, len)) return -1;
+  if (gw_buf_append(&c->req.body, at, len)) return out_of_memory(c);
   if (capped(c)) count_body(c, (int64_t)more);
   return 0;
 }
@@ -551,7 +570,7 @@ static int on_message_complete(http_parser *p) {
   gw_conn *c = p->data;
   gw_timer_clear(&c->timer);
   c->keep_alive = http_should_keep_alive(p);
-  if (!c->req.body.data) gw_buf_append(&c->req.body, "", 0);
+  if (!c->req.body.data && gw_buf_append(&c->req.body, "", 0)) return out_of_memory(c);
   c->ready = 1;
   http_parser_pause(p, 1); /* one request at a time */
   return 0;
@@ -590,7 +609,8 @@ static void feed(gw_conn *c, const char *data, size_t len) {
   size_t n = http_parser_execute(&c->parser, &parser_settings, data, len);
   enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
   if (e == HPE_PAUSED || c->ready) {
-    if (n < len) gw_buf_append(&c->pending, data + n, len - n);
+    /* pipelined bytes that found no room: this answer is the last */
+    if (n < len && gw_buf_append(&c->pending, data + n, len - n)) c->keep_alive = 0;
     c->ready = 0;
     c->busy = 1;
     const char *full = over_cap(c, 0); /* others may have begun since its headers */
@@ -644,11 +664,54 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
 }
 
+static void on_connection(uv_stream_t *ls, int status);
+
+static void on_refused_closed(uv_handle_t *h) {
+  gw_server *s = h->data;
+  s->refusing = 0;
+  s->n_conns--;
+  if (s->accept_waiting && !s->closing) {
+    s->accept_waiting = 0;
+    on_connection((uv_stream_t *)&s->tcp, 0);
+  }
+  gw_check_drained(s->gw);
+}
+
+/* No memory for a connection: take it off the listener all the same (else
+ * libuv would stop polling the listener for good), answer 503 when the
+ * socket takes the answer at once (no memory needed), close it. */
+static void refuse_connection_no_memory(gw_server *s) {
+  static const char body[] =
+      "{\"error\":{\"message\":\"the gateway is out of memory: retry later\",\"type\":"
+      "\"server_error\",\"param\":null,\"code\":null}}\n";
+  char head[192];
+  if (s->refusing) { /* the handle is busy until its close callback: then */
+    s->accept_waiting = 1;
+    return;
+  }
+  s->refusing = 1;
+  s->n_conns++; /* a drain waits for it too */
+  uv_tcp_init(s->gw->loop, &s->refused);
+  s->refused.data = s;
+  if (!uv_accept((uv_stream_t *)&s->tcp, (uv_stream_t *)&s->refused)) {
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                     "retry-after: 1\r\nconnection: close\r\ncontent-length: %zu\r\n\r\n",
+                     sizeof body - 1);
+    uv_buf_t b[2] = {uv_buf_init(head, (unsigned)n), uv_buf_init((char *)body, sizeof body - 1)};
+    uv_try_write((uv_stream_t *)&s->refused, b, 2);
+  }
+  uv_close((uv_handle_t *)&s->refused, on_refused_closed);
+}
+
 static void on_connection(uv_stream_t *ls, int status) {
   gw_server *s = ls->data;
   if (status < 0 || s->closing) return;
   gw_conn *c = calloc(1, sizeof *c);
-  if (!c) return;
+  if (!c) {
+    refuse_connection_no_memory(s);
+    return;
+  }
   c->srv = s;
   uv_tcp_init(s->gw->loop, &c->tcp);
   gw_timer_init(s->gw->loop, &c->timer, c);
