@@ -202,7 +202,7 @@ static size_t request_headers(const gw_http_request *req, lupin_header *out) {
  * it has "messages"). */
 static void decide(lupin_gateway *gw, gw_conn *c, gw_http_request *req) {
   char msg[1024];
-  lupin_header h[req->headers.n + 1];
+  lupin_header h[GW_MAX_HEADERS]; /* server.c refuses more */
   char *subset_text = NULL;
   const char *subset[256];
   lupin_request_desc d = {.body = req->body.data ? req->body.data : "",

@@ -65,6 +65,12 @@ void gw_buf_free(gw_buf *b);
  * the list owns (a header costs no allocation of its own, and a cleared
  * list keeps its first block for the next message). */
 typedef struct gw_text_block gw_text_block;
+/* Headers one message may carry, a request's or an endpoint's response's
+ * (Envoy's max_headers_count default): more is refused (431 for a client,
+ * a broken response for an endpoint).  The lists built from them (the
+ * upstream request's, the client response's) are arrays on the stack of
+ * a few times this size, never of a size the peer chose. */
+#define GW_MAX_HEADERS 100
 typedef struct gw_headers {
   lupin_header *v;
   size_t n, cap;

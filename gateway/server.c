@@ -455,7 +455,8 @@ void gw_conn_error(gw_conn *c, int status, const char *message, const char *para
   else
     gw_buf_printf(&b, "null");
   gw_buf_printf(&b, ",\"code\":null}}\n");
-  lupin_header all[n + 2];
+  lupin_header all[8]; /* callers pass three headers at most */
+  if (n > 6) n = 6;
   size_t k = 0;
   all[k++] = (lupin_header){"content-type", "application/json"};
   int has_id = 0;
@@ -515,6 +516,12 @@ static int on_url(http_parser *p, const char *at, size_t len) {
 static int on_header_field(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
   if (count_header(c, len)) return -1;
+  if (c->req.headers.in_value && c->req.headers.n >= GW_MAX_HEADERS) {
+    snprintf(c->fail_buf, sizeof c->fail_buf,
+             "the request has more than %d headers, the most the gateway takes: send fewer",
+             GW_MAX_HEADERS);
+    return refuse(c, 431, c->fail_buf);
+  }
   int rc = gw_headers_field(&c->req.headers, at, len);
   if (rc == 1) {
     c->fail_status = 400;
