@@ -328,10 +328,17 @@ void gw_drain(lupin_gateway *gw, const char *why) {
   /* queued requests would only wait out the drain: answered now */
   lupin_runtime_flow_drain(gw->rt, "the gateway is shutting down: retry on another instance");
   gw->drain_timer = malloc(sizeof *gw->drain_timer);
-  uv_timer_init(gw->loop, gw->drain_timer);
-  gw->drain_timer->data = gw;
-  uv_timer_start(gw->drain_timer, on_drain_timeout, gw->set.drain_timeout_ms, 0);
-  uv_unref((uv_handle_t *)gw->drain_timer);
+  if (gw->drain_timer) {
+    uv_timer_init(gw->loop, gw->drain_timer);
+    gw->drain_timer->data = gw;
+    uv_timer_start(gw->drain_timer, on_drain_timeout, gw->set.drain_timeout_ms, 0);
+    uv_unref((uv_handle_t *)gw->drain_timer);
+  } else { /* no timer to bound the drain: what is in flight ends now */
+    gw_log(gw, LUPIN_LOG_WARN, "out of memory for the drain timer: ending %zu requests now",
+           gw->n_exchanges);
+    gw->exit_code = GW_EXIT_DRAIN;
+    gw_proxy_cancel_all(gw);
+  }
   gw_check_drained(gw);
 }
 
