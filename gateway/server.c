@@ -31,7 +31,7 @@ struct gw_server {
    * listener again only once its pending connection is taken), answered
    * 503 if the socket takes it at once, and closed, on this handle. */
   uv_tcp_t refused;
-  int refusing;       /* refused is closing: its callback frees it */
+  int refusing;       /* refused is in use until its close callback */
   int accept_waiting; /* a connection waits for refused to be free */
 };
 
