@@ -46,7 +46,8 @@ SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson 2>/dev/null) -lhtt
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
      $(B)/bench-prefix $(B)/bench-soak $(B)/bench-reload $(B)/lupin-sim $(B)/lupin \
      $(B)/shared-threads \
-     $(B)/prefix-threads $(B)/host-allocator $(B)/request-reuse $(B)/malloc-count.so
+     $(B)/prefix-threads $(B)/host-allocator $(B)/request-reuse $(B)/malloc-count.so \
+     $(B)/lupin-faults
 
 # The install prefix is compiled in (the default home): rebuild when it changes.
 $(B)/prefix.stamp: FORCE
@@ -110,6 +111,14 @@ $(B)/request-reuse: spec/core/request_reuse.c spec/core/program.h $(B)/liblupin.
 # counts a process's allocations, preloaded (spec/e2e/gateway_spec.lua)
 $(B)/malloc-count.so: spec/fixtures/gateway/malloc_count.c
 	$(CC) $(XCFLAGS) -shared -o $@ $<
+
+# lupin serve whose own allocations (the gateway's, liblupin's) fail on
+# demand, for spec/e2e/hostile_alloc_spec.lua: the same objects as
+# $(B)/lupin, with --wrap sending their calls through malloc_count.c
+$(B)/lupin-faults: $(GW_OBJ) $(B)/liblupin.a spec/fixtures/gateway/malloc_count.c
+	$(CC) $(XCFLAGS) -DMALLOC_COUNT_WRAP -o $@ $(GW_OBJ) spec/fixtures/gateway/malloc_count.c \
+	  $(B)/liblupin.a $(LDLIBS) -lhttp_parser $(GW_LIBS) \
+	  -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup
 
 $(B)/bench-lifecycle: bench/lifecycle.c $(B)/liblupin.a core/lupin.h
 	$(CC) $(XCFLAGS) -Icore -o $@ $< $(B)/liblupin.a $(LDLIBS)

@@ -202,7 +202,7 @@ static size_t request_headers(const gw_http_request *req, lupin_header *out) {
  * it has "messages"). */
 static void decide(lupin_gateway *gw, gw_conn *c, gw_http_request *req) {
   char msg[1024];
-  lupin_header h[req->headers.n + 1];
+  lupin_header h[GW_MAX_HEADERS]; /* server.c refuses more */
   char *subset_text = NULL;
   const char *subset[256];
   lupin_request_desc d = {.body = req->body.data ? req->body.data : "",
@@ -212,7 +212,12 @@ static void decide(lupin_gateway *gw, gw_conn *c, gw_http_request *req) {
                           .check_body = 1,
                           .flags = LUPIN_REQUEST_EXPLAIN | LUPIN_REQUEST_DRY_RUN};
   const char *hint = gw_headers_get(&req->headers, "x-gateway-destination-endpoint-subset");
-  if (hint && (subset_text = strdup(hint))) {
+  if (hint && !(subset_text = strdup(hint))) {
+    gw_conn_error(c, 503, "the gateway could not allocate memory for this request: retry later",
+                  NULL, NULL, 0);
+    return;
+  }
+  if (subset_text) {
     d.subset = subset;
     for (char *save = NULL, *tok = strtok_r(subset_text, ", ", &save); tok && d.n_subset < 256;
          tok = strtok_r(NULL, ", ", &save))

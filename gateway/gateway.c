@@ -188,6 +188,14 @@ static int watch_file(lupin_gateway *gw, char *err, size_t errlen) {
     snprintf(dir, sizeof dir, ".");
   gw->watch = malloc(sizeof *gw->watch);
   gw->rewatch = malloc(sizeof *gw->rewatch);
+  if (!gw->watch || !gw->rewatch) {
+    free(gw->watch);
+    free(gw->rewatch);
+    gw->watch = NULL;
+    gw->rewatch = NULL;
+    gw_errf(err, errlen, "cannot watch %s: out of memory", dir);
+    return -1;
+  }
   uv_fs_event_init(gw->loop, gw->watch);
   uv_timer_init(gw->loop, gw->rewatch);
   gw->watch->data = gw->rewatch->data = gw;
@@ -320,10 +328,17 @@ void gw_drain(lupin_gateway *gw, const char *why) {
   /* queued requests would only wait out the drain: answered now */
   lupin_runtime_flow_drain(gw->rt, "the gateway is shutting down: retry on another instance");
   gw->drain_timer = malloc(sizeof *gw->drain_timer);
-  uv_timer_init(gw->loop, gw->drain_timer);
-  gw->drain_timer->data = gw;
-  uv_timer_start(gw->drain_timer, on_drain_timeout, gw->set.drain_timeout_ms, 0);
-  uv_unref((uv_handle_t *)gw->drain_timer);
+  if (gw->drain_timer) {
+    uv_timer_init(gw->loop, gw->drain_timer);
+    gw->drain_timer->data = gw;
+    uv_timer_start(gw->drain_timer, on_drain_timeout, gw->set.drain_timeout_ms, 0);
+    uv_unref((uv_handle_t *)gw->drain_timer);
+  } else { /* no timer to bound the drain: what is in flight ends now */
+    gw_log(gw, LUPIN_LOG_WARN, "out of memory for the drain timer: ending %zu requests now",
+           gw->n_exchanges);
+    gw->exit_code = GW_EXIT_DRAIN;
+    gw_proxy_cancel_all(gw);
+  }
   gw_check_drained(gw);
 }
 
@@ -339,10 +354,23 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 static uv_signal_t *watch_signal(lupin_gateway *gw, int signum) {
   uv_signal_t *s = malloc(sizeof *s);
+  if (!s) return NULL;
   uv_signal_init(gw->loop, s);
   s->data = gw;
-  uv_signal_start(s, on_signal, signum);
-  return s;
+  if (!uv_signal_start(s, on_signal, signum)) return s;
+  uv_close((uv_handle_t *)s, close_free);
+  return NULL;
+}
+
+/* SIGTERM and SIGINT drain, SIGHUP reloads: a gateway that could not watch
+ * them would be killed with its requests in flight. */
+static int watch_signals(lupin_gateway *gw, char *err, size_t errlen) {
+  gw->sigterm = watch_signal(gw, SIGTERM);
+  gw->sigint = watch_signal(gw, SIGINT);
+  gw->sighup = watch_signal(gw, SIGHUP);
+  if (gw->sigterm && gw->sigint && gw->sighup) return 0;
+  gw_errf(err, errlen, "cannot watch the signals SIGTERM, SIGINT and SIGHUP");
+  return -1;
 }
 
 /* --- open and run -------------------------------------------------------- */
@@ -483,15 +511,24 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   gw_workers_wanted(gw, &workers); /* now with the config's */
   if (gw->opts.endpoints_file && watch_file(gw, err, errlen)) return -1;
   if (!gw->opts.no_watch) gw_watch_sync(gw);
-  gw->server = gw_server_listen(gw, o->listen, NULL, gw_proxy_handle, gw, err, errlen);
+  /* All or nothing: every listener, timer, signal and worker is in place
+   * before the first request is served (gw_run serves only then); a
+   * gateway without its admin port or its signals would be one an
+   * operator cannot drain. */
+  gw->server = gw_server_listen(gw, o->listen, "listen", NULL, gw_proxy_handle, gw, err, errlen);
   if (!gw->server) return -2;
-  gw->admin = gw_server_listen(gw, o->admin, NULL, gw_admin_handle, gw, err, errlen);
-  if (!gw->admin) return -2;
-  if (workers > 1 && gw_workers_start(gw, workers, err, errlen)) return -1;
-  gw_health_start(gw);
-  gw->sigterm = watch_signal(gw, SIGTERM);
-  gw->sigint = watch_signal(gw, SIGINT);
-  gw->sighup = watch_signal(gw, SIGHUP);
+  gw->admin = gw_server_listen(gw, o->admin, "admin", NULL, gw_admin_handle, gw, err, errlen);
+  if (!gw->admin) {
+    if (!strcmp(o->listen, o->admin))
+      gw_errf(err, errlen,
+              "cannot listen on %s (admin): address already in use: it is the --listen address "
+              "too; give --admin another port",
+              o->admin);
+    return -2;
+  }
+  if (gw_health_start(gw, err, errlen) || watch_signals(gw, err, errlen)) return -2;
+  int rc = workers > 1 ? gw_workers_start(gw, workers, err, errlen) : 0;
+  if (rc) return rc; /* the workers started are told not to serve */
   /* libuv writes with write(2): a peer that closed (a client gone mid-answer,
    * wrk ending a run) would kill the process with SIGPIPE; take EPIPE instead */
   signal(SIGPIPE, SIG_IGN);
@@ -503,6 +540,7 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   /* the start-up line on stdout, whatever the log level: scripts wait for it */
   printf("lupin serve: listening on http://%s admin http://%s\n", a, b);
   fflush(stdout);
+  gw->serving = 1;
   return 0;
 }
 
@@ -516,16 +554,15 @@ int gw_open_follower(lupin_gateway *gw, const lupin_gateway *leader, char *err, 
   if (open_loop(gw, err, errlen)) return -2;
   if (open_worker(gw, err, errlen)) return -1;
   if (gw_inbox_open(gw, err, errlen)) return -2;
-  gw->server =
-      gw_server_listen(gw, gw->opts.listen, leader->server, gw_proxy_handle, gw, err, errlen);
+  gw->server = gw_server_listen(gw, gw->opts.listen, "listen", leader->server, gw_proxy_handle, gw,
+                                err, errlen);
   if (!gw->server) return -2;
-  gw_health_start(gw);
-  return 0;
+  return gw_health_start(gw, err, errlen) ? -2 : 0;
 }
 
 /* Runs until drained; closes the rest.  Returns the exit code. */
 int gw_run(lupin_gateway *gw) {
-  if (gw->loop && gw->server) uv_run(gw->loop, UV_RUN_DEFAULT);
+  if (gw->loop && gw->server && gw->serving) uv_run(gw->loop, UV_RUN_DEFAULT);
   if (gw->draining != 2) shutdown_all(gw); /* a failed open or a drain timeout */
   if (gw->server) gw_server_close(gw->server);
   if (gw->loop) uv_run(gw->loop, UV_RUN_DEFAULT); /* the close callbacks */

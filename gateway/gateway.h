@@ -65,6 +65,12 @@ void gw_buf_free(gw_buf *b);
  * the list owns (a header costs no allocation of its own, and a cleared
  * list keeps its first block for the next message). */
 typedef struct gw_text_block gw_text_block;
+/* Headers one message may carry, a request's or an endpoint's response's
+ * (Envoy's max_headers_count default): more is refused (431 for a client,
+ * a broken response for an endpoint).  The lists built from them (the
+ * upstream request's, the client response's) are arrays on the stack of
+ * a few times this size, never of a size the peer chose. */
+#define GW_MAX_HEADERS 100
 typedef struct gw_headers {
   lupin_header *v;
   size_t n, cap;
@@ -252,9 +258,11 @@ typedef void (*gw_handler)(void *ud, gw_conn *c, gw_http_request *req);
 typedef void (*gw_abort_fn)(void *owner);
 
 /* share: another worker's server whose listening socket this one polls
- * too (hostport is then only for messages); NULL: bind hostport. */
-gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, const gw_server *share,
-                            gw_handler h, void *ud, char *err, size_t errlen);
+ * too (hostport is then only for messages); NULL: bind hostport.  role
+ * ("listen", "admin") names the listener in the error message. */
+gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, const char *role,
+                            const gw_server *share, gw_handler h, void *ud, char *err,
+                            size_t errlen);
 /* Stops accepting and closes idle connections; busy ones close when done. */
 void gw_server_close(gw_server *s);
 size_t gw_server_connections(const gw_server *s);
@@ -495,7 +503,7 @@ void gw_health_request(gw_endpoint *ep, gw_upstream_error e, int status, int reu
                        const char *detail);
 void gw_health_scrape(gw_endpoint *ep, int ok, const char *detail);
 /* Re-evaluates every endpoint (ejection time, staleness); started by gw_open. */
-void gw_health_start(lupin_gateway *gw);
+int gw_health_start(lupin_gateway *gw, char *err, size_t errlen);
 void gw_health_stop(lupin_gateway *gw);
 /* Endpoints requests may go to: neither ejected nor stale. */
 size_t gw_healthy_endpoints(lupin_gateway *gw);
@@ -644,6 +652,7 @@ struct lupin_gateway {
   size_t n_flow_waits;
   size_t n_objectives;
   int exit_code;
+  int serving; /* every part of the start succeeded: the loop may serve */
   /* memory bounds (server.c): requests handed to the proxy and not yet
    * answered, request body bytes held (this worker's: the caps apply to
    * *totals), requests refused by each cap */

@@ -272,13 +272,19 @@ static void tick(uv_timer_t *t) {
   if (++gw->health_ticks % (1000 / TICK_MS) == 0) collect_when_idle(gw);
 }
 
-void gw_health_start(lupin_gateway *gw) {
+/* The tick runs flow control's TTLs and the ejections: no gateway serves
+ * without it. */
+int gw_health_start(lupin_gateway *gw, char *err, size_t errlen) {
   gw->health_timer = malloc(sizeof *gw->health_timer);
-  if (!gw->health_timer) return;
+  if (!gw->health_timer) {
+    gw_errf(err, errlen, "cannot start the health timer: out of memory");
+    return -1;
+  }
   uv_timer_init(gw->loop, gw->health_timer);
   gw->health_timer->data = gw;
   uv_timer_start(gw->health_timer, tick, TICK_MS, TICK_MS);
   uv_unref((uv_handle_t *)gw->health_timer);
+  return 0;
 }
 
 static void close_free(uv_handle_t *h) { free(h); }

@@ -296,7 +296,7 @@ void gw_proxy_cancel_all(lupin_gateway *gw) {
 static void on_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
   gw_exchange *x = ud;
   x->status = status;
-  lupin_header seen[h->n + 1];
+  lupin_header seen[GW_MAX_HEADERS + 1]; /* upstream.c refuses more */
   size_t n_seen = 0;
   for (size_t i = 0; i < h->n; i++)
     if (!gw_name_is(h->v[i].name, SERVED)) seen[n_seen++] = h->v[i];
@@ -304,7 +304,8 @@ static void on_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
   lupin_request_response_header(x->req, status, seen, n_seen);
   const lupin_header *extra;
   size_t n_extra = lupin_request_client_headers(x->req, &extra);
-  lupin_header out[n_seen + n_extra + 4];
+  if (n_extra > GW_MAX_HEADERS) n_extra = GW_MAX_HEADERS; /* scheduled() refused more */
+  lupin_header out[2 * GW_MAX_HEADERS + 8];
   size_t n = 0;
   for (size_t i = 0; i < n_seen; i++)
     if (!gw_name_is(seen[i].name, "x-request-id")) out[n++] = seen[i];
@@ -524,7 +525,7 @@ static int start_attempt(gw_exchange *x, gw_endpoint *ep) {
   gw_endpoint_ref(ep);
   x->ep = ep;
   x->status = 0;
-  lupin_header h[x->http->headers.n + x->result.n_headers + 2];
+  lupin_header h[2 * GW_MAX_HEADERS + 2]; /* server.c and scheduled() refuse more */
   size_t n = upstream_headers(x, h);
   gw_timeouts t = {gw->set.connect_timeout_ms, gw->set.first_byte_timeout_ms,
                    gw->set.idle_timeout_ms};
@@ -624,6 +625,10 @@ void gw_proxy_dispatched(void *ud, lupin_request *req, const lupin_result *res) 
 
 static void scheduled(lupin_gateway *gw, gw_exchange *x, int status) {
   gw_explain_scheduled(x);
+  if (status == 200 && x->result.n_headers > GW_MAX_HEADERS) {
+    fail(x, 500, "the plugins set more headers than the gateway forwards", LUPIN_PLUGIN_ERROR);
+    return;
+  }
   if (status == 200) {
     objective_begin(x);
     try_picks(x, 1);
@@ -666,7 +671,7 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
                           .n_headers = http->headers.n,
                           .check_body = 1,
                           .flags = explain > 0 ? LUPIN_REQUEST_EXPLAIN : 0};
-  lupin_header shown[explain ? http->headers.n : 1];
+  lupin_header shown[GW_MAX_HEADERS]; /* server.c refuses more */
   if (explain) { /* the admin token is not the plugins' to see */
     d.headers = shown;
     d.n_headers = 0;
@@ -675,7 +680,12 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
         shown[d.n_headers++] = http->headers.v[i];
   }
   const char *hint = gw_headers_get(&http->headers, "x-gateway-destination-endpoint-subset");
-  if (hint && (subset_text = strdup(hint))) {
+  if (hint && !(subset_text = strdup(hint))) { /* not scheduled past the client's subset */
+    reply_error(gw, c, path, 503,
+                "the gateway could not allocate memory for this request: retry later", NULL);
+    return;
+  }
+  if (subset_text) {
     d.subset = subset;
     d.n_subset = parse_subset(subset_text, subset, 256);
   }
@@ -793,7 +803,12 @@ static void models(lupin_gateway *gw, gw_conn *c) {
     return;
   }
   models_fan *f = calloc(1, sizeof *f);
-  f->calls = calloc(gw->n_endpoints, sizeof *f->calls);
+  if (!f || !(f->calls = calloc(gw->n_endpoints, sizeof *f->calls))) {
+    free(f);
+    reply_error(gw, c, "/v1/models", 503,
+                "the gateway could not allocate memory for this request: retry later", NULL);
+    return;
+  }
   f->gw = gw;
   f->conn = c;
   gw_timeouts t = {gw->set.connect_timeout_ms, gw->set.scrape_timeout_ms,

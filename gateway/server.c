@@ -27,6 +27,12 @@ struct gw_server {
   int listener_open;
   uint64_t started_ns; /* tells generated request ids of two runs apart */
   unsigned long long id_seq;
+  /* A connection there was no memory for is still accepted (libuv polls a
+   * listener again only once its pending connection is taken), answered
+   * 503 if the socket takes it at once, and closed, on this handle. */
+  uv_tcp_t refused;
+  int refusing;       /* refused is in use until its close callback */
+  int accept_waiting; /* a connection waits for refused to be free */
 };
 
 struct gw_conn {
@@ -175,6 +181,12 @@ static void on_close(uv_handle_t *h) {
   gw_conn *c = h->data;
   if (--c->handles) return;
   gw_server *s = c->srv;
+  if (c->abort_fn) { /* closed under its owner (a write found no memory): the owner lets go */
+    gw_abort_fn fn = c->abort_fn;
+    c->abort_fn = NULL;
+    c->busy = 0;
+    fn(c->owner);
+  }
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -368,7 +380,7 @@ static void response_done(gw_conn *c) {
   c->abort_fn = NULL;
   c->owner = NULL;
   reset_request(c);
-  if (!c->keep_alive || c->srv->closing) {
+  if (!c->keep_alive || c->srv->closing || c->closed) {
     close_after_writes(c);
     return;
   }
@@ -443,7 +455,8 @@ void gw_conn_error(gw_conn *c, int status, const char *message, const char *para
   else
     gw_buf_printf(&b, "null");
   gw_buf_printf(&b, ",\"code\":null}}\n");
-  lupin_header all[n + 2];
+  lupin_header all[8]; /* callers pass three headers at most */
+  if (n > 6) n = 6;
   size_t k = 0;
   all[k++] = (lupin_header){"content-type", "application/json"};
   int has_id = 0;
@@ -470,6 +483,12 @@ static int refuse(gw_conn *c, int status, const char *msg) {
   return -1;
 }
 
+/* A buffer of this request's could not grow: this request is answered,
+ * the gateway goes on. */
+static int out_of_memory(gw_conn *c) {
+  return refuse(c, 503, "the gateway could not allocate memory for this request: retry later");
+}
+
 static int count_header(gw_conn *c, size_t len) {
   c->header_bytes += len;
   if (c->header_bytes > c->srv->gw->set.max_header_bytes)
@@ -488,7 +507,8 @@ static int on_message_begin(http_parser *p) {
 
 static int on_url(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
-  if (count_header(c, len) || gw_buf_append(&c->url, at, len)) return -1;
+  if (count_header(c, len)) return -1;
+  if (gw_buf_append(&c->url, at, len)) return out_of_memory(c);
   c->req.url = c->url.data;
   return 0;
 }
@@ -496,18 +516,24 @@ static int on_url(http_parser *p, const char *at, size_t len) {
 static int on_header_field(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
   if (count_header(c, len)) return -1;
+  if (c->req.headers.in_value && c->req.headers.n >= GW_MAX_HEADERS) {
+    snprintf(c->fail_buf, sizeof c->fail_buf,
+             "the request has more than %d headers, the most the gateway takes: send fewer",
+             GW_MAX_HEADERS);
+    return refuse(c, 431, c->fail_buf);
+  }
   int rc = gw_headers_field(&c->req.headers, at, len);
   if (rc == 1) {
     c->fail_status = 400;
     c->fail_msg = "malformed HTTP request: whitespace in a header field name";
   }
-  return rc ? -1 : 0;
+  return rc == -1 ? out_of_memory(c) : rc ? -1 : 0;
 }
 
 static int on_header_value(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
   if (count_header(c, len)) return -1;
-  return gw_headers_value(&c->req.headers, at, len);
+  return gw_headers_value(&c->req.headers, at, len) ? out_of_memory(c) : 0;
 }
 
 static const char too_large[] = "the request body is larger than maxBodyBytes: send a smaller "
@@ -542,7 +568,7 @@ static int on_body(http_parser *p, const char *at, size_t len) {
     return refuse(c, 503, over_cap(c, more)); /* a chunked body grew past the cap */
   /* headerTimeoutMs runs between body pieces: a big body may take longer */
   gw_timer_set(&c->timer, on_timer, gw->set.header_timeout_ms);
-  if (gw_buf_append(&c->req.body, at, len)) return -1;
+  if (gw_buf_append(&c->req.body, at, len)) return out_of_memory(c);
   if (capped(c)) count_body(c, (int64_t)more);
   return 0;
 }
@@ -551,7 +577,7 @@ static int on_message_complete(http_parser *p) {
   gw_conn *c = p->data;
   gw_timer_clear(&c->timer);
   c->keep_alive = http_should_keep_alive(p);
-  if (!c->req.body.data) gw_buf_append(&c->req.body, "", 0);
+  if (!c->req.body.data && gw_buf_append(&c->req.body, "", 0)) return out_of_memory(c);
   c->ready = 1;
   http_parser_pause(p, 1); /* one request at a time */
   return 0;
@@ -590,7 +616,8 @@ static void feed(gw_conn *c, const char *data, size_t len) {
   size_t n = http_parser_execute(&c->parser, &parser_settings, data, len);
   enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
   if (e == HPE_PAUSED || c->ready) {
-    if (n < len) gw_buf_append(&c->pending, data + n, len - n);
+    /* pipelined bytes that found no room: this answer is the last */
+    if (n < len && gw_buf_append(&c->pending, data + n, len - n)) c->keep_alive = 0;
     c->ready = 0;
     c->busy = 1;
     const char *full = over_cap(c, 0); /* others may have begun since its headers */
@@ -644,11 +671,54 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
 }
 
+static void on_connection(uv_stream_t *ls, int status);
+
+static void on_refused_closed(uv_handle_t *h) {
+  gw_server *s = h->data;
+  s->refusing = 0;
+  s->n_conns--;
+  if (s->accept_waiting && !s->closing) {
+    s->accept_waiting = 0;
+    on_connection((uv_stream_t *)&s->tcp, 0);
+  }
+  gw_check_drained(s->gw);
+}
+
+/* No memory for a connection: take it off the listener all the same (else
+ * libuv would stop polling the listener for good), answer 503 when the
+ * socket takes the answer at once (no memory needed), close it. */
+static void refuse_connection_no_memory(gw_server *s) {
+  static const char body[] =
+      "{\"error\":{\"message\":\"the gateway is out of memory: retry later\",\"type\":"
+      "\"server_error\",\"param\":null,\"code\":null}}\n";
+  char head[192];
+  if (s->refusing) { /* the handle is busy until its close callback: then */
+    s->accept_waiting = 1;
+    return;
+  }
+  s->refusing = 1;
+  s->n_conns++; /* a drain waits for it too */
+  uv_tcp_init(s->gw->loop, &s->refused);
+  s->refused.data = s;
+  if (!uv_accept((uv_stream_t *)&s->tcp, (uv_stream_t *)&s->refused)) {
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                     "retry-after: 1\r\nconnection: close\r\ncontent-length: %zu\r\n\r\n",
+                     sizeof body - 1);
+    uv_buf_t b[2] = {uv_buf_init(head, (unsigned)n), uv_buf_init((char *)body, sizeof body - 1)};
+    uv_try_write((uv_stream_t *)&s->refused, b, 2);
+  }
+  uv_close((uv_handle_t *)&s->refused, on_refused_closed);
+}
+
 static void on_connection(uv_stream_t *ls, int status) {
   gw_server *s = ls->data;
   if (status < 0 || s->closing) return;
   gw_conn *c = calloc(1, sizeof *c);
-  if (!c) return;
+  if (!c) {
+    refuse_connection_no_memory(s);
+    return;
+  }
   c->srv = s;
   uv_tcp_init(s->gw->loop, &c->tcp);
   gw_timer_init(s->gw->loop, &c->timer, c);
@@ -713,12 +783,16 @@ static int adopt(uv_tcp_t *tcp, const gw_server *share) {
   return rc;
 }
 
-gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, const gw_server *share,
-                            gw_handler h, void *ud, char *err, size_t errlen) {
+gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, const char *role,
+                            const gw_server *share, gw_handler h, void *ud, char *err,
+                            size_t errlen) {
   struct sockaddr_storage ss;
   if (gw_parse_hostport(hostport, &ss, err, errlen)) return NULL;
   gw_server *s = calloc(1, sizeof *s);
-  if (!s) return NULL;
+  if (!s) {
+    gw_errf(err, errlen, "cannot listen on %s (%s): out of memory", hostport, role);
+    return NULL;
+  }
   *s = (gw_server){.gw = gw, .handler = h, .ud = ud, .started_ns = uv_hrtime()};
   uv_tcp_init(gw->loop, &s->tcp);
   s->tcp.data = s;
@@ -726,7 +800,7 @@ gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, const gw_se
   int rc = share ? adopt(&s->tcp, share) : uv_tcp_bind(&s->tcp, (struct sockaddr *)&ss, 0);
   if (!rc) rc = uv_listen((uv_stream_t *)&s->tcp, 511, on_connection);
   if (rc) {
-    gw_errf(err, errlen, "cannot listen on %s: %s", hostport, uv_strerror(rc));
+    gw_errf(err, errlen, "cannot listen on %s (%s): %s", hostport, role, uv_strerror(rc));
     gw_server_close(s);
     s->closing = 2; /* free once the handle is closed */
     return NULL;

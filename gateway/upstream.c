@@ -481,6 +481,12 @@ gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *
 
 static int on_header_field(http_parser *p, const char *at, size_t len) {
   gw_upstream *u = ((gw_uconn *)p->data)->u;
+  if (u->headers.in_value && u->headers.n >= GW_MAX_HEADERS) {
+    u->refused = 1;
+    snprintf(u->detail, sizeof u->detail, "the endpoint answered more than %d headers",
+             GW_MAX_HEADERS);
+    return -1;
+  }
   /* whitespace in a field name: a malformed response, not a second
    * content-length relayed beside ours */
   return gw_headers_field(&u->headers, at, len) ? -1 : 0;

@@ -88,6 +88,10 @@ static void free_handle(uv_handle_t *h) { free(h); }
 void gw_watch_sync(lupin_gateway *gw) {
   if (!gw->reload_timer) {
     gw->reload_timer = malloc(sizeof *gw->reload_timer);
+    if (!gw->reload_timer) {
+      gw_log(gw, LUPIN_LOG_WARN, "watch: out of memory: file changes do not reload");
+      return;
+    }
     uv_timer_init(gw->loop, gw->reload_timer);
     gw->reload_timer->data = gw;
   }

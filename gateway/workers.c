@@ -46,7 +46,8 @@ struct gw_workers {
   uv_mutex_t lock; /* inboxes, starts, waits */
   uv_cond_t cond;
   size_t started;
-  int failed;
+  int failed; /* 0, or the first failure's gw_open code (-1 config, -2 start) */
+  int go;     /* 1: every worker started, serve; -1: one failed, do not */
   char err[2048];
 };
 
@@ -248,6 +249,8 @@ void gw_workers_wanted(lupin_gateway *gw, size_t *n) {
   *n = want ? want : (size_t)uv_available_parallelism();
 }
 
+/* A follower opens, then waits for the leader's word: it serves only once
+ * every worker started, so a start that fails serves nothing at all. */
 static void follower_main(void *p) {
   lupin_gateway *gw = p;
   gw_workers *ws = gw->workers;
@@ -255,36 +258,40 @@ static void follower_main(void *p) {
   int rc = gw_open_follower(gw, ws->leader, err, sizeof err);
   uv_mutex_lock(&ws->lock);
   if (rc && !ws->failed) {
-    ws->failed = 1;
+    ws->failed = rc;
     snprintf(ws->err, sizeof ws->err, "worker %d: %s", gw->worker, err);
   }
   ws->started++;
   uv_cond_broadcast(&ws->cond);
+  while (!ws->go)
+    uv_cond_wait(&ws->cond, &ws->lock);
+  gw->serving = !rc && ws->go > 0;
   uv_mutex_unlock(&ws->lock);
   if (rc) gw->exit_code = rc == -1 ? GW_EXIT_CONFIG : GW_EXIT_START;
   gw_run(gw);
 }
 
-static void stop_now(lupin_gateway *gw, void *arg) {
-  (void)arg;
-  gw_drain(gw, "start-up failed");
-}
-
+/* 0 when all n workers opened and serve; else the first failure's code
+ * (-1 config, -2 start: a thread, a listener, memory) in err, and none
+ * serves. */
 int gw_workers_start(lupin_gateway *leader, size_t n, char *err, size_t errlen) {
   gw_workers *ws = calloc(1, sizeof *ws);
   if (!ws || !(ws->w = calloc(n, sizeof *ws->w)) ||
       !(ws->threads = calloc(n, sizeof *ws->threads))) {
     if (ws) free(ws->w);
     free(ws);
-    gw_errf(err, errlen, "out of memory");
-    return -1;
+    gw_errf(err, errlen, "cannot start %zu workers: out of memory", n);
+    return -2;
   }
   ws->n = n;
   ws->leader = leader;
   uv_mutex_init(&ws->lock);
   uv_cond_init(&ws->cond);
   leader->workers = ws;
-  if (gw_inbox_open(leader, err, errlen)) return -1;
+  if (gw_inbox_open(leader, err, errlen)) {
+    ws->n = 1; /* no thread to join */
+    return -2;
+  }
   size_t spawned = 1;
   for (size_t i = 1; i < n; i++, spawned++) {
     lupin_gateway *gw = &ws->w[i];
@@ -292,8 +299,10 @@ int gw_workers_start(lupin_gateway *leader, size_t n, char *err, size_t errlen) 
     gw->workers = ws;
     if (uv_thread_create(&ws->threads[i], follower_main, gw)) {
       uv_mutex_lock(&ws->lock);
-      ws->failed = 1;
-      snprintf(ws->err, sizeof ws->err, "cannot start the thread of worker %zu", i);
+      if (!ws->failed) {
+        ws->failed = -2;
+        snprintf(ws->err, sizeof ws->err, "cannot start the thread of worker %zu", i);
+      }
       uv_mutex_unlock(&ws->lock);
       break;
     }
@@ -303,13 +312,11 @@ int gw_workers_start(lupin_gateway *leader, size_t n, char *err, size_t errlen) 
     uv_cond_wait(&ws->cond, &ws->lock);
   int failed = ws->failed;
   if (failed) gw_errf(err, errlen, "%s", ws->err);
+  ws->go = failed ? -1 : 1;
+  uv_cond_broadcast(&ws->cond);
   uv_mutex_unlock(&ws->lock);
   ws->n = spawned; /* threads that never started are not joined */
-  if (failed) {
-    gw_workers_post(leader, stop_now, NULL, NULL);
-    return -1;
-  }
-  return 0;
+  return failed;
 }
 
 int gw_workers_join(lupin_gateway *leader) {
