@@ -2,6 +2,7 @@
 -- parameters, instantiate, assemble the profiles and apply the EPP's defaults.
 local budget = require "lupin.budget"
 local capi = require "lupin.capi"
+local readonly = require "lupin.readonly"
 local loader = require "lupin.loader"
 local log = require "lupin.log"
 local schema = require "lupin.schema"
@@ -24,7 +25,9 @@ local function plugin_env(name, type_, gen)
     plugin = function(ref)
       local rec = gen.by_name[ref]
       if rec then
-        return rec.obj, rec.type
+        -- read-only: a plugin may call another's methods (a decider), not
+        -- rewrite its fields
+        return readonly.view(rec.obj), rec.type
       end
     end,
     log = function(level, fmt, ...)

@@ -39,6 +39,7 @@ local ATTACKS = {
   ctx_metatable = [[getmetatable(ctx).__index = nil]],
   picker_schema = [[local s = require("lupin.picker").schema for k in pairs(s) do s[k] = nil end]],
   module_constant = [[require("lupin.prefix").CHARS_PER_TOKEN = 1]],
+  other_instance = [[self.env.plugin("victim").index = nil]],
   -- process-wide library settings
   cjson_precision = [[require("cjson").encode_number_precision(1)]],
   cjson_depth = [[require("cjson.safe").decode_max_depth(1)]],
@@ -60,7 +61,7 @@ local shared, prefix = require "lupin.shared", require "lupin.prefix"
 return {
   type = "spec-hostile",
   schema = { attack = { type = "string" } },
-  new = function(params) return { attack = params.attack, errors = {} } end,
+  new = function(params, env) return { attack = params.attack, errors = {}, env = env } end,
   filter = function(self, ctx, endpoints)
     local ok, err = pcall(function()
       ATTACK
