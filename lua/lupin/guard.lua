@@ -14,6 +14,7 @@
 -- budget as they go and check the C stack before each callback; otherwise
 -- (the runtime's own code between calls) they run the originals, at the
 -- originals' speed.
+-- luacheck: ignore 122 (it sets fields of the global library tables: its purpose)
 local ffi = require "ffi"
 local budget = require "lupin.budget"
 local capi = require "lupin.capi"
