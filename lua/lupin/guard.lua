@@ -28,6 +28,8 @@ M.STACK_ERROR = "C stack overflow: callbacks from built-ins (gsub, sort, corouti
 M.SORT_POLLED = 512
 --- Nested coroutine resumes a plugin call may hold.
 M.MAX_NESTED = 200
+--- The most lua-cjson may nest when encoding or decoding (its default).
+M.MAX_JSON_DEPTH = 1000
 
 local installed = false
 
@@ -131,6 +133,33 @@ function M.install()
       return left_wrap(pcall(w, ...))
     end
   end
+
+  -- lua-cjson's decoder and encoder recurse in C once per level: a plugin
+  -- raising its depth limit (cjson.decode_max_depth(1e7)) and decoding
+  -- "[[[[..." would overflow the C stack.  Both limits are held to their
+  -- default, 1000, in the shared module and in every instance cjson.new makes.
+  local function clamped(mod)
+    for _, k in ipairs({ "decode_max_depth", "encode_max_depth" }) do
+      local set = mod[k]
+      if set then
+        mod[k] = function(depth, ...)
+          if type(depth) == "number" and depth > M.MAX_JSON_DEPTH then
+            depth = M.MAX_JSON_DEPTH
+          end
+          return set(depth, ...)
+        end
+      end
+    end
+    local new = mod.new
+    if new then
+      mod.new = function(...)
+        return clamped(new(...))
+      end
+    end
+    return mod
+  end
+  clamped(require "cjson")
+  clamped(require "cjson.safe")
 end
 
 return M

@@ -177,6 +177,16 @@ local DEEP = {
   unpack_range = "unpack({}, 1, 1e8)",
   cjson_deep = [[local cjson = require "cjson"
     cjson.decode(('['):rep(100000))]],
+  cjson_decode_depth_raised = [[local cjson = require "cjson"
+    cjson.decode_max_depth(1e7)
+    cjson.decode(('['):rep(1e6))]],
+  cjson_encode_depth_raised = [[local cjson = require "cjson.safe"
+    cjson.encode_max_depth(1e7)
+    local t = {} local u = t for i = 1, 1e6 do u[1] = {} u = u[1] end
+    local ok, err = cjson.encode(t) error(err)]],
+  cjson_instance_depth_raised = [[local cjson = require("cjson").new()
+    cjson.decode_max_depth(1e7)
+    cjson.decode(('['):rep(1e6))]],
 }
 
 describe("recursion through C callbacks in a plugin", function()
