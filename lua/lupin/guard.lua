@@ -138,6 +138,8 @@ function M.install()
   -- raising its depth limit (cjson.decode_max_depth(1e7)) and decoding
   -- "[[[[..." would overflow the C stack.  Both limits are held to their
   -- default, 1000, in the shared module and in every instance cjson.new makes.
+  -- 1000 levels take well under 128 KB of C stack: the reserve covers them
+  -- (builtins_budget_spec decodes them at the end of a recursion).
   local function clamped(mod)
     for _, k in ipairs({ "decode_max_depth", "encode_max_depth" }) do
       local set = mod[k]

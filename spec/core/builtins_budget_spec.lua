@@ -184,6 +184,10 @@ local DEEP = {
     cjson.encode_max_depth(1e7)
     local t = {} local u = t for i = 1, 1e6 do u[1] = {} u = u[1] end
     local ok, err = cjson.encode(t) error(err)]],
+  cjson_deep_in_recursion = [[local cjson = require "cjson"
+    local deep = ("["):rep(999) .. ("]"):rep(999)
+    local function f() cjson.decode(deep) return (("x"):gsub("x", f)) end
+    f()]],
   cjson_instance_depth_raised = [[local cjson = require("cjson").new()
     cjson.decode_max_depth(1e7)
     cjson.decode(('['):rep(1e6))]],
