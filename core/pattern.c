@@ -50,6 +50,15 @@ static inline void step(matcher *m) {
   lupin__guard_poll(m->L, m->g, 0);
 }
 
+/* Bytes a replacement appended count too: 256 of them are a step, so a
+ * gsub writing a large replacement at every match still looks at the
+ * budget every 256 KB it writes. */
+static inline void charge(matcher *m, size_t bytes) {
+  if (bytes < 256) return;
+  m->left -= bytes > ((size_t)LUPIN_STEPS << 8) ? LUPIN_STEPS : (int)(bytes >> 8);
+  if (m->left <= 0) step(m);
+}
+
 static int class_matches(int c, int cl) {
   int r;
   switch (tolower(cl)) {
@@ -464,29 +473,34 @@ static int l_gmatch(lua_State *L) {
 
 /* A replacement string: %0-%9 name captures, `%` before any other character
  * stands for that character (5.1), a `%` at the end for "\0" (LuaJIT). */
-static void add_string(matcher *m, luaL_Buffer *b, const char *s, const char *e) {
-  size_t l;
+static size_t add_string(matcher *m, luaL_Buffer *b, const char *s, const char *e) {
+  size_t l, added = 0;
   const char *r = lua_tolstring(m->L, 3, &l);
   for (size_t i = 0; i < l; i++) {
     if (r[i] != '%') {
       luaL_addchar(b, r[i]);
+      added++;
       continue;
     }
     char c = ++i < l ? r[i] : 0;
     if (!isdigit((unsigned char)c)) {
       luaL_addchar(b, c);
+      added++;
     } else if (c == '0') {
       luaL_addlstring(b, s, (size_t)(e - s));
+      added += (size_t)(e - s);
     } else {
       push_capture(m, c - '1', s, e);
+      added += lua_objlen(m->L, -1);
       luaL_addvalue(b);
     }
   }
+  return added;
 }
 
 /* A replacement by table or function.  The call may recurse into gsub
  * again: the C stack is checked first (guard.c). */
-static void add_value(matcher *m, luaL_Buffer *b, const char *s, const char *e, int kind) {
+static size_t add_value(matcher *m, luaL_Buffer *b, const char *s, const char *e, int kind) {
   lua_State *L = m->L;
   lupin__guard_stack_check(L, m->g);
   if (kind == LUA_TFUNCTION) {
@@ -503,7 +517,9 @@ static void add_value(matcher *m, luaL_Buffer *b, const char *s, const char *e, 
   } else if (!lua_isstring(L, -1)) {
     luaL_error(L, "invalid replacement value (a %s)", luaL_typename(L, -1));
   }
+  size_t added = lua_objlen(L, -1);
   luaL_addvalue(b);
+  return added;
 }
 
 static int l_gsub(lua_State *L) {
@@ -534,10 +550,8 @@ static int l_gsub(lua_State *L) {
     const char *e = match(&m, s, p);
     if (e) {
       n++;
-      if (kind == LUA_TFUNCTION || kind == LUA_TTABLE)
-        add_value(&m, &b, s, e, kind);
-      else
-        add_string(&m, &b, s, e);
+      int called = kind == LUA_TFUNCTION || kind == LUA_TTABLE;
+      charge(&m, called ? add_value(&m, &b, s, e, kind) : add_string(&m, &b, s, e));
     }
     if (e && e > s)
       s = e;

@@ -32,6 +32,7 @@ local HOSTILE = {
   concat = "local r = table.concat(self.big)",
   sort = "table.sort(self.numbers)",
   plain_find = "local r = self.huge:find('needle', 1, true)",
+  gsub_big_replacement = "local r = ('x'):rep(5000):gsub('x', self.mb)",
 }
 
 local function scorer(name, code)
@@ -48,7 +49,8 @@ return {
       for i = 1, 1e6 do numbers[i] = (i * 7919) %% 1000003 end
     end
     local huge = %q == "plain_find" and ("ab"):rep(2.5e8) or ""
-    return { big = big, numbers = numbers, huge = huge, after = false, calls = 0 }
+    return { big = big, numbers = numbers, huge = huge, mb = ("y"):rep(2 ^ 20), after = false,
+      calls = 0 }
   end,
   score = function(self, ctx, endpoints)
     if not ctx.request.dry_run then
