@@ -59,9 +59,10 @@ void lupin__guard_poll(lua_State *L, lupin_guard *g, double eta) {
   lupin_budget *b = g->budget;
   if (!b || g->trip == LUA_NOREF) return;
   if (eta > 0) { /* would the work left end past the deadline? */
-    double d = b->deadline;
+    double d;
+    __atomic_load(&b->deadline, &d, __ATOMIC_RELAXED); /* the Lua side writes it */
     if (d <= 0 || lupin_now() + eta < d) return;
-  } else if (!b->cut) {
+  } else if (!__atomic_load_n(&b->cut, __ATOMIC_RELAXED)) { /* the watchdog sets it */
     return;
   }
   lua_rawgeti(L, LUA_REGISTRYINDEX, g->trip);
