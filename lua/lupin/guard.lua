@@ -28,6 +28,9 @@ M.STACK_ERROR = "C stack overflow: callbacks from built-ins (gsub, sort, corouti
 M.SORT_POLLED = 512
 --- Nested coroutine resumes a plugin call may hold.
 M.MAX_NESTED = 200
+--- The most slots table.new preallocates for a plugin (a hint: a table
+--- grows past it as it fills, in plugin code that polls).
+M.TABLE_NEW_MAX = 65536
 --- The most lua-cjson may nest when encoding or decoding (its default).
 M.MAX_JSON_DEPTH = 1000
 
@@ -162,6 +165,19 @@ function M.install()
   end
   clamped(require "cjson")
   clamped(require "cjson.safe")
+
+  -- table.new clears what it allocates: table.new(6e7, 0) is 200 ms in one
+  -- C call.  Its sizes are only a hint, so a plugin's are held to a bound.
+  -- The runtime's own modules required it before this and keep the original.
+  local tnew = require "table.new"
+  package.loaded["table.new"] = function(narr, nhash)
+    if B.deadline ~= 0 then
+      local max = M.TABLE_NEW_MAX
+      narr = type(narr) == "number" and narr > max and max or narr
+      nhash = type(nhash) == "number" and nhash > max and max or nhash
+    end
+    return tnew(narr, nhash)
+  end
 end
 
 return M

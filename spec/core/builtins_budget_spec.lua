@@ -195,6 +195,32 @@ local DEEP = {
     cjson.decode(('['):rep(1e6))]],
 }
 
+describe("table.new in a plugin", function()
+  it("takes its sizes as a hint: a huge one costs no time", function()
+    S.write(dir .. "/huge-new.lua", [[
+local tnew = require "table.new"
+return {
+  type = "huge-new",
+  new = function() return { after = false } end,
+  score = function(self, ctx, endpoints)
+    if not ctx.request.dry_run then
+      for i = 1, 5 do -- LuaJIT's own clears 10^7 slots each time: 100 ms
+        local t = tnew(1e7, 1e7)
+        t[1], t.x = 1, 2
+      end
+      self.after = true
+    end
+    return { 1, 1 }
+  end,
+}]])
+    local rt = loaded("huge-new", { maxCallMs = 20 })
+    assert.equal(200, S.lifecycle(rt).status)
+    assert.is_true(field(rt, "after"))
+    assert.equal(0, stat(rt, "score").cuts)
+    rt:free()
+  end)
+end)
+
 describe("recursion through C callbacks in a plugin", function()
   for name, code in pairs(DEEP) do
     it("ends in a Lua error: " .. name, function()
