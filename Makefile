@@ -23,9 +23,9 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox
 
-CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/collector.c core/endpoint.c core/flow.c core/generation.c core/host.c \
+CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/collector.c core/endpoint.c core/flow.c core/generation.c core/guard.c core/host.c \
             core/prefix_index.c core/prefix_shared.c core/prefix_sync.c core/request.c core/runtime.c core/shared.c \
-            core/shared_dict.c core/json.cpp
+            core/shared_dict.c core/pattern.c core/json.cpp
 CORE_HDR  = core/lupin.h core/internal.h
 # the gateway host `lupin serve` (DESIGN.md §9)
 GW_SRC    = $(wildcard gateway/*.c)

@@ -432,6 +432,29 @@ struct lupin_runtime {
   lupin_collector collector;
 };
 
+/* Built-ins bounded by the call budget and the C stack (guard.c, pattern.c):
+ * the module lupin.guard.native, preloaded in every runtime's state with the
+ * runtime's budget as upvalue (NULL: nothing is ever cut). */
+typedef struct lupin_guard {
+  lupin_budget *budget;
+  int trip;                  /* registry ref of budget.lua's trip, or LUA_NOREF */
+  char *stack_lo, *stack_hi; /* the running thread's stack */
+  size_t reserve;            /* kept free for the error path */
+} lupin_guard;
+
+int lupin__guard_open(lua_State *L);
+lupin_guard *lupin__guard_of(lua_State *L); /* a guard function's upvalue */
+/* C stack left to the running thread beyond the reserve (0: none). */
+size_t lupin_stack_room(lupin_guard *g);
+/* Throws a Lua error when the C stack has no room for one more callback. */
+void lupin__guard_stack_check(lua_State *L, lupin_guard *g);
+/* Calls budget.lua's trip when the budget's flag is set, or (eta > 0) when
+ * work taking eta seconds more would end past the deadline. */
+void lupin__guard_poll(lua_State *L, lupin_guard *g, double eta);
+/* Sets find, match, gmatch and gsub in the table on top, over the guard at
+ * stack index `guard`. */
+void lupin__pattern_register(lua_State *L, int guard);
+
 /* json.cpp: the module lupin.json.native, preloaded in every runtime's state
  * (lua/lupin/json.lua) */
 int lupin__json_open(lua_State *L);

@@ -156,6 +156,9 @@ static int boot(lupin_runtime *rt, const lupin_options *o, const char *home, cha
   lua_setfield(L, -2, "lupin.json.native");
   lua_pushcfunction(L, invoke_open);
   lua_setfield(L, -2, "lupin.invoke");
+  lua_pushlightuserdata(L, &rt->budget);
+  lua_pushcclosure(L, lupin__guard_open, 1);
+  lua_setfield(L, -2, "lupin.guard.native");
   lua_pop(L, 2);
 
   lua_getglobal(L, "require");

@@ -988,6 +988,9 @@ int luaopen_lupin_native(lua_State *L) {
   lua_setfield(L, -2, "new");
   lua_pushcfunction(L, l_now);
   lua_setfield(L, -2, "now");
+  lua_pushlightuserdata(L, NULL); /* the bounded built-ins, never cut (specs) */
+  lua_pushcclosure(L, lupin__guard_open, 1);
+  lua_setfield(L, -2, "guard");
   lua_pushstring(L, LUPIN_VERSION);
   lua_setfield(L, -2, "version");
   return 1;

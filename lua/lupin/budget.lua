@@ -142,10 +142,11 @@ local now = capi.now
 
 -- Thrown into the plugin's frame while its call is over budget: a plugin
 -- that catches it with pcall meets it again at its next loop, goto or call.
--- The first overrun of a request-path call only moves its deadline.
-local function trip()
+-- The first overrun of a request-path call only moves its deadline.  `at`:
+-- when a built-in's work would end (core/guard.c), checked as if it were now.
+local function trip(at)
   local d = B.deadline
-  local t = now()
+  local t = at or now()
   if d > 0 and t >= d then
     local grace = M.grace
     if grace > 0 then
@@ -158,6 +159,10 @@ local function trip()
   end
   B.cut = 0 -- a late flag from a call that has since ended
 end
+
+--- The same, for the built-ins that check the budget as they go
+--- (lua/lupin/guard.lua).
+M.trip = trip
 
 function M.bind()
   local ffi = require "ffi"

@@ -26,6 +26,7 @@ function M.init(ud, opts)
   log.level = opts.log_level -- messages above it are not even formatted
   math.randomseed(opts.seed)
   engine.init(opts)
+  require("lupin.guard").install() -- before any plugin loads (lupin/guard.lua)
 
   local live = M.generations
   local hooks = {
