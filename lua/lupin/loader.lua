@@ -128,10 +128,7 @@ local function guarded(f, name)
     return f(t, ...)
   end
 end
-local TABLE_WRITES = {}
-for _, name in ipairs({ "insert", "remove", "sort" }) do
-  TABLE_WRITES[name] = guarded(table[name], "table." .. name)
-end
+local TABLE_WRITES = { "insert", "remove", "sort" }
 
 -- A copy of an SDK module for one plugin, its plain tables (schemas,
 -- presets, counters) copied too: what one plugin changes in it, no other
@@ -233,8 +230,8 @@ function M.environment()
   env.rawlen = sandbox_rawlen -- 5.2-only in LuaJIT
   env.pairs, env.next, env.ipairs, env.unpack = sandbox_pairs, sandbox_next, sandbox_ipairs,
     sandbox_unpack
-  for name, f in pairs(TABLE_WRITES) do
-    env.table[name] = f
+  for _, name in ipairs(TABLE_WRITES) do -- the table library as installed (lupin.guard)
+    env.table[name] = guarded(env.table[name], "table." .. name)
   end
   env.require = sandbox_require
   env.getmetatable = sandbox_getmetatable
