@@ -194,12 +194,11 @@ local function notify_explained(r, rec, point, x)
   end
 end
 
--- The request's own copy of the pool's list (plugins get it: pool.copy).
 local function candidates(subset)
+  local list = pool.checked()
   if not subset then
-    return pool.copy()
+    return list
   end
-  local list = pool.list
   local want = {}
   for _, s in ipairs(subset) do
     want[s] = true
@@ -788,7 +787,7 @@ local DRY_BODY = '{"model":"lupin-dry-run","prompt":"lupin checks a new generati
 local function dry_cycle(gen)
   local r = ctx.new_request(gen, nil, "dry-run", "/v1/completions", DRY_BODY, nil, {})
   r.request.dry_run = true
-  r.candidates = pool.copy()
+  r.candidates = pool.checked()
   r.errors = {}
   each(gen.observers, 1, reach, r)
   decide(r)

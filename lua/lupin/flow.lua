@@ -453,7 +453,7 @@ function M.saturated()
   if not conf then
     return false
   end
-  local ok, sat = policy(conf.detector, "saturated", pool.copy(), LOAD)
+  local ok, sat = policy(conf.detector, "saturated", pool.checked(), LOAD)
   return ok and sat and true or false -- a failing detector does not hold traffic
 end
 

@@ -4,8 +4,8 @@
 -- ep.in_flight_tokens); the rest (name, labels, adapters) comes from a side
 -- table keyed by the endpoint's id.
 local ffi = require "ffi"
-local new_table = require "table.new"
 local capi = require "lupin.capi"
+local log = require "lupin.log"
 local readonly = require "lupin.readonly"
 
 local M = {}
@@ -23,18 +23,56 @@ local ejected = {} -- id -> true: out of the candidates (the host's health check
 ---never mutated, on change
 M.list = {}
 
---- A copy of the list, for a plugin to get: a plugin that removed or
---- replaced an element of M.list itself would change the candidates of
---- every later request.
----@return lupin.Endpoint[]
-function M.copy()
-  local list = M.list
-  local n = #list
-  local out = new_table(n, 0)
-  for i = 1, n do
-    out[i] = list[i]
+-- M.list as published, never handed to plugin code: what M.list must
+-- still hold (M.checked).
+local pristine = {}
+
+-- Whether list still holds what was published.
+local function intact(list)
+  local n = #pristine
+  if #list ~= n then
+    return false
   end
-  return out
+  for i = 1, n do
+    if list[i] ~= pristine[i] then
+      return false
+    end
+  end
+  return true
+end
+
+-- The list plugins get is locked: no appending, and the sandbox's
+-- table.insert, table.remove, table.sort and rawset refuse it.  Only an
+-- assignment to an index it has gets through (Lua calls no metamethod for
+-- that); M.checked finds it.
+local LIST = {
+  __newindex = function()
+    error("the endpoint list is the pool's: a filter returns a new list", 2)
+  end,
+  __metatable = false,
+}
+
+--- The list, checked first: a plugin that replaced an element of it would
+--- change the candidates of every later request.  A changed list is put
+--- back in place (every request holding it sees the pool again) and the
+--- change reaches the requests that read it in between at most.  (A
+--- compare per request, where a copy per request was a list's worth of
+--- garbage.)
+---@return lupin.Endpoint[]
+function M.checked()
+  local list = M.list
+  if intact(list) then
+    return list
+  end
+  log.limited("pool/changed", "warn", "a plugin changed the endpoint list it was given"
+    .. " (a filter returns a new list); the pool's list is restored")
+  for i = 1, #pristine do
+    rawset(list, i, pristine[i])
+  end
+  for i = #pristine + 1, #list do
+    rawset(list, i, nil)
+  end
+  return list
 end
 
 -- Plain aligned 64-bit loads of counters C updates atomically (x86-64);
@@ -79,14 +117,16 @@ local function release(ep)
 end
 
 local function publish()
-  local list = {}
+  local list, copy = {}, {}
   for i = 1, #order do
     local id = order[i]
     if not ejected[id] then
       list[#list + 1] = by_id[id]
+      copy[#copy + 1] = by_id[id]
     end
   end
-  M.list = list
+  pristine = list
+  M.list = setmetatable(copy, LIST)
 end
 
 local function adapter_set(csv)

@@ -23,7 +23,7 @@ local live = setmetatable({}, { __mode = "k" }) -- every index alive, for memory
 ---@class lupin.Hashes a prompt's block hashes (lists are reused: M.release)
 ---@field n integer the number of full blocks hashed
 ---@field block_size integer characters per block
-local HASHES = ffi.typeof("struct { int32_t n, block_size, cap; uint64_t h[?]; }")
+local HASHES = ffi.typeof("struct { int32_t n, block_size, cap, live; uint64_t h[?]; }")
 
 -- What a caller holds is a plain table; the C list behind it lives here.  A
 -- list handed out as cdata would let plugin code index it past its end or
@@ -40,7 +40,7 @@ local HASHES_VIEW = {
 -- (forged, or released already).
 local function list_of(h)
   local hs = lists[h]
-  if not hs then
+  if not hs or hs.live == 0 then
     error("prefix: hashes must come from prefix.hashes and not be released yet", 3)
   end
   return hs
@@ -80,13 +80,18 @@ function M.hashes(prompt, model, salt, block_size, max_blocks)
   model, salt = model or "", salt or ""
   local n = math.max(0, math.min(math.floor(#prompt / block_size), max_blocks))
   local cap = list_capacity(n)
-  local hs = kept[cap]
-  if hs then
+  -- a list and its view stay paired for life: no weak-table entry per call
+  local h = kept[cap]
+  local hs
+  if h then
     kept[cap] = nil
+    hs = lists[h]
     M.counters.reused = M.counters.reused + 1
   else
     hs = HASHES(cap)
     hs.cap = cap
+    h = setmetatable({ n = 0, block_size = 0 }, HASHES_VIEW)
+    lists[h] = hs
   end
   input.prompt, input.prompt_len = prompt, #prompt
   input.model, input.model_len = model, #model
@@ -98,9 +103,8 @@ function M.hashes(prompt, model, salt, block_size, max_blocks)
     error("block hashing refused its input", 2)
   end
   M.counters.hashed = M.counters.hashed + 1
-  hs.n, hs.block_size = got, block_size
-  local h = setmetatable({ n = got, block_size = block_size }, HASHES_VIEW)
-  lists[h] = hs
+  hs.n, hs.block_size, hs.live = got, block_size, 1
+  h.n, h.block_size = got, block_size
   return h
 end
 
@@ -112,7 +116,7 @@ end
 
 function M._from(values)
   local hs = HASHES(math.max(#values, 1))
-  hs.cap, hs.n, hs.block_size = math.max(#values, 1), #values, 1
+  hs.cap, hs.n, hs.block_size, hs.live = math.max(#values, 1), #values, 1, 1
   for i, v in ipairs(values) do
     hs.h[i - 1] = v
   end
@@ -127,9 +131,9 @@ end
 ---@param h lupin.Hashes
 function M.release(h)
   local hs = list_of(h)
-  lists[h] = nil
+  hs.live = 0
   if hs.cap <= MAX_KEPT then
-    kept[hs.cap] = hs
+    kept[hs.cap] = h
   end
 end
 

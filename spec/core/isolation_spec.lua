@@ -30,6 +30,8 @@ local ATTACKS = {
   endpoint_index = [[return endpoints[1][100000000] ]],
   endpoint_pointer = [[return endpoints[1].c_name[100000000] ]],
   pool_list = [[table.remove(endpoints, 1)]],
+  pool_list_append = [[endpoints[#endpoints + 1] = endpoints[1] ]],
+  pool_list_assign = [[endpoints[2] = nil]],
   labels_write = [[endpoints[1].labels.role = "poisoned"]],
   labels_insert = [[table.insert(endpoints[1].labels, "poisoned")]],
   labels_clear = [[require("table.clear")(endpoints[1].labels)]],
@@ -51,18 +53,21 @@ local ATTACKS = {
 }
 
 -- Attacks that succeed on the plugin's own copy (its module copies, its
--- cjson instance, its request's list, its view of the hashes) and change
--- nothing any other plugin sees; every other attack is refused with an error.
+-- cjson instance, its view of the hashes) and change nothing any other
+-- plugin sees, or (pool_list_assign: an assignment no metamethod sees) that
+-- change the candidate list for their own request only, the pool's list
+-- being restored before the next; every other attack is refused.
 local OWN_COPY = { endpoint_index = true, cjson_depth = true, cjson_precision = true,
-  module_constant = true, picker_schema = true, pool_list = true, hashes_count = true }
+  module_constant = true, picker_schema = true, hashes_count = true, pool_list_assign = true }
 
 local HOSTILE = [[
 local shared, prefix = require "lupin.shared", require "lupin.prefix"
 return {
   type = "spec-hostile",
   schema = { attack = { type = "string" } },
-  new = function(params, env) return { attack = params.attack, errors = {}, env = env } end,
+  new = function(params, env) return { attack = params.attack, errors = {}, env = env, n = {} } end,
   filter = function(self, ctx, endpoints)
+    self.n[#self.n + 1] = #endpoints
     local ok, err = pcall(function()
       ATTACK
     end)
@@ -165,7 +170,8 @@ describe("plugins sharing one VM", function()
       end
       -- (a filter removing an endpoint from its request's list is filtering:
       -- the next requests still get both)
-      local want = setmetatable({ endpoints = name == "pool_list" and 1 or 2 },
+      assert.same({ 2, 2, 2 }, field(rt, "hostile", "n")) -- each request gets the whole pool
+      local want = setmetatable({ endpoints = name == "pool_list_assign" and 1 or 2 },
         { __index = EXPECTED })
       for _, seen in ipairs(field(rt, "victim", "seen")) do
         for k, v in pairs(seen) do
