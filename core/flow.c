@@ -135,6 +135,8 @@ int lupin_runtime_flows(lupin_runtime *rt, lupin_flow_fn fn, void *ud, int *satu
         .max_bytes = field(L, "max_bytes"),
         .fairness = sfield(L, "fairness"),
         .ordering = sfield(L, "ordering"),
+        .clamped = field(L, "clamped"),
+        .flows_kept = field(L, "flows_kept"),
     };
     fn(ud, &f);
     lua_pop(L, 1);

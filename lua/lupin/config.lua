@@ -539,7 +539,7 @@ local BAND = { priority = true, maxBytes = true, maxRequests = true, defaultRequ
 local FLOW = { maxBytes = true, maxRequests = true, defaultRequestTTL = true,
   noEndpointRequestTTL = true, defaultPriorityBand = true, defaultNegativePriorityBand = true,
   priorityBands = true, usageLimitPolicyPluginRef = true, bandSelectionPolicyPluginRef = true,
-  saturationDetector = true, enableEviction = true }
+  saturationDetector = true, enableEviction = true, flowGCTimeout = true }
 
 -- The value fields flow control and its bands share: quantities, durations,
 -- names.
@@ -553,7 +553,7 @@ local function flow_values(E, obj, path, out)
       end
     end
   end
-  for _, k in ipairs({ "defaultRequestTTL", "noEndpointRequestTTL" }) do
+  for _, k in ipairs({ "defaultRequestTTL", "noEndpointRequestTTL", "flowGCTimeout" }) do
     if obj[k] ~= nil then
       out[k] = M.duration(obj[k])
       if not out[k] then
