@@ -142,6 +142,7 @@ typedef struct gw_settings {
   uint64_t consecutive_errors, base_ejection_time_ms, max_ejection_time_ms;
   uint64_t max_ejection_percent, stale_ejection_ms;
   uint64_t explain_without_token; /* x-lupin-explain without the admin token */
+  uint64_t allow_empty_endpoints; /* an empty endpoints list empties the pool */
   uint64_t workers;               /* event loops (threads), 0: one per core */
 } gw_settings;
 
@@ -384,6 +385,7 @@ typedef enum gw_family_id {
   GW_M_GENERATIONS_ALIVE, GW_M_ENDPOINTS,
   /* memory bounds */
   GW_M_IN_FLIGHT, GW_M_BODY_BYTES, GW_M_REFUSALS, GW_M_LUA_LIMIT, GW_M_LUA_LIMIT_HITS,
+  GW_M_EMPTY_ENDPOINTS_KEPT,
   /* the build and the process (process.c) */
   GW_M_BUILD_INFO, GW_M_CPU, GW_M_RSS, GW_M_VSIZE, GW_M_START_TIME, GW_M_OPEN_FDS, GW_M_MAX_FDS,
   /* the EPP's names (Gateway API Inference Extension, pkg/epp/metrics) */
@@ -651,6 +653,7 @@ struct lupin_gateway {
   size_t in_flight;
   uint64_t body_bytes;
   uint64_t refused_in_flight, refused_body_bytes;
+  uint64_t empty_endpoints_kept; /* empty endpoints lists not applied (leader) */
   gw_explain_ring *explain_ring; /* explain.c: the leader's, shared */
   /* workers (workers.c): this one's index, 0 for the leader */
   int worker;

@@ -197,6 +197,11 @@ const gw_family gw_families[GW_FAMILIES] = {
                              GW_COUNTER,
                              "Lua allocations refused by the memory limit.",
                              {NULL}},
+    [GW_M_EMPTY_ENDPOINTS_KEPT] = {"lupin_endpoints_empty_kept_total",
+                                   GW_COUNTER,
+                                   "Times an endpoints source listed no endpoints and the last "
+                                   "ones were kept (gateway.allowEmptyEndpoints 0).",
+                                   {NULL}},
     [GW_M_BUILD_INFO] = {"lupin_build_info",
                          GW_GAUGE,
                          "Always 1: the version of lupin and of the LuaJIT it was built with.",

@@ -317,6 +317,9 @@ local function parse_section(E, root, name, decl)
   end
   for k, v in pairs(g) do
     local f = decl.fields[k]
+    if type(v) == "boolean" and f.min == 0 and f.max == 1 then -- a switch: true or 1
+      v = v and 1 or 0
+    end
     if f.text then
       if type(v) ~= "string" then
         return E:at(name .. "." .. k, "%s must be a string, got %s", k, cjson.encode(v) or tostring(v))
