@@ -39,6 +39,8 @@ typedef struct gw_buf {
 } gw_buf;
 
 int gw_buf_append(gw_buf *b, const char *data, size_t len);
+/* Room for more bytes exactly (a body of known length): no doubling. */
+int gw_buf_reserve(gw_buf *b, size_t more);
 /* The hot path's appends: no format string to interpret (a request's heads
  * are written with these, not gw_buf_printf). */
 int gw_buf_str(gw_buf *b, const char *s);
@@ -128,6 +130,12 @@ typedef void (*gw_written_fn)(uv_stream_t *s, int status, void *data);
 /* Writes the parts in order: at once as far as the socket takes them, the
  * rest copied and queued.  Returns 0 or a libuv error (nothing queued). */
 int gw_write(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb, void *data);
+/* The same without the copy (at most 4 parts): what the socket does not take
+ * is queued by reference, so the caller keeps the bytes until cb has run or
+ * the stream is closed (libuv reads none of them after uv_close).  For
+ * request bodies, which a copy would double. */
+int gw_write_kept(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb,
+                  void *data);
 
 /* --- settings (the config's "gateway" section, lua/lupin/config.lua) ------ */
 
@@ -308,7 +316,9 @@ typedef struct gw_timeouts {
 } gw_timeouts;
 
 /* Sends one request to ep over a pooled or new connection.  head holds the
- * headers to send (host and content-length are added).  A GET uses the
+ * headers to send (host and content-length are added).  body is not copied:
+ * the caller keeps it unchanged until on_done has run or the exchange is
+ * cancelled (a request body is then held once, maxBufferedBodyBytes).  A GET uses the
  * pool of the gateway's own requests and may be resent on a fresh connection
  * when a reused one fails before answering; anything else is sent once. */
 gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *path,
@@ -474,6 +484,8 @@ void gw_process_metrics(gw_expo *e);
 
 /* lupin_options.allocator for the gateway's runtimes: mimalloc. */
 void *gw_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize);
+/* Returns the memory the heaps freed to the system (lua_heap.c). */
+void gw_heap_release(void);
 
 /* --- scraping (scrape.c) -------------------------------------------------- */
 
@@ -640,6 +652,7 @@ struct lupin_gateway {
   unsigned health_ticks;
   int no_healthy;       /* "no healthy endpoint" was logged */
   uint64_t ended_at_gc; /* requests ended at the last idle collection */
+  int heap_releases;    /* ticks left that give freed memory back (lua_heap.c) */
   gw_stats stats;
   gw_objective *objectives; /* by model, for the EPP's request families */
   struct gw_flow_wait *flow_waits; /* flow.c: wait histograms by band and outcome */
