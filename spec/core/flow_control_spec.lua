@@ -487,6 +487,31 @@ describe("flow control", function()
     assert.equal(1, #rt:generations())
   end)
 
+  it("drops a band a reload no longer configures once nothing is in it", function()
+    local rt, got = setup_rt({ flowGCTimeout = "1ms", priorityBands = { { priority = 7 } } })
+    local first = begin(rt, "first")
+    first:schedule()
+    local a = begin(rt, "a", { ["x-gateway-inference-objective"] = "7" })
+    assert.equal(0, a:schedule().status)
+    assert(rt:load_string(S.json.encode(config({ flowGCTimeout = "1ms" })), "no7.json"))
+    os.execute("sleep 0.01")
+    rt:tick()
+    assert.equal(7, rt:flows()[1].priority) -- a waits in it
+    first:finish("ok")
+    assert.equal("a", ids(got))
+    a:finish("ok")
+    -- the ticks look while flow control holds a request (none: nothing grows)
+    local z = begin(rt, "z")
+    assert.equal(200, z:schedule().status)
+    os.execute("sleep 0.06") -- past flowGCTimeout and the 50 ms between two looks
+    rt:tick()
+    for _, f in ipairs(rt:flows()) do
+      assert.is_not.equal(7, f.priority)
+    end
+    assert.equal(0, S.eval(rt, "return require('lupin.flow').state()").bands)
+    z:finish("ok")
+  end)
+
   it("lets everything waiting go when a reload turns flow control off", function()
     local rt, got = setup_rt()
     local first = begin(rt, "first")
