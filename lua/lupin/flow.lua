@@ -65,6 +65,16 @@ local next_deadline = math.huge
 local seq = 0
 local next_reap = 0 -- when idle flows and bands are looked for next
 local clamped = {} -- priority -> requests whose integer objective was clamped to it
+local idle_flows = 0 -- flows with nothing waiting, not yet dropped
+local kept = false -- what the core was told: ticks reach reap while no request does
+
+-- Tells the core whether this runtime keeps idle state to drop at a tick.
+local function keep(on)
+  if on ~= kept then
+    kept = on
+    capi.shared.flow_keep(capi.rt, on and 1 or 0)
+  end
+end
 
 -- --- the process's counts (every runtime of the lupin_shared) --------------
 
@@ -302,6 +312,8 @@ local function flow_of(band, id)
     f = setmetatable({ id = id, band = band, heap = {}, len = 0, bytes = 0 }, Flow)
     band.flows[id] = f
     band.n_flows = band.n_flows + 1
+  elseif f.len == 0 then
+    idle_flows = idle_flows - 1
   end
   if f.len == 0 then -- back among the flows with requests waiting, in id order
     local list, i = band.list, #band.list
@@ -352,6 +364,8 @@ local function take(fc, released)
   if f.len == 0 then
     unlist(band, f)
     f.idle_since = t
+    idle_flows = idle_flows + 1
+    keep(true)
   end
   if band.n == 0 then
     band.idle_since = t
@@ -690,6 +704,7 @@ local function reap(t)
       if f.len == 0 and t - f.idle_since >= gc then
         band.flows[id] = nil
         band.n_flows = band.n_flows - 1
+        idle_flows = idle_flows - 1
       end
     end
     if band_idle(band, t, gc, configured) then
@@ -698,6 +713,11 @@ local function reap(t)
       clamped[band.priority] = nil
     end
   end
+  local stray = false
+  for _, band in ipairs(order) do
+    stray = stray or not configured[band.priority]
+  end
+  keep(idle_flows > 0 or stray)
 end
 
 --- The next request whose scheduling is final, as the C pointer's number.
@@ -813,6 +833,9 @@ end
 --- ordering changed).  Without flow control in it, what waits is let go.
 function M.configure(gen)
   conf = gen.flow
+  if #order > 0 then -- bands this config no longer names go at a tick
+    keep(true)
+  end
   for _, band in ipairs(order) do
     local old = band.conf and band.conf.ordering
     band.conf = conf_for(band.priority) or band.conf

@@ -499,17 +499,13 @@ describe("flow control", function()
     assert.equal(7, rt:flows()[1].priority) -- a waits in it
     first:finish("ok")
     assert.equal("a", ids(got))
-    a:finish("ok")
-    -- the ticks look while flow control holds a request (none: nothing grows)
-    local z = begin(rt, "z")
-    assert.equal(200, z:schedule().status)
+    a:finish("ok") -- no request left: the tick looks all the same
     os.execute("sleep 0.06") -- past flowGCTimeout and the 50 ms between two looks
     rt:tick()
     for _, f in ipairs(rt:flows()) do
       assert.is_not.equal(7, f.priority)
     end
     assert.equal(0, S.eval(rt, "return require('lupin.flow').state()").bands)
-    z:finish("ok")
   end)
 
   it("lets everything waiting go when a reload turns flow control off", function()
