@@ -88,6 +88,7 @@ static const lupin_abi_entry abi[] = {
     FIELD(lupin_capi_shared, dict_count),
     FIELD(lupin_capi_shared, dict_max),
     FIELD(lupin_capi_shared, flow_add),
+    FIELD(lupin_capi_shared, flow_keep),
     SIZE(lupin_dict_value),
     FIELD(lupin_dict_value, type),
     FIELD(lupin_dict_value, num),

@@ -36,7 +36,7 @@ static lupin_request *next(lupin_runtime *rt, int sweep) {
 }
 
 void lupin__flow_pump(lupin_runtime *rt, int sweep) {
-  if (!rt->dispatch || !rt->flow_requests) return;
+  if (!rt->dispatch || (!rt->flow_requests && !(sweep && rt->flow_kept))) return;
   if (rt->pumping) { /* called back from inside the callback: once more after */
     rt->pump_again = 1;
     return;
@@ -55,6 +55,8 @@ void lupin__flow_pump(lupin_runtime *rt, int sweep) {
 }
 
 void lupin_runtime_tick(lupin_runtime *rt) { lupin__flow_pump(rt, 1); }
+
+void lupin__flow_keep(lupin_runtime *rt, int on) { rt->flow_kept = on; }
 
 /* The queue is the runtime's, its count the process's: every runtime of a
  * lupin_shared adds its queued requests to the store's atomic count, so a
@@ -135,6 +137,8 @@ int lupin_runtime_flows(lupin_runtime *rt, lupin_flow_fn fn, void *ud, int *satu
         .max_bytes = field(L, "max_bytes"),
         .fairness = sfield(L, "fairness"),
         .ordering = sfield(L, "ordering"),
+        .clamped = field(L, "clamped"),
+        .flows_kept = field(L, "flows_kept"),
     };
     fn(ud, &f);
     lua_pop(L, 1);

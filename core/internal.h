@@ -272,6 +272,9 @@ typedef struct lupin_capi_shared {
   /* adds delta to the process's queued requests; returns the new count (a
    * double: Lua reads it without boxing a 64-bit integer) */
   double (*flow_add)(lupin_runtime *rt, int64_t delta);
+  /* on: flow control keeps idle state (flows, bands) to drop at a tick,
+   * so ticks reach it while no request does */
+  void (*flow_keep)(lupin_runtime *rt, int on);
 } lupin_capi_shared;
 
 extern const lupin_capi_shared lupin__capi_shared;
@@ -427,6 +430,7 @@ struct lupin_runtime {
   lupin_dispatch_fn dispatch;
   void *dispatch_ud;
   uint64_t flow_requests; /* live requests flow control knows of */
+  int flow_kept;          /* flow control has idle state to drop at a tick */
   int64_t flow_queued;    /* of the store's flow_queued, this runtime's */
   int pumping, pump_again;
   lupin_collector collector;
@@ -495,6 +499,7 @@ int lupin__request_schedule_into(lupin_request *req, lupin_result *out);
 /* flow.c: hands the queue's final results to the host's callback. */
 void lupin__flow_pump(lupin_runtime *rt, int sweep);
 double lupin__flow_add(lupin_runtime *rt, int64_t delta);
+void lupin__flow_keep(lupin_runtime *rt, int on);
 /* The number of the generation a request is pinned to (the gateway's
  * /admin/requests shows it). */
 

@@ -573,6 +573,10 @@ typedef struct lupin_flow_info {
   uint64_t dispatched, ttl, full, shed, cancelled;
   uint64_t max_requests, max_bytes; /* the band's limits, 0: none */
   const char *fairness, *ordering;  /* the policies' plugin names */
+  /* bands only: requests whose integer objective was clamped into this
+   * band (not a configured priority), and the flows (fairness ids) the
+   * band keeps, empty ones not yet reaped included */
+  uint64_t clamped, flows_kept;
 } lupin_flow_info;
 
 typedef void (*lupin_flow_fn)(void *ud, const lupin_flow_info *f);

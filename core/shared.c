@@ -204,4 +204,5 @@ const lupin_capi_shared lupin__capi_shared = {
     lupin_dict_count,
     lupin_dict_max,
     lupin__flow_add,
+    lupin__flow_keep,
 };

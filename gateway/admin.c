@@ -188,6 +188,7 @@ static void metrics_runtime(lupin_gateway *gw, gw_expo *e) {
   gw_expo_sample(e, (const char *[]){"maxBufferedBodyBytes"}, (double)gw->refused_body_bytes);
   scalar(e, GW_M_LUA_LIMIT, (double)gw->set.max_lua_memory_bytes);
   scalar(e, GW_M_LUA_LIMIT_HITS, (double)st.memory_limit_hits);
+  scalar(e, GW_M_EMPTY_ENDPOINTS_KEPT, (double)gw->empty_endpoints_kept);
   gw_expo_family(e, GW_M_BUILD_INFO);
   gw_expo_sample(e, (const char *[]){LUPIN_VERSION, lupin_luajit_version()}, 1);
 }

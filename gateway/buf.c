@@ -29,6 +29,15 @@ static int reserve(gw_buf *b, size_t more) {
   return 0;
 }
 
+int gw_buf_reserve(gw_buf *b, size_t more) {
+  if (b->len + more + 1 <= b->cap) return 0;
+  char *d = realloc(b->data, b->len + more + 1);
+  if (!d) return -1;
+  b->data = d;
+  b->cap = b->len + more + 1;
+  return 0;
+}
+
 /* Keeps a NUL after the data so texts can be read as C strings. */
 int gw_buf_append(gw_buf *b, const char *data, size_t len) {
   if (reserve(b, len)) return -1;

@@ -62,6 +62,8 @@ static void band_sample(void *ud, const lupin_flow_info *f) {
     gw_expo_sample(p->e, (const char *[]){prio}, (double)f->queued);
   } else if (p->id == GW_M_FC_QUEUE_BYTES) {
     gw_expo_sample(p->e, (const char *[]){prio}, (double)f->bytes);
+  } else if (p->id == GW_M_FC_CLAMPED) {
+    gw_expo_sample(p->e, (const char *[]){prio}, (double)f->clamped);
   } else {
     const struct {
       const char *name;
@@ -83,7 +85,8 @@ void gw_flow_metrics(lupin_gateway *gw, gw_expo *e) {
   metrics_pass p = {e, GW_M_FC_QUEUE_SIZE};
   /* off: no flow-control family at all, as the EPP without its feature gate */
   if (lupin_runtime_flows(gw->rt, nothing, NULL, &saturated)) return;
-  const gw_family_id ids[] = {GW_M_FC_QUEUE_SIZE, GW_M_FC_QUEUE_BYTES, GW_M_FC_REQUESTS};
+  const gw_family_id ids[] = {GW_M_FC_QUEUE_SIZE, GW_M_FC_QUEUE_BYTES, GW_M_FC_REQUESTS,
+                              GW_M_FC_CLAMPED};
   for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
     gw_expo_family(e, ids[i]);
     p.id = ids[i];
@@ -139,7 +142,7 @@ static sum_band *sum_band_of(flows_sum *m, const lupin_flow_info *f) {
   b = &m->bands[m->n_bands++];
   *b = (sum_band){.f = *f};
   b->f.queued = b->f.bytes = b->f.dispatched = b->f.ttl = b->f.full = b->f.shed = 0;
-  b->f.cancelled = 0;
+  b->f.cancelled = b->f.clamped = b->f.flows_kept = 0;
   b->f.fairness = dup_or_null(f->fairness);
   b->f.ordering = dup_or_null(f->ordering);
   return b;
@@ -175,6 +178,8 @@ static void sum_one(void *ud, const lupin_flow_info *f) {
   b->f.full += f->full;
   b->f.shed += f->shed;
   b->f.cancelled += f->cancelled;
+  b->f.clamped += f->clamped;
+  b->f.flows_kept += f->flows_kept;
 }
 
 static void sum_worker(lupin_gateway *gw, void *arg) {
@@ -220,10 +225,12 @@ static void band_json(gw_buf *b, const sum_band *sb) {
   gw_buf_json(b, f->ordering ? f->ordering : "");
   gw_buf_printf(b,
                 ",\"dispatched\":%llu,\"evicted\":{\"queue_ttl\":%llu,\"queue_full\":%llu,"
-                "\"shed\":%llu,\"cancelled\":%llu},\"flows\":[",
+                "\"shed\":%llu,\"cancelled\":%llu},\"clamped\":%llu,\"flows_kept\":%llu,"
+                "\"flows\":[",
                 (unsigned long long)f->dispatched, (unsigned long long)f->ttl,
                 (unsigned long long)f->full, (unsigned long long)f->shed,
-                (unsigned long long)f->cancelled);
+                (unsigned long long)f->cancelled, (unsigned long long)f->clamped,
+                (unsigned long long)f->flows_kept);
   for (size_t i = 0; i < sb->n_flows; i++) {
     gw_buf_printf(b, "%s{\"id\":", i ? "," : "");
     gw_buf_json(b, sb->flows[i].id);

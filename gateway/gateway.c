@@ -122,12 +122,37 @@ static void endpoint_sync(void *ud, const lupin_endpoint_desc *d) {
   }
 }
 
+/* Whether a list that named none of the current endpoints must be ignored:
+ * a source that goes from some endpoints to none is more often a mistake (a
+ * truncated file, a template rendered empty) than a wish, and applying it
+ * answers every request 503.  gateway.allowEmptyEndpoints 1 applies it; the
+ * current generation's value, so a reload can set it and empty the pool. */
+static int keep_last_endpoints(lupin_gateway *gw) {
+  size_t listed = 0;
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    listed += ep->seen;
+  gw_settings now;
+  char e[256];
+  if (listed || !gw->n_endpoints ||
+      (!gw_settings_read(gw->rt, &now, e, sizeof e) && now.allow_empty_endpoints))
+    return 0;
+  if (gw->worker == 0) {
+    gw->empty_endpoints_kept++;
+    gw_log(gw, LUPIN_LOG_WARN,
+           "%s lists no endpoints: the %zu current endpoints stay (set "
+           "gateway.allowEmptyEndpoints to 1 to empty the pool)",
+           gw->opts.endpoints_file ? gw->opts.endpoints_file : "the config", gw->n_endpoints);
+  }
+  return 1;
+}
+
 /* Makes the endpoints those of the config or of the endpoints file. */
 int gw_endpoints_load(lupin_gateway *gw, char *err, size_t errlen) {
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
     ep->seen = 0;
   if (lupin_runtime_read_endpoints(gw->rt, gw->opts.endpoints_file, endpoint_sync, gw, err, errlen))
     return -1;
+  if (keep_last_endpoints(gw)) return 0;
   for (gw_endpoint *ep = gw->endpoints, *next; ep; ep = next) {
     next = ep->next;
     if (!ep->seen) endpoint_remove(gw, ep);

@@ -39,6 +39,8 @@ typedef struct gw_buf {
 } gw_buf;
 
 int gw_buf_append(gw_buf *b, const char *data, size_t len);
+/* Room for more bytes exactly (a body of known length): no doubling. */
+int gw_buf_reserve(gw_buf *b, size_t more);
 /* The hot path's appends: no format string to interpret (a request's heads
  * are written with these, not gw_buf_printf). */
 int gw_buf_str(gw_buf *b, const char *s);
@@ -134,6 +136,12 @@ typedef void (*gw_written_fn)(uv_stream_t *s, int status, void *data);
 /* Writes the parts in order: at once as far as the socket takes them, the
  * rest copied and queued.  Returns 0 or a libuv error (nothing queued). */
 int gw_write(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb, void *data);
+/* The same without the copy (at most 4 parts): what the socket does not take
+ * is queued by reference, so the caller keeps the bytes until cb has run or
+ * the stream is closed (libuv reads none of them after uv_close).  For
+ * request bodies, which a copy would double. */
+int gw_write_kept(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb,
+                  void *data);
 
 /* --- settings (the config's "gateway" section, lua/lupin/config.lua) ------ */
 
@@ -148,6 +156,7 @@ typedef struct gw_settings {
   uint64_t consecutive_errors, base_ejection_time_ms, max_ejection_time_ms;
   uint64_t max_ejection_percent, stale_ejection_ms;
   uint64_t explain_without_token; /* x-lupin-explain without the admin token */
+  uint64_t allow_empty_endpoints; /* an empty endpoints list empties the pool */
   uint64_t workers;               /* event loops (threads), 0: one per core */
 } gw_settings;
 
@@ -315,7 +324,9 @@ typedef struct gw_timeouts {
 } gw_timeouts;
 
 /* Sends one request to ep over a pooled or new connection.  head holds the
- * headers to send (host and content-length are added).  A GET uses the
+ * headers to send (host and content-length are added).  body is not copied:
+ * the caller keeps it unchanged until on_done has run or the exchange is
+ * cancelled (a request body is then held once, maxBufferedBodyBytes).  A GET uses the
  * pool of the gateway's own requests and may be resent on a fresh connection
  * when a reused one fails before answering; anything else is sent once. */
 gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *path,
@@ -392,6 +403,7 @@ typedef enum gw_family_id {
   GW_M_GENERATIONS_ALIVE, GW_M_ENDPOINTS,
   /* memory bounds */
   GW_M_IN_FLIGHT, GW_M_BODY_BYTES, GW_M_REFUSALS, GW_M_LUA_LIMIT, GW_M_LUA_LIMIT_HITS,
+  GW_M_EMPTY_ENDPOINTS_KEPT,
   /* the build and the process (process.c) */
   GW_M_BUILD_INFO, GW_M_CPU, GW_M_RSS, GW_M_VSIZE, GW_M_START_TIME, GW_M_OPEN_FDS, GW_M_MAX_FDS,
   /* the EPP's names (Gateway API Inference Extension, pkg/epp/metrics) */
@@ -400,7 +412,7 @@ typedef enum gw_family_id {
   GW_M_POOL_READY, GW_M_SCHEDULER_E2E, GW_M_PLUGIN_DURATION,
   /* flow control (flow.c), the EPP's names where it has them */
   GW_M_FC_QUEUE_SIZE, GW_M_FC_QUEUE_BYTES, GW_M_FC_QUEUE_DURATION, GW_M_FC_SATURATION,
-  GW_M_FC_REQUESTS,
+  GW_M_FC_REQUESTS, GW_M_FC_CLAMPED,
   /* replicas sharing prefix records through Redis (replicas.c) */
   GW_M_REPLICA_CONNECTED, GW_M_REPLICA_PUBLISHED, GW_M_REPLICA_APPLIED, GW_M_REPLICA_IGNORED,
   GW_M_REPLICA_DROPPED, GW_M_REPLICA_BAD, GW_M_REPLICA_PENDING, GW_M_REPLICA_LAG,
@@ -480,6 +492,8 @@ void gw_process_metrics(gw_expo *e);
 
 /* lupin_options.allocator for the gateway's runtimes: mimalloc. */
 void *gw_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize);
+/* Returns the memory the heaps freed to the system (lua_heap.c). */
+void gw_heap_release(void);
 
 /* --- scraping (scrape.c) -------------------------------------------------- */
 
@@ -646,6 +660,7 @@ struct lupin_gateway {
   unsigned health_ticks;
   int no_healthy;       /* "no healthy endpoint" was logged */
   uint64_t ended_at_gc; /* requests ended at the last idle collection */
+  int heap_releases;    /* ticks left that give freed memory back (lua_heap.c) */
   gw_stats stats;
   gw_objective *objectives; /* by model, for the EPP's request families */
   struct gw_flow_wait *flow_waits; /* flow.c: wait histograms by band and outcome */
@@ -660,6 +675,7 @@ struct lupin_gateway {
   size_t in_flight;
   uint64_t body_bytes;
   uint64_t refused_in_flight, refused_body_bytes;
+  uint64_t empty_endpoints_kept; /* empty endpoints lists not applied (leader) */
   gw_explain_ring *explain_ring; /* explain.c: the leader's, shared */
   /* workers (workers.c): this one's index, 0 for the leader */
   int worker;

@@ -260,6 +260,9 @@ static void collect_when_idle(lupin_gateway *gw) {
   if (gw->n_exchanges || ended == gw->ended_at_gc) return;
   gw->ended_at_gc = ended;
   lupin_runtime_collect(gw->rt);
+  /* what the ended requests held goes back to the system: now, and on the
+   * next ticks, since mimalloc purges what it freed after a delay (10 ms) */
+  gw->heap_releases = 3;
 }
 
 static void tick(uv_timer_t *t) {
@@ -270,6 +273,10 @@ static void tick(uv_timer_t *t) {
   check_outage(gw);
   lupin_runtime_tick(gw->rt); /* flow control: TTLs, and the gate tried again */
   if (++gw->health_ticks % (1000 / TICK_MS) == 0) collect_when_idle(gw);
+  if (gw->heap_releases && !gw->n_exchanges) {
+    gw->heap_releases--;
+    gw_heap_release();
+  }
 }
 
 /* The tick runs flow control's TTLs and the ejections: no gateway serves

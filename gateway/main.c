@@ -238,6 +238,7 @@ static int check(const gw_options *o, const char *format) {
       check_json_error(&b, c.err);
     } else {
       gw_buf_printf(&b, ",\"endpoints\":%zu,\"digest\":\"%s\"", c.n, c.digest);
+      if (!c.n) gw_buf_printf(&b, ",\"warnings\":[\"no endpoints: every request would get 503\"]");
     }
     gw_buf_append(&b, "}\n", 2);
     if (b.data) fputs(b.data, stdout);
@@ -247,6 +248,9 @@ static int check(const gw_options *o, const char *format) {
   } else {
     printf("%s: ok (%zu endpoints)\n", o->config, c.n);
   }
+  if (!rc && !c.n) /* serving it would answer every request 503 */
+    fprintf(stderr, "lupin check: warning: %s lists no endpoints: every request would get 503"
+                    " (no endpoint)\n", o->endpoints_file ? o->endpoints_file : o->config);
   lupin_runtime_free(c.rt);
   return rc ? GW_EXIT_CONFIG : GW_EXIT_OK;
 }

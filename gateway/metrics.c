@@ -197,6 +197,11 @@ const gw_family gw_families[GW_FAMILIES] = {
                              GW_COUNTER,
                              "Lua allocations refused by the memory limit.",
                              {NULL}},
+    [GW_M_EMPTY_ENDPOINTS_KEPT] = {"lupin_endpoints_empty_kept_total",
+                                   GW_COUNTER,
+                                   "Times an endpoints source listed no endpoints and the last "
+                                   "ones were kept (gateway.allowEmptyEndpoints 0).",
+                                   {NULL}},
     [GW_M_BUILD_INFO] = {"lupin_build_info",
                          GW_GAUGE,
                          "Always 1: the version of lupin and of the LuaJIT it was built with.",
@@ -306,6 +311,11 @@ const gw_family gw_families[GW_FAMILIES] = {
                           "how they left it (dispatched, queue_ttl, queue_full, shed, "
                           "cancelled).",
                           {"priority", "outcome"}},
+    [GW_M_FC_CLAMPED] = {"lupin_flow_control_priority_clamped_total", GW_COUNTER,
+                         "Requests whose x-gateway-inference-objective was an integer no "
+                         "objective or band configures, by the configured priority it was "
+                         "clamped to.",
+                         {"priority"}},
     [GW_M_REPLICA_CONNECTED] = {"lupin_replica_sync_connected", GW_GAUGE,
                                 "1 while this replica's connection to Redis is up.", {NULL}},
     [GW_M_REPLICA_PUBLISHED] = {"lupin_replica_sync_published_total", GW_COUNTER,

@@ -550,6 +550,7 @@ static int on_headers_complete(http_parser *p) {
   if (full) return refuse(c, 503, full);
   if (sized && capped(c)) { /* held from now: a body that fits is never cut short */
     count_body(c, (int64_t)p->content_length);
+    gw_buf_reserve(&c->req.body, p->content_length); /* what is counted, not up to twice */
   }
   const char *expect = gw_headers_get(&c->req.headers, "expect");
   if (expect && !strcasecmp(expect, "100-continue")) {

@@ -45,6 +45,9 @@ static const setting settings[] = {
     SETTING(stale_ejection_ms, "staleEjectionMs", 3000, 0, NONE),
     /* 1: any client may ask for an explain record (docs/explain.md) */
     SETTING(explain_without_token, "explainWithoutToken", 0, 0, 1),
+    /* 1: an endpoints source that lists none empties the pool; 0 keeps the
+     * last endpoints (gateway.c).  Read at each re-read, not only at start */
+    SETTING(allow_empty_endpoints, "allowEmptyEndpoints", 0, 0, 1),
     /* event loops, each a thread with its own runtime (docs/workers.md); 0:
      * one per core.  Read at start: a reload does not change it */
     SETTING(workers, "workers", 0, 0, 256),

@@ -38,7 +38,9 @@ struct gw_upstream {
   gw_timer timer;
   gw_endpoint *ep;
   gw_uconn *conn;
-  gw_buf request; /* serialized, kept for a retry */
+  gw_buf request;   /* the request line and headers, kept for a retry */
+  const char *body; /* the caller's, sent from where it is (no copy) */
+  size_t body_len;
   gw_headers headers;
   gw_timeouts t;
   gw_upstream_cb cb;
@@ -214,7 +216,10 @@ static void finish(gw_upstream *u, gw_upstream_error e, const char *detail) {
     c->u = NULL;
     if (e == GW_UP_OK && u->keep_alive && u->paused) /* read again, to notice a close */
       uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-    if (e == GW_UP_OK && u->keep_alive)
+    /* a connection still sending (the endpoint answered before it read the
+     * whole body) is not reused: the rest would precede the next request,
+     * and it is sent from the caller's body, which goes now */
+    if (e == GW_UP_OK && u->keep_alive && !uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp))
       pool_put(c);
     else
       conn_close(c);
@@ -281,8 +286,9 @@ static void send_request(gw_upstream *u) {
   http_parser_init(&c->parser, HTTP_RESPONSE);
   c->parser.data = c;
   gw_timer_set(&u->timer, on_timeout, u->t.first_byte_ms);
-  uv_buf_t b = uv_buf_init(u->request.data, (unsigned)u->request.len);
-  int rc = gw_write((uv_stream_t *)&c->tcp, &b, 1, on_written, NULL);
+  uv_buf_t b[2] = {uv_buf_init(u->request.data, (unsigned)u->request.len),
+                   uv_buf_init((char *)u->body, (unsigned)u->body_len)};
+  int rc = gw_write_kept((uv_stream_t *)&c->tcp, b, u->body_len ? 2 : 1, on_written, NULL);
   if (rc) send_failed(u, rc, 0);
 }
 
@@ -444,7 +450,8 @@ static int serialize(gw_upstream *u, const char *method, const char *path, const
     rc |= gw_buf_str(b, "content-length: ") || gw_buf_uint(b, len) || gw_buf_append(b, "\r\n", 2);
   if (!u->ep->gw->set.pool_size) rc |= gw_buf_str(b, "connection: close\r\n");
   if (!rc) rc = gw_buf_append(b, "\r\n", 2);
-  if (!rc && len) rc = gw_buf_append(b, body, len);
+  u->body = body;
+  u->body_len = len;
   return rc;
 }
 

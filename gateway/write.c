@@ -54,6 +54,50 @@ static int queue_rest(uv_stream_t *s, const uv_buf_t *parts, unsigned n, size_t 
   return rc;
 }
 
+typedef struct kept {
+  uv_write_t w;
+  gw_written_fn cb;
+  void *data;
+} kept;
+
+static void on_kept_written(uv_write_t *w, int status) {
+  kept *k = (kept *)w;
+  gw_written_fn cb = k->cb;
+  void *data = k->data;
+  uv_stream_t *s = w->handle;
+  free(k);
+  if (cb) cb(s, status, data);
+}
+
+enum { KEPT_PARTS = 4 };
+
+int gw_write_kept(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb,
+                  void *data) {
+  size_t len = total(parts, n);
+  if (len == 0) return 0;
+  if (n > KEPT_PARTS) return UV_EINVAL;
+  int rc = uv_try_write(s, parts, n);
+  if (rc >= 0 && (size_t)rc == len) return 0;
+  if (rc < 0 && rc != UV_EAGAIN) return rc;
+  /* the parts from the first byte the socket did not take; libuv keeps
+   * this list, the bytes stay the caller's */
+  size_t skip = rc < 0 ? 0 : (size_t)rc;
+  uv_buf_t rest[KEPT_PARTS];
+  unsigned m = 0;
+  for (unsigned i = 0; i < n; i++) {
+    size_t from = skip < parts[i].len ? skip : parts[i].len;
+    skip -= from;
+    if (parts[i].len > from) rest[m++] = uv_buf_init(parts[i].base + from, (unsigned)(parts[i].len - from));
+  }
+  kept *k = malloc(sizeof *k);
+  if (!k) return UV_ENOMEM;
+  k->cb = cb;
+  k->data = data;
+  rc = uv_write(&k->w, s, rest, m, on_kept_written);
+  if (rc) free(k);
+  return rc;
+}
+
 int gw_write(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb, void *data) {
   size_t len = total(parts, n);
   if (len == 0) return 0;

@@ -784,6 +784,8 @@ static void add_flow(void *ud, const lupin_flow_info *f) {
   NUM(cancelled);
   NUM(max_requests);
   NUM(max_bytes);
+  NUM(clamped);
+  NUM(flows_kept);
 #undef NUM
   if (f->fairness) {
     lua_pushstring(L, f->fairness);

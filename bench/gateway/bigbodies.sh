@@ -2,13 +2,17 @@
 # The RSS of lupin serve under N concurrent big bodies sent to an endpoint
 # that accepts and never reads (the worst case: every body stays in the
 # gateway until firstByteTimeoutMs), with the default memory bounds and with
-# them lifted.  Prints, per run, the answers by status and the peak RSS.
+# them lifted.  Prints, per run, the answers by status, the peak RSS and the
+# RSS 3 s after the last answer (what the gateway kept).
 #   bench/gateway/bigbodies.sh [N=64] [MB=15]
+#   RUNS="defaults" WORKERS=1 WAIT_MS=4000: one run, one worker
 set -euo pipefail
 B=${B:-build}
 N=${1:-64}
 MB=${2:-15}
 WAIT_MS=${WAIT_MS:-8000}
+RUNS=${RUNS:-defaults unbounded}
+WORKERS=${WORKERS:-auto}
 WORK=$(mktemp -d /tmp/lupin-bigbodies.XXXXXX)
 PIDS=()
 
@@ -51,7 +55,7 @@ run() {
 EOF
   rm -f "$WORK/lupin.out"
   "$B/lupin" serve --config "$WORK/cfg.json" --listen 127.0.0.1:0 --admin 127.0.0.1:0 \
-    --log-level error > "$WORK/lupin.out" 2> "$WORK/lupin.err" &
+    --workers "$WORKERS" --log-level error > "$WORK/lupin.out" 2> "$WORK/lupin.err" &
   local pid=$!
   PIDS+=("$pid")
   until grep -q "listening on" "$WORK/lupin.out" 2>/dev/null; do sleep 0.05; done
@@ -71,16 +75,19 @@ EOF
     [ "$running" = 0 ] && break
     sleep 0.1
   done
-  local hwm
+  sleep 3
+  local hwm after
   hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$pid/status")
+  after=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
   kill -TERM "$pid"
   wait "$pid" 2>/dev/null || true
-  printf '%-10s %d x %s MB: answers %s; peak RSS %d MB (sampled), VmHWM %d MB\n' "$name" "$N" \
+  printf '%-10s %d x %s MB: answers %s; peak RSS %d MB (sampled), VmHWM %d MB, after %d MB\n' \
+    "$name" "$N" \
     "$MB" "$(cat "$WORK"/status.* | sort | uniq -c | awk '{printf "%s%s×%s", s, $1, $2; s=", "}')" \
-    $((peak / 1024)) $((hwm / 1024))
+    $((peak / 1024)) $((hwm / 1024)) $((after / 1024))
   rm -f "$WORK"/status.*
 }
 
-run defaults "{\"firstByteTimeoutMs\": $WAIT_MS}"
-run unbounded "{\"firstByteTimeoutMs\": $WAIT_MS, \"maxBufferedBodyBytes\": 1099511627776,
-  \"maxRequestsInFlight\": 100000, \"maxLuaMemoryBytes\": 0}"
+case " $RUNS " in *" defaults "*) run defaults "{\"firstByteTimeoutMs\": $WAIT_MS}" ;; esac
+case " $RUNS " in *" unbounded "*) run unbounded "{\"firstByteTimeoutMs\": $WAIT_MS, \"maxBufferedBodyBytes\": 1099511627776,
+  \"maxRequestsInFlight\": 100000, \"maxLuaMemoryBytes\": 0}" ;; esac

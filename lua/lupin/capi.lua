@@ -81,6 +81,7 @@ typedef struct lupin_capi_shared {
   size_t (*dict_count)(lupin_dict *d);
   size_t (*dict_max)(lupin_dict *d);
   double (*flow_add)(void *rt, int64_t delta);
+  void (*flow_keep)(void *rt, int on);
 } lupin_capi_shared;
 
 typedef struct lupin_budget {

@@ -317,6 +317,9 @@ local function parse_section(E, root, name, decl)
   end
   for k, v in pairs(g) do
     local f = decl.fields[k]
+    if type(v) == "boolean" and f.min == 0 and f.max == 1 then -- a switch: true or 1
+      v = v and 1 or 0
+    end
     if f.text then
       if type(v) ~= "string" then
         return E:at(name .. "." .. k, "%s must be a string, got %s", k, cjson.encode(v) or tostring(v))
@@ -539,7 +542,7 @@ local BAND = { priority = true, maxBytes = true, maxRequests = true, defaultRequ
 local FLOW = { maxBytes = true, maxRequests = true, defaultRequestTTL = true,
   noEndpointRequestTTL = true, defaultPriorityBand = true, defaultNegativePriorityBand = true,
   priorityBands = true, usageLimitPolicyPluginRef = true, bandSelectionPolicyPluginRef = true,
-  saturationDetector = true, enableEviction = true }
+  saturationDetector = true, enableEviction = true, flowGCTimeout = true }
 
 -- The value fields flow control and its bands share: quantities, durations,
 -- names.
@@ -553,7 +556,7 @@ local function flow_values(E, obj, path, out)
       end
     end
   end
-  for _, k in ipairs({ "defaultRequestTTL", "noEndpointRequestTTL" }) do
+  for _, k in ipairs({ "defaultRequestTTL", "noEndpointRequestTTL", "flowGCTimeout" }) do
     if obj[k] ~= nil then
       out[k] = M.duration(obj[k])
       if not out[k] then

@@ -64,6 +64,18 @@ local queued_n, queued_bytes = 0, 0
 local marks = {} -- endpoint name -> { at = scraped_at, n }: sent since that scrape
 local next_deadline = math.huge
 local seq = 0
+local next_reap = 0 -- when idle flows and bands are looked for next
+local clamped = {} -- priority -> requests whose integer objective was clamped to it
+local idle_flows = 0 -- flows with nothing waiting, not yet dropped
+local kept = false -- what the core was told: ticks reach reap while no request does
+
+-- Tells the core whether this runtime keeps idle state to drop at a tick.
+local function keep(on)
+  if on ~= kept then
+    kept = on
+    capi.shared.flow_keep(capi.rt, on and 1 or 0)
+  end
+end
 
 -- --- the process's counts (every runtime of the lupin_shared) --------------
 
@@ -285,12 +297,17 @@ local function band_of(p)
   end
   b = setmetatable({ priority = p, flows = {}, list = {}, n = 0, bytes = 0, state = {},
     conf = conf_for(p), dispatched = 0, ttl = 0, full = 0, shed = 0, cancelled = 0,
-    nkey = "n:" .. p, bkey = "b:" .. p, fifo = {}, first = 1, last = 0 }, Band)
+    nkey = "n:" .. p, bkey = "b:" .. p, fifo = {}, first = 1, last = 0, pending = 0,
+    n_flows = 0, idle_since = now() }, Band)
   b.solo = not register(b)
   b.okey = "o:" .. p .. ":" .. me
   bands[p] = b
-  order[#order + 1] = b
-  table.sort(order, function(x, y) return x.priority > y.priority end)
+  local i = #order + 1 -- into its place, highest first
+  while i > 1 and order[i - 1].priority < p do
+    order[i] = order[i - 1]
+    i = i - 1
+  end
+  order[i] = b
   return b
 end
 
@@ -299,6 +316,9 @@ local function flow_of(band, id)
   if not f then
     f = setmetatable({ id = id, band = band, heap = {}, len = 0, bytes = 0 }, Flow)
     band.flows[id] = f
+    band.n_flows = band.n_flows + 1
+  elseif f.len == 0 then
+    idle_flows = idle_flows - 1
   end
   if f.len == 0 then -- back among the flows with requests waiting, in id order
     local list, i = band.list, #band.list
@@ -340,14 +360,22 @@ local function take(fc, released)
   fc.out = true
   if released then
     fc.unsettled = true
+    band.pending = band.pending + 1
   else
     settle(fc)
   end
   queued_n, queued_bytes = queued_n - 1, queued_bytes - fc.bytes
+  local t = now()
   if f.len == 0 then
     unlist(band, f)
+    f.idle_since = t
+    idle_flows = idle_flows + 1
+    keep(true)
   end
-  fc.waited = now() - fc.enqueued_at
+  if band.n == 0 then
+    band.idle_since = t
+  end
+  fc.waited = t - fc.enqueued_at
 end
 
 -- Into the runtime's queue (arrive counted it in the process's already).
@@ -483,9 +511,23 @@ local function header_ttl(v)
   return config.duration(v) -- "500ms", "5s", "1m30s"
 end
 
+-- An integer a client asked for, clamped into levels (the config's
+-- priorities, highest first, lupin.flow_config): itself when configured,
+-- else the highest level below it, else (below every level) the lowest.
+-- Returns the priority and whether it was clamped.
+local function clamp(v, levels)
+  for _, l in ipairs(levels) do
+    if l <= v then
+      return l, l ~= v
+    end
+  end
+  return levels[#levels], true
+end
+
 --- The request's priority: its objective's (x-gateway-inference-objective
 --- naming one of the config's objectives), else the header's value when an
---- integer (as saturation-detector reads it), else 0.
+--- integer (as saturation-detector reads it) clamped into the configured
+--- priorities (a client cannot make bands of its own), else 0.
 function M.priority(r)
   local v = r.request.headers[OBJECTIVE]
   if not v then
@@ -495,7 +537,20 @@ function M.priority(r)
   if p then
     return p
   end
-  return tonumber(v:match("^%s*([-+]?%d+)%s*$")) or 0
+  local n = tonumber(v:match("^%s*([-+]?%d+)%s*$"))
+  if not n then
+    return 0
+  end
+  local levels = r.gen.flow and r.gen.flow.levels
+  if not levels then
+    return n
+  end
+  local q, moved = clamp(n, levels)
+  if moved then
+    clamped[q] = (clamped[q] or 0) + 1
+    band_of(q) -- listed, so its count shows (a configured priority: bounded)
+  end
+  return q
 end
 
 -- n requests and their bytes, the new one counted, past band's limits.
@@ -621,6 +676,8 @@ function M.settle(r)
   local fc = r.fc
   if fc and fc.unsettled then
     fc.unsettled = nil
+    fc.band.pending = fc.band.pending - 1
+    fc.band.idle_since = now()
     settle(fc)
   end
 end
@@ -633,11 +690,54 @@ function ops.hosted(on)
   hosted = on
 end
 
+-- Whether band may go: nothing queued, nothing let through and not yet
+-- settled, idle for gc seconds, and not a priority the current config names
+-- (those stay: bounded by the config, and their counters are /metrics').
+local function band_idle(band, t, gc, configured)
+  return band.n == 0 and band.pending == 0 and t - band.idle_since >= gc
+    and not configured[band.priority]
+end
+
+-- Drops the flows (fairness ids) empty for gc seconds and the idle bands of
+-- priorities no longer configured: what clients made comes and goes with
+-- their requests.
+local function reap(t)
+  local gc = conf and conf.gc or 0
+  next_reap = t + math.min(math.max(gc / 2, 0.05), 10)
+  local configured = {}
+  for _, p in ipairs(conf and conf.levels or {}) do
+    configured[p] = true
+  end
+  for i = #order, 1, -1 do
+    local band = order[i]
+    for id, f in pairs(band.flows) do
+      if f.len == 0 and t - f.idle_since >= gc then
+        band.flows[id] = nil
+        band.n_flows = band.n_flows - 1
+        idle_flows = idle_flows - 1
+      end
+    end
+    if band_idle(band, t, gc, configured) then
+      table.remove(order, i)
+      bands[band.priority] = nil
+      clamped[band.priority] = nil
+    end
+  end
+  local stray = false
+  for _, band in ipairs(order) do
+    stray = stray or not configured[band.priority]
+  end
+  keep(idle_flows > 0 or stray)
+end
+
 --- The next request whose scheduling is final, as the C pointer's number.
 function ops.next(sweep)
   local t = now()
   if sweep then
     expire(t)
+    if t >= next_reap then
+      reap(t)
+    end
   end
   local fc = pop_ready()
   if fc then
@@ -725,7 +825,8 @@ function ops.list()
     out[#out + 1] = { priority = b.priority, queued = b.n, bytes = b.bytes,
       dispatched = b.dispatched, ttl = b.ttl, full = b.full, shed = b.shed,
       cancelled = b.cancelled, max_requests = c.max_requests, max_bytes = c.max_bytes,
-      fairness = name_of(c.fairness), ordering = name_of(c.ordering) }
+      fairness = name_of(c.fairness), ordering = name_of(c.ordering),
+      clamped = clamped[b.priority] or 0, flows_kept = b.n_flows }
     for _, f in ipairs(b.list) do
       out[#out + 1] = { priority = b.priority, flow = f.id, queued = f.len, bytes = f.bytes }
     end
@@ -742,6 +843,9 @@ end
 --- ordering changed).  Without flow control in it, what waits is let go.
 function M.configure(gen)
   conf = gen.flow
+  if #order > 0 then -- bands this config no longer names go at a tick
+    keep(true)
+  end
   for _, band in ipairs(order) do
     local old = band.conf and band.conf.ordering
     band.conf = conf_for(band.priority) or band.conf
@@ -762,8 +866,12 @@ function M.state()
   for _, ep in ipairs(pool.list) do
     inflight[ep.name] = ep.in_flight > 0 and ep.in_flight or nil
   end
+  local flows = 0
+  for _, b in ipairs(order) do
+    flows = flows + b.n_flows
+  end
   return { queued = queued_n, bytes = queued_bytes, inflight = inflight, bands = #order,
-    ready = ready_tail - ready_head + 1, process = all_queued() }
+    flows = flows, ready = ready_tail - ready_head + 1, process = all_queued() }
 end
 
 return M

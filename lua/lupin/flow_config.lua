@@ -12,6 +12,7 @@
 --     defaultNegativePriorityBand: { ... }   # the template for priorities < 0
 --     priorityBands: [ { priority, maxBytes, ... } ]
 --     saturationDetector: { pluginRef }      # llm-d-router's place for it
+--     flowGCTimeout: 5m      # lupin's: an idle flow (fairness id) goes after this
 --   saturationDetector: { pluginRef }        # the EPP's
 --   objectives: [ { name, priority } ]
 local cjson = require "cjson.safe"
@@ -22,6 +23,7 @@ M.DEFAULT_FAIRNESS = "global-strict-fairness-policy"
 M.DEFAULT_ORDERING = "fcfs-ordering-policy"
 M.DEFAULT_DETECTOR = "utilization-detector"
 M.DEFAULT_BAND_BYTES = 1024 ^ 3 -- the EPP's 1Gi
+M.DEFAULT_GC = 300 -- seconds an empty flow is kept (the EPP's flow GC timeout, 5m)
 
 local OBJECTIVE = { name = true, priority = true }
 
@@ -71,6 +73,31 @@ local function parse_objectives(E, root)
   return nil, out
 end
 
+--- The priorities a request can have, highest first: 0, each objective's,
+--- each configured band's, and -1 when none of those is negative (the
+--- sheddable band a client asks for with "-1").  A client's integer
+--- objective is clamped into this set (lupin.flow), so the bands — and the
+--- keys the process's shared dict holds for them — are bounded by the config.
+function M.levels(objectives, bands)
+  local set, out = { [0] = true }, {}
+  for _, p in pairs(objectives) do
+    set[p] = true
+  end
+  for _, b in ipairs(bands) do
+    set[b.priority] = true
+  end
+  local negative = false
+  for p in pairs(set) do
+    out[#out + 1] = p
+    negative = negative or p < 0
+  end
+  if not negative then
+    out[#out + 1] = -1
+  end
+  table.sort(out, function(a, b) return a > b end)
+  return out
+end
+
 --- Adds cfg.objectives and, when flow control is on, cfg.flow.  Returns an
 --- error "file:line: path: message", or nil.
 function M.parse(E, root, cfg)
@@ -108,6 +135,8 @@ function M.parse(E, root, cfg)
     flow.detector_params = sat and sat.params
     flow.detector_path = sat and "saturationDetector" or nil
   end
+  flow.levels = M.levels(objectives, flow.bands)
+  flow.gc = fc.flowGCTimeout or M.DEFAULT_GC
   cfg.flow = flow
 end
 

@@ -487,6 +487,27 @@ describe("flow control", function()
     assert.equal(1, #rt:generations())
   end)
 
+  it("drops a band a reload no longer configures once nothing is in it", function()
+    local rt, got = setup_rt({ flowGCTimeout = "1ms", priorityBands = { { priority = 7 } } })
+    local first = begin(rt, "first")
+    first:schedule()
+    local a = begin(rt, "a", { ["x-gateway-inference-objective"] = "7" })
+    assert.equal(0, a:schedule().status)
+    assert(rt:load_string(S.json.encode(config({ flowGCTimeout = "1ms" })), "no7.json"))
+    os.execute("sleep 0.01")
+    rt:tick()
+    assert.equal(7, rt:flows()[1].priority) -- a waits in it
+    first:finish("ok")
+    assert.equal("a", ids(got))
+    a:finish("ok") -- no request left: the tick looks all the same
+    os.execute("sleep 0.06") -- past flowGCTimeout and the 50 ms between two looks
+    rt:tick()
+    for _, f in ipairs(rt:flows()) do
+      assert.is_not.equal(7, f.priority)
+    end
+    assert.equal(0, S.eval(rt, "return require('lupin.flow').state()").bands)
+  end)
+
   it("lets everything waiting go when a reload turns flow control off", function()
     local rt, got = setup_rt()
     local first = begin(rt, "first")
@@ -516,6 +537,61 @@ describe("flow control", function()
     assert.is_number(x.queue_wait_us)
     assert.matches("after [%d.e+]+ us in the flow%-control queue", a:explain("text"))
     a:finish("ok")
+  end)
+
+  -- A hostile client (docs/flow-control.md, "What a client can make"):
+  -- thousands of distinct integer objectives and fairness ids, each queued
+  -- and then abandoned, leave the bands those the config names and the
+  -- flows reaped once idle; the configured bands keep their order.
+  it("keeps bands to the configured priorities and reaps idle flows", function()
+    local rt, got = setup_rt({ flowGCTimeout = "1ms", priorityBands = { { priority = 5 } } },
+      { objectives = { { name = "critical", priority = 10 }, { name = "batch", priority = -1 } } })
+    local first = begin(rt, "first")
+    assert.equal(200, first:schedule().status)
+    local want = { ["-1000"] = -1, ["-2"] = -1, ["3"] = 0, ["7"] = 5, ["11"] = 10, ["99999"] = 10,
+      ["5"] = 5, ["-1"] = -1, ["0"] = 0 }
+    for v, p in pairs(want) do
+      local r = begin(rt, "probe", { ["x-gateway-inference-objective"] = v })
+      assert.equal(0, r:schedule().status)
+      assert.equal(p, r:flow().priority, v)
+      r:finish("cancelled")
+    end
+    for i = 1, 3000 do
+      local r = begin(rt, "spam" .. i, { ["x-gateway-inference-objective"] = tostring(i * 7 - 9000),
+        ["x-gateway-inference-fairness-id"] = "tenant-" .. i })
+      assert.equal(0, r:schedule().status)
+      r:finish("cancelled")
+    end
+    local state = S.eval(rt, "return require('lupin.flow').state()")
+    assert.equal(4, state.bands) -- 10, 5, 0, -1
+    assert.is_true(state.flows >= 3000) -- not reaped yet: no tick since
+    local prios, clamped = {}, 0
+    for _, f in ipairs(rt:flows()) do
+      if not f.flow then
+        prios[#prios + 1] = f.priority
+        clamped = clamped + f.clamped
+      end
+    end
+    assert.same({ 10, 5, 0, -1 }, prios)
+    assert.equal(6 + 3000, clamped) -- all but "5", "-1" and "0" (no i * 7 - 9000 is configured)
+    os.execute("sleep 0.01")
+    rt:tick()
+    state = S.eval(rt, "return require('lupin.flow').state()")
+    assert.equal(0, state.flows)
+    assert.equal(4, state.bands)
+    -- the configured bands, and an integer naming one, still in order
+    local low = begin(rt, "low", { ["x-gateway-inference-objective"] = "batch" })
+    local mid = begin(rt, "mid", { ["x-gateway-inference-fairness-id"] = "tenant-1" })
+    local five = begin(rt, "five", { ["x-gateway-inference-objective"] = "5" })
+    local high = begin(rt, "high", { ["x-gateway-inference-objective"] = "critical" })
+    for _, r in ipairs({ low, mid, five, high }) do
+      assert.equal(0, r:schedule().status)
+    end
+    first:finish("ok")
+    for _, r in ipairs({ high, five, mid, low }) do
+      r:finish("ok")
+    end
+    assert.equal("high five mid low", ids(got))
   end)
 
   it("ends queued requests as cancelled when the runtime is freed, no callback", function()
@@ -607,6 +683,23 @@ describe("flow control across runtimes sharing their state", function()
     assert.equal("", ids(got1)) -- gold waits on rt2: plain stays
     assert.equal(1, rt1:flow_elsewhere())
     rt2:tick() -- what lupin serve posts to the other workers when a request ends
+    assert.equal("gold", ids(got2))
+    gold_then_plain(rt1, got1, rt2, plain, gold)
+  end)
+
+  it("orders a configured band across runtimes after a client sent 5000 priorities", function()
+    local rt1, got1, rt2, got2, first, plain, gold = plain_and_gold()
+    for i = 1, 5000 do
+      local r = begin(rt1, "spam" .. i, { ["x-gateway-inference-objective"] = tostring(i + 6) })
+      assert.equal(0, r:schedule().status)
+      r:finish("cancelled")
+    end
+    -- the process's dict lists the priorities queued (0 and 5), not one per value
+    assert.equal(2, S.eval(rt1, "return require('lupin.shared')._runtime_dict('lupin.flow'):get('prios')"))
+    assert.equal(5000, rt1:flows()[1].clamped) -- all clamped to gold's 5
+    first:finish("ok")
+    assert.equal("", ids(got1)) -- gold waits on rt2: plain stays
+    rt2:tick()
     assert.equal("gold", ids(got2))
     gold_then_plain(rt1, got1, rt2, plain, gold)
   end)
