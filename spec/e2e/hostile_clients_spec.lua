@@ -232,6 +232,10 @@ describe("big bodies against maxBufferedBodyBytes", function()
     local up = P.upstream()
     local size = 1000000
     local gw = P.gateway(config(up.port, { maxBufferedBodyBytes = 2 * size + 1000 }))
+    finally(function()
+      P.stop(gw)
+      P.stop(up)
+    end)
     local procs, len = post_all(gw, 5, size, "sleep:3000 ")
     local by = answers(procs)
     assert.equal(2, #(by[200] or {}))
@@ -252,13 +256,17 @@ describe("big bodies against maxBufferedBodyBytes", function()
   -- client's buffer, the rest queued by reference, not copied twice more),
   -- and what the ended requests held goes back to the system once idle.
   it("holds each body once and gives the memory back after", function()
-    local tarpit = P.start("python3 -u " .. FIXTURES .. "tarpit.py")
+    local tarpit, gw = P.start("python3 -u " .. FIXTURES .. "tarpit.py"), nil
+    finally(function()
+      P.stop(gw)
+      P.stop(tarpit)
+    end)
     local port = P.poll(function()
       return tonumber((P.read(tarpit.out) or ""):match("port (%d+)"))
     end, "the tarpit's port")
     local size = 8000000
     -- one worker: each worker's allocator keeps pages of its own
-    local gw = P.gateway(config(port, { maxBufferedBodyBytes = 4 * size, firstByteTimeoutMs = 3000 }),
+    gw = P.gateway(config(port, { maxBufferedBodyBytes = 4 * size, firstByteTimeoutMs = 3000 }),
       "--workers 1")
     local base = rss(gw)
     local procs, len = post_all(gw, 6, size, "")
