@@ -134,7 +134,7 @@ local function call(r, rec, point, profile, x, y)
     end
     alloc.enforce = 1
   end
-  budget.grace = rec.call_budget -- its second chance (budget.lua, trip)
+  budget.grace = rec.call_grace -- its second chance (budget.lua, trip)
   B.deadline = t0 + rec.call_budget
   local outer = enter(r)
   local ok, a, b, d = invoke(on_error, rec[point], rec.obj, c, x, y)

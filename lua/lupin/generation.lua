@@ -40,6 +40,7 @@ local function record(name, type_, obj, m, params, path, budgets)
   local rec = { name = name, type = type_, obj = obj, env = m.env, module = m.mod,
     params = params, path = path, stats = {}, points = {}, cuts = 0,
     call_budget = budgets.call_ms / 1000, lifecycle_budget = budgets.lifecycle_ms / 1000,
+    call_grace = budgets.call_ms / 1000 * budget.GRACE,
     disable_after = budgets.disable_after }
   for _, row in ipairs(points) do
     local point = row.name
