@@ -129,13 +129,23 @@ local function publish()
   M.list = setmetatable(copy, LIST)
 end
 
+-- An adapter set is a list and a set at once, so it cannot be a view (# on
+-- a view is 0 in Lua 5.1); it is locked as the candidate list is: no new
+-- entry, and the sandbox's table functions and rawset refuse it.
+local ADAPTERS = {
+  __newindex = function()
+    error("an endpoint's adapter set is every plugin's and read-only", 2)
+  end,
+  __metatable = false,
+}
+
 local function adapter_set(csv)
   local set = {}
   for name in (csv or ""):gmatch("[^,%s]+") do
     set[#set + 1] = name
     set[name] = true
   end
-  return set
+  return setmetatable(set, ADAPTERS)
 end
 
 function M.add(ud, labels)

@@ -35,6 +35,8 @@ local ATTACKS = {
   labels_write = [[endpoints[1].labels.role = "poisoned"]],
   labels_insert = [[table.insert(endpoints[1].labels, "poisoned")]],
   labels_clear = [[require("table.clear")(endpoints[1].labels)]],
+  adapters_add = [[endpoints[1].active_adapters.poisoned = true]],
+  adapters_insert = [[table.insert(endpoints[1].waiting_adapters, "poisoned")]],
   -- shared metatables and module tables
   request_metatable = [[getmetatable(ctx.request).__index = function() error("poisoned") end]],
   request_rawset = [[rawset(ctx.request, "path", "/poisoned")]],
@@ -100,6 +102,8 @@ return {
       chars = prefix.CHARS_PER_TOKEN, path = ctx.request.path, matched = matched,
       waiting = endpoints[1].waiting_queue_size, picker_fields = n > 0,
       role = endpoints[1].labels.role, label_list = #endpoints[1].labels,
+      adapters = #endpoints[1].active_adapters + #endpoints[1].waiting_adapters,
+      poisoned = endpoints[1].active_adapters.poisoned or false,
       label_keys = (function() local k = 0 for _ in pairs(endpoints[1].labels) do k = k + 1 end
         return k end)(),
       header = pcall(ctx.set_header, ctx, "x-victim", "1"),
@@ -112,7 +116,7 @@ return {
 
 local EXPECTED = { endpoints = 2, json = "[0.123456]", deep = true, dict = "v", chars = 4,
   path = "/v1/completions", matched = 16, waiting = 3, picker_fields = true, header = true,
-  role = "decode", label_list = 0, label_keys = 1 }
+  role = "decode", label_list = 0, label_keys = 1, adapters = 1, poisoned = false }
 
 local function config(attack)
   local plugins = { { type = "spec-victim", name = "victim" },
@@ -147,7 +151,8 @@ describe("plugins sharing one VM", function()
     it("cannot reach each other or the runtime: " .. name, function()
       local rt = S.runtime({ plugin_dirs = { S.FIXTURES, dir } })
       assert(rt:load_string(config(name), "hostile.json"))
-      local m = { waiting_queue_size = 3, labels = { role = "decode" } }
+      local m = { waiting_queue_size = 3, labels = { role = "decode" },
+        running_lora_adapters = "sql" }
       S.endpoints(rt, 2, { m, m })
       for _ = 1, 3 do
         local req = assert(rt:begin({ path = "/v1/completions", body = '{"prompt":"x"}' }))
