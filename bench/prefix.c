@@ -11,9 +11,9 @@
 #include <string.h>
 #include <time.h>
 
-#define BLOCK 64          /* the EPP's default block size */
-#define ENDPOINTS 16
-#define CAPACITY 31250    /* the EPP's default lruCapacityPerServer */
+#define BLOCK       64 /* the EPP's default block size */
+#define ENDPOINTS   16
+#define CAPACITY    31250 /* the EPP's default lruCapacityPerServer */
 #define MIN_SECONDS 0.25
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -26,12 +26,13 @@ static uint64_t next(void) { /* xorshift64: deterministic prompts */
 }
 
 static void fill(char *p, size_t n) {
-  for (size_t i = 0; i < n; i++) p[i] = (char)(' ' + next() % 95);
+  for (size_t i = 0; i < n; i++)
+    p[i] = (char)(' ' + next() % 95);
 }
 
 static lupin_hash_input input(const char *prompt, size_t len) {
-  return (lupin_hash_input){prompt, len, "meta-llama/Llama-3.1-8B-Instruct", 32, "", 0, BLOCK,
-                            len / BLOCK};
+  return (lupin_hash_input){prompt, len,        "meta-llama/Llama-3.1-8B-Instruct", 32, "", 0,
+                            BLOCK,  len / BLOCK};
 }
 
 /* Hashing: GB/s over whole prompts (every full block hashed). */
@@ -40,7 +41,8 @@ static double bench_hash(const char *prompt, size_t len, uint64_t *out) {
   size_t iters = 0;
   double t0 = lupin_now(), t;
   do {
-    for (int i = 0; i < 64; i++) lupin_block_hashes(&in, out, len / BLOCK);
+    for (int i = 0; i < 64; i++)
+      lupin_block_hashes(&in, out, len / BLOCK);
     iters += 64;
   } while ((t = lupin_now() - t0) < MIN_SECONDS);
   return (double)iters * (double)len / t / 1e9;
@@ -79,12 +81,14 @@ static index_cost bench_index(char *prompt, size_t len, uint64_t *h) {
     blocks += n;
   }
   c.insert_full_ns = spent * 1e9 / (double)blocks;
-  for (uint32_t e = 0; e < 4; e++) lupin_prefix_record(x, e, h, n);
+  for (uint32_t e = 0; e < 4; e++)
+    lupin_prefix_record(x, e, h, n);
   uint32_t ids[ENDPOINTS], counts[ENDPOINTS];
   size_t iters = 0;
   t0 = lupin_now();
   do {
-    for (int i = 0; i < 16; i++) lupin_prefix_match(x, h, n, ids, counts, ENDPOINTS);
+    for (int i = 0; i < 16; i++)
+      lupin_prefix_match(x, h, n, ids, counts, ENDPOINTS);
     iters += 16;
   } while ((spent = lupin_now() - t0) < MIN_SECONDS);
   c.lookup_ns = spent * 1e9 / (double)(iters * n);
@@ -96,8 +100,8 @@ static index_cost bench_index(char *prompt, size_t len, uint64_t *h) {
 
 /* --- a keyed index under threads ------------------------------------------ */
 
-#define T_PROMPTS 4096   /* distinct prompts, over 16 shared stems */
-#define T_BLOCKS 128     /* blocks per prompt: 8 KB */
+#define T_PROMPTS  4096  /* distinct prompts, over 16 shared stems */
+#define T_BLOCKS   128   /* blocks per prompt: 8 KB */
 #define T_CAPACITY 31250 /* per endpoint: the EPP default */
 
 static uint64_t (*t_hashes)[T_BLOCKS];
@@ -116,7 +120,8 @@ static void t_prompts(void) {
   if (!t_hashes || !p) exit(1);
   for (int i = 0; i < T_PROMPTS; i++) {
     snprintf(p, 32, "stem %02d ", i % 16); /* the stem: the first 32 blocks */
-    for (size_t c = 8; c < 32 * BLOCK; c++) p[c] = (char)('a' + c % 26);
+    for (size_t c = 8; c < 32 * BLOCK; c++)
+      p[c] = (char)('a' + c % 26);
     fill(p + 32 * BLOCK, (T_BLOCKS - 32) * BLOCK);
     lupin_block_hashes(&(lupin_hash_input){p, T_BLOCKS * BLOCK, "m", 1, "", 0, BLOCK, T_BLOCKS},
                        t_hashes[i], T_BLOCKS);
@@ -172,14 +177,17 @@ static double bench_threads(int n, unsigned shards) {
   struct timespec nap = {0, 200 * 1000 * 1000}; /* warm up: fill the LRUs */
   nanosleep(&nap, NULL);
   uint64_t before = 0, after = 0;
-  for (int i = 0; i < n; i++) before += __atomic_load_n(&w[i].pairs, __ATOMIC_RELAXED);
+  for (int i = 0; i < n; i++)
+    before += __atomic_load_n(&w[i].pairs, __ATOMIC_RELAXED);
   double t0 = lupin_now();
   nap.tv_sec = 1, nap.tv_nsec = 0;
   nanosleep(&nap, NULL);
-  for (int i = 0; i < n; i++) after += __atomic_load_n(&w[i].pairs, __ATOMIC_RELAXED);
+  for (int i = 0; i < n; i++)
+    after += __atomic_load_n(&w[i].pairs, __ATOMIC_RELAXED);
   double t = lupin_now() - t0;
   atomic_store(&t_stop, 1);
-  for (int i = 0; i < n; i++) pthread_join(w[i].thread, NULL);
+  for (int i = 0; i < n; i++)
+    pthread_join(w[i].thread, NULL);
   lupin_shared_free(s);
   return (double)(after - before) / t;
 }

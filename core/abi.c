@@ -7,11 +7,14 @@
 
 #include <stddef.h>
 
-#define SIZE(T) {#T, NULL, NULL, sizeof(T), 0}
+#define SIZE(T)                                                                                    \
+  { #T, NULL, NULL, sizeof(T), 0 }
 /* Lua declares only the head of T, the fields before `private` */
-#define HEAD(T, private) {#T, NULL, NULL, offsetof(T, private), 0}
+#define HEAD(T, private)                                                                           \
+  { #T, NULL, NULL, offsetof(T, private), 0 }
 /* lua names the field in capi.lua where it differs from the C name */
-#define FIELD_AS(T, f, lua) {#T, #f, lua, 0, offsetof(T, f)}
+#define FIELD_AS(T, f, lua)                                                                        \
+  { #T, #f, lua, 0, offsetof(T, f) }
 #define FIELD(T, f) FIELD_AS(T, f, NULL)
 
 static const lupin_abi_entry abi[] = {

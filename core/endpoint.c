@@ -187,8 +187,12 @@ static int set_adapters(lupin_runtime *rt, lupin_endpoint *ep, const lupin_metri
 int lupin_endpoint_set_metrics(lupin_runtime *rt, const char *name, const lupin_metrics *m) {
   lupin_endpoint *ep = find(rt, name, NULL);
   if (!ep) return -1;
-  ep->load = (lupin_load){m->waiting_queue_size, m->running_requests, m->kv_cache_usage,
-                          m->max_lora,           m->cache_block_size, m->num_blocks,
+  ep->load = (lupin_load){m->waiting_queue_size,
+                          m->running_requests,
+                          m->kv_cache_usage,
+                          m->max_lora,
+                          m->cache_block_size,
+                          m->num_blocks,
                           m->scraped_at > 0 ? m->scraped_at : lupin_now()};
   int rc = set_adapters(rt, ep, m);
   lupin__flow_pump(rt, 0); /* fresh metrics may open the gate */

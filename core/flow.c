@@ -29,8 +29,7 @@ static lupin_request *next(lupin_runtime *rt, int sweep) {
     lupin__log(rt, LUPIN_LOG_ERROR, "flow control: %s", err);
     return NULL;
   }
-  lupin_request *req =
-      lua_isnumber(L, -1) ? (lupin_request *)(uintptr_t)lua_tonumber(L, -1) : NULL;
+  lupin_request *req = lua_isnumber(L, -1) ? (lupin_request *)(uintptr_t)lua_tonumber(L, -1) : NULL;
   lua_pop(L, 1);
   return req;
 }

@@ -73,8 +73,8 @@ int lupin_runtime_section(lupin_runtime *rt, const char *section, double *values
   return rc;
 }
 
-int lupin_runtime_section_text(lupin_runtime *rt, const char *section, const char *name,
-                               char *out, size_t len) {
+int lupin_runtime_section_text(lupin_runtime *rt, const char *section, const char *name, char *out,
+                               size_t len) {
   lua_State *L = rt->L;
   int base = lua_gettop(L);
   push_op(rt, "section_text");
@@ -143,9 +143,9 @@ static int entry_metrics(lua_State *L, int e, lupin_metrics *m) {
   int t = lua_gettop(L);
   if (!lua_istable(L, t)) return -1;
   static const char *const keys[] = {"waiting_queue_size", "running_requests", "kv_cache_usage",
-                                     "max_lora", "cache_block_size", "num_blocks"};
+                                     "max_lora",           "cache_block_size", "num_blocks"};
   double *v[] = {&m->waiting_queue_size, &m->running_requests, &m->kv_cache_usage,
-                 &m->max_lora, &m->cache_block_size, &m->num_blocks};
+                 &m->max_lora,           &m->cache_block_size, &m->num_blocks};
   *m = (lupin_metrics){0};
   for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
     lua_getfield(L, t, keys[i]);

@@ -185,8 +185,8 @@ int lupin__prefix_shared_record(lupin_shared_store *st, const char *key, uint32_
 /* The id of the newest endpoint named name in s's registry; 0: none. */
 uint32_t lupin__shared_endpoint_named(lupin_shared *s, const char *name);
 /* A keyed index recorded hashes for ep: tells the host's hook, if any. */
-void lupin__prefix_sync_recorded(lupin_shared_store *st, const char *key,
-                                 const lupin_endpoint *ep, const uint64_t *hashes, size_t n);
+void lupin__prefix_sync_recorded(lupin_shared_store *st, const char *key, const lupin_endpoint *ep,
+                                 const uint64_t *hashes, size_t n);
 
 /* One runtime's handle on a keyed index (used by one thread at a time). */
 lupin_prefix_view *lupin_prefix_open(lupin_runtime *rt, const char *key, uint32_t capacity);
@@ -373,7 +373,7 @@ enum lupin_hook {
   LUPIN_HOOK_ENDPOINT_HEALTH,
   LUPIN_HOOK_FALLBACKS,
   LUPIN_HOOK_EXPLAIN,
-  LUPIN_HOOK_FLOW, /* flow control (core/flow.c) */
+  LUPIN_HOOK_FLOW,    /* flow control (core/flow.c) */
   LUPIN_HOOK_INSTALL, /* a built generation becomes current */
   LUPIN_HOOK_COUNT
 };
@@ -399,7 +399,7 @@ void lupin__collector_start(lupin_runtime *rt);
 
 struct lupin_runtime {
   lua_State *L;
-  lupin_shared *shared; /* the host's, or own_shared */
+  lupin_shared *shared;     /* the host's, or own_shared */
   lupin_shared *own_shared; /* made for a runtime given none, freed with it */
   lupin_alloc alloc;
   lupin_budget budget;

@@ -182,7 +182,7 @@ void lupin_runtime_stats(lupin_runtime *rt, lupin_stats *out);
 
 /* Per plugin instance and extension point: calls, errors, time spent. */
 #define LUPIN_PLUGIN_BUCKETS 10
-#define LUPIN_PLUGIN_BOUNDS 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1
+#define LUPIN_PLUGIN_BOUNDS  0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1
 typedef struct lupin_plugin_stat {
   const char *plugin; /* instance name */
   const char *type;
@@ -270,8 +270,8 @@ int lupin_runtime_section(lupin_runtime *rt, const char *section, double *values
 /* A string setting's value in the current generation (its default when the
  * config leaves it out), copied into out.  -1: no generation, no such
  * string setting, or longer than len - 1. */
-int lupin_runtime_section_text(lupin_runtime *rt, const char *section, const char *name,
-                               char *out, size_t len);
+int lupin_runtime_section_text(lupin_runtime *rt, const char *section, const char *name, char *out,
+                               size_t len);
 
 /* The plugin directories the current generation was loaded from (home's,
  * the options', the config's pluginDirs): what a host watches for changes
@@ -362,8 +362,8 @@ typedef struct lupin_metric_spec {
  * (core-metrics-extractor's engineLabelKey, "llm-d.ai/engine-type"), else
  * the default engine (docs/metrics.md, "Engines"). */
 typedef struct lupin_metric_source {
-  const char *engine; /* "vllm", "sglang", "tgi", "triton-tensorrt-llm", ... */
-  const char *path;   /* the page to GET: "/metrics" */
+  const char *engine;         /* "vllm", "sglang", "tgi", "triton-tensorrt-llm", ... */
+  const char *path;           /* the page to GET: "/metrics" */
   lupin_metric_spec queue;    /* -> waiting_queue_size */
   lupin_metric_spec running;  /* -> running_requests */
   lupin_metric_spec kv_usage; /* -> kv_cache_usage, 0..1 */
@@ -553,11 +553,11 @@ uint64_t lupin_runtime_flow_elsewhere(lupin_runtime *rt);
 
 /* Where a request stands in flow control. */
 typedef struct lupin_flow_place {
-  int managed;     /* its generation has flow control */
-  int queued;      /* waiting now */
-  int priority;    /* its band */
+  int managed;      /* its generation has flow control */
+  int queued;       /* waiting now */
+  int priority;     /* its band */
   const char *flow; /* its fairness id ("" for the default flow) */
-  double waited;   /* seconds in the queue (so far, or in all) */
+  double waited;    /* seconds in the queue (so far, or in all) */
 } lupin_flow_place;
 
 /* Fills *out; the pointers are valid until lupin_request_end. */
@@ -566,9 +566,9 @@ void lupin_request_flow(const lupin_request *req, lupin_flow_place *out);
 /* One band (flow NULL) or one flow of it, as the queue holds it now. */
 typedef struct lupin_flow_info {
   int priority;
-  const char *flow;  /* NULL: the band's totals */
-  uint64_t queued;   /* requests waiting */
-  uint64_t bytes;    /* their bodies' bytes */
+  const char *flow; /* NULL: the band's totals */
+  uint64_t queued;  /* requests waiting */
+  uint64_t bytes;   /* their bodies' bytes */
   /* bands only: counted since the runtime started */
   uint64_t dispatched, ttl, full, shed, cancelled;
   uint64_t max_requests, max_bytes; /* the band's limits, 0: none */

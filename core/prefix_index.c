@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define NIL 0u /* node and slot index 0 is never used: 0 means "none" */
+#define NIL    0u /* node and slot index 0 is never used: 0 means "none" */
 #define GOLDEN 0x9E3779B97F4A7C15ull
 
 typedef struct slot {
@@ -34,8 +34,8 @@ typedef struct table {
 
 typedef struct node {
   uint64_t hash;
-  uint32_t ep;          /* endpoint slot */
-  uint32_t prev, next;  /* the endpoint's LRU, most recent first */
+  uint32_t ep;           /* endpoint slot */
+  uint32_t prev, next;   /* the endpoint's LRU, most recent first */
   uint32_t rprev, rnext; /* the chain of nodes with this hash */
 } node;
 
@@ -118,7 +118,8 @@ static slot *tab_find(const table *t, uint64_t key, uint32_t ep) {
 
 static void tab_place(table *t, slot v) {
   size_t i = home(t, v.key, v.ep);
-  while (t->s[i].val != NIL) i = (i + 1) & t->mask;
+  while (t->s[i].val != NIL)
+    i = (i + 1) & t->mask;
   t->s[i] = v;
 }
 
@@ -182,15 +183,24 @@ static uint32_t node_alloc(lupin_prefix_index *x) {
 
 static void lru_unlink(lupin_prefix_index *x, endpoint *e, uint32_t n) {
   node *d = &x->nodes[n];
-  if (d->prev) x->nodes[d->prev].next = d->next; else e->head = d->next;
-  if (d->next) x->nodes[d->next].prev = d->prev; else e->tail = d->prev;
+  if (d->prev)
+    x->nodes[d->prev].next = d->next;
+  else
+    e->head = d->next;
+  if (d->next)
+    x->nodes[d->next].prev = d->prev;
+  else
+    e->tail = d->prev;
 }
 
 static void lru_push_front(lupin_prefix_index *x, endpoint *e, uint32_t n) {
   node *d = &x->nodes[n];
   d->prev = NIL;
   d->next = e->head;
-  if (e->head) x->nodes[e->head].prev = n; else e->tail = n;
+  if (e->head)
+    x->nodes[e->head].prev = n;
+  else
+    e->tail = n;
   e->head = n;
 }
 
@@ -213,7 +223,10 @@ static void chain_unlink(lupin_prefix_index *x, uint32_t n) {
     return;
   }
   slot *s = tab_find(&x->hashes, d->hash, 0);
-  if (d->rnext) s->val = d->rnext; else tab_del(&x->hashes, s);
+  if (d->rnext)
+    s->val = d->rnext;
+  else
+    tab_del(&x->hashes, s);
 }
 
 /* Drops one (endpoint, hash) entry from every structure. */
@@ -292,8 +305,10 @@ lupin_prefix_index *lupin_prefix_new(lupin_runtime *rt, uint32_t default_capacit
 void lupin_prefix_free(lupin_prefix_index *x) {
   if (!x) return;
   if (x->rt) {
-    if (x->prev_index) x->prev_index->next_index = x->next_index;
-    else x->rt->prefix_indexes = x->next_index;
+    if (x->prev_index)
+      x->prev_index->next_index = x->next_index;
+    else
+      x->rt->prefix_indexes = x->next_index;
     if (x->next_index) x->next_index->prev_index = x->prev_index;
   }
   mem_free(x->nodes, (size_t)x->cap_nodes * sizeof *x->nodes);
@@ -305,7 +320,8 @@ void lupin_prefix_free(lupin_prefix_index *x) {
 }
 
 static void evict_to(lupin_prefix_index *x, endpoint *e, uint32_t capacity) {
-  while (e->count > capacity) node_remove(x, e, e->tail);
+  while (e->count > capacity)
+    node_remove(x, e, e->tail);
 }
 
 int lupin_prefix_set_capacity(lupin_prefix_index *x, uint32_t id, uint32_t capacity) {
@@ -418,7 +434,8 @@ long lupin_prefix_match(lupin_prefix_index *x, const uint64_t *hashes, size_t n,
                         uint32_t *counts, size_t cap) {
   if (!x || (n && !hashes) || (cap && (!ids || !counts))) return -1;
   if (++x->epoch == 0) { /* wrapped: forget every stamp once */
-    for (uint32_t i = 1; i <= x->n_eps; i++) x->eps[i].stamp = 0;
+    for (uint32_t i = 1; i <= x->n_eps; i++)
+      x->eps[i].stamp = 0;
     x->epoch = 1;
   }
   size_t found = 0;
@@ -481,6 +498,7 @@ size_t lupin_prefix_holders(const lupin_prefix_index *x, uint64_t hash, uint32_t
 }
 
 void lupin__prefix_purge_all(lupin_runtime *rt, uint32_t id) {
-  for (lupin_prefix_index *x = rt->prefix_indexes; x; x = x->next_index) lupin_prefix_purge(x, id);
+  for (lupin_prefix_index *x = rt->prefix_indexes; x; x = x->next_index)
+    lupin_prefix_purge(x, id);
   if (rt->shared) lupin__prefix_shared_purge_all(lupin__shared_store(rt->shared), id);
 }

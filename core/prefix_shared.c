@@ -39,10 +39,10 @@ struct lupin_prefix_shared {
 struct lupin_prefix_view {
   lupin_runtime *rt;
   lupin_prefix_shared *ix;
-  size_t cap_pos;           /* room in the per-position arrays */
-  uint32_t *order;          /* positions grouped by shard, in order within one */
-  uint32_t *start, *len;    /* a position's holders in `holders` */
-  uint64_t *group;          /* one shard's hashes (record) */
+  size_t cap_pos;        /* room in the per-position arrays */
+  uint32_t *order;       /* positions grouped by shard, in order within one */
+  uint32_t *start, *len; /* a position's holders in `holders` */
+  uint64_t *group;       /* one shard's hashes (record) */
   uint32_t *holders;
   size_t cap_holders;
   uint32_t *found, *fcount; /* a match's endpoints and counts, as found */
@@ -65,7 +65,8 @@ static lupin_prefix_shared *index_new(const char *key, uint32_t capacity, unsign
   lupin_prefix_shared *ix = calloc(1, sizeof *ix);
   if (!ix) return NULL;
   unsigned bits = 0;
-  while ((1u << bits) < n_shards && bits < 6) bits++;
+  while ((1u << bits) < n_shards && bits < 6)
+    bits++;
   ix->n_shards = 1u << bits;
   ix->shift = 64 - bits;
   ix->key = strdup(key);
@@ -119,7 +120,8 @@ lupin_prefix_view *lupin_prefix_open(lupin_runtime *rt, const char *key, uint32_
   if (!v) return NULL;
   pthread_mutex_lock(&st->lock);
   lupin_prefix_shared *ix = st->prefix;
-  while (ix && strcmp(ix->key, key) != 0) ix = ix->next;
+  while (ix && strcmp(ix->key, key) != 0)
+    ix = ix->next;
   if (!ix && (ix = index_new(key, capacity, st->prefix_shards))) {
     ix->next = st->prefix;
     st->prefix = ix;
@@ -141,7 +143,8 @@ void lupin_prefix_close(lupin_prefix_view *v) {
   pthread_mutex_lock(&st->lock);
   if (--v->ix->refs == 0) {
     lupin_prefix_shared **p = &st->prefix;
-    while (*p != v->ix) p = &(*p)->next;
+    while (*p != v->ix)
+      p = &(*p)->next;
     *p = v->ix->next;
     index_free(v->ix);
   }
@@ -159,7 +162,8 @@ void lupin_prefix_close(lupin_prefix_view *v) {
 
 void lupin__prefix_shared_purge_all(lupin_shared_store *st, uint32_t id) {
   pthread_mutex_lock(&st->lock);
-  for (lupin_prefix_shared *ix = st->prefix; ix; ix = ix->next) index_purge(ix, id);
+  for (lupin_prefix_shared *ix = st->prefix; ix; ix = ix->next)
+    index_purge(ix, id);
   pthread_mutex_unlock(&st->lock);
 }
 
@@ -200,12 +204,14 @@ static int group_by_shard(lupin_prefix_view *v, const uint64_t *hashes, size_t n
   const lupin_prefix_shared *ix = v->ix;
   size_t next[MAX_SHARDS];
   memset(off, 0, (ix->n_shards + 1) * sizeof *off);
-  for (size_t i = 0; i < n; i++) off[shard_of(ix, hashes[i]) + 1]++;
+  for (size_t i = 0; i < n; i++)
+    off[shard_of(ix, hashes[i]) + 1]++;
   for (unsigned s = 0; s < ix->n_shards; s++) {
     off[s + 1] += off[s];
     next[s] = off[s];
   }
-  for (size_t i = 0; i < n; i++) v->order[next[shard_of(ix, hashes[i])]++] = (uint32_t)i;
+  for (size_t i = 0; i < n; i++)
+    v->order[next[shard_of(ix, hashes[i])]++] = (uint32_t)i;
   return 0;
 }
 
@@ -252,7 +258,8 @@ static int record_sharded(lupin_prefix_view *v, uint32_t id, const uint64_t *has
   if (group_by_shard(v, hashes, n, off)) return -1;
   for (unsigned s = 0; s < v->ix->n_shards; s++) {
     size_t k = 0;
-    for (size_t j = off[s]; j < off[s + 1]; j++) v->group[k++] = hashes[v->order[j]];
+    for (size_t j = off[s]; j < off[s + 1]; j++)
+      v->group[k++] = hashes[v->order[j]];
     if (k && record_in(v, s, id, v->group, k, capacity)) return -1;
   }
   return 0;
@@ -274,7 +281,8 @@ int lupin__prefix_shared_record(lupin_shared_store *st, const char *key, uint32_
                                 const uint64_t *hashes, size_t n) {
   pthread_mutex_lock(&st->lock);
   lupin_prefix_shared *ix = st->prefix;
-  while (ix && strcmp(ix->key, key) != 0) ix = ix->next;
+  while (ix && strcmp(ix->key, key) != 0)
+    ix = ix->next;
   int rc = 0;
   if (ix) {
     lupin_prefix_view v = {.ix = ix};
@@ -296,7 +304,8 @@ int lupin__prefix_shared_record(lupin_shared_store *st, const char *key, uint32_
 
 static void map_insert(lupin_prefix_view *v, size_t f) {
   size_t i = (v->found[f] * 0x9E3779B1u) & v->map_mask;
-  while (v->map[i]) i = (i + 1) & v->map_mask;
+  while (v->map[i])
+    i = (i + 1) & v->map_mask;
   v->map[i] = (uint32_t)f + 1;
 }
 
@@ -313,7 +322,8 @@ static int map_room(lupin_prefix_view *v, size_t n) {
   free(v->map);
   v->map = m;
   v->map_mask = cap - 1;
-  for (size_t f = 0; f < n; f++) map_insert(v, f);
+  for (size_t f = 0; f < n; f++)
+    map_insert(v, f);
   return 0;
 }
 
@@ -327,9 +337,10 @@ static uint32_t found_slot(lupin_prefix_view *v, uint32_t id, size_t *n_found, i
     if (n < SCAN_FOUND) { /* map_room(v, 0) at the match's start made room */
       v->found[n] = id;
       v->fcount[n] = 0;
-      return (uint32_t)++*n_found;
+      return (uint32_t)++ * n_found;
     }
-    for (size_t f = 0; f < n; f++) map_insert(v, f);
+    for (size_t f = 0; f < n; f++)
+      map_insert(v, f);
     *mapped = 1;
   }
   if (map_room(v, n)) return 0;
@@ -338,7 +349,7 @@ static uint32_t found_slot(lupin_prefix_view *v, uint32_t id, size_t *n_found, i
     if (v->found[v->map[i] - 1] == id) return v->map[i];
   v->found[n] = id;
   v->fcount[n] = 0;
-  v->map[i] = (uint32_t)++*n_found;
+  v->map[i] = (uint32_t)++ * n_found;
   return v->map[i];
 }
 
@@ -379,9 +390,8 @@ out:
  * prompt's blocks mostly do (one endpoint holds a run of them), so the
  * match counts a run of such blocks at once. */
 static int same_holders(const lupin_prefix_view *v, size_t i, size_t j) {
-  return v->len[i] == v->len[j] &&
-         memcmp(v->holders + v->start[i], v->holders + v->start[j],
-                v->len[i] * sizeof *v->holders) == 0;
+  return v->len[i] == v->len[j] && memcmp(v->holders + v->start[i], v->holders + v->start[j],
+                                          v->len[i] * sizeof *v->holders) == 0;
 }
 
 long lupin_prefix_view_match(lupin_prefix_view *v, const uint64_t *hashes, size_t n, uint32_t *ids,

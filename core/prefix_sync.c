@@ -14,8 +14,8 @@ void lupin_shared_on_prefix_record(lupin_shared *s, lupin_prefix_record_fn fn, v
   st->on_record_ud = ud;
 }
 
-void lupin__prefix_sync_recorded(lupin_shared_store *st, const char *key,
-                                 const lupin_endpoint *ep, const uint64_t *hashes, size_t n) {
+void lupin__prefix_sync_recorded(lupin_shared_store *st, const char *key, const lupin_endpoint *ep,
+                                 const uint64_t *hashes, size_t n) {
   if (st->on_record && ep->name) st->on_record(st->on_record_ud, key, ep->name, hashes, n);
 }
 

@@ -188,21 +188,10 @@ void lupin__counters_add(lupin_counters *c, int64_t requests, int64_t tokens) {
 lupin_shared_store *lupin__shared_store(lupin_shared *s) { return &s->store; }
 
 const lupin_capi_shared lupin__capi_shared = {
-    lupin_prefix_open,
-    lupin_prefix_close,
-    lupin_prefix_view_set_capacity,
-    lupin_prefix_view_record,
-    lupin_prefix_view_match,
-    lupin_prefix_view_purge,
-    lupin_prefix_view_count,
-    lupin_prefix_view_holds,
-    lupin_prefix_view_memory,
-    lupin_dict_open,
-    lupin_dict_get,
-    lupin_dict_set,
-    lupin_dict_incr,
-    lupin_dict_count,
-    lupin_dict_max,
-    lupin__flow_add,
-    lupin__flow_keep,
+    lupin_prefix_open,        lupin_prefix_close,      lupin_prefix_view_set_capacity,
+    lupin_prefix_view_record, lupin_prefix_view_match, lupin_prefix_view_purge,
+    lupin_prefix_view_count,  lupin_prefix_view_holds, lupin_prefix_view_memory,
+    lupin_dict_open,          lupin_dict_get,          lupin_dict_set,
+    lupin_dict_incr,          lupin_dict_count,        lupin_dict_max,
+    lupin__flow_add,          lupin__flow_keep,
 };

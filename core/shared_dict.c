@@ -75,7 +75,8 @@ lupin_dict *lupin_dict_open(lupin_runtime *rt, const char *name, size_t max_entr
   lupin_shared_store *st = lupin__shared_store(rt->shared);
   pthread_mutex_lock(&st->lock);
   lupin_dict *d = st->dicts;
-  while (d && strcmp(d->name, name) != 0) d = d->next;
+  while (d && strcmp(d->name, name) != 0)
+    d = d->next;
   /* the runtime's own dicts ("lupin.", which lupin.shared keeps from
    * plugins) are bounded by their users alone: a plugin filling the budget
    * must not stop flow control's counts */

@@ -71,8 +71,7 @@ static char *slurp(const char *path, size_t *len, char *err, size_t errlen) {
 }
 
 /* Schedules the body; prints the record.  Returns the exit code. */
-static int explain_body(explain_run *r, const char *file, const char *body, size_t len,
-                        int json) {
+static int explain_body(explain_run *r, const char *file, const char *body, size_t len, int json) {
   lupin_request_desc d = {.body = body, /* path NULL: the body's */
                           .body_len = len,
                           .check_body = 1,

@@ -27,8 +27,7 @@ static gw_flow_wait *wait_of(lupin_gateway *gw, int priority, const char *outcom
     if (w->priority == priority && !strcmp(w->outcome, outcome)) return w;
   }
   if (gw->n_flow_waits == MAX_WAITS) return NULL;
-  if (!gw->flow_waits && !(gw->flow_waits = calloc(MAX_WAITS, sizeof *gw->flow_waits)))
-    return NULL;
+  if (!gw->flow_waits && !(gw->flow_waits = calloc(MAX_WAITS, sizeof *gw->flow_waits))) return NULL;
   gw_flow_wait *w = &gw->flow_waits[gw->n_flow_waits++];
   w->priority = priority;
   snprintf(w->outcome, sizeof w->outcome, "%s", outcome);
@@ -68,8 +67,11 @@ static void band_sample(void *ud, const lupin_flow_info *f) {
     const struct {
       const char *name;
       uint64_t v;
-    } by[] = {{"dispatched", f->dispatched}, {"queue_ttl", f->ttl},       {"queue_full", f->full},
-              {"shed", f->shed},             {"cancelled", f->cancelled}};
+    } by[] = {{"dispatched", f->dispatched},
+              {"queue_ttl", f->ttl},
+              {"queue_full", f->full},
+              {"shed", f->shed},
+              {"cancelled", f->cancelled}};
     for (size_t i = 0; i < sizeof by / sizeof *by; i++)
       gw_expo_sample(p->e, (const char *[]){prio, by[i].name}, (double)by[i].v);
   }
@@ -216,8 +218,9 @@ static void flows_sum_free(flows_sum *m) {
 
 static void band_json(gw_buf *b, const sum_band *sb) {
   const lupin_flow_info *f = &sb->f;
-  gw_buf_printf(b, "{\"priority\":%d,\"queued\":%llu,\"bytes\":%llu,\"max_requests\":%llu,"
-                   "\"max_bytes\":%llu,\"fairness\":",
+  gw_buf_printf(b,
+                "{\"priority\":%d,\"queued\":%llu,\"bytes\":%llu,\"max_requests\":%llu,"
+                "\"max_bytes\":%llu,\"fairness\":",
                 f->priority, (unsigned long long)f->queued, (unsigned long long)f->bytes,
                 (unsigned long long)f->max_requests, (unsigned long long)f->max_bytes);
   gw_buf_json(b, f->fairness ? f->fairness : "");

@@ -523,7 +523,8 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   /* the prefix indexes' stripes are set for the workers --workers or the
    * cores call for (the config's gateway.workers is read only after) */
   gw_workers_wanted(gw, &workers);
-  if (open_loop(gw, err, errlen) || !(gw->shared = lupin_shared_new((unsigned)workers, err, errlen)))
+  if (open_loop(gw, err, errlen) ||
+      !(gw->shared = lupin_shared_new((unsigned)workers, err, errlen)))
     return -2;
   if (gw_explain_open(gw, NULL)) {
     gw_errf(err, errlen, "out of memory");

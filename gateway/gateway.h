@@ -96,7 +96,8 @@ typedef struct gw_name {
   const char *s;
   size_t len;
 } gw_name;
-#define GW_NAME(lit) {lit, sizeof lit - 1}
+#define GW_NAME(lit)                                                                               \
+  { lit, sizeof lit - 1 }
 int gw_name_in(const char *name, const gw_name *set, size_t n);
 /* Whether a header's name is `lower` (a name in lower case), without case.
  * The first bytes are compared first: most names differ there. */
@@ -140,8 +141,7 @@ int gw_write(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb
  * is queued by reference, so the caller keeps the bytes until cb has run or
  * the stream is closed (libuv reads none of them after uv_close).  For
  * request bodies, which a copy would double. */
-int gw_write_kept(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb,
-                  void *data);
+int gw_write_kept(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb, void *data);
 
 /* --- settings (the config's "gateway" section, lua/lupin/config.lua) ------ */
 
@@ -230,9 +230,9 @@ struct gw_endpoint {
   int n_addrs, addr_first; /* addr_first: connected last, tried first */
   int resolving;
   double resolved_at;
-  int refs;       /* the registry's one, plus one per upstream exchange */
-  int removed;    /* gone from the registry; freed at its last ref */
-  int seen;       /* marks of an endpoints file re-read */
+  int refs;                /* the registry's one, plus one per upstream exchange */
+  int removed;             /* gone from the registry; freed at its last ref */
+  int seen;                /* marks of an endpoints file re-read */
   gw_pool pools[GW_POOLS]; /* keep-alive connections */
   gw_health health;
   /* scraping (scrape.c) */
@@ -580,8 +580,8 @@ extern const char gw_explain_usage[];
 typedef struct gw_stats {
   uint64_t by_status[600];
   uint64_t by_outcome[16]; /* by lupin_outcome */
-  gw_histogram sched;     /* lupin_scheduling_seconds */
-  gw_histogram sched_epp; /* the same times in the EPP's buckets */
+  gw_histogram sched;      /* lupin_scheduling_seconds */
+  gw_histogram sched_epp;  /* the same times in the EPP's buckets */
 } gw_stats;
 
 typedef struct gw_options {
@@ -591,14 +591,14 @@ typedef struct gw_options {
   const char *admin_token;
   const char *endpoints_file;
   int log_level;
-  int log_json;                /* --log-format json: diagnostics as JSON lines */
+  int log_json;               /* --log-format json: diagnostics as JSON lines */
   int no_watch;               /* --no-watch: no reload on config or plugin file changes */
   const char *max_lua_memory; /* --max-lua-memory: overrides maxLuaMemoryBytes */
   int admin_insecure;         /* --admin-insecure: a non-loopback admin without a token */
   const char *resolve[16];    /* --resolve NAME=ADDR[,ADDR...] */
   int n_resolve;
-  const char *workers;        /* --workers N|auto: overrides gateway.workers */
-  const char *redis;          /* --redis HOST:PORT: replicas on, at that address */
+  const char *workers; /* --workers N|auto: overrides gateway.workers */
+  const char *redis;   /* --redis HOST:PORT: replicas on, at that address */
 } gw_options;
 
 /* Reloads and their outcome, for /metrics. */
@@ -653,8 +653,8 @@ struct lupin_gateway {
   size_t n_spare_upstreams;
   gw_exchange *spare_exchanges; /* the same for exchanges (proxy.c) */
   size_t n_spare_exchanges;
-  gw_buf access_log; /* lines this loop iteration ended, not written yet */
-  size_t n_retrying;  /* exchanges on a second or later attempt (the retry budget) */
+  gw_buf access_log;        /* lines this loop iteration ended, not written yet */
+  size_t n_retrying;        /* exchanges on a second or later attempt (the retry budget) */
   uint64_t retries_denied;  /* retries the budget refused */
   uv_timer_t *health_timer; /* health.c */
   unsigned health_ticks;
@@ -662,7 +662,7 @@ struct lupin_gateway {
   uint64_t ended_at_gc; /* requests ended at the last idle collection */
   int heap_releases;    /* ticks left that give freed memory back (lua_heap.c) */
   gw_stats stats;
-  gw_objective *objectives; /* by model, for the EPP's request families */
+  gw_objective *objectives;        /* by model, for the EPP's request families */
   struct gw_flow_wait *flow_waits; /* flow.c: wait histograms by band and outcome */
   size_t n_flow_waits;
   size_t n_objectives;
@@ -681,7 +681,7 @@ struct lupin_gateway {
   int worker;
   gw_workers *workers;
   gw_inbox *inbox;
-  lupin_shared *shared; /* given to the runtime */
+  lupin_shared *shared;         /* given to the runtime */
   struct gw_replicas *replicas; /* replicas.c: the leader's, NULL when off */
 };
 
@@ -746,8 +746,8 @@ struct gw_exchange {
   size_t pick;
   gw_endpoint *ep;
   gw_upstream *up;
-  const char *model; /* the model scheduled for (the model-name rewrite's): the core's */
-  char *requested; /* the body's, when a rewrite replaced it */
+  const char *model;       /* the model scheduled for (the model-name rewrite's): the core's */
+  char *requested;         /* the body's, when a rewrite replaced it */
   gw_objective *objective; /* set once scheduled: counted as running */
   uint64_t response_bytes;
   int stream;

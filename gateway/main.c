@@ -173,8 +173,8 @@ static void check_upsert(void *ud, const lupin_endpoint_desc *d) {
 }
 
 static void check_digest(void *ud, const lupin_generation_info *g) {
-  if (g->current) snprintf(((check_run *)ud)->digest, sizeof ((check_run *)ud)->digest, "%s",
-                           g->digest);
+  if (g->current)
+    snprintf(((check_run *)ud)->digest, sizeof((check_run *)ud)->digest, "%s", g->digest);
 }
 
 /* The reload path, step by step, over the endpoints the config names. */
@@ -201,7 +201,8 @@ static int check_run_all(check_run *c) {
 /* Splits "file:line: path: message" (lua/lupin/config.lua) for --format json. */
 static void check_json_error(gw_buf *b, const char *err) {
   const char *p = err, *colon;
-  while ((colon = strchr(p, ':')) && !(colon[1] >= '0' && colon[1] <= '9')) p = colon + 1;
+  while ((colon = strchr(p, ':')) && !(colon[1] >= '0' && colon[1] <= '9'))
+    p = colon + 1;
   char *end;
   long line = colon ? strtol(colon + 1, &end, 10) : 0;
   if (!colon || strncmp(end, ": ", 2)) {
@@ -249,8 +250,10 @@ static int check(const gw_options *o, const char *format) {
     printf("%s: ok (%zu endpoints)\n", o->config, c.n);
   }
   if (!rc && !c.n) /* serving it would answer every request 503 */
-    fprintf(stderr, "lupin check: warning: %s lists no endpoints: every request would get 503"
-                    " (no endpoint)\n", o->endpoints_file ? o->endpoints_file : o->config);
+    fprintf(stderr,
+            "lupin check: warning: %s lists no endpoints: every request would get 503"
+            " (no endpoint)\n",
+            o->endpoints_file ? o->endpoints_file : o->config);
   lupin_runtime_free(c.rt);
   return rc ? GW_EXIT_CONFIG : GW_EXIT_OK;
 }

@@ -24,7 +24,8 @@ static void add_models(json_t *data, json_t *seen, const gw_buf *body) {
 
 char *gw_models_merge(const gw_buf *bodies, size_t n) {
   json_t *data = json_array(), *seen = json_object();
-  for (size_t i = 0; i < n; i++) add_models(data, seen, &bodies[i]);
+  for (size_t i = 0; i < n; i++)
+    add_models(data, seen, &bodies[i]);
   json_t *out = json_pack("{s:s, s:o}", "object", "list", "data", data);
   /* compact; "/" stays as it is: clients compare ids such as
    * "meta-llama/Llama-3.1-8B-Instruct" byte for byte */

@@ -672,7 +672,7 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
                           .check_body = 1,
                           .flags = explain > 0 ? LUPIN_REQUEST_EXPLAIN : 0};
   lupin_header shown[GW_MAX_HEADERS]; /* server.c refuses more */
-  if (explain) { /* the admin token is not the plugins' to see */
+  if (explain) {                      /* the admin token is not the plugins' to see */
     d.headers = shown;
     d.n_headers = 0;
     for (size_t i = 0; i < http->headers.n; i++)

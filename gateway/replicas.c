@@ -28,12 +28,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FORMAT     "1"
-#define READ_COUNT 256    /* entries per XREAD */
-#define LAGS       1024   /* recent record lags kept for the quantiles */
-#define BACKOFF_MIN 0.1   /* seconds before the first reconnect */
+#define FORMAT      "1"
+#define READ_COUNT  256  /* entries per XREAD */
+#define LAGS        1024 /* recent record lags kept for the quantiles */
+#define BACKOFF_MIN 0.1  /* seconds before the first reconnect */
 #define BACKOFF_MAX 5.0
-#define WARN_EVERY  10.0  /* seconds between warnings while Redis stays down */
+#define WARN_EVERY  10.0 /* seconds between warnings while Redis stays down */
 
 typedef struct rsettings {
   uint64_t enabled, batch_ms, stream_max, max_pending, timeout_ms, share_prefix;
@@ -45,9 +45,10 @@ typedef struct rsetting {
 } rsetting;
 
 #define NONE (-1)
-#define INT(field, nm, d, lo, hi) \
-  {{.name = nm, .def = d, .min = lo, .max = hi}, offsetof(rsettings, field)}
-#define TEXT(nm, d, pat, w) {{.name = nm, .text = d, .pattern = pat, .what = w}, SIZE_MAX}
+#define INT(field, nm, d, lo, hi)                                                                  \
+  { {.name = nm, .def = d, .min = lo, .max = hi}, offsetof(rsettings, field) }
+#define TEXT(nm, d, pat, w)                                                                        \
+  { {.name = nm, .text = d, .pattern = pat, .what = w}, SIZE_MAX }
 
 static const rsetting settings[] = {
     INT(enabled, "enabled", 0, 0, 1),
@@ -79,7 +80,7 @@ struct gw_replicas {
   int resolving_now, stopping;
   redisAsyncContext *ac;
   int connected;
-  double since;      /* lupin_now() of the connect or of the command outstanding */
+  double since; /* lupin_now() of the connect or of the command outstanding */
   double next_try, backoff, warned_at;
   uint64_t failures; /* connect failures since the last warning */
   gw_buf sending;    /* the XADD outstanding, packed */
@@ -96,7 +97,8 @@ struct gw_replicas {
 
 int gw_replicas_declare(lupin_runtime *rt, char *err, size_t errlen) {
   lupin_setting s[N_SETTINGS];
-  for (size_t i = 0; i < N_SETTINGS; i++) s[i] = settings[i].s;
+  for (size_t i = 0; i < N_SETTINGS; i++)
+    s[i] = settings[i].s;
   return lupin_runtime_declare_section(rt, "replicas", s, N_SETTINGS, err, errlen);
 }
 
@@ -126,9 +128,11 @@ static int read_settings(lupin_gateway *gw, gw_replicas *r, char *err, size_t er
   long port = colon ? strtol(colon + 1, NULL, 10) : 0;
   if (!hl || hl >= sizeof r->host || port < 1 || port > 65535 ||
       strspn(colon + 1, "0123456789") != strlen(colon + 1)) {
-    gw_errf(err, errlen, "%s: the Redis address must be HOST:PORT with a port from 1 to 65535, "
-                         "got \"%s\"",
-            gw->opts.redis ? "--redis" : "replicas.address", gw->opts.redis ? gw->opts.redis : addr);
+    gw_errf(err, errlen,
+            "%s: the Redis address must be HOST:PORT with a port from 1 to 65535, "
+            "got \"%s\"",
+            gw->opts.redis ? "--redis" : "replicas.address",
+            gw->opts.redis ? gw->opts.redis : addr);
     return -1;
   }
   memcpy(r->host, a, hl);
@@ -148,13 +152,15 @@ static double wall_us(void) {
 
 static void put(gw_buf *b, uint64_t v, int bytes) {
   char le[8];
-  for (int i = 0; i < bytes; i++) le[i] = (char)(v >> (8 * i));
+  for (int i = 0; i < bytes; i++)
+    le[i] = (char)(v >> (8 * i));
   gw_buf_append(b, le, (size_t)bytes);
 }
 
 static uint64_t get(const unsigned char *p, int bytes) {
   uint64_t v = 0;
-  for (int i = 0; i < bytes; i++) v |= (uint64_t)p[i] << (8 * i);
+  for (int i = 0; i < bytes; i++)
+    v |= (uint64_t)p[i] << (8 * i);
   return v;
 }
 
@@ -206,7 +212,8 @@ static void record_heard(void *ud, const char *key, const char *endpoint, const 
     put(&r->batch, nl, 2);
     gw_buf_append(&r->batch, endpoint, nl);
     put(&r->batch, n, 4);
-    for (size_t i = 0; i < n; i++) put(&r->batch, hashes[i], 8);
+    for (size_t i = 0; i < n; i++)
+      put(&r->batch, hashes[i], 8);
     r->batch_records++;
     r->heard++;
   }
@@ -249,8 +256,8 @@ static void on_connect(const redisAsyncContext *ac, int status) {
   r->backoff = 0;
   r->reconnects++;
   r->warned_at = 0;
-  gw_log(r->gw, LUPIN_LOG_INFO, "replicas: connected to Redis at %s:%d, stream %s from %s",
-         r->host, r->port, r->stream, r->last_id);
+  gw_log(r->gw, LUPIN_LOG_INFO, "replicas: connected to Redis at %s:%d, stream %s from %s", r->host,
+         r->port, r->stream, r->last_id);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status) {
@@ -342,10 +349,11 @@ static void publish(gw_replicas *r) {
   char maxlen[24], ts[32];
   snprintf(maxlen, sizeof maxlen, "%llu", (unsigned long long)r->set.stream_max);
   snprintf(ts, sizeof ts, "%.0f", t);
-  const char *argv[] = {"XADD", r->stream, "MAXLEN", "~", maxlen, "*", "v", FORMAT, "r", r->id,
-                        "t", ts, "b", r->sending.data};
+  const char *argv[] = {"XADD", r->stream, "MAXLEN", "~", maxlen, "*", "v",
+                        FORMAT, "r",       r->id,    "t", ts,     "b", r->sending.data};
   size_t lens[14];
-  for (int i = 0; i < 13; i++) lens[i] = strlen(argv[i]);
+  for (int i = 0; i < 13; i++)
+    lens[i] = strlen(argv[i]);
   lens[13] = r->sending.len;
   if (redisAsyncCommandArgv(r->ac, on_xadd, NULL, 14, argv, lens) == REDIS_OK) {
     r->xadd_out = 1;
@@ -409,12 +417,15 @@ static void apply_entry(gw_replicas *r, const redisReply *kv) {
     int rc = 1;
     for (size_t done = 0; done < n && rc == 1;) { /* in slices: no allocation */
       size_t k = n - done < 1024 ? n - done : 1024;
-      for (size_t i = 0; i < k; i++) hashes[i] = get(p + o + (done + i) * 8, 8);
+      for (size_t i = 0; i < k; i++)
+        hashes[i] = get(p + o + (done + i) * 8, 8);
       rc = lupin_shared_prefix_apply(r->gw->shared, key, name, hashes, k);
       done += k;
     }
-    if (rc == 1) r->applied++;
-    else r->ignored++;
+    if (rc == 1)
+      r->applied++;
+    else
+      r->ignored++;
     if (r->caught_up && base > 0) note_lag(r, (now - base - age) / 1e6);
     at += size;
   }
@@ -442,8 +453,10 @@ static void on_xread(redisAsyncContext *ac, void *reply, void *priv) {
         continue;
       snprintf(r->last_id, sizeof r->last_id, "%s", e->element[0]->str);
       got++;
-      if (e->element[1]->type == REDIS_REPLY_ARRAY) apply_entry(r, e->element[1]);
-      else r->bad++;
+      if (e->element[1]->type == REDIS_REPLY_ARRAY)
+        apply_entry(r, e->element[1]);
+      else
+        r->bad++;
     }
   }
   if (got < READ_COUNT && !r->caught_up) {
@@ -459,7 +472,8 @@ static void poll_stream(gw_replicas *r) {
   snprintf(count, sizeof count, "%d", READ_COUNT);
   const char *argv[] = {"XREAD", "COUNT", count, "STREAMS", r->stream, r->last_id};
   size_t lens[6];
-  for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
+  for (int i = 0; i < 6; i++)
+    lens[i] = strlen(argv[i]);
   if (redisAsyncCommandArgv(r->ac, on_xread, NULL, 6, argv, lens) == REDIS_OK) {
     r->xread_out = 1;
     r->since = lupin_now();
@@ -577,10 +591,10 @@ void gw_replicas_metrics(lupin_gateway *gw, gw_expo *e) {
     gw_family_id id;
     double v;
   } rows[] = {
-      {GW_M_REPLICA_CONNECTED, r->connected},       {GW_M_REPLICA_PUBLISHED, (double)r->published},
-      {GW_M_REPLICA_APPLIED, (double)r->applied},   {GW_M_REPLICA_IGNORED, (double)r->ignored},
-      {GW_M_REPLICA_DROPPED, (double)dropped},      {GW_M_REPLICA_BAD, (double)r->bad},
-      {GW_M_REPLICA_PENDING, (double)pending},      {GW_M_REPLICA_LAG, r->lag},
+      {GW_M_REPLICA_CONNECTED, r->connected},     {GW_M_REPLICA_PUBLISHED, (double)r->published},
+      {GW_M_REPLICA_APPLIED, (double)r->applied}, {GW_M_REPLICA_IGNORED, (double)r->ignored},
+      {GW_M_REPLICA_DROPPED, (double)dropped},    {GW_M_REPLICA_BAD, (double)r->bad},
+      {GW_M_REPLICA_PENDING, (double)pending},    {GW_M_REPLICA_LAG, r->lag},
   };
   for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
     gw_expo_family(e, rows[i].id);

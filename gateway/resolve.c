@@ -126,8 +126,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
       memcpy(ep->addrs, addrs, sizeof addrs);
       ep->n_addrs = n;
       ep->addr_first = 0;
-      gw_log(ep->gw, LUPIN_LOG_INFO, "endpoint %s: %s now has %d address%s", ep->name,
-             ep->address, n, n == 1 ? "" : "es");
+      gw_log(ep->gw, LUPIN_LOG_INFO, "endpoint %s: %s now has %d address%s", ep->name, ep->address,
+             n, n == 1 ? "" : "es");
     }
   } else if (!ep->removed) { /* keep the addresses we had: DNS may be down */
     gw_log(ep->gw, LUPIN_LOG_WARN, "endpoint %s: looking up %s again failed: %s", ep->name,

@@ -46,9 +46,9 @@ static const char *label(const lupin_header *l, size_t n, const char *name) {
  * carrying the spec's labels. */
 static int matches(const lupin_metric_spec *spec, const char *name, const lupin_header *l,
                    size_t n) {
-  int which = spec->name && !strcmp(name, spec->name)        ? 1
+  int which = spec->name && !strcmp(name, spec->name)       ? 1
               : spec->legacy && !strcmp(name, spec->legacy) ? 2
-                                                             : 0;
+                                                            : 0;
   for (size_t i = 0; which && i < spec->n_labels; i++) {
     const char *v = label(l, n, spec->labels[i].name);
     if (!v || strcmp(v, spec->labels[i].value)) return 0;
@@ -159,8 +159,8 @@ static void apply(gw_endpoint *ep) {
   int bad = 0;
   lupin_metric_source buf;
   const lupin_metric_source *src = source_of(ep, &buf);
-  int rc = read_metrics(src, ep->scrape_body.data, ep->scrape_body.len, &m, &running, &waiting,
-                        &bad);
+  int rc =
+      read_metrics(src, ep->scrape_body.data, ep->scrape_body.len, &m, &running, &waiting, &bad);
   if (bad) {
     ep->scrape_errors += (uint64_t)bad;
     gw_log(ep->gw, LUPIN_LOG_DEBUG,

@@ -10,10 +10,10 @@ typedef struct setting {
   size_t offset; /* of its uint64_t in gw_settings */
 } setting;
 
-#define MIB (1024.0 * 1024)
+#define MIB  (1024.0 * 1024)
 #define NONE (-1) /* no upper bound */
-#define SETTING(field, nm, d, lo, hi) \
-  {{.name = nm, .def = d, .min = lo, .max = hi}, offsetof(gw_settings, field)}
+#define SETTING(field, nm, d, lo, hi)                                                              \
+  { {.name = nm, .def = d, .min = lo, .max = hi}, offsetof(gw_settings, field) }
 
 static const setting settings[] = {
     SETTING(max_body_bytes, "maxBodyBytes", 16 * MIB, 1, NONE),
@@ -57,7 +57,8 @@ enum { N_SETTINGS = sizeof settings / sizeof *settings };
 
 int gw_settings_declare(lupin_runtime *rt, char *err, size_t errlen) {
   lupin_setting s[N_SETTINGS];
-  for (size_t i = 0; i < N_SETTINGS; i++) s[i] = settings[i].s;
+  for (size_t i = 0; i < N_SETTINGS; i++)
+    s[i] = settings[i].s;
   return lupin_runtime_declare_section(rt, "gateway", s, N_SETTINGS, err, errlen) ||
          gw_replicas_declare(rt, err, errlen);
 }
@@ -65,8 +66,9 @@ int gw_settings_declare(lupin_runtime *rt, char *err, size_t errlen) {
 int gw_settings_read(lupin_runtime *rt, gw_settings *out, char *err, size_t errlen) {
   double v[N_SETTINGS];
   if (lupin_runtime_section(rt, "gateway", v, N_SETTINGS)) {
-    gw_errf(err, errlen, "no gateway settings: no config loaded, or loaded before "
-                         "gw_settings_declare");
+    gw_errf(err, errlen,
+            "no gateway settings: no config loaded, or loaded before "
+            "gw_settings_declare");
     return -1;
   }
   for (size_t i = 0; i < N_SETTINGS; i++)

@@ -123,7 +123,9 @@ void gw_watch_sync(lupin_gateway *gw) {
       continue;
     }
     gw_log(gw, LUPIN_LOG_DEBUG, "watch: %s (%s)", x->dir,
-           x->config && x->plugins ? "config, plugins" : x->config ? "config" : "plugins");
+           x->config && x->plugins ? "config, plugins"
+           : x->config             ? "config"
+                                   : "plugins");
     x->next = keep;
     keep = x;
   }

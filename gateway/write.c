@@ -71,8 +71,7 @@ static void on_kept_written(uv_write_t *w, int status) {
 
 enum { KEPT_PARTS = 4 };
 
-int gw_write_kept(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb,
-                  void *data) {
+int gw_write_kept(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb, void *data) {
   size_t len = total(parts, n);
   if (len == 0) return 0;
   if (n > KEPT_PARTS) return UV_EINVAL;
@@ -87,7 +86,8 @@ int gw_write_kept(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_
   for (unsigned i = 0; i < n; i++) {
     size_t from = skip < parts[i].len ? skip : parts[i].len;
     skip -= from;
-    if (parts[i].len > from) rest[m++] = uv_buf_init(parts[i].base + from, (unsigned)(parts[i].len - from));
+    if (parts[i].len > from)
+      rest[m++] = uv_buf_init(parts[i].base + from, (unsigned)(parts[i].len - from));
   }
   kept *k = malloc(sizeof *k);
   if (!k) return UV_ENOMEM;

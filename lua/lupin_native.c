@@ -2,14 +2,14 @@
  * real runtime (its own Lua state) through the same calls a host makes. */
 #include "internal.h"
 
+#include <inttypes.h>
 #include <lauxlib.h>
 #include <stdio.h>
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define RT_MT  "lupin_native.runtime"
-#define REQ_MT "lupin_native.request"
+#define RT_MT     "lupin_native.runtime"
+#define REQ_MT    "lupin_native.request"
 #define SHARED_MT "lupin_native.shared"
 
 /* Each runtime made with it holds a reference to it; still, at lua_close
@@ -35,7 +35,7 @@ static void shared_release(shared_box *sb) {
 
 typedef struct {
   lupin_runtime *rt;
-  int logs_ref; /* a table collecting log lines, in the caller's state */
+  int logs_ref;       /* a table collecting log lines, in the caller's state */
   shared_box *shared; /* the one it was made with, NULL: its own */
   int shared_ref;
   lua_State *L;
@@ -48,8 +48,8 @@ typedef struct {
 } request_box;
 
 static const char *const outcomes[] = {
-    "ok",        "rejected", "no_endpoint", "plugin_error", "upstream_error",
-    "cancelled", "timeout",  "invalid_request", "queue_ttl", "queue_full", "shed", NULL};
+    "ok",      "rejected",        "no_endpoint", "plugin_error", "upstream_error", "cancelled",
+    "timeout", "invalid_request", "queue_ttl",   "queue_full",   "shed",           NULL};
 
 static runtime_box *check_rt(lua_State *L) {
   runtime_box *b = luaL_checkudata(L, 1, RT_MT);
@@ -275,13 +275,14 @@ static int l_declare_section(lua_State *L) {
     lua_getfield(L, t, "text");
     lua_getfield(L, t, "pattern");
     lua_getfield(L, t, "what");
-    s[n] = (lupin_setting){lua_tostring(L, t + 1),
-                           lua_tonumber(L, t + 2),
-                           lua_tonumber(L, t + 3),
-                           lua_isnil(L, t + 4) ? -1 - lua_tonumber(L, t + 3) : lua_tonumber(L, t + 4),
-                           lua_tostring(L, t + 5),
-                           lua_tostring(L, t + 6),
-                           lua_tostring(L, t + 7)};
+    s[n] =
+        (lupin_setting){lua_tostring(L, t + 1),
+                        lua_tonumber(L, t + 2),
+                        lua_tonumber(L, t + 3),
+                        lua_isnil(L, t + 4) ? -1 - lua_tonumber(L, t + 3) : lua_tonumber(L, t + 4),
+                        lua_tostring(L, t + 5),
+                        lua_tostring(L, t + 6),
+                        lua_tostring(L, t + 7)};
     lua_pop(L, 7); /* the setting table stays: it anchors the strings */
   }
   char err[1024];
@@ -772,8 +773,8 @@ static void add_flow(void *ud, const lupin_flow_info *f) {
     lua_pushstring(L, f->flow);
     lua_setfield(L, -2, "flow");
   }
-#define NUM(k)                          \
-  lua_pushnumber(L, (lua_Number)f->k); \
+#define NUM(k)                                                                                     \
+  lua_pushnumber(L, (lua_Number)f->k);                                                             \
   lua_setfield(L, -2, #k)
   NUM(queued);
   NUM(bytes);

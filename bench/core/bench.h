@@ -10,15 +10,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEED 20261202u
+#define SEED  20261202u
 #define MODEL "meta-llama/Llama-3.1-8B-Instruct"
 /* examples/configs/epp-default.json (the EPP's weights) */
-#define BLOCK_SIZE 64
-#define MAX_BLOCKS 256
+#define BLOCK_SIZE   64
+#define MAX_BLOCKS   256
 #define LRU_CAPACITY 31250
-#define W_PREFIX 3.0
-#define W_QUEUE 2.0
-#define W_KV 2.0
+#define W_PREFIX     3.0
+#define W_QUEUE      2.0
+#define W_KV         2.0
 
 double now_ns(void);
 
@@ -121,8 +121,7 @@ void lupin_side_push_metrics(lupin_side *ls);
 void lupin_side_mark(lupin_side *ls);
 /* Splits total_ns (n timed lifecycles) into the breakdown; index_ns is the
  * native side's hashing and index time over the same lifecycles. */
-void lupin_side_breakdown(lupin_side *ls, int n, double total_ns, double index_ns,
-                          breakdown *out);
+void lupin_side_breakdown(lupin_side *ls, int n, double total_ns, double index_ns, breakdown *out);
 /* Lua heap held per in-flight (begun and scheduled) request, after a full GC. */
 double lupin_side_heap_per_request(lupin_side *ls, int in_flight);
 void lupin_side_free(lupin_side *ls);

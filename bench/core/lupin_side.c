@@ -17,8 +17,8 @@
  * Everything the plugin timers do not cover is "runtime": the C<->Lua calls,
  * the body copied into a Lua string, the request table and ctxs, the engine's
  * loops and weighting, the response hooks, finish, and garbage collection. */
-#include "bench.h"
 #include "../../core/internal.h"
+#include "bench.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,8 +73,8 @@ void lupin_side_push_metrics(lupin_side *ls) {
 
 static lupin_request *begin(lupin_side *ls) {
   char err[256];
-  lupin_request_desc d = {.path = "/v1/completions", .body = ls->w->body,
-                          .body_len = ls->w->body_len};
+  lupin_request_desc d = {
+      .path = "/v1/completions", .body = ls->w->body, .body_len = ls->w->body_len};
   lupin_request *req = lupin_request_begin(ls->rt, &d, err, sizeof err);
   if (!req) die("begin", err);
   return req;
@@ -89,7 +89,8 @@ int lupin_side_lifecycle(lupin_side *ls) {
   /* endpoint names are "ep<index>" */
   int pick = atoi(res.picks[0].name + 2);
   lupin_request_response_header(req, 200, &ct, 1);
-  for (int i = 0; i < 3; i++) lupin_request_response_chunk(req, chunk, sizeof chunk - 1);
+  for (int i = 0; i < 3; i++)
+    lupin_request_response_chunk(req, chunk, sizeof chunk - 1);
   lupin_request_response_complete(req);
   lupin_request_end(req, LUPIN_OK);
   return pick;
@@ -144,16 +145,17 @@ static int count_aborts(lupin_side *ls, int start) {
   const char *jitv = getenv("LUPIN_BENCH_JITV");
   if (jitv && *jitv) return -1;
   char err[512];
-  char *r = lupin__eval(ls->rt,
-                        start ? "local jit, n = require 'jit', { 0 }\n"
-                                "local function on(what) if what == 'abort' then n[1] = n[1] + 1 end end\n"
-                                "jit.attach(on, 'trace')\n"
-                                "package.loaded['bench.aborts'] = { on = on, n = n }\n"
-                                "return ''"
-                              : "local a = package.loaded['bench.aborts']\n"
-                                "require('jit').attach(a.on)\n"
-                                "return tostring(a.n[1])",
-                        err, sizeof err);
+  char *r = lupin__eval(
+      ls->rt,
+      start ? "local jit, n = require 'jit', { 0 }\n"
+              "local function on(what) if what == 'abort' then n[1] = n[1] + 1 end end\n"
+              "jit.attach(on, 'trace')\n"
+              "package.loaded['bench.aborts'] = { on = on, n = n }\n"
+              "return ''"
+            : "local a = package.loaded['bench.aborts']\n"
+              "require('jit').attach(a.on)\n"
+              "return tostring(a.n[1])",
+      err, sizeof err);
   if (!r) die("jit.attach", err);
   int n = atoi(r);
   free(r);
@@ -193,8 +195,7 @@ static double decode_ns(lupin_side *ls) {
   return ns;
 }
 
-void lupin_side_breakdown(lupin_side *ls, int n, double total_ns, double index_ns,
-                          breakdown *out) {
+void lupin_side_breakdown(lupin_side *ls, int n, double total_ns, double index_ns, breakdown *out) {
   profile(ls, 0);
   out->aborts = count_aborts(ls, 0);
   sums t = {0};
@@ -226,7 +227,8 @@ double lupin_side_heap_per_request(lupin_side *ls, int in_flight) {
     lupin_request_schedule(reqs[i], &res);
   }
   uint64_t during = lua_memory_after_gc(ls->rt);
-  for (int i = 0; i < in_flight; i++) lupin_request_end(reqs[i], LUPIN_OK);
+  for (int i = 0; i < in_flight; i++)
+    lupin_request_end(reqs[i], LUPIN_OK);
   free(reqs);
   return (double)(during - before) / in_flight;
 }

@@ -25,11 +25,10 @@ typedef struct config {
 } config;
 
 static const config configs[] = {
-    {16, 1024, 4000, 40000, 5000},   {16, 4096, 4000, 40000, 5000},
-    {16, 16384, 1000, 10000, 1000},  {16, 262144, 100, 1000, 100},
-    {64, 1024, 4000, 40000, 5000},   {64, 16384, 1000, 10000, 1000},
-    {64, 262144, 100, 1000, 100},    {256, 1024, 4000, 30000, 5000},
-    {256, 16384, 1000, 8000, 1000},  {256, 262144, 100, 1000, 100},
+    {16, 1024, 4000, 40000, 5000}, {16, 4096, 4000, 40000, 5000},  {16, 16384, 1000, 10000, 1000},
+    {16, 262144, 100, 1000, 100},  {64, 1024, 4000, 40000, 5000},  {64, 16384, 1000, 10000, 1000},
+    {64, 262144, 100, 1000, 100},  {256, 1024, 4000, 30000, 5000}, {256, 16384, 1000, 8000, 1000},
+    {256, 262144, 100, 1000, 100},
 };
 #define N_CONFIGS (sizeof configs / sizeof *configs)
 
@@ -52,7 +51,8 @@ static int cmp(const void *a, const void *b) {
 
 static void stats(double *t, int n, double *median, double *p99, double *mean) {
   double sum = 0;
-  for (int i = 0; i < n; i++) sum += t[i];
+  for (int i = 0; i < n; i++)
+    sum += t[i];
   qsort(t, (size_t)n, sizeof *t, cmp);
   *median = t[n / 2];
   *p99 = t[(size_t)n * 99 / 100];
@@ -109,9 +109,12 @@ static void run(const config *c, const char *path, row *r) {
       int pick = native_lifecycle(nv, wn.body, wn.body_len, picks[i], &ties, NULL);
       double d = now_ns() - s;
       if (i >= c->warmup) tn[i - c->warmup] = d;
-      if (ties > 1) r->ties++;
-      else if (pick == picks[i]) r->agree++;
-      else r->disagree++;
+      if (ties > 1)
+        r->ties++;
+      else if (pick == picks[i])
+        r->agree++;
+      else
+        r->disagree++;
     }
     /* native again with its parts timed: decode, and the C hashing and index
      * work lupin's prefix plugin also does (same calls, same index states) */
@@ -171,10 +174,10 @@ static void print_row(const row *r) {
   double l_rest = r->l_mean - b->decode / r->c.timed, n_rest = r->n_rest;
   printf("| %3d | %6s | %8.2f | %8.2f | %7.0f | %8.2f | %8.2f | %7.0f | %5.2f | %5.2f | %5.2f "
          "| %9.0f | %4s | %4s | %4s | %4s | %4s | %3.0f%% | %d/%d (%d ties) | %s |\n",
-         r->c.endpoints, size_name(r->c.prompt), r->l_median / 1e3, r->l_p99 / 1e3,
-         1e9 / r->l_mean, r->n_median / 1e3, r->n_p99 / 1e3, 1e9 / r->n_mean,
-         r->l_median / r->n_median, r->l_mean / r->n_mean, l_rest / n_rest, r->heap, d, h, p,
-         s, rt, 100 * r->n_decode / r->n_imean, r->agree, r->agree + r->disagree, r->ties, aborts);
+         r->c.endpoints, size_name(r->c.prompt), r->l_median / 1e3, r->l_p99 / 1e3, 1e9 / r->l_mean,
+         r->n_median / 1e3, r->n_p99 / 1e3, 1e9 / r->n_mean, r->l_median / r->n_median,
+         r->l_mean / r->n_mean, l_rest / n_rest, r->heap, d, h, p, s, rt,
+         100 * r->n_decode / r->n_imean, r->agree, r->agree + r->disagree, r->ties, aborts);
 }
 
 static void header(void) {
@@ -222,15 +225,20 @@ int main(int argc, char **argv) {
     return 2;
   }
   printf("\nbench-core summary (times per lifecycle; per second = 1/mean on one core; ratio = "
-         "lupin/native;\nshares of lupin's timed lifecycles: decode = the body decode, simdjson in C (warm loop), "
+         "lupin/native;\nshares of lupin's timed lifecycles: decode = the body decode, simdjson in "
+         "C (warm loop), "
          "hash+index = block\nhashes, index match and record (the C work, timed on the native "
          "side), prefix rest = the rest of the\nprefix plugin's prepare and pre_request, "
-         "scoring = 3 scorers + picker, runtime = the rest (see\nbench/core/lupin_side.c);\nnative decode = simdjson's "
-         "share of native's mean (instrumented pass);\nratio w/o decode = lupin's mean less its decode over "
-         "native's mean less simdjson's\n(both from the instrumented native pass);\nsame pick = agreeing/compared, ties apart;\ntrace aborts = LuaJIT's over lupin's timed lifecycles, "
+         "scoring = 3 scorers + picker, runtime = the rest (see\nbench/core/lupin_side.c);\nnative "
+         "decode = simdjson's "
+         "share of native's mean (instrumented pass);\nratio w/o decode = lupin's mean less its "
+         "decode over "
+         "native's mean less simdjson's\n(both from the instrumented native pass);\nsame pick = "
+         "agreeing/compared, ties apart;\ntrace aborts = LuaJIT's over lupin's timed lifecycles, "
          "LUPIN_BENCH_JITV=file logs them)\n\n");
   header();
-  for (size_t i = 0; i < n_rows; i++) print_row(&rows[i]);
+  for (size_t i = 0; i < n_rows; i++)
+    print_row(&rows[i]);
   if (disagreements) printf("\n%d picks differ between lupin and native\n", disagreements);
   return disagreements ? 1 : 0;
 }

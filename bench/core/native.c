@@ -12,8 +12,8 @@
  *   the hashes recorded against the pick (prefix-cache-scorer's pre_request);
  *   the request's state (its hashes) kept until it ends; the decoded fields
  *   live in the parser's buffer, used up by the hashing. */
-#include "bench.h"
 #include "../../core/internal.h"
+#include "bench.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -80,7 +80,8 @@ static void prepare(native *nv, request *r, const char *text, size_t len, native
   long k = r->n_hashes ? lupin_prefix_match(nv->index, r->hashes, (size_t)r->n_hashes, nv->ids,
                                             nv->counts, (size_t)nv->n)
                        : 0;
-  for (long i = 0; i < k; i++) nv->matched[nv->ids[i] - 1] = nv->counts[i];
+  for (long i = 0; i < k; i++)
+    nv->matched[nv->ids[i] - 1] = nv->counts[i];
   if (tm) {
     tm->decode += t1 - t0;
     tm->index += now_ns() - t1;

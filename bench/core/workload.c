@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#define GROUPS 24
+#define GROUPS         24
 #define SHARED_PERCENT 85
 
 double now_ns(void) {
@@ -34,11 +34,13 @@ static uint64_t next(uint64_t *s) { /* xorshift64* */
 static double unit(uint64_t *s) { return (next(s) >> 11) * (1.0 / 9007199254740992.0); }
 
 static const char *const words[] = {
-    "the", "model", "server", "answers", "a", "question", "about", "inference", "and", "cache",
-    "of", "every", "request", "tokens", "prompt", "system", "you", "are", "helpful", "assistant",
-    "please", "summarize", "following", "document", "in", "three", "sentences,", "with", "care.",
-    "context:", "user", "asked", "why", "latency", "grows", "when", "queues", "fill", "up;",
-    "gateway", "routes", "to", "replica", "holding", "its", "prefix", "blocks", "already.",
+    "the",       "model",     "server",   "answers", "a",       "question",   "about",
+    "inference", "and",       "cache",    "of",      "every",   "request",    "tokens",
+    "prompt",    "system",    "you",      "are",     "helpful", "assistant",  "please",
+    "summarize", "following", "document", "in",      "three",   "sentences,", "with",
+    "care.",     "context:",  "user",     "asked",   "why",     "latency",    "grows",
+    "when",      "queues",    "fill",     "up;",     "gateway", "routes",     "to",
+    "replica",   "holding",   "its",      "prefix",  "blocks",  "already.",
 };
 
 void workload_init(workload *w, int n_endpoints, size_t prompt_bytes, uint64_t seed) {

@@ -60,9 +60,9 @@ typedef struct req {
   const char *model;
   char *prompt;
   size_t prompt_len;
-  double arrive_ms;    /* planned arrival, from the start */
+  double arrive_ms;      /* planned arrival, from the start */
   struct req *next_turn; /* the same conversation's next turn */
-  int prev_done;       /* previous turn completed (or none) */
+  int prev_done;         /* previous turn completed (or none) */
   int arrived, sent;
   /* the exchange */
   uv_tcp_t tcp;
@@ -79,10 +79,20 @@ typedef struct req {
   int status, complete, finished;
 } req;
 
-static options opt = {
-    .host = "127.0.0.1", .port = 8080, .rate = 10, .groups = 32, .questions = 10, .turns = 1,
-    .system_tokens = 1000, .question_tokens = 100, .answer_tokens = 100, .max_tokens = 32,
-    .block_size = 16, .seed = 1, .model = "meta-llama/Llama-3.1-8B-Instruct", .out = NULL};
+static options opt = {.host = "127.0.0.1",
+                      .port = 8080,
+                      .rate = 10,
+                      .groups = 32,
+                      .questions = 10,
+                      .turns = 1,
+                      .system_tokens = 1000,
+                      .question_tokens = 100,
+                      .answer_tokens = 100,
+                      .max_tokens = 32,
+                      .block_size = 16,
+                      .seed = 1,
+                      .model = "meta-llama/Llama-3.1-8B-Instruct",
+                      .out = NULL};
 
 static req *reqs;
 static int nreqs, nfinished, nsent, inflight;
@@ -107,8 +117,8 @@ static uint64_t splitmix(uint64_t *s) {
 }
 static double uniform(uint64_t *s) { return (splitmix(s) >> 11) * (1.0 / 9007199254740992.0); }
 
-static const char *WORDS[] = {"the", "river", "lamp", "stone", "quiet", "north", "garden",
-                              "signal", "amber", "window", "harbor", "seven", "paper", "cloud",
+static const char *WORDS[] = {"the",    "river",  "lamp",   "stone",  "quiet",  "north",  "garden",
+                              "signal", "amber",  "window", "harbor", "seven",  "paper",  "cloud",
                               "engine", "silver", "market", "winter", "bridge", "orchard"};
 
 /* Appends about `chars` characters of words drawn from seed s (JSON-safe). */
@@ -165,7 +175,8 @@ static void build_workload(void) {
   /* arrival order: every conversation id T times, shuffled; the k-th
    * appearance of a conversation is its turn k */
   int *order = malloc(sizeof(int) * (size_t)nreqs);
-  for (int i = 0; i < nreqs; i++) order[i] = i % nconv;
+  for (int i = 0; i < nreqs; i++)
+    order[i] = i % nconv;
   uint64_t s = opt.seed * 0x2545F4914F6CDD1DULL + 1;
   for (int i = nreqs - 1; i > 0; i--) {
     int j = (int)(splitmix(&s) % (uint64_t)(i + 1));
@@ -202,7 +213,8 @@ static size_t set_cap;
 
 static uint64_t block_hash(uint64_t parent, const char *p, size_t n) {
   uint64_t h = parent ^ 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 0x100000001b3ULL;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ (unsigned char)p[i]) * 0x100000001b3ULL;
   return h ? h : 1;
 }
 /* Inserts h; returns 1 when it was there already. */
@@ -219,8 +231,10 @@ static int set_put(uint64_t h) {
 /* The best hit rate any routing could reach with caches that never evict. */
 static void bound(double *hit_tokens, double *query_tokens) {
   size_t bchars = (size_t)opt.block_size * 4, total = 0;
-  for (int i = 0; i < nreqs; i++) total += reqs[i].prompt_len / bchars + 1;
-  for (set_cap = 1024; set_cap < 2 * total; set_cap *= 2) {}
+  for (int i = 0; i < nreqs; i++)
+    total += reqs[i].prompt_len / bchars + 1;
+  for (set_cap = 1024; set_cap < 2 * total; set_cap *= 2) {
+  }
   set = calloc(set_cap, sizeof *set);
   *hit_tokens = *query_tokens = 0;
   for (int i = 0; i < nreqs; i++) {
@@ -229,8 +243,10 @@ static void bound(double *hit_tokens, double *query_tokens) {
     long blocks = 0, full = (long)(r->prompt_len / bchars), run = 1;
     for (long b = 0; b < full; b++) {
       h = block_hash(h, r->prompt + (size_t)b * bchars, bchars);
-      if (set_put(h) && run) blocks++;
-      else run = 0;
+      if (set_put(h) && run)
+        blocks++;
+      else
+        run = 0;
     }
     long tokens = (long)((r->prompt_len + 3) / 4), cap = (tokens - 1) / opt.block_size;
     if (blocks > cap) blocks = cap;
@@ -255,7 +271,8 @@ static void on_close(uv_handle_t *h) {
 /* Closed loop: keeps --concurrency requests in flight, in sequence order,
  * skipping turns whose previous turn has not completed yet. */
 static void pump(void) {
-  while (next_closed < nreqs && reqs[next_closed].sent) next_closed++;
+  while (next_closed < nreqs && reqs[next_closed].sent)
+    next_closed++;
   for (int i = next_closed; i < nreqs && inflight < opt.concurrency; i++)
     if (!reqs[i].sent && reqs[i].prev_done) send_req(&reqs[i]);
 }
@@ -280,7 +297,8 @@ static int on_status(http_parser *p, const char *at, size_t len) {
 }
 static int on_header_field(http_parser *p, const char *at, size_t len) {
   req *r = p->data;
-  if (len > sizeof r->hdr_field - 1 - r->hdr_field_len) len = sizeof r->hdr_field - 1 - r->hdr_field_len;
+  if (len > sizeof r->hdr_field - 1 - r->hdr_field_len)
+    len = sizeof r->hdr_field - 1 - r->hdr_field_len;
   memcpy(r->hdr_field + r->hdr_field_len, at, len);
   r->hdr_field_len += len;
   r->hdr_field[r->hdr_field_len] = 0;
@@ -408,12 +426,11 @@ static double pct(const double *v, int n, double p) {
 }
 
 static void usage(void) {
-  fprintf(stderr,
-          "usage: bench-routing-client [--target host:port[,host:port...]] [--rate req/s]\n"
-          "  [--burst ON_MS,OFF_MS] [--concurrency C] [--groups G] [--questions Q]\n"
-          "  [--turns T] [--system-tokens N] [--context-tokens N] [--question-tokens N]\n"
-          "  [--answer-tokens N] [--max-tokens N] [--block-size N] [--seed N] [--model M]\n"
-          "  [--loras a,b,...] [--out per-request-file] [--dry-run]\n");
+  fprintf(stderr, "usage: bench-routing-client [--target host:port[,host:port...]] [--rate req/s]\n"
+                  "  [--burst ON_MS,OFF_MS] [--concurrency C] [--groups G] [--questions Q]\n"
+                  "  [--turns T] [--system-tokens N] [--context-tokens N] [--question-tokens N]\n"
+                  "  [--answer-tokens N] [--max-tokens N] [--block-size N] [--seed N] [--model M]\n"
+                  "  [--loras a,b,...] [--out per-request-file] [--dry-run]\n");
   exit(2);
 }
 
@@ -422,7 +439,10 @@ int main(int argc, char **argv) {
   static char hostbuf[256];
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--dry-run")) { dry = 1; continue; }
+    if (!strcmp(a, "--dry-run")) {
+      dry = 1;
+      continue;
+    }
     if (!v) usage();
     i++;
     if (!strcmp(a, "--target")) {
@@ -438,29 +458,44 @@ int main(int argc, char **argv) {
       memcpy(hostbuf, v, (size_t)(c - v));
       opt.host = hostbuf;
       opt.port = atoi(c + 1);
-    } else if (!strcmp(a, "--rate")) opt.rate = atof(v);
+    } else if (!strcmp(a, "--rate"))
+      opt.rate = atof(v);
     else if (!strcmp(a, "--burst")) {
       if (sscanf(v, "%lf,%lf", &opt.burst_on_ms, &opt.burst_off_ms) != 2) usage();
-    } else if (!strcmp(a, "--concurrency")) opt.concurrency = atoi(v);
-    else if (!strcmp(a, "--context-tokens")) opt.context_tokens = atoi(v);
+    } else if (!strcmp(a, "--concurrency"))
+      opt.concurrency = atoi(v);
+    else if (!strcmp(a, "--context-tokens"))
+      opt.context_tokens = atoi(v);
     else if (!strcmp(a, "--loras")) {
       char *list = strdup(v);
       for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
         opt.loras = realloc(opt.loras, sizeof(char *) * (size_t)(opt.nloras + 1));
         opt.loras[opt.nloras++] = t;
       }
-    } else if (!strcmp(a, "--groups")) opt.groups = atoi(v);
-    else if (!strcmp(a, "--questions")) opt.questions = atoi(v);
-    else if (!strcmp(a, "--turns")) opt.turns = atoi(v);
-    else if (!strcmp(a, "--system-tokens")) opt.system_tokens = atoi(v);
-    else if (!strcmp(a, "--question-tokens")) opt.question_tokens = atoi(v);
-    else if (!strcmp(a, "--answer-tokens")) opt.answer_tokens = atoi(v);
-    else if (!strcmp(a, "--max-tokens")) opt.max_tokens = atoi(v);
-    else if (!strcmp(a, "--block-size")) opt.block_size = atoi(v);
-    else if (!strcmp(a, "--seed")) opt.seed = strtoull(v, NULL, 10);
-    else if (!strcmp(a, "--model")) opt.model = v;
-    else if (!strcmp(a, "--out")) opt.out = v;
-    else usage();
+    } else if (!strcmp(a, "--groups"))
+      opt.groups = atoi(v);
+    else if (!strcmp(a, "--questions"))
+      opt.questions = atoi(v);
+    else if (!strcmp(a, "--turns"))
+      opt.turns = atoi(v);
+    else if (!strcmp(a, "--system-tokens"))
+      opt.system_tokens = atoi(v);
+    else if (!strcmp(a, "--question-tokens"))
+      opt.question_tokens = atoi(v);
+    else if (!strcmp(a, "--answer-tokens"))
+      opt.answer_tokens = atoi(v);
+    else if (!strcmp(a, "--max-tokens"))
+      opt.max_tokens = atoi(v);
+    else if (!strcmp(a, "--block-size"))
+      opt.block_size = atoi(v);
+    else if (!strcmp(a, "--seed"))
+      opt.seed = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--model"))
+      opt.model = v;
+    else if (!strcmp(a, "--out"))
+      opt.out = v;
+    else
+      usage();
   }
   if (opt.rate <= 0 || opt.groups < 1 || opt.questions < 1 || opt.turns < 1 || opt.turns > 63 ||
       opt.block_size < 1 || opt.concurrency < 0 || opt.burst_on_ms < 0 || opt.burst_off_ms < 0 ||
@@ -498,7 +533,8 @@ int main(int argc, char **argv) {
   uv_run(loop, UV_RUN_DEFAULT);
   uint64_t t_end = 0;
   FILE *f = opt.out ? fopen(opt.out, "w") : NULL;
-  double *ttft = malloc(sizeof(double) * (size_t)nreqs), *lat = malloc(sizeof(double) * (size_t)nreqs);
+  double *ttft = malloc(sizeof(double) * (size_t)nreqs),
+         *lat = malloc(sizeof(double) * (size_t)nreqs);
   int ok = 0;
   for (int i = 0; i < nreqs; i++) {
     req *r = &reqs[i];

@@ -272,7 +272,7 @@ static const struct {
   const char *name;
   void (*page)(endpoint *ep, strbuf *out);
 } engines[] = {
-    {"vllm", NULL}, {"sglang", sglang_page}, {"tgi", tgi_page},
+    {"vllm", NULL},          {"sglang", sglang_page},       {"tgi", tgi_page},
     {"triton", triton_page}, {"trtllm-serve", trtllm_page},
 };
 

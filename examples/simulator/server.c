@@ -24,8 +24,8 @@ typedef struct conn {
   bool in_value;
   bool too_large;
   bool expect_continue;
-  char *request_id;  /* x-request-id, received or generated */
-  char *destination; /* x-gateway-destination-endpoint, echoed as x-sim-destination */
+  char *request_id;   /* x-request-id, received or generated */
+  char *destination;  /* x-gateway-destination-endpoint, echoed as x-sim-destination */
   char *content_type; /* the request's, for the multipart audio routes */
   bool keep_alive;
   bool busy; /* a request is being answered; input waits in `pending` */

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define THREADS 4
-#define ENDPOINTS 6 /* ep1: the stable prompt's; ep6: purged over and over */
-#define CAPACITY 512
-#define BLOCK 16
+#define THREADS    4
+#define ENDPOINTS  6 /* ep1: the stable prompt's; ep6: purged over and over */
+#define CAPACITY   512
+#define BLOCK      16
 #define MAX_BLOCKS 64
 
 static lupin_shared *shared;
@@ -24,17 +24,17 @@ static pthread_barrier_t barrier;
 static int failures;
 static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
 
-#define CHECK(cond, ...)                                                         \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      pthread_mutex_lock(&fail_lock);                                            \
-      if (failures++ < 10) {                                                     \
-        fprintf(stderr, "prefix-threads: %s:%d: ", __FILE__, __LINE__);          \
-        fprintf(stderr, __VA_ARGS__);                                            \
-        fputc('\n', stderr);                                                     \
-      }                                                                          \
-      pthread_mutex_unlock(&fail_lock);                                          \
-    }                                                                            \
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      pthread_mutex_lock(&fail_lock);                                                              \
+      if (failures++ < 10) {                                                                       \
+        fprintf(stderr, "prefix-threads: %s:%d: ", __FILE__, __LINE__);                            \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fputc('\n', stderr);                                                                       \
+      }                                                                                            \
+      pthread_mutex_unlock(&fail_lock);                                                            \
+    }                                                                                              \
   } while (0)
 
 typedef struct worker {
@@ -63,7 +63,8 @@ static size_t random_prompt(worker *w, uint64_t *h) {
   char p[BLOCK * MAX_BLOCKS + 1];
   int len = snprintf(p, sizeof p, "stem %d: a system prompt shared by many", (int)(next(w) % 8));
   int blocks = 4 + (int)(next(w) % 40);
-  while (len < blocks * BLOCK) p[len++] = (char)('a' + next(w) % 4);
+  while (len < blocks * BLOCK)
+    p[len++] = (char)('a' + next(w) % 4);
   p[len] = 0;
   return hashes_of(p, h);
 }
@@ -93,9 +94,11 @@ static void check_match(const uint32_t *ids, const uint32_t *counts, long k, siz
   for (long i = 0; i < k; i++) {
     CHECK(counts[i] >= 1 && counts[i] <= n, "count %u of %zu blocks", counts[i], n);
     int known = 0;
-    for (int e = 1; e <= ENDPOINTS; e++) known |= ids[i] == id_of(rt, e);
+    for (int e = 1; e <= ENDPOINTS; e++)
+      known |= ids[i] == id_of(rt, e);
     CHECK(known, "unknown endpoint id %u", ids[i]);
-    for (long j = 0; j < i; j++) CHECK(ids[i] != ids[j], "endpoint %u twice", ids[i]);
+    for (long j = 0; j < i; j++)
+      CHECK(ids[i] != ids[j], "endpoint %u twice", ids[i]);
   }
 }
 
@@ -167,7 +170,8 @@ int main(int argc, char **argv) {
     w[i] = (worker){.n = i, .iterations = iterations, .rng = 0x9E3779B97F4A7C15ull * (i + 1)};
     if (pthread_create(&w[i].thread, NULL, run, &w[i])) return 1;
   }
-  for (int i = 0; i < THREADS; i++) pthread_join(w[i].thread, NULL);
+  for (int i = 0; i < THREADS; i++)
+    pthread_join(w[i].thread, NULL);
   pthread_barrier_destroy(&barrier);
   lupin_shared_free(shared);
   if (failures) {

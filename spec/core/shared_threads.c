@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define THREADS 4
+#define THREADS   4
 #define ENDPOINTS 8
-#define HELD 6    /* requests each thread holds at a barrier */
-#define TOKENS 5  /* token-load-scorer's estimate of BODY: 8/4 + 3 */
+#define HELD      6 /* requests each thread holds at a barrier */
+#define TOKENS    5 /* token-load-scorer's estimate of BODY: 8/4 + 3 */
 
 static const char CONFIG[] =
     "{\"plugins\": [{\"type\": \"token-load-scorer\"}, {\"type\": \"random-picker\"}],"
@@ -33,11 +33,11 @@ static const char *home;
 static int failures; /* atomic */
 static uint32_t ids[THREADS][ENDPOINTS];
 
-#define FAIL(...)                                         \
-  do {                                                    \
-    fprintf(stderr, "shared-threads: " __VA_ARGS__);      \
-    fputc('\n', stderr);                                  \
-    __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);   \
+#define FAIL(...)                                                                                  \
+  do {                                                                                             \
+    fprintf(stderr, "shared-threads: " __VA_ARGS__);                                               \
+    fputc('\n', stderr);                                                                           \
+    __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);                                            \
   } while (0)
 
 /* Endpoint i of round r: ep7 moves between two ports every third round. */
@@ -78,8 +78,8 @@ static lupin_request *schedule_one(lupin_runtime *rt) {
 static void *worker(void *arg) {
   int t = (int)(intptr_t)arg;
   char err[2048];
-  lupin_options o = {.home = home, .log_level = LUPIN_LOG_WARN, .seed = (uint64_t)t + 1,
-                     .shared = shared};
+  lupin_options o = {
+      .home = home, .log_level = LUPIN_LOG_WARN, .seed = (uint64_t)t + 1, .shared = shared};
   lupin_runtime *rt = lupin_runtime_new(&o, err, sizeof err);
   if (!rt || lupin_runtime_load_string(rt, CONFIG, "shared-threads.json", err, sizeof err)) {
     FAIL("thread %d: %s", t, err);
@@ -94,8 +94,10 @@ static void *worker(void *arg) {
     char gone[16];
     snprintf(gone, sizeof gone, "ep%d", (r + t) % ENDPOINTS);
     lupin_endpoint_remove(rt, gone);
-    for (int i = 0; i < ENDPOINTS; i++) upsert(rt, i, r);
-    for (int k = 0; k < HELD; k++) held[k] = schedule_one(rt);
+    for (int i = 0; i < ENDPOINTS; i++)
+      upsert(rt, i, r);
+    for (int k = 0; k < HELD; k++)
+      held[k] = schedule_one(rt);
     /* requests that start and end while the others count theirs */
     for (int k = 0; k < 4; k++) {
       lupin_request *q = schedule_one(rt);
@@ -140,8 +142,10 @@ int main(int argc, char **argv) {
   }
   pthread_barrier_init(&barrier, NULL, THREADS);
   pthread_t th[THREADS];
-  for (int t = 0; t < THREADS; t++) pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t);
-  for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < THREADS; t++)
+    pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t);
+  for (int t = 0; t < THREADS; t++)
+    pthread_join(th[t], NULL);
   pthread_barrier_destroy(&barrier);
 
   for (int i = 0; i < ENDPOINTS; i++) {

@@ -57,9 +57,9 @@ typedef struct fz_reply {
   size_t len;
 } fz_reply;
 
-/* Connects a client to `to` (gw->server or gw->admin), writes bytes, runs the loop until the gateway has
- * nothing in flight and nothing moves, closes the client and waits for the
- * gateway to close its side.  out->data is valid until the next call. */
+/* Connects a client to `to` (gw->server or gw->admin), writes bytes, runs the loop until the
+ * gateway has nothing in flight and nothing moves, closes the client and waits for the gateway to
+ * close its side.  out->data is valid until the next call. */
 void fz_exchange(lupin_gateway *gw, gw_server *to, const char *bytes, size_t len, fz_reply *out);
 
 /* The invariants after an exchange: the client's bytes are well-formed

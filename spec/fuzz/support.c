@@ -73,8 +73,8 @@ void fz_setup(void) {
  * too.  Opt-in: a hook disables the JIT, and a runtime that sets its own
  * hooks (budgets) would lose them. */
 #define LUA_COUNTERS 65536
-__attribute__((section("__libfuzzer_extra_counters"), used)) static uint8_t
-    lua_counters[LUA_COUNTERS];
+__attribute__((section("__libfuzzer_extra_counters"),
+               used)) static uint8_t lua_counters[LUA_COUNTERS];
 
 static void on_line(lua_State *L, lua_Debug *ar) {
   if (!lua_getinfo(L, "S", ar)) return;
@@ -386,8 +386,7 @@ lupin_gateway *fz_gateway(const char *config, int n_endpoints) {
   for (int i = 0; i < n_endpoints; i++) {
     int port;
     fds[i] = listen_socket(&port);
-    fprintf(f, "%s{\"name\":\"m%d\",\"address\":\"127.0.0.1\",\"port\":%d}", i ? "," : "", i,
-            port);
+    fprintf(f, "%s{\"name\":\"m%d\",\"address\":\"127.0.0.1\",\"port\":%d}", i ? "," : "", i, port);
   }
   fputs("]\n", f);
   fclose(f);
@@ -409,8 +408,7 @@ lupin_gateway *fz_gateway(const char *config, int n_endpoints) {
   if (gw_open(&gw_, &o, err, sizeof err)) fz_fail("the gateway did not open: %s", err);
   for (int i = 0; i < n_endpoints; i++) {
     uv_tcp_init(gw_.loop, &servers[i]);
-    if (uv_tcp_open(&servers[i], fds[i]) ||
-        uv_listen((uv_stream_t *)&servers[i], 128, peer_accept))
+    if (uv_tcp_open(&servers[i], fds[i]) || uv_listen((uv_stream_t *)&servers[i], 128, peer_accept))
       fz_fail("cannot listen for a model server");
   }
   opened = 1;
@@ -513,8 +511,11 @@ int fz_known(const char *cls) {
 static long bad_utf8(const unsigned char *s, size_t len) {
   for (size_t i = 0; i < len;) {
     unsigned c = s[i];
-    size_t n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
-               : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    size_t n = c < 0x80                 ? 1
+               : c >= 0xc2 && c <= 0xdf ? 2
+               : c >= 0xe0 && c <= 0xef ? 3
+               : c >= 0xf0 && c <= 0xf4 ? 4
+                                        : 0;
     if (!n || i + n > len) return (long)i;
     for (size_t k = 1; k < n; k++)
       if ((s[i + k] & 0xc0) != 0x80) return (long)i;
@@ -622,8 +623,10 @@ void fz_check(lupin_gateway *gw, const fz_reply *rep) {
             http_errno_description(e), used, rep->len, rep->data);
   gw_buf_free(&r.body);
   gw_buf_free(&r.field);
-  if (gw->n_exchanges) fz_fail("%zu requests still in flight after the client left", gw->n_exchanges);
+  if (gw->n_exchanges)
+    fz_fail("%zu requests still in flight after the client left", gw->n_exchanges);
   lupin_stats s;
   lupin_runtime_stats(gw->rt, &s);
-  if (s.live_requests) fz_fail("%llu runtime requests not ended", (unsigned long long)s.live_requests);
+  if (s.live_requests)
+    fz_fail("%llu runtime requests not ended", (unsigned long long)s.live_requests);
 }
