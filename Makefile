@@ -345,6 +345,10 @@ install: all
 	install -m 755 $(B)/liblupin.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/lupin_native.so $(DESTDIR)$(PREFIX)/lib/lua/5.1/
 	install -m 644 lua/lupin/*.lua $(DESTDIR)$(PREFIX)/share/lupin/lua/lupin/
+	for d in runtime generation config; do \
+	  install -d $(DESTDIR)$(PREFIX)/share/lupin/lua/lupin/$$d && \
+	  install -m 644 lua/lupin/$$d/*.lua $(DESTDIR)$(PREFIX)/share/lupin/lua/lupin/$$d/ || exit 1; \
+	done
 	install -m 644 plugins/*.lua $(DESTDIR)$(PREFIX)/share/lupin/plugins/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' lupin.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/lupin.pc

@@ -1,5 +1,5 @@
 /* The C side of the C/Lua ABI check: the size of every structure
- * lua/lupin/capi.lua declares to the FFI and the place of each of its
+ * lua/lupin/runtime/capi.lua declares to the FFI and the place of each of its
  * fields, as this compiler laid them out.  capi.lua compares them with its
  * own declarations when a runtime starts and refuses to run on a mismatch,
  * so the two can never drift apart silently. */

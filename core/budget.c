@@ -4,7 +4,7 @@
  * LuaJIT's instruction hook does not fire inside compiled traces, and a
  * volatile load from FFI is hoisted out of a compiled loop all the same, so
  * neither can stop `while true do end` once the JIT has compiled it.  What
- * does: lua/lupin/budget.lua rewrites every plugin file at load so that each
+ * does: lua/lupin/runtime/budget.lua rewrites every plugin file at load so that each
  * loop body, each `goto` and each function entry calls lupin_budget_poll()
  * through FFI (a C call is never hoisted, interpreted or compiled), and this
  * file's thread sets `cut` once the running call's deadline has passed.  The

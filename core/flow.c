@@ -1,7 +1,7 @@
 /* Flow control's side in C: handing the queue's final results to the host.
  *
  * The queue, the bands, the policies and the gate live in Lua
- * (lua/lupin/flow.lua); C asks it for the next request whose scheduling is
+ * (lua/lupin/runtime/flow.lua); C asks it for the next request whose scheduling is
  * final — evicted, or let through the gate — one at a time, runs (or reads)
  * that scheduling and calls the host's dispatch callback.  One at a time
  * because the callback may end any request, the next one included. */

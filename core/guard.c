@@ -2,7 +2,7 @@
  * (docs/plugins.md, "Budgets").  The module lupin.guard.native, preloaded
  * in every runtime's state: the pattern functions of pattern.c, string.rep
  * and table.concat built in slices with a look at the budget between them,
- * and the C stack's room for the wrappers lua/lupin/guard.lua installs.
+ * and the C stack's room for the wrappers lua/lupin/runtime/guard.lua installs.
  *
  * The budget's flag is set by the watchdog (budget.c); a built-in that finds
  * it set calls budget.lua's trip, which grants a request-path call its grace

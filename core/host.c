@@ -1,7 +1,7 @@
 /* What a host builds on beyond requests and endpoints: config sections of
  * its own, the endpoints a config or file lists, the plugin directories to
  * watch, a dry run, the memory limit.  Each is one op of the "host" hook of
- * lua/lupin/runtime.lua. */
+ * lua/lupin/runtime/init.lua. */
 #include "internal.h"
 
 #include <lauxlib.h>
@@ -136,7 +136,7 @@ int lupin_runtime_read_endpoints(lupin_runtime *rt, const char *file, lupin_endp
   return rc;
 }
 
-/* An entry's "metrics" into m (lua/lupin/config.lua checked them): 0, or -1
+/* An entry's "metrics" into m (lua/lupin/config/init.lua checked them): 0, or -1
  * when it has none.  Its strings stay on the stack until the caller's settop. */
 static int entry_metrics(lua_State *L, int e, lupin_metrics *m) {
   lua_getfield(L, e, "metrics");

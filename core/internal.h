@@ -10,7 +10,7 @@
 
 #define LUPIN_ALLOC_SPARES 64
 
-/* The Lua allocator's books.  Its layout is mirrored in lua/lupin/capi.lua. */
+/* The Lua allocator's books.  Its layout is mirrored in lua/lupin/runtime/capi.lua. */
 typedef struct lupin_alloc {
   size_t used;
   size_t peak;
@@ -34,7 +34,7 @@ void *lupin_alloc_fn(void *ud, void *ptr, size_t osize, size_t nsize);
 void lupin_alloc_release_spares(lupin_alloc *a);
 
 /* Call budgets (budget.c).  `cut` and `deadline` are mirrored in
- * lua/lupin/capi.lua: the Lua side writes the running plugin call's deadline
+ * lua/lupin/runtime/capi.lua: the Lua side writes the running plugin call's deadline
  * (lupin_now() seconds, 0: none), the watchdog thread sets `cut` past it. */
 typedef struct lupin_budget {
   volatile int32_t cut;
@@ -86,7 +86,7 @@ lupin_counters *lupin__shared_endpoint_counters(lupin_endpoint_slot *e);
 size_t lupin__shared_endpoints(lupin_shared *s);
 void lupin__counters_add(lupin_counters *c, int64_t requests, int64_t tokens);
 
-/* An endpoint.  The part up to `counters` is mirrored in lua/lupin/capi.lua
+/* An endpoint.  The part up to `counters` is mirrored in lua/lupin/runtime/capi.lua
  * (the load's fields flat: the same layout) and read by plugins through
  * FFI; its memory is released by the Lua GC finalizer of its endpoint
  * object, so requests holding it keep it valid, and with it its slot in the
@@ -205,7 +205,7 @@ size_t lupin_prefix_view_count(lupin_prefix_view *v, uint32_t id);
 int lupin_prefix_view_holds(lupin_prefix_view *v, uint32_t id, uint64_t hash);
 size_t lupin_prefix_view_memory(lupin_prefix_view *v);
 
-/* A value in a shared dict.  Mirrored in lua/lupin/capi.lua. */
+/* A value in a shared dict.  Mirrored in lua/lupin/runtime/capi.lua. */
 enum { LUPIN_DICT_NIL, LUPIN_DICT_NUMBER, LUPIN_DICT_STRING, LUPIN_DICT_BOOLEAN };
 typedef struct lupin_dict_value {
   int32_t type; /* LUPIN_DICT_*; a boolean is num 0 or 1 */
@@ -279,7 +279,7 @@ typedef struct lupin_capi_shared {
 
 extern const lupin_capi_shared lupin__capi_shared;
 
-/* What a generation's plugins can observe (lua/lupin/engine.lua's flags):
+/* What a generation's plugins can observe (lua/lupin/runtime/engine.lua's flags):
  * without them the core skips the calls into Lua. */
 enum {
   LUPIN_GEN_OBSERVES_RESPONSE = 1, /* response_header, _chunk, _complete or finish */
@@ -301,7 +301,7 @@ struct lupin_generation {
   lupin_generation *next;
 };
 
-/* The function table handed to Lua (lua/lupin/capi.lua mirrors it). */
+/* The function table handed to Lua (lua/lupin/runtime/capi.lua mirrors it). */
 typedef struct lupin_capi {
   lupin_runtime *rt;
   lupin_alloc *alloc;
@@ -351,7 +351,7 @@ typedef struct lupin_abi_entry {
 
 const lupin_abi_entry *lupin__abi(void);
 
-/* The Lua functions of lua/lupin/runtime.lua the core calls. */
+/* The Lua functions of lua/lupin/runtime/init.lua the core calls. */
 enum lupin_hook {
   LUPIN_HOOK_LOAD,
   LUPIN_HOOK_RELEASE,
@@ -460,7 +460,7 @@ void lupin__guard_poll(lua_State *L, lupin_guard *g, double eta);
 void lupin__pattern_register(lua_State *L, int guard);
 
 /* json.cpp: the module lupin.json.native, preloaded in every runtime's state
- * (lua/lupin/json.lua) */
+ * (lua/lupin/runtime/json.lua) */
 int lupin__json_open(lua_State *L);
 
 /* runtime.c */

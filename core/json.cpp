@@ -1,5 +1,5 @@
 /* Request bodies decoded by simdjson (Debian's libsimdjson-dev) into Lua
- * values, for lua/lupin/json.lua.  lua-cjson reads a string a byte at a time
+ * values, for lua/lupin/runtime/json.lua.  lua-cjson reads a string a byte at a time
  * and was most of a lifecycle's time on long prompts (docs/performance.md);
  * simdjson validates and unescapes with SIMD instructions.
  *

@@ -408,7 +408,7 @@ enum {
 typedef struct lupin_request_desc {
   const char *id;   /* NULL or "": one is generated */
   const char *path; /* "/v1/completions", "/v1/embeddings", ... (one row per
-                       route vLLM serves: lua/lupin/openai.lua); NULL: the
+                       route vLLM serves: lua/lupin/runtime/openai.lua); NULL: the
                        body's, chat when it has "messages" (decoded for it) */
   const char *body; /* the JSON body, decoded only if a plugin asks */
   size_t body_len;

@@ -705,7 +705,7 @@ void lupin_request_end(lupin_request *req, lupin_outcome outcome) {
     call_request(req, nargs);
   } else {
     /* no finish hook to run: all the Lua side needs is the outcome (the
-     * request's state is ended, see lua/lupin/leaks.lua); the field exists
+     * request's state is ended, see lua/lupin/runtime/leaks.lua); the field exists
      * from the start, so setting it allocates nothing outside a pcall */
     lua_rawgeti(rt->L, LUA_REGISTRYINDEX, req->ref);
     lua_pushstring(rt->L, name);

@@ -142,7 +142,7 @@ static int invoke_open(lua_State *L) {
   return 1;
 }
 
-/* Loads lua/lupin/runtime.lua and keeps references to its hooks. */
+/* Loads lua/lupin/runtime/init.lua and keeps references to its hooks. */
 static int boot(lupin_runtime *rt, const lupin_options *o, const char *home, char *err,
                 size_t errlen) {
   lua_State *L = rt->L;

@@ -143,7 +143,7 @@ int gw_write(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb
  * request bodies, which a copy would double. */
 int gw_write_kept(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_fn cb, void *data);
 
-/* --- settings (the config's "gateway" section, lua/lupin/config.lua) ------ */
+/* --- settings (the config's "gateway" section, lua/lupin/config/init.lua) ------ */
 
 typedef struct gw_settings {
   uint64_t max_body_bytes, max_header_bytes;

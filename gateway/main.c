@@ -85,7 +85,7 @@ static void guess_home(void) {
     if (!slash) return;
     *slash = 0;
   }
-  snprintf(probe, sizeof probe, "%s/lua/lupin/runtime.lua", exe);
+  snprintf(probe, sizeof probe, "%s/lua/lupin/runtime/init.lua", exe);
   if (access(probe, R_OK) == 0) setenv("LUPIN_HOME", exe, 0);
 }
 
@@ -198,7 +198,7 @@ static int check_run_all(check_run *c) {
   return 0;
 }
 
-/* Splits "file:line: path: message" (lua/lupin/config.lua) for --format json. */
+/* Splits "file:line: path: message" (lua/lupin/config/init.lua) for --format json. */
 static void check_json_error(gw_buf *b, const char *err) {
   const char *p = err, *colon;
   while ((colon = strchr(p, ':')) && !(colon[1] >= '0' && colon[1] <= '9'))

@@ -832,7 +832,7 @@ static void models(lupin_gateway *gw, gw_conn *c) {
 /* --- routing ------------------------------------------------------------- */
 
 /* The POST routes proxied: every OpenAI-style route vLLM serves.  Each is
- * checked and parsed by the runtime's row for it (lua/lupin/openai.lua:
+ * checked and parsed by the runtime's row for it (lua/lupin/runtime/openai.lua:
  * the model, the fields it needs, its prompt); a new route is a line here
  * and a row there. */
 static const char *const routes[] = {"/v1/completions",

@@ -57,7 +57,7 @@ end
 function M.defaults(type_)
   local rt = S.runtime()
   local v = S.eval(rt, ([[
-    local loader, schema = require "lupin.loader", require "lupin.schema"
+    local loader, schema = require "lupin.generation.loader", require "lupin.schema"
     local mod = assert(loader.load(%q, %q))
     return assert(schema.validate(mod.schema, {}))
   ]]):format(S.ROOT .. "/plugins/" .. type_ .. ".lua", type_))

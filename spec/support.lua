@@ -50,7 +50,7 @@ end
 function M.in_flight(rt, field)
   return M.eval(rt, ([[
     local out = {}
-    for _, ep in ipairs(require("lupin.pool").list) do
+    for _, ep in ipairs(require("lupin.runtime.pool").list) do
       if ep.%s ~= 0 then
         out[ep.name] = ep.%s
       end

@@ -180,8 +180,8 @@ static double decode_ns(lupin_side *ls) {
   size_t cap = w->body_len + 512;
   char *code = malloc(cap), err[512];
   snprintf(code, cap,
-           "local cjson, now = require 'cjson.safe', require('lupin.capi').now\n"
-           "local json = require 'lupin.json'\n"
+           "local cjson, now = require 'cjson.safe', require('lupin.runtime.capi').now\n"
+           "local json = require 'lupin.runtime.json'\n"
            "local s = [==[%.*s]==]\n"
            "local t0, p = now(), 0\n"
            "for _ = 1, %d do p = p + #json.decode(s, cjson).prompt end\n"

@@ -2,7 +2,7 @@
 ---@class lupin.log
 local M = {}
 
-local capi = require "lupin.capi"
+local capi = require "lupin.runtime.capi"
 
 local LEVELS = { error = 0, warn = 1, info = 2, debug = 3 }
 

@@ -6,7 +6,7 @@
 ---   index:record(ep.id, h)            -- ep has cached this prompt
 ---   local matches = index:match(h)    -- { [ep.id] = matched blocks }
 local ffi = require "ffi"
-local capi = require "lupin.capi"
+local capi = require "lupin.runtime.capi"
 local new_table = require "table.new"
 local bit = require "bit"
 local bor, rshift = bit.bor, bit.rshift

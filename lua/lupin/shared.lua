@@ -11,7 +11,7 @@
 --- nil, "full".  Dicts live as long as the process's runtimes, across
 --- reloads.
 local ffi = require "ffi"
-local capi = require "lupin.capi"
+local capi = require "lupin.runtime.capi"
 local log = require "lupin.log"
 
 ---@class lupin.shared

@@ -17,6 +17,12 @@
 local M = {}
 
 local cjson = require "cjson"
+do -- the config reader is lua/lupin/config/init.lua: reach it by a LUA_PATH of ?.lua alone
+  local root = debug.getinfo(1, "S").source:match("^@(.*/)lupin/testing%.lua$")
+  if root and not package.path:find(root .. "?/init.lua", 1, true) then
+    package.path = package.path .. ";" .. root .. "?/init.lua"
+  end
+end
 local config_reader = require "lupin.config"
 
 -- A config file's decoded root (JSON or YAML), or nil when it does not read:
@@ -442,7 +448,7 @@ end
 -- Runs lupin.probe's fn(a) in the runtime; raises the probe's own errors
 -- (unknown plugin, point, endpoint) at the caller's level.
 function H:probe(fn, a, level)
-  local code = ("return require('lupin.probe').%s(%s)"):format(fn, literal(a))
+  local code = ("return require('lupin.runtime.probe').%s(%s)"):format(fn, literal(a))
   local ok, out = pcall(self.rt.eval, self.rt, code)
   if not ok then
     local msg = tostring(out):gsub("^eval: ", ""):gsub("\nstack traceback:.*$", "")

@@ -132,13 +132,13 @@ describe("block hashing", function()
     assert.is_false(ok)
     assert.matches("block size must be a positive integer", err)
     assert.equal(-1, S.eval(rt, [[
-      local ffi, capi = require "ffi", require "lupin.capi"
+      local ffi, capi = require "ffi", require "lupin.runtime.capi"
       local input = ffi.new("lupin_hash_input", { prompt = "abcd", prompt_len = 4, block_size = 0,
         max_blocks = 4 })
       return tonumber(capi.api.block_hashes(input, ffi.new("uint64_t[4]"), 4))
     ]]))
     assert.equal(-1, S.eval(rt, [[
-      local ffi, capi = require "ffi", require "lupin.capi"
+      local ffi, capi = require "ffi", require "lupin.runtime.capi"
       return tonumber(capi.api.block_hashes(nil, ffi.new("uint64_t[4]"), 4))
     ]]))
   end)

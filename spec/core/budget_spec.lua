@@ -136,7 +136,7 @@ return {
 -- line `line` (2: stall, 5: pick) find their time run out.
 local function stall_at(rt, line, times)
   S.eval(rt, ([[
-    local capi = require "lupin.capi"
+    local capi = require "lupin.runtime.capi"
     local B, now, left = capi.budget, capi.now, %d
     debug.sethook(function()
       local f = debug.getinfo(2, "S")

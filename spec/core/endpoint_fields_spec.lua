@@ -7,7 +7,7 @@ describe("endpoint objects", function()
     local rt = S.runtime()
     S.endpoints(rt, 2)
     local out = S.eval(rt, [[
-      local ep = require("lupin.pool").list[2]
+      local ep = require("lupin.runtime.pool").list[2]
       return { type(ep.name), ep.name, type(ep.address), ep.address, ep.hostport }
     ]])
     assert.same({ "string", "ep2", "string", "10.0.0.2", "10.0.0.2:8000" }, out)

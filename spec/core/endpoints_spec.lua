@@ -14,11 +14,11 @@ describe("endpoint pool", function()
   local function view()
     return S.eval(rt, [[
       local out = {}
-      for i, ep in ipairs(require("lupin.pool").list) do
+      for i, ep in ipairs(require("lupin.runtime.pool").list) do
         out[i] = { name = ep.name, address = ep.address, port = ep.port, hostport = ep.hostport,
           q = ep.waiting_queue_size, running = ep.running_requests, kv = ep.kv_cache_usage,
           max_lora = ep.max_lora, block = ep.cache_block_size, blocks = ep.num_blocks,
-          fresh = ep.scraped_at > 0, labels = require("lupin.readonly").unwrap(ep.labels),
+          fresh = ep.scraped_at > 0, labels = require("lupin.runtime.readonly").unwrap(ep.labels),
           active = table.concat(ep.active_adapters, ","), has_sql = ep.active_adapters.sql or false,
           waiting = table.concat(ep.waiting_adapters, ","), waits_x = ep.waiting_adapters.x or false }
       end
@@ -107,7 +107,7 @@ describe("endpoint pool", function()
     req:response_header(200, {})
     assert.same({ "ep2", "10.0.0.2" }, S.eval(rt, [[
       local out
-      require("lupin.leaks").each_live(function(r)
+      require("lupin.runtime.leaks").each_live(function(r)
         local ep = r.result.endpoints[1]
         out = { ep.name, ep.address }
       end)
@@ -122,20 +122,20 @@ describe("endpoint pool", function()
   it("hands every request the same endpoint objects, not copies", function()
     S.endpoints(rt, 4)
     local same = S.eval(rt, [[
-      local pool = require("lupin.pool")
+      local pool = require("lupin.runtime.pool")
       local before = pool.list
       return before[1] == pool.list[1] and before == pool.list]])
     assert.is_true(same)
     -- metrics written through the C API are seen without rebuilding the list
-    local list_before = S.eval(rt, [[return tostring(require("lupin.pool").list)]])
+    local list_before = S.eval(rt, [[return tostring(require("lupin.runtime.pool").list)]])
     rt:set_metrics("ep1", { waiting_queue_size = 42 })
-    assert.equal(list_before, S.eval(rt, [[return tostring(require("lupin.pool").list)]]))
+    assert.equal(list_before, S.eval(rt, [[return tostring(require("lupin.runtime.pool").list)]]))
     assert.equal(42, view()[1].q)
   end)
 
   it("stamps metrics with the scrape time, now when none is given", function()
     S.endpoints(rt, 1)
     rt:set_metrics("ep1", { scraped_at = 12.5 })
-    assert.equal(12.5, S.eval(rt, [[return require("lupin.pool").list[1].scraped_at]]))
+    assert.equal(12.5, S.eval(rt, [[return require("lupin.runtime.pool").list[1].scraped_at]]))
   end)
 end)

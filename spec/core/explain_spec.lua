@@ -231,7 +231,7 @@ return {
     assert.is_nil(req:explain())
     assert.same({ 1, 0 }, S.eval(rt, [[
       local live, explained = 0, 0
-      require("lupin.leaks").each_live(function(r)
+      require("lupin.runtime.leaks").each_live(function(r)
         live = live + 1
         explained = explained + (rawget(r, "explain") and 1 or 0)
       end)

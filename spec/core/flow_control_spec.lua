@@ -1,4 +1,4 @@
--- Flow control (lua/lupin/flow.lua, core/flow.c): requests wait between
+-- Flow control (lua/lupin/runtime/flow.lua, core/flow.c): requests wait between
 -- admission and scheduling while the pool is saturated and leave by band,
 -- fairness and ordering; every way out answers once and runs finish once.
 local S = require "support"
@@ -505,7 +505,7 @@ describe("flow control", function()
     for _, f in ipairs(rt:flows()) do
       assert.is_not.equal(7, f.priority)
     end
-    assert.equal(0, S.eval(rt, "return require('lupin.flow').state()").bands)
+    assert.equal(0, S.eval(rt, "return require('lupin.runtime.flow').state()").bands)
   end)
 
   it("lets everything waiting go when a reload turns flow control off", function()
@@ -562,7 +562,7 @@ describe("flow control", function()
       assert.equal(0, r:schedule().status)
       r:finish("cancelled")
     end
-    local state = S.eval(rt, "return require('lupin.flow').state()")
+    local state = S.eval(rt, "return require('lupin.runtime.flow').state()")
     assert.equal(4, state.bands) -- 10, 5, 0, -1
     assert.is_true(state.flows >= 3000) -- not reaped yet: no tick since
     local prios, clamped = {}, 0
@@ -576,7 +576,7 @@ describe("flow control", function()
     assert.equal(6 + 3000, clamped) -- all but "5", "-1" and "0" (no i * 7 - 9000 is configured)
     os.execute("sleep 0.01")
     rt:tick()
-    state = S.eval(rt, "return require('lupin.flow').state()")
+    state = S.eval(rt, "return require('lupin.runtime.flow').state()")
     assert.equal(0, state.flows)
     assert.equal(4, state.bands)
     -- the configured bands, and an integer naming one, still in order

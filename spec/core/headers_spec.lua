@@ -3,7 +3,7 @@
 -- request proceeds), and never reaches the request's published headers, even
 -- when a plugin writes the header tables directly.
 local S = require "support"
-local ctx = require "lupin.ctx"
+local ctx = require "lupin.runtime.ctx"
 
 local SETTER = [[
 return {
@@ -151,7 +151,7 @@ describe("the headers a request comes with", function()
   it("are looked up in the header block by whole name, the last of a name winning", function()
     rt = S.runtime()
     local got = S.eval(rt, [[
-      local ctx = require "lupin.ctx"
+      local ctx = require "lupin.runtime.ctx"
       local block = "a\0one\0ab\0\0b\0two\0a\0three\0"
       local t = ctx.header_table(block)
       local function show(v) return v == nil and "nil" or v end

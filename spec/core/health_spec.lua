@@ -17,7 +17,7 @@ end
 local function names(rt)
   return S.eval(rt, [[
     local out = {}
-    for i, ep in ipairs(require("lupin.pool").list) do out[i] = ep.name end
+    for i, ep in ipairs(require("lupin.runtime.pool").list) do out[i] = ep.name end
     return out]])
 end
 
@@ -40,7 +40,7 @@ describe("endpoint health in the runtime", function()
     end
     assert.is_true(rt:set_healthy("ep2", true))
     assert.same({ "ep1", "ep2", "ep3" }, names(rt))
-    assert.equal(7, S.eval(rt, [[return require("lupin.pool").list[2].waiting_queue_size]]))
+    assert.equal(7, S.eval(rt, [[return require("lupin.runtime.pool").list[2].waiting_queue_size]]))
     assert.is_false(rt:set_healthy("nope", false))
   end)
 

@@ -1,4 +1,4 @@
--- Request bodies decoded by simdjson in C (core/json.cpp, lua/lupin/json.lua):
+-- Request bodies decoded by simdjson in C (core/json.cpp, lua/lupin/runtime/json.lua):
 -- every text it accepts decodes to what lua-cjson makes of it, every text
 -- lua-cjson refuses it refuses too, so the refusal and its message stay
 -- lua-cjson's.  Run inside a runtime's Lua state, where the C module is.
@@ -116,7 +116,7 @@ describe("request body JSON", function()
 
   it("finds where a text stops being UTF-8, in utf8proc's terms, only when it is not", function()
     local v = S.eval(rt, [[
-      local json = require "lupin.json"
+      local json = require "lupin.runtime.json"
       local cjson = require "cjson.safe"
       local out = {}
       for i, text in ipairs({
@@ -137,7 +137,7 @@ describe("request body JSON", function()
 
   it("reads the body a plugin sees with it, null as cjson.null", function()
     local v = S.eval(rt, [[
-      local json = require "lupin.json"
+      local json = require "lupin.runtime.json"
       local cjson = require "cjson.safe"
       local body = json.decode('{"model":"m","stop":null}', cjson)
       return { native = json.native, model = body.model, null = body.stop == cjson.null }]])

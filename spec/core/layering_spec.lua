@@ -39,9 +39,10 @@ describe("layering", function()
       for line in io.lines(support.ROOT .. "/" .. file) do
         local code = line:gsub("%-%-.*$", "")
         for name in code:gmatch('require%s*%(?%s*"([^"]+)"') do
-          local own = name:match("^lupin%.([%w_]+)$")
-          local path = own and ("%s/lua/lupin/%s.lua"):format(support.ROOT, own)
-          local exists = path and io.open(path)
+          local own = name:match("^lupin%.([%w_.]+)$")
+          own = own and own:gsub("%.", "/")
+          local exists = own and (io.open(("%s/lua/lupin/%s.lua"):format(support.ROOT, own))
+            or io.open(("%s/lua/lupin/%s/init.lua"):format(support.ROOT, own)))
           if exists then
             exists:close()
           elseif not (preloaded[name] or LIBS[name]) then

@@ -3,7 +3,7 @@
 -- lupin.config and lupin.openai as the runtime uses them (the e2e side is
 -- spec/e2e/hardening_spec.lua).
 local config = require "lupin.config"
-local openai = require "lupin.openai"
+local openai = require "lupin.runtime.openai"
 local S = require "support"
 
 -- a host's section, as lupin serve declares "gateway" (gateway/settings.c);

@@ -1,5 +1,5 @@
 -- The OpenAI body checks a host asks for at begin (lupin_request_desc
--- .check_body, lua/lupin/openai.lua): decoded once, the model and stream
+-- .check_body, lua/lupin/runtime/openai.lua): decoded once, the model and stream
 -- flag known to the host, and a body that fails reaches no plugin and is
 -- answered 400 naming the parameter.
 local K = require "plugins.kit"
@@ -49,7 +49,7 @@ describe("check_body", function()
     local text = '{"model":"m","prompt":"' .. ("x"):rep(1000) .. '"}'
     local seen = function(id)
       return S.eval(rt, ([[local out = {}
-        require("lupin.leaks").each_live(function(r)
+        require("lupin.runtime.leaks").each_live(function(r)
           if r.id == %q then
             local v = r.request
             out = { raw = rawget(v, "raw_body") or false, bytes = rawget(v, "body_bytes"),
@@ -115,11 +115,11 @@ describe("check_body", function()
   end)
 end)
 
--- The route table (lua/lupin/openai.lua ROUTES): one row per API path vLLM
+-- The route table (lua/lupin/runtime/openai.lua ROUTES): one row per API path vLLM
 -- serves, each with its required fields, whether the model is required, and
 -- the text it feeds ctx.request.prompt.
 describe("the route table", function()
-  local openai = require "lupin.openai"
+  local openai = require "lupin.runtime.openai"
   local cjson = require "cjson"
 
   -- a valid body per route, and the prompt it feeds the prefix scorer

@@ -1,9 +1,9 @@
--- One table of extension points (lua/lupin/points.lua): everything that
+-- One table of extension points (lua/lupin/generation/points.lua): everything that
 -- lists points follows it -- the loader, a generation's call lists, the
 -- LuaLS types, the host call that drives each, docs/design.md's table, and
 -- the specs (each point is exercised by name in spec/core/).
 local support = require "support"
-local points = require "lupin.points"
+local points = require "lupin.generation.points"
 
 local function read(path)
   local f = assert(io.open(support.ROOT .. "/" .. path, "rb"))
@@ -52,7 +52,7 @@ describe("the extension points table", function()
         end }]])
     local rt = support.runtime({ plugin_dirs = { dir } })
     support.eval(rt, [[
-      table.insert(require "lupin.points", { name = "dummy", layer = "request", args = "ctx, x",
+      table.insert(require "lupin.generation.points", { name = "dummy", layer = "request", args = "ctx, x",
         returns = "nothing", on_error = "counted and logged", absent = "nothing",
         driver = "none" })
       return true]])
@@ -61,13 +61,13 @@ describe("the extension points table", function()
       schedulingProfiles = { { name = "d", plugins = { { pluginRef = "max-score-picker" } } } } }),
       "dummy.json"))
     local r = support.eval(rt, [[
-      local rt, ctx, engine = require "lupin.runtime", require "lupin.ctx", require "lupin.engine"
+      local rt, ctx, engine = require "lupin.runtime", require "lupin.runtime.ctx", require "lupin.runtime.engine"
       local gen = rt.current
       local req = ctx.new_request(gen, nil, "d-1", "/v1/completions", nil, nil, {})
       engine.point(req, "dummy", "hello")
       engine.point(req, "dummy", "boom")
       local rec = gen.by_name["dummy-plugin"]
-      local points = require "lupin.points"
+      local points = require "lupin.generation.points"
       table.remove(points)
       return { seen = rec.obj.seen, calls = rec.stats.dummy.calls, errors = rec.stats.dummy.errors,
         listed = #gen.points.dummy }]])

@@ -5,7 +5,7 @@ local S = require "support"
 -- Code run before each snippet: the index module, endpoint ids by name and a
 -- constructor for hand-made hash lists.
 local PRELUDE = [[
-local ffi, prefix, pool = require "ffi", require "lupin.prefix", require "lupin.pool"
+local ffi, prefix, pool = require "ffi", require "lupin.prefix", require "lupin.runtime.pool"
 local ID = {}
 for _, ep in ipairs(pool.list) do ID[tostring(ep)] = ep.id end
 local function H(...)
@@ -131,13 +131,13 @@ describe("prefix index", function()
   end)
 
   it("ignores records for an endpoint no longer in the pool", function()
-    local id = S.eval(rt, [[ return require("lupin.pool").list[1].id ]])
+    local id = S.eval(rt, [[ return require("lupin.runtime.pool").list[1].id ]])
     rt:remove("ep1")
     assert.equal(0, S.eval(rt, PRELUDE .. ([[
       local x = prefix.index(10)
       x:set_capacity(%d, 5)
       x:record(%d, H(1, 2))
-      return x:count(%d) + tonumber(require("lupin.capi").api.prefix_endpoints(x.x))
+      return x:count(%d) + tonumber(require("lupin.runtime.capi").api.prefix_endpoints(x.x))
     ]]):format(id, id, id)))
   end)
 
@@ -221,7 +221,7 @@ describe("prefix index", function()
 
   it("returns errors for bad arguments instead of crashing", function()
     local got = run [[
-      local api = require("lupin.capi").api
+      local api = require("lupin.runtime.capi").api
       local x = prefix.index(4)
       local ids, counts = ffi.new("uint32_t[4]"), ffi.new("uint32_t[4]")
       return {

@@ -6,7 +6,7 @@ local S = require "support"
 local native = require "lupin_native"
 
 local PRELUDE = [[
-local ffi, prefix, pool = require "ffi", require "lupin.prefix", require "lupin.pool"
+local ffi, prefix, pool = require "ffi", require "lupin.prefix", require "lupin.runtime.pool"
 local ID = {}
 for _, ep in ipairs(pool.list) do ID[tostring(ep)] = ep.id end
 local function named(m)

@@ -69,7 +69,7 @@ describe("points no plugin implements", function()
         { plugin_dirs = { dir, S.FIXTURES } })
       S.endpoints(rt, 2)
       S.eval(rt, [[
-        local engine = require "lupin.engine"
+        local engine = require "lupin.runtime.engine"
         local point = engine.point
         _G.spec_points = {}
         engine.point = function(r, name, ...)
@@ -156,7 +156,7 @@ describe("points no plugin implements", function()
     S.lifecycle(rt)
     local ids = S.eval(rt, [[
       local out = {}
-      require("lupin.leaks").each_live(function(r) out[#out + 1] = r.id end)
+      require("lupin.runtime.leaks").each_live(function(r) out[#out + 1] = r.id end)
       return out]])
     assert.same({ "live" }, ids)
     live:finish("ok")

@@ -45,7 +45,7 @@ describe("reload", function()
           counts = counts + c
         end
         local index, indexed = g.by_name["prefix-cache-scorer"].obj.index, 0
-        for _, ep in ipairs(require("lupin.pool").list) do indexed = indexed + index:count(ep.id) end
+        for _, ep in ipairs(require("lupin.runtime.pool").list) do indexed = indexed + index:count(ep.id) end
         return { active = counts, indexed = indexed }]])
     end
     S.lifecycle(rt, '{"model":"m","prompt":"aaaabbbbcccc"}')
@@ -65,7 +65,7 @@ describe("reload", function()
       -- the pinned request ran generation 1's observer
       local gen_of = S.eval(rt, [[
         local out
-        require("lupin.leaks").each_live(function(r) out = r.gen.number end)
+        require("lupin.runtime.leaks").each_live(function(r) out = r.gen.number end)
         return out]])
       assert.equal(1, gen_of)
       req:finish("ok")

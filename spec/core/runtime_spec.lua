@@ -7,7 +7,7 @@ describe("runtime", function()
     local rt, err = native.new({ home = "/nonexistent/lupin" })
     assert.is_nil(rt)
     assert.matches("module 'lupin.runtime' not found", err, 1, true)
-    assert.matches("/nonexistent/lupin/lua/lupin/runtime.lua", err, 1, true)
+    assert.matches("/nonexistent/lupin/lua/lupin/runtime/init.lua", err, 1, true)
   end)
 
   it("accounts Lua memory and counts requests", function()

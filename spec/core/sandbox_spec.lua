@@ -32,7 +32,7 @@ describe("the plugin sandbox", function()
     require_ffi = { "require('ffi')", 'require "ffi" is not allowed in a plugin' },
     require_io = { "require('io')", 'require "io" is not allowed in a plugin' },
     require_os = { "require('os').execute(" .. TOUCH .. ")", 'require "os" is not allowed' },
-    require_capi = { "require('lupin.capi')", 'require "lupin.capi" is not allowed' },
+    require_capi = { "require('lupin.runtime.capi')", 'require "lupin.runtime.capi" is not allowed' },
     require_runtime = { "require('lupin.runtime')", 'require "lupin.runtime" is not allowed' },
     debug = { "debug.getregistry()", "debug is not available to plugins" },
     package_loadlib = { "package.loadlib('libc.so.6', 'system')",

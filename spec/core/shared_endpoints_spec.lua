@@ -56,7 +56,7 @@ end
 local function ids(rt)
   return S.eval(rt, [[
     local out = {}
-    for _, ep in ipairs(require("lupin.pool").list) do
+    for _, ep in ipairs(require("lupin.runtime.pool").list) do
       out[ep.name] = ep.id
     end
     return out]])

@@ -77,7 +77,7 @@ describe("per-request state", function()
     assert.equal(200, req:schedule().status)
     local shape = S.eval(rt, [[
       local out = {}
-      require("lupin.leaks").each_live(function(r)
+      require("lupin.runtime.leaks").each_live(function(r)
         out.shared = r.shared ~= nil
         out.plugins = false -- a private table: the ctx's second slot
         for _, c in pairs(r.ctxs) do
@@ -98,7 +98,7 @@ describe("per-request state", function()
     -- every fixture appends to ctx.shared.journal: one journal, all plugins
     local journal = S.eval(rt, [[
       local out
-      require("lupin.leaks").each_live(function(r) out = r.shared.journal end)
+      require("lupin.runtime.leaks").each_live(function(r) out = r.shared.journal end)
       return out]])
     assert.same({ "pick_profiles", "filter:f:A", "score:s1:A", "score:s1b:A", "score:s2:A",
       "pick:p:A", "pick_profiles", "score:s1:B", "pick:p:B", "pick_profiles" }, journal)
@@ -120,7 +120,7 @@ describe("per-request state", function()
       assert.is_true(#res.picks >= 1)
       local saw = S.eval(rt, [[
         local out
-        require("lupin.leaks").each_live(function(r)
+        require("lupin.runtime.leaks").each_live(function(r)
           out = { saw = r.shared.handler_saw, primary = r.result.primary,
             kept = type(r.result.profiles.A), bogus = r.result.profiles.bogus ~= nil }
         end)
@@ -209,7 +209,7 @@ describe("per-request state", function()
     -- the number of its slot in the request
     local keys = S.eval(rt, [[
       local out = {}
-      require("lupin.leaks").each_live(function(r)
+      require("lupin.runtime.leaks").each_live(function(r)
         for _, c in pairs(r.ctxs) do
           for k, v in pairs(c) do
             assert(v ~= r, "a ctx exposes the request table")

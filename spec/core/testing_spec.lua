@@ -144,7 +144,7 @@ describe("lupin.testing", function()
       assert.same({ "x" }, seen.endpoints) -- y is no candidate, ep1..3 are gone
       assert.same({ 1 / 6 }, seen.scores)
       assert.equal("decode", t:state("q", [[
-        local pool = require("lupin.pool")
+        local pool = require("lupin.runtime.pool")
         return pool.list[1].labels.role .. "", pool.list[1].active_adapters.l2]]))
       t:set_healthy("y", true)
       t:set_metrics("y", { waiting_queue_size = 1 })
@@ -396,7 +396,7 @@ describe("lupin.testing", function()
       t:endpoints(LOADS)
       t:schedule()
       assert.same({ c = 1 }, t:state("q").picked)
-      assert.equal("a", t:state("q", "return require('lupin.pool').list[1]"))
+      assert.equal("a", t:state("q", "return require('lupin.runtime.pool').list[1]"))
       assert.has_error(function() t:state(3) end,
         "lupin.testing: state: the plugin name must be a string, got number")
       assert.has_error(function() t:state("q", 3) end,

@@ -3,7 +3,7 @@
 -- EPP configs as upstream writes them.
 local config = require "lupin.config"
 local support = require "support"
-local yaml = require "lupin.yaml"
+local yaml = require "lupin.config.yaml"
 
 local function digest(rt)
   for _, g in ipairs(rt:generations()) do

@@ -263,7 +263,7 @@ describe("make install", function()
     assert.equal(0, rc, out)
     local prefix = dest .. "/usr/local"
     for _, f in ipairs({ "bin/lupin", "bin/lupin-sim", "share/man/man1/lupin.1",
-      "share/lupin/lua/lupin/runtime.lua" }) do
+      "share/lupin/lua/lupin/runtime/init.lua" }) do
       assert.truthy(P.read(prefix .. "/" .. f), f)
     end
     local v

@@ -121,7 +121,7 @@ describe("lupin test", function()
       support.ROOT, support.BUILD, dest))
     assert.equal(0, rc, out)
     local prefix = dest .. "/usr/local"
-    for _, f in ipairs({ "share/lupin/lua/lupin/testing.lua", "share/lupin/lua/lupin/probe.lua" }) do
+    for _, f in ipairs({ "share/lupin/lua/lupin/testing.lua", "share/lupin/lua/lupin/runtime/probe.lua" }) do
       assert.truthy(P.read(prefix .. "/" .. f), f)
     end
     local dir = folder()

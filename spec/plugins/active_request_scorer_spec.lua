@@ -33,7 +33,7 @@ end
 local function scores(rt, name)
   return K.instance(rt, name, [[
     local out = {}
-    for i, s in ipairs(self:score(nil, require("lupin.pool").list)) do
+    for i, s in ipairs(self:score(nil, require("lupin.runtime.pool").list)) do
       out[i] = ("%.17g"):format(s)
     end
     return out]])

@@ -7,7 +7,7 @@ local S = require "support"
 local function decide(body)
   local rt = S.runtime()
   local v = S.eval(rt, ([[
-    local m = require("lupin.loader").load(%q, "always-disagg-multimodal-decider")
+    local m = require("lupin.generation.loader").load(%q, "always-disagg-multimodal-decider")
     local body = require("cjson").decode(%q)
     return m.disaggregate(m, { request = { body = body.b or false } }, { id = 1 })
   ]]):format(S.ROOT .. "/plugins/always-disagg-multimodal-decider.lua", S.json.encode({ b = body })))

@@ -7,7 +7,7 @@ describe("always-disagg-pd-decider", function()
   it("says yes whatever the request and endpoint, and takes no parameters", function()
     local rt = S.runtime()
     local v = S.eval(rt, ([[
-      local m = require("lupin.loader").load(%q, "always-disagg-pd-decider")
+      local m = require("lupin.generation.loader").load(%q, "always-disagg-pd-decider")
       local ok, err = require("lupin.schema").validate(m.schema, { nonCachedTokens = 1 })
       return { m.disaggregate(m, { request = { prompt = "" }, shared = {} }, { id = 1 }),
         ok == nil and err or "accepted" }

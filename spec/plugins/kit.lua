@@ -12,7 +12,7 @@ local K = {}
 local CALL = [==[
 local json = require "cjson"
 local capi, loader, pool, schema =
-  require "lupin.capi", require "lupin.loader", require "lupin.pool", require "lupin.schema"
+  require "lupin.runtime.capi", require "lupin.generation.loader", require "lupin.runtime.pool", require "lupin.schema"
 local a = json.decode(%s)
 __kit = __kit or {}
 local obj = a.key and __kit[a.key]
@@ -146,7 +146,7 @@ end
 --- A plugin's parameters after the schema: defaults filled in.
 function K.params(rt, type_, params)
   return S.eval(rt, ([[
-    local m = assert(require("lupin.loader").load(%q, %q))
+    local m = assert(require("lupin.generation.loader").load(%q, %q))
     return assert(require("lupin.schema").validate(m.schema, require("cjson").decode(%q)))
   ]]):format(S.ROOT .. "/plugins/" .. type_ .. ".lua", type_, cjson.encode(params or {})))
 end

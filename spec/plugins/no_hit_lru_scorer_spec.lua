@@ -97,9 +97,9 @@ describe("no-hit-lru-scorer", function()
   it("records the prefill profile's endpoint of a cold request as well", function()
     start(4)
     local out = S.eval(rt, ([[
-      local m = require("lupin.loader").load(%q, "no-hit-lru-scorer")
+      local m = require("lupin.generation.loader").load(%q, "no-hit-lru-scorer")
       local self = m.new(assert(require("lupin.schema").validate(m.schema, {})), {})
-      local eps = require("lupin.pool").list -- decode: ep1, ep2; prefill: ep3, ep4
+      local eps = require("lupin.runtime.pool").list -- decode: ep1, ep2; prefill: ep3, ep4
       local ctx = { shared = {}, plugin = {} }
       m.score(self, ctx, eps)
       m.pre_request(self, ctx, { primary = "decode", profiles = {

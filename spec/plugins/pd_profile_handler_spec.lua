@@ -129,7 +129,7 @@ describe("pd-profile-handler", function()
   it("counts every matched block as cached (no block discounted for the model)", function()
     local function pick(threshold, matches)
       return S.eval(rt, ([[
-        local m = require("lupin.loader").load(%q, "pd-profile-handler")
+        local m = require("lupin.generation.loader").load(%q, "pd-profile-handler")
         local self = m.new(assert(require("lupin.schema").validate(m.schema,
           { threshold = %d, hashBlockSize = 16 })))
         local ep = { id = 7 }

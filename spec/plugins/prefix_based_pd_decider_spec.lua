@@ -13,7 +13,7 @@ local P = require "prefix_support"
 local function decide(params, prompt, cached, source)
   local rt = S.runtime()
   local v = S.eval(rt, ([[
-    local m = require("lupin.loader").load(%q, "prefix-based-pd-decider")
+    local m = require("lupin.generation.loader").load(%q, "prefix-based-pd-decider")
     local p = assert(require("lupin.schema").validate(m.schema, require("cjson").decode(%q)))
     local self = m.new(p, { log = function() end })
     local shared = {}

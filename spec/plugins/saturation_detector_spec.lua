@@ -84,7 +84,7 @@ describe(T, function()
     local rt = S.runtime()
     local function seconds(v)
       return S.eval(rt, ([[
-        local m = require("lupin.loader").load(%q, "saturation-detector")
+        local m = require("lupin.generation.loader").load(%q, "saturation-detector")
         local s = m.seconds(require("cjson").decode(%q))
         return s == nil and "nil" or ("=%%.17g"):format(s)
       ]]):format(S.ROOT .. "/plugins/saturation-detector.lua", S.json.encode(v)))

@@ -27,7 +27,7 @@ end
 -- a class annotates (`---@class lupin.prefix` over `local M = {}`).
 local function sdk()
   local classes, aliases = {}, {}
-  for _, file in ipairs(ls(ROOT .. "/lua/lupin/*.lua")) do
+  for _, file in ipairs(ls(ROOT .. "/lua/lupin/*.lua " .. ROOT .. "/lua/lupin/*/*.lua")) do
     local cur, bound = nil, {}
     for _, line in ipairs(lines_of(file)) do
       local class = line:match("^%-%-%-@class ([%w_.]+)")
@@ -135,13 +135,13 @@ describe("the plugin SDK's annotations", function()
   end)
 
   it("annotate every extension point and hook of lupin.points as a lupin.Plugin field", function()
-    for _, row in ipairs(require("lupin.points")) do
+    for _, row in ipairs(require("lupin.generation.points")) do
       assert.truthy(CLASSES["lupin.Plugin"][row.name], row.name)
     end
   end)
 
   it("name only lupin.* types that are defined", function()
-    local files = ls(ROOT .. "/lua/lupin/*.lua")
+    local files = ls(ROOT .. "/lua/lupin/*.lua " .. ROOT .. "/lua/lupin/*/*.lua")
     for _, f in ipairs(plugin_files()) do
       files[#files + 1] = f
     end

@@ -5,7 +5,7 @@ local T = "session-affinity-scorer"
 
 local function codec(rt, fn, s)
   return S.eval(rt, ([[
-    local m = require("lupin.loader").load(%q, "session-affinity-scorer")
+    local m = require("lupin.generation.loader").load(%q, "session-affinity-scorer")
     local v = m.%s(%q)
     return v == nil and "<nil>" or "=" .. v
   ]]):format(S.ROOT .. "/plugins/session-affinity-scorer.lua", fn, s))

@@ -25,7 +25,7 @@ describe(T, function()
     assert.same({ pick_profiles = 2, process_results = 1 }, stats(rt, T))
     assert.same({ score = 1 }, stats(rt, "queue-scorer"))
     assert.same({}, S.eval(rt, [[
-      local m = require("lupin.loader").load("]] .. S.ROOT .. [[/plugins/single-profile-handler.lua",
+      local m = require("lupin.generation.loader").load("]] .. S.ROOT .. [[/plugins/single-profile-handler.lua",
         "single-profile-handler")
       local again = m.pick_profiles(nil, nil, { only = {} }, { only = false })
       return #again == 0 and {} or again]]))

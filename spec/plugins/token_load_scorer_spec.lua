@@ -30,7 +30,7 @@ local function scores(rt)
   local out = K.instance(rt, T, [[
     local out = {}
     local ctx = { request = { prompt = "", body = false }, shared = {} } -- adds 0 tokens
-    for i, s in ipairs(self:score(ctx, require("lupin.pool").list)) do
+    for i, s in ipairs(self:score(ctx, require("lupin.runtime.pool").list)) do
       out[i] = ("%.17g"):format(s)
     end
     return out]])
@@ -42,7 +42,7 @@ end
 
 local function estimate(rt, body)
   return S.eval(rt, ([[
-    local m = require("lupin.loader").load(%q, "token-load-scorer")
+    local m = require("lupin.generation.loader").load(%q, "token-load-scorer")
     local body = require("cjson").decode(%q)
     local prompt = type(body.prompt) == "string" and body.prompt
       or body.messages and require("cjson").encode(body.messages) or ""
@@ -140,7 +140,7 @@ describe(T, function()
     local out = K.instance(rt, T, [[
       local ctx = { request = { prompt = ("x"):rep(1000), body = false }, shared = {} }
       local out = {}
-      for i, s in ipairs(self:score(ctx, require("lupin.pool").list)) do
+      for i, s in ipairs(self:score(ctx, require("lupin.runtime.pool").list)) do
         out[i] = ("%.17g"):format(s)
       end
       return out]])
@@ -170,7 +170,7 @@ describe(T, function()
   it("counts only the tokens not cached on each endpoint", function()
     local rt = runtime({ queueThresholdTokens = 1000 })
     local out = K.instance(rt, T, [[
-      local eps = require("lupin.pool").list
+      local eps = require("lupin.runtime.pool").list
       -- ep1 holds 10 blocks of 64 characters: 160 of the 250 tokens; ep3 more than all
       local st = { block_size = 64, matches = { [eps[1].id] = 10, [eps[3].id] = 20 } }
       local ctx = { request = { prompt = ("x"):rep(1000), body = false },

@@ -26,13 +26,13 @@ local M = {}
 
 local cjson = require "cjson.safe"
 local ffi = require "ffi"
-local json = require "lupin.json"
+local json = require "lupin.runtime.json"
 local new_table = require "table.new"
-local capi = require "lupin.capi"
-local leaks = require "lupin.leaks"
-local openai = require "lupin.openai"
+local capi = require "lupin.runtime.capi"
+local leaks = require "lupin.runtime.leaks"
+local openai = require "lupin.runtime.openai"
 local log = require "lupin.log"
-local pool = require "lupin.pool"
+local pool = require "lupin.runtime.pool"
 
 local FIELDS = {}
 local current = false -- the request whose plugin call is under way (M.enter)

@@ -1,18 +1,18 @@
 -- Building a generation from a parsed config: load the plugin files, check
 -- parameters, instantiate, assemble the profiles and apply the EPP's defaults.
-local budget = require "lupin.budget"
-local capi = require "lupin.capi"
-local readonly = require "lupin.readonly"
-local loader = require "lupin.loader"
+local budget = require "lupin.runtime.budget"
+local capi = require "lupin.runtime.capi"
+local readonly = require "lupin.runtime.readonly"
+local loader = require "lupin.generation.loader"
 local log = require "lupin.log"
 local schema = require "lupin.schema"
-local unsupported = require "lupin.unsupported"
+local unsupported = require "lupin.config.unsupported"
 
 local M = {}
 
 -- The extension points (lupin.points), read at each build: a row added to
 -- the table is a point of the next generation.
-local points = require "lupin.points"
+local points = require "lupin.generation.points"
 
 -- plugin(ref): another instance of the generation by name, looked up when
 -- called, so a plugin may name one declared after it (upstream's deciders):

@@ -165,14 +165,14 @@ function M.check_abi(abi, rename)
     local size, offset = tonumber(e[i].size), tonumber(e[i].offset)
     if e[i].field == nil then
       if ffi.sizeof(ltype) ~= size then
-        error(("C/Lua ABI mismatch: sizeof(%s) is %d in C, %d in lua/lupin/capi.lua"):format(
+        error(("C/Lua ABI mismatch: sizeof(%s) is %d in C, %d in lua/lupin/runtime/capi.lua"):format(
           ctype, size, ffi.sizeof(ltype)), 0)
       end
     else
       local field = ffi.string(e[i].lua_field ~= nil and e[i].lua_field or e[i].field)
       local loff = ffi.offsetof(ltype, field)
       if loff ~= offset then
-        error(("C/Lua ABI mismatch: %s.%s is at offset %d in C, %s in lua/lupin/capi.lua"):format(
+        error(("C/Lua ABI mismatch: %s.%s is at offset %d in C, %s in lua/lupin/runtime/capi.lua"):format(
           ctype, field, offset, loff and "at " .. loff or "missing"), 0)
       end
     end

@@ -39,10 +39,10 @@
 --              or not), load.since_scrape(ep): requests this runtime's flow
 --              control sent there since its last scrape
 local config = require "lupin.config"
-local capi = require "lupin.capi"
-local budget = require "lupin.budget"
+local capi = require "lupin.runtime.capi"
+local budget = require "lupin.runtime.budget"
 local log = require "lupin.log"
-local pool = require "lupin.pool"
+local pool = require "lupin.runtime.pool"
 local shared = require "lupin.shared"
 
 local M = {}

@@ -39,7 +39,7 @@ function dump(v, depth, seen)
   elseif t == "boolean" or t == "nil" then
     return tostring(v)
   elseif t == "cdata" then
-    local pool = package.loaded["lupin.pool"]
+    local pool = package.loaded["lupin.runtime.pool"]
     if pool and pool.is_endpoint(v) then
       return ("%q"):format(tostring(v))
     end
@@ -101,7 +101,7 @@ end
 
 local function endpoints_by_name()
   local by = {}
-  for _, ep in ipairs(require("lupin.pool").list) do
+  for _, ep in ipairs(require("lupin.runtime.pool").list) do
     by[ep.name] = ep
   end
   return by
@@ -109,7 +109,7 @@ end
 
 -- The candidates named, in that order (all of the pool's when names is nil).
 local function endpoints(names)
-  local list = require("lupin.pool").list
+  local list = require("lupin.runtime.pool").list
   if names == nil then
     return list
   end
@@ -125,7 +125,7 @@ local function names(list)
   if type(list) == "table" then
     for i = 1, #list do
       local ep = rawget(list, i)
-      out[i] = require("lupin.pool").is_endpoint(ep) and ep.name or ep
+      out[i] = require("lupin.runtime.pool").is_endpoint(ep) and ep.name or ep
     end
   end
   return out
@@ -150,9 +150,9 @@ local function request(gen, a)
   seq = seq + 1
   local d = a.request or {}
   -- creq false, not nil: a counted request, so leak checks see its state
-  r = require("lupin.ctx").new_request(gen, false, d.id or ("probe-" .. seq),
+  r = require("lupin.runtime.ctx").new_request(gen, false, d.id or ("probe-" .. seq),
     d.path or "/v1/completions", d.body, d.model, lower_keys(d.headers))
-  r.candidates = require("lupin.pool").list
+  r.candidates = require("lupin.runtime.pool").list
   if a.keep then
     kept[a.keep] = r
   end
@@ -297,17 +297,17 @@ function M.call(a)
   local x, y = (ARGS[point] or default_args)(gen, r, a, eps)
   local profile = (point == "filter" or point == "score" or point == "pick")
     and profile_of(gen, rec, a.profile) or nil
-  local ok, v1, v2, v3 = require("lupin.engine").call(r, rec, point, profile, x, y)
+  local ok, v1, v2, v3 = require("lupin.runtime.engine").call(r, rec, point, profile, x, y)
   local out = { ok = ok }
   if not ok then
-    out.error = require("lupin.budget").describe(v1)
+    out.error = require("lupin.runtime.budget").describe(v1)
   else
     out.value = v1
     if OUT[point] then
       OUT[point](out, v1, v2, v3)
     end
   end
-  out.plugin = require("lupin.ctx").private(r, rec)
+  out.plugin = require("lupin.runtime.ctx").private(r, rec)
   out.cycle = profile and r.profiles and r.profiles[profile] or nil
   out.shared = r.shared
   out.upstream_headers = r.upstream_headers or {}
@@ -341,7 +341,7 @@ end
 --- primary profile, and each profile's picks and scores by endpoint name.
 function M.result(id)
   local found
-  require("lupin.leaks").each_live(function(r)
+  require("lupin.runtime.leaks").each_live(function(r)
     if r.id == id then
       found = r
     end

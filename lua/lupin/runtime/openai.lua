@@ -4,7 +4,7 @@
 -- refusal naming the parameter; and the text each route feeds the prefix
 -- scorer (ctx.request.prompt).
 local cjson = require "cjson.safe"
-local json = require "lupin.json"
+local json = require "lupin.runtime.json"
 
 local ffi = require "ffi"
 local byte = string.byte

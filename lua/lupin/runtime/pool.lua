@@ -4,9 +4,9 @@
 -- ep.in_flight_tokens); the rest (name, labels, adapters) comes from a side
 -- table keyed by the endpoint's id.
 local ffi = require "ffi"
-local capi = require "lupin.capi"
+local capi = require "lupin.runtime.capi"
 local log = require "lupin.log"
-local readonly = require "lupin.readonly"
+local readonly = require "lupin.runtime.readonly"
 
 local M = {}
 

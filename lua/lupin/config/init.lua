@@ -2,9 +2,9 @@
 -- EndpointPickerConfig.  This file checks structure and names; what needs the
 -- plugins themselves (roles, parameters) is checked by lupin.generation.
 local cjson = require "cjson.safe"
-local flow_config = require "lupin.flow_config"
-local jsonpos = require "lupin.jsonpos"
-local yaml = require "lupin.yaml"
+local flow_config = require "lupin.config.flow"
+local jsonpos = require "lupin.config.jsonpos"
+local yaml = require "lupin.config.yaml"
 
 local M = {}
 

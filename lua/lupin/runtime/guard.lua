@@ -16,8 +16,8 @@
 -- originals' speed.
 -- luacheck: ignore 122 (it sets fields of the global library tables: its purpose)
 local ffi = require "ffi"
-local budget = require "lupin.budget"
-local capi = require "lupin.capi"
+local budget = require "lupin.runtime.budget"
+local capi = require "lupin.runtime.capi"
 
 local M = {}
 

@@ -9,8 +9,8 @@
 --- objects keyed by name: an endpoint may be named "1" or "", and the order
 --- is part of the answer.
 local cjson = require "cjson.safe"
-local fallback = require "lupin.fallback"
-local pool = require "lupin.pool"
+local fallback = require "lupin.runtime.fallback"
+local pool = require "lupin.runtime.pool"
 
 local M = {}
 

@@ -1,18 +1,18 @@
 -- The Lua half of the runtime: what the C core calls (core/runtime.c looks
 -- up these hooks by name at start).
-local capi = require "lupin.capi"
+local capi = require "lupin.runtime.capi"
 local cjson = require "cjson"
 local config = require "lupin.config"
 local datalayer = require "lupin.datalayer"
-local engine = require "lupin.engine"
-local explain = require "lupin.explain"
-local fallback = require "lupin.fallback"
-local flow = require "lupin.flow"
+local engine = require "lupin.runtime.engine"
+local explain = require "lupin.runtime.explain"
+local fallback = require "lupin.runtime.fallback"
+local flow = require "lupin.runtime.flow"
 local generation = require "lupin.generation"
-local leaks = require "lupin.leaks"
+local leaks = require "lupin.runtime.leaks"
 local log = require "lupin.log"
-local points = require "lupin.points"
-local pool = require "lupin.pool"
+local points = require "lupin.generation.points"
+local pool = require "lupin.runtime.pool"
 
 local M = {}
 
@@ -26,7 +26,7 @@ function M.init(ud, opts)
   log.level = opts.log_level -- messages above it are not even formatted
   math.randomseed(opts.seed)
   engine.init(opts)
-  require("lupin.guard").install() -- before any plugin loads (lupin/guard.lua)
+  require("lupin.runtime.guard").install() -- before any plugin loads (lupin/guard.lua)
 
   local live = M.generations
   local hooks = {

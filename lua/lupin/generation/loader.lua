@@ -1,8 +1,8 @@
 -- Finding and loading plugin files.  Each load runs the file afresh in its own
 -- environment, so a plugin's globals are its own and a reload gets new code.
 local ffi = require "ffi"
-local budget = require "lupin.budget"
-local readonly = require "lupin.readonly"
+local budget = require "lupin.runtime.budget"
+local readonly = require "lupin.runtime.readonly"
 local schema = require "lupin.schema"
 
 local M = {}
@@ -68,11 +68,19 @@ local SAFE = {
   "type", "unpack", "xpcall", "setmetatable", "rawget", "rawset", "rawequal",
 }
 local LIBS = { "string", "table", "math", "bit", "coroutine" }
---- What a plugin may require: the SDK and the libraries the built-ins use.
-M.REQUIRE = { ["lupin.schema"] = true, ["lupin.log"] = true, ["lupin.prefix"] = true,
-  ["lupin.picker"] = true, ["lupin.disagg"] = true, ["lupin.datalayer"] = true,
-  ["lupin.selector"] = true, ["lupin.utilization"] = true, ["lupin.shared"] = true,
-  cjson = true, ["cjson.safe"] = true, ["table.new"] = true, ["table.clear"] = true }
+-- What a plugin may require: the SDK, which is every module directly in
+-- lua/lupin/ (the runtime's own live in its subfolders, lupin.testing is the
+-- author's test kit and sdk.lua holds types only), and the libraries the
+-- built-ins use.  The folder is the list: a module moved in or out of it is
+-- reachable or not without a second place to edit.
+local SDK_DIR = debug.getinfo(1, "S").source:match("^@(.*/)generation/[^/]*$") or "./"
+local NOT_SDK = { testing = true, sdk = true }
+M.REQUIRE = { cjson = true, ["cjson.safe"] = true, ["table.new"] = true, ["table.clear"] = true }
+for _, base in ipairs(list_lua_files(SDK_DIR)) do
+  if not NOT_SDK[base] then
+    M.REQUIRE["lupin." .. base] = true
+  end
+end
 -- Names a plugin reaches for in vain, answered with why instead of nil.
 local DENIED = { "ffi", "io", "debug", "package", "jit", "load", "loadstring", "loadfile",
   "dofile", "setfenv", "getfenv", "collectgarbage", "module", "newproxy", "print", "gcinfo" }

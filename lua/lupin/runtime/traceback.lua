@@ -1,11 +1,11 @@
 -- Plugin tracebacks: where a plugin error came from, as the chain of the
 -- plugin's own frames (file:line, innermost first).  The runtime's frames
--- (lua/lupin/*.lua) and C frames are left out: they are the same for every
+-- (lua/lupin/**.lua) and C frames are left out: they are the same for every
 -- error and say nothing about the plugin.
 local M = {}
 
--- the directory of the runtime's modules, this file's own
-local RUNTIME = debug.getinfo(1, "S").source:match("^@(.*/)") or "\0"
+-- the directory of the runtime's modules and the SDK's, lua/lupin/
+local RUNTIME = debug.getinfo(1, "S").source:match("^@(.*/)runtime/[^/]*$") or "\0"
 
 local function plugin_frame(info)
   local src = info.source

@@ -5,7 +5,7 @@
 -- best first.  Nothing is scheduled again: pre_request ran once, for the
 -- picks, and the picker's parameters (max-score-picker's maxNumOfEndpoints)
 -- keep their EPP meaning.
-local pool = require "lupin.pool"
+local pool = require "lupin.runtime.pool"
 
 local M = {}
 

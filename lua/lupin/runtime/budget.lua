@@ -8,7 +8,7 @@
 -- still name the plugin's own lines.  lupin's own plugins (home/plugins) poll
 -- at function entries only: their loops run over the candidates on the hot
 -- path, and a poll per round cost them 15-20% at 256 endpoints.
-local capi = require "lupin.capi"
+local capi = require "lupin.runtime.capi"
 
 local M = {}
 
@@ -166,7 +166,7 @@ local function trip(at)
 end
 
 --- The same, for the built-ins that check the budget as they go
---- (lua/lupin/guard.lua).
+--- (lua/lupin/runtime/guard.lua).
 M.trip = trip
 
 function M.bind()
