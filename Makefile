@@ -176,6 +176,10 @@ test-tsan: all
 lint:
 	luacheck lua plugins spec examples bench
 
+# plugins/README.md's parameter tables, generated from the plugins' schemas
+plugin-docs:
+	LUA_PATH='lua/?.lua;lua/?/init.lua;;' luajit plugins/tools/doc.lua
+
 # The README's two set-up lines, as written, on a fresh minimal Debian root
 # (spec/fresh.sh: debootstrap, chroot; as root; the first run takes minutes).
 test-fresh:
@@ -342,7 +346,7 @@ clean:
 	rm -rf build build-asan build-tsan build-fuzz
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-soak-gateway | bench-routing | bench-replicas | bench-reload | bench-flow | install PREFIX=... | clean"
+	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | plugin-docs | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-soak-gateway | bench-routing | bench-replicas | bench-reload | bench-flow | install PREFIX=... | clean"
 
-.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan test-tsan test-fresh lint fuzz fuzz-replay bench bench-core bench-prefix \
+.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan test-tsan test-fresh lint plugin-docs fuzz fuzz-replay bench bench-core bench-prefix \
         bench-soak bench-gateway bench-workers bench-openresty bench-soak-gateway bench-routing bench-replicas bench-reload bench-flow install clean help
