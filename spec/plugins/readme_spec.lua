@@ -1,6 +1,6 @@
 -- plugins/README.md against the plugins: each built-in plugin has its own
 -- section, whose parameter table is what plugins/tools/doc.lua makes of its
--- schema (`make plugin-docs`), and its own spec file.
+-- schema (`make plugin-docs`); and each has its own spec file.
 local S = require "support"
 
 local ROOT = S.ROOT
@@ -16,6 +16,14 @@ local function write(path, text)
   local f = assert(io.open(path, "wb"))
   f:write(text)
   f:close()
+end
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then
+    f:close()
+  end
+  return f ~= nil
 end
 
 local function plugin_types()
@@ -127,5 +135,18 @@ describe("plugins/README.md", function()
       assert.matches("heading ### `no-such-plugin`: no plugins/no-such-plugin.lua", out, 1, true)
       assert.matches("marker params:no-such-plugin: no plugins/no-such-plugin.lua", out, 1, true)
     end)
+  end)
+end)
+
+describe("every built-in plugin", function()
+  it("has its spec, spec/plugins/<type with '-' → '_'>_spec.lua", function()
+    local missing = {}
+    for _, t in ipairs(plugin_types()) do
+      local spec = "spec/plugins/" .. t:gsub("%-", "_") .. "_spec.lua"
+      if not exists(ROOT .. "/" .. spec) then
+        missing[#missing + 1] = spec
+      end
+    end
+    assert.same({}, missing)
   end)
 end)
