@@ -8,8 +8,10 @@ local disagg = require "lupin.disagg"
 return {
   type = "disagg-headers-handler",
   schema = {
-    prefillProfile = { type = "string", default = "prefill" },
-    encodeProfile = { type = "string", default = "encode" },
+    prefillProfile = { type = "string", default = "prefill",
+      description = "the profile whose pick is x-prefiller-host-port" },
+    encodeProfile = { type = "string", default = "encode",
+      description = "the profile whose picks are x-encoder-hosts-ports" },
   },
 
   new = function(p)

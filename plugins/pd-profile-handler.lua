@@ -26,8 +26,10 @@ return {
   schema = {
     threshold = { type = "integer", default = 0, min = 0,
       description = "uncached prompt characters from which prefill runs; 0: always" },
-    decodeProfile = { type = "string", default = "decode" },
-    prefillProfile = { type = "string", default = "prefill" },
+    decodeProfile = { type = "string", default = "decode",
+      description = "the profile run first: the primary" },
+    prefillProfile = { type = "string", default = "prefill",
+      description = "the profile run when prefill runs apart" },
     prefixPluginName = { type = "string", default = "prefix-cache-scorer",
       description = "the prefix-cache-scorer instance whose matches estimate the cached part" },
     prefixPluginType = { type = "string",

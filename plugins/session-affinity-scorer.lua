@@ -124,12 +124,15 @@ return {
   type = "session-affinity-scorer",
   schema = {
     strategy = { type = "string", default = "encoded_endpoint_header",
-      enum = { "encoded_endpoint_header", "session_id" } },
+      enum = { "encoded_endpoint_header", "session_id" },
+      description = "a token header naming the endpoint, or the client's own session id" },
     encodedEndpointHeaderConfig = { type = "object", default = {},
       description = "header: the token's request and response header (x-session-token)" },
     sessionIdConfig = { type = "object", default = {},
-      description = "sources ([{header}]), evictionTtlSeconds (300), evictionSweepSeconds" },
-    profileName = { type = "string", description = "the profile whose endpoint is pinned" },
+      description = "sources ([{header} or {attribute}], tried in order; x-session-id),"
+        .. " evictionTtlSeconds (300; 0: 300), evictionSweepSeconds (10)" },
+    profileName = { type = "string",
+      description = "the profile whose endpoint is pinned (default: the primary)" },
   },
   encode = encode,
   decode = decode,

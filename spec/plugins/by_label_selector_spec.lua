@@ -1,6 +1,7 @@
--- llm-d's by-label-selector filter (label-selector-filter, its newer name),
--- on the vectors of llm-d-inference-scheduler
--- pkg/plugins/filter/by_label_selector_test.go.
+-- llm-d's by-label-selector filter on the vectors of llm-d-inference-scheduler
+-- pkg/plugins/filter/by_label_selector_test.go, and under its newer name,
+-- label-selector-filter (spec/plugins/label_selector_filter_spec.lua), the
+-- same vectors: both types are one filter.
 local K = require "plugins.kit"
 
 -- TestByLabelSelectorFiltering's five endpoints
