@@ -100,3 +100,33 @@ static const lupin_abi_entry abi[] = {
 };
 
 const lupin_abi_entry *lupin__abi(void) { return abi; }
+
+static void set_int(lua_State *L, const char *name, int v) {
+  lua_pushinteger(L, v);
+  lua_setfield(L, -2, name);
+}
+
+/* The enum values the Lua half uses, by the names it gives them
+ * (lua/lupin/runtime/enums.lua), which compares them with its own when a
+ * runtime starts: one list per enum, here, the other side checked. */
+void lupin__abi_push_enums(lua_State *L, const char *const *hooks, int n_hooks) {
+  lua_createtable(L, 0, 4);
+  lua_createtable(L, 0, LUPIN_SHED + 1);
+  for (int o = LUPIN_OK; o <= LUPIN_SHED; o++)
+    set_int(L, lupin_outcome_name((lupin_outcome)o), o);
+  lua_setfield(L, -2, "outcome");
+  lua_createtable(L, 0, 2);
+  set_int(L, "explain", LUPIN_REQUEST_EXPLAIN);
+  set_int(L, "dry_run", LUPIN_REQUEST_DRY_RUN);
+  lua_setfield(L, -2, "request_flag");
+  lua_createtable(L, 0, 4);
+  set_int(L, "observes_response", LUPIN_GEN_OBSERVES_RESPONSE);
+  set_int(L, "has_finish", LUPIN_GEN_HAS_FINISH);
+  set_int(L, "observes_chunks", LUPIN_GEN_OBSERVES_CHUNKS);
+  set_int(L, "observes_complete", LUPIN_GEN_OBSERVES_COMPLETE);
+  lua_setfield(L, -2, "gen_flag");
+  lua_createtable(L, 0, n_hooks);
+  for (int i = 0; i < n_hooks; i++)
+    set_int(L, hooks[i], i);
+  lua_setfield(L, -2, "hook");
+}

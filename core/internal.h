@@ -350,33 +350,43 @@ typedef struct lupin_abi_entry {
 } lupin_abi_entry;
 
 const lupin_abi_entry *lupin__abi(void);
+/* Pushes {outcome=, request_flag=, gen_flag=, hook=} of name -> value. */
+void lupin__abi_push_enums(lua_State *L, const char *const *hooks, int n_hooks);
 
-/* The Lua functions of lua/lupin/runtime/init.lua the core calls. */
+/* The Lua functions of lua/lupin/runtime/init.lua the core calls: the enum
+ * and the names core/runtime.c looks up are made from this one list. */
+#define LUPIN_HOOKS(X)                                                                             \
+  X(LOAD, "load")                                                                                  \
+  X(RELEASE, "release")                                                                            \
+  X(BEGIN, "begin")                                                                                \
+  X(SCHEDULE, "schedule")                                                                          \
+  X(RESPONSE_HEADER, "response_header")                                                            \
+  X(RESPONSE_CHUNK, "response_chunk")                                                              \
+  X(RESPONSE_COMPLETE, "response_complete")                                                        \
+  X(FINISH, "finish")                                                                              \
+  X(ENDPOINT_ADD, "endpoint_add")                                                                  \
+  X(ENDPOINT_REMOVE, "endpoint_remove")                                                            \
+  X(ENDPOINT_LABELS, "endpoint_labels")                                                            \
+  X(ENDPOINT_ADAPTERS, "endpoint_adapters")                                                        \
+  X(STATS, "stats")                                                                                \
+  X(PLUGIN_STATS, "plugin_stats")                                                                  \
+  X(CHECK_LEAKS, "check_leaks")                                                                    \
+  X(EVAL, "eval")                                                                                  \
+  X(HOST, "host") /* what a host asks beyond requests (core/host.c) */                             \
+  X(ENDPOINT_HEALTH, "endpoint_health")                                                            \
+  X(FALLBACKS, "fallbacks")                                                                        \
+  X(EXPLAIN, "explain")                                                                            \
+  X(FLOW, "flow")       /* flow control (core/flow.c) */                                           \
+  X(INSTALL, "install") /* a built generation becomes current */
+
+// clang-format off
 enum lupin_hook {
-  LUPIN_HOOK_LOAD,
-  LUPIN_HOOK_RELEASE,
-  LUPIN_HOOK_BEGIN,
-  LUPIN_HOOK_SCHEDULE,
-  LUPIN_HOOK_RESPONSE_HEADER,
-  LUPIN_HOOK_RESPONSE_CHUNK,
-  LUPIN_HOOK_RESPONSE_COMPLETE,
-  LUPIN_HOOK_FINISH,
-  LUPIN_HOOK_ENDPOINT_ADD,
-  LUPIN_HOOK_ENDPOINT_REMOVE,
-  LUPIN_HOOK_ENDPOINT_LABELS,
-  LUPIN_HOOK_ENDPOINT_ADAPTERS,
-  LUPIN_HOOK_STATS,
-  LUPIN_HOOK_PLUGIN_STATS,
-  LUPIN_HOOK_CHECK_LEAKS,
-  LUPIN_HOOK_EVAL,
-  LUPIN_HOOK_HOST, /* what a host asks beyond requests (core/host.c) */
-  LUPIN_HOOK_ENDPOINT_HEALTH,
-  LUPIN_HOOK_FALLBACKS,
-  LUPIN_HOOK_EXPLAIN,
-  LUPIN_HOOK_FLOW,    /* flow control (core/flow.c) */
-  LUPIN_HOOK_INSTALL, /* a built generation becomes current */
+#define LUPIN_HOOK_ENUM(id, name) LUPIN_HOOK_##id,
+  LUPIN_HOOKS(LUPIN_HOOK_ENUM)
+#undef LUPIN_HOOK_ENUM
   LUPIN_HOOK_COUNT
 };
+// clang-format on
 
 /* A generation built and not yet installed (lupin_runtime_stage). */
 typedef struct lupin_staged {

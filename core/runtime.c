@@ -15,28 +15,9 @@
 #endif
 
 static const char *const hook_names[LUPIN_HOOK_COUNT] = {
-    "load",
-    "release",
-    "begin",
-    "schedule",
-    "response_header",
-    "response_chunk",
-    "response_complete",
-    "finish",
-    "endpoint_add",
-    "endpoint_remove",
-    "endpoint_labels",
-    "endpoint_adapters",
-    "stats",
-    "plugin_stats",
-    "check_leaks",
-    "eval",
-    "host",
-    "endpoint_health",
-    "fallbacks",
-    "explain",
-    "flow",
-    "install",
+#define LUPIN_HOOK_NAME(id, name) name,
+    LUPIN_HOOKS(LUPIN_HOOK_NAME)
+#undef LUPIN_HOOK_NAME
 };
 
 const char *lupin_luajit_version(void) { return LUAJIT_VERSION; }
@@ -118,6 +99,8 @@ static void push_options(lua_State *L, const lupin_options *o, const char *home)
   lua_setfield(L, -2, "log_level");
   lua_pushlightuserdata(L, (void *)lupin__abi());
   lua_setfield(L, -2, "abi");
+  lupin__abi_push_enums(L, hook_names, LUPIN_HOOK_COUNT);
+  lua_setfield(L, -2, "enums");
 }
 
 /* The module lupin.invoke, the engine's one way into a plugin:

@@ -60,3 +60,57 @@ describe("the C/Lua ABI check", function()
     assert.truthy(errs[2]:find("sizeof(lupin_capi_shared) is 136 in C", 1, true), errs[2])
   end)
 end)
+
+-- The enums crossing the line (core/abi.c's lupin__abi_push_enums against
+-- lua/lupin/runtime/enums.lua) and the hooks (core/internal.h's LUPIN_HOOKS
+-- against lupin.runtime's table).
+describe("the C/Lua enum check", function()
+  local rt
+
+  before_each(function()
+    rt = support.runtime()
+  end)
+
+  after_each(function()
+    rt:free()
+  end)
+
+  local function check_error(edit)
+    return support.eval(rt, ([[
+      local enums = require "lupin.runtime.enums"
+      local c = {}
+      for group, t in pairs(enums.core) do
+        c[group] = {}
+        for k, v in pairs(t) do c[group][k] = v end
+      end
+      local hooks = {}
+      for name in pairs(c.hook) do hooks[name] = true end
+      %s
+      local ok, err = pcall(enums.check, c, hooks)
+      return ok and "passed" or err]]):format(edit))
+  end
+
+  it("passes at start: every outcome, flag and hook the core has", function()
+    assert.equal("passed", check_error(""))
+    local names = support.eval(rt, [[
+      local c = require("lupin.runtime.enums").core
+      local n = 0
+      for _ in pairs(c.outcome) do n = n + 1 end
+      return { n, c.outcome.shed, c.hook.begin ~= nil, c.request_flag.dry_run }]])
+    assert.same({ 11, 10, true, 2 }, names)
+  end)
+
+  it("names a value that differs, one only C has and one only Lua has", function()
+    assert.equal("C/Lua enum mismatch: outcome.shed is 11 in C, 10 in lua/lupin/runtime/enums.lua",
+      check_error("c.outcome.shed = 11"))
+    assert.equal("C/Lua enum mismatch: gen_flag.observes_everything is 16 in C, nil in "
+      .. "lua/lupin/runtime/enums.lua", check_error("c.gen_flag.observes_everything = 16"))
+    assert.equal("C/Lua enum mismatch: request_flag.explain is 1 in lua/lupin/runtime/enums.lua, "
+      .. "not in C", check_error("c.request_flag.explain = nil"))
+  end)
+
+  it("refuses a hook the core never calls", function()
+    assert.equal('lupin.runtime hands the core a hook "on_the_side" it never calls '
+      .. "(core/internal.h, LUPIN_HOOKS)", check_error("hooks.on_the_side = true"))
+  end)
+end)

@@ -4,6 +4,7 @@ local ffi = require "ffi"
 local budget = require "lupin.runtime.budget"
 local capi = require "lupin.runtime.capi"
 local ctx = require "lupin.runtime.ctx"
+local enums = require "lupin.runtime.enums"
 local explain = require "lupin.runtime.explain"
 local flow = require "lupin.runtime.flow"
 local leaks = require "lupin.runtime.leaks"
@@ -18,9 +19,11 @@ local invoke = require "lupin.invoke"
 local M = {}
 
 -- mirrors enum lupin_outcome in core/lupin.h
-local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR, INVALID = 0, 1, 2, 3, 7
+local OUTCOME = enums.outcome
+local OK, REJECTED, NO_ENDPOINT, PLUGIN_ERROR, INVALID = OUTCOME.ok, OUTCOME.rejected,
+  OUTCOME.no_endpoint, OUTCOME.plugin_error, OUTCOME.invalid_request
 -- mirrors LUPIN_REQUEST_* in core/lupin.h
-local EXPLAIN, DRY = 1, 2
+local EXPLAIN, DRY = enums.request_flag.explain, enums.request_flag.dry_run
 
 local now = capi.clock
 local enter, leave = ctx.enter, ctx.leave
@@ -754,7 +757,9 @@ function M.schedule(r)
 end
 
 -- mirrors LUPIN_GEN_* in core/internal.h
-local OBSERVES_RESPONSE, HAS_FINISH, OBSERVES_CHUNKS, OBSERVES_COMPLETE = 1, 2, 4, 8
+local GEN = enums.gen_flag
+local OBSERVES_RESPONSE, HAS_FINISH, OBSERVES_CHUNKS, OBSERVES_COMPLETE = GEN.observes_response,
+  GEN.has_finish, GEN.observes_chunks, GEN.observes_complete
 
 --- What the core may skip for a generation's requests: the call at the
 --- response head when no plugin has response_header, response_chunk or

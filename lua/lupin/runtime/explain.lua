@@ -10,6 +10,7 @@
 --- is part of the answer.
 local cjson = require "cjson.safe"
 local fallback = require "lupin.runtime.fallback"
+local OUTCOME_NAME = require("lupin.runtime.enums").outcome_name
 local pool = require "lupin.runtime.pool"
 
 local M = {}
@@ -225,9 +226,7 @@ end
 --- The outcome of scheduling.
 function M.done(x, r, status, message, plugin, outcome, t1)
   x.status, x.message, x.plugin = status, message or null, plugin or null
-  -- names as lupin_outcome_name's (core/request.c)
-  x.outcome = ({ [0] = "ok", "rejected", "no_endpoint", "plugin_error", [7] = "invalid_request",
-    [8] = "queue_ttl", [9] = "queue_full", [10] = "shed" })[outcome] or "ok"
+  x.outcome = OUTCOME_NAME[outcome] or "ok" -- lupin_outcome_name's
   -- the time in the flow-control queue (lupin.flow) is not scheduling's
   local wait = x.queue_wait
   x.queue_wait = nil

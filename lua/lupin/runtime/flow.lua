@@ -48,8 +48,8 @@ local shared = require "lupin.shared"
 local M = {}
 
 -- mirrors enum lupin_outcome in core/lupin.h
-local QUEUE_TTL, QUEUE_FULL, SHED = 8, 9, 10
-M.QUEUE_TTL, M.QUEUE_FULL, M.SHED = QUEUE_TTL, QUEUE_FULL, SHED
+local OUTCOME = require("lupin.runtime.enums").outcome
+local QUEUE_TTL, QUEUE_FULL, SHED = OUTCOME.queue_ttl, OUTCOME.queue_full, OUTCOME.shed
 
 local OBJECTIVE = "x-gateway-inference-objective"
 local FAIRNESS = "x-gateway-inference-fairness-id"

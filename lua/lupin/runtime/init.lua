@@ -5,6 +5,7 @@ local cjson = require "cjson"
 local config = require "lupin.config"
 local datalayer = require "lupin.datalayer"
 local engine = require "lupin.runtime.engine"
+local enums = require "lupin.runtime.enums"
 local explain = require "lupin.runtime.explain"
 local fallback = require "lupin.runtime.fallback"
 local flow = require "lupin.runtime.flow"
@@ -190,6 +191,8 @@ function M.init(ud, opts)
     return type(v) == "string" and v or cjson.encode(v)
   end
 
+  enums.core = opts.enums -- what the core gave, for specs
+  enums.check(opts.enums, hooks)
   return hooks
 end
 
