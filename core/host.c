@@ -181,10 +181,11 @@ int lupin_runtime_read_endpoint_metrics(lupin_runtime *rt, const char *file,
   return rc;
 }
 
-void lupin_runtime_plugin_dirs(lupin_runtime *rt, lupin_path_fn fn, void *ud) {
+/* Calls fn with each string of the list the op returns. */
+static void each_path(lupin_runtime *rt, const char *op, lupin_path_fn fn, void *ud) {
   lua_State *L = rt->L;
   int base = lua_gettop(L);
-  push_op(rt, "plugin_dirs");
+  push_op(rt, op);
   if (lupin__call(rt, 1, 1, NULL, 0)) return;
   size_t n = lua_istable(L, base + 1) ? lua_objlen(L, base + 1) : 0;
   for (size_t i = 1; i <= n; i++) {
@@ -193,6 +194,14 @@ void lupin_runtime_plugin_dirs(lupin_runtime *rt, lupin_path_fn fn, void *ud) {
     lua_pop(L, 1);
   }
   lua_settop(L, base);
+}
+
+void lupin_runtime_plugin_dirs(lupin_runtime *rt, lupin_path_fn fn, void *ud) {
+  each_path(rt, "plugin_dirs", fn, ud);
+}
+
+void lupin_runtime_routes(lupin_runtime *rt, lupin_path_fn fn, void *ud) {
+  each_path(rt, "routes", fn, ud);
 }
 
 int lupin_runtime_dry_run(lupin_runtime *rt, char *err, size_t errlen) {

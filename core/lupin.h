@@ -196,6 +196,9 @@ typedef struct lupin_plugin_stat {
    * LUPIN_PLUGIN_BOUNDS (seconds; the endpoint picker's buckets), the last
    * took longer */
   uint64_t buckets[LUPIN_PLUGIN_BUCKETS + 1];
+  /* the endpoint picker's name of the point ("Scorer", "PreRequest"...:
+   * lua/lupin/generation/points.lua), point itself where it has none */
+  const char *epp_point;
 } lupin_plugin_stat;
 
 typedef void (*lupin_plugin_stat_fn)(void *ud, const lupin_plugin_stat *stat);
@@ -278,6 +281,12 @@ int lupin_runtime_section_text(lupin_runtime *rt, const char *section, const cha
  * beside the config file. */
 typedef void (*lupin_path_fn)(void *ud, const char *path);
 void lupin_runtime_plugin_dirs(lupin_runtime *rt, lupin_path_fn fn, void *ud);
+
+/* The API routes the runtime knows, sorted: one row each in
+ * lua/lupin/runtime/openai.lua says how a body on that path is checked and
+ * where its prompt is.  A host serves these (and GET /v1/models) and takes
+ * the list from here rather than keeping its own. */
+void lupin_runtime_routes(lupin_runtime *rt, lupin_path_fn fn, void *ud);
 
 /* Runs the current generation's dry scheduling cycle again, over the
  * endpoints in the pool now (a load runs one before a host has added any):

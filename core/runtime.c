@@ -456,10 +456,16 @@ void lupin_runtime_plugin_stats(lupin_runtime *rt, lupin_plugin_stat_fn fn, void
     lua_getfield(L, t, "plugin");
     lua_getfield(L, t, "type");
     lua_getfield(L, t, "point");
-    lupin_plugin_stat s = {
-        lua_tostring(L, t + 1),   lua_tostring(L, t + 2),           lua_tostring(L, t + 3),
-        field_u64(L, t, "calls"), field_u64(L, t, "errors"),        field_u64(L, t, "ns"),
-        field_u64(L, t, "cuts"),  field_u64(L, t, "disabled") != 0, {0}};
+    lua_getfield(L, t, "epp_point");
+    lupin_plugin_stat s = {.plugin = lua_tostring(L, t + 1),
+                           .type = lua_tostring(L, t + 2),
+                           .point = lua_tostring(L, t + 3),
+                           .epp_point = lua_tostring(L, t + 4),
+                           .calls = field_u64(L, t, "calls"),
+                           .errors = field_u64(L, t, "errors"),
+                           .nanoseconds = field_u64(L, t, "ns"),
+                           .cuts = field_u64(L, t, "cuts"),
+                           .disabled = field_u64(L, t, "disabled") != 0};
     lua_getfield(L, t, "buckets");
     for (int k = 0; k <= LUPIN_PLUGIN_BUCKETS && lua_istable(L, -1); k++) {
       lua_rawgeti(L, -1, k + 1);

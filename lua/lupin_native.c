@@ -525,13 +525,15 @@ static int l_stats(lua_State *L) {
 
 static void push_plugin_stat(void *ud, const lupin_plugin_stat *st) {
   lua_State *L = ud;
-  lua_createtable(L, 0, 6);
+  lua_createtable(L, 0, 8);
   lua_pushstring(L, st->plugin);
   lua_setfield(L, -2, "plugin");
   lua_pushstring(L, st->type);
   lua_setfield(L, -2, "type");
   lua_pushstring(L, st->point);
   lua_setfield(L, -2, "point");
+  lua_pushstring(L, st->epp_point);
+  lua_setfield(L, -2, "epp_point");
   lua_pushnumber(L, (lua_Number)st->calls);
   lua_setfield(L, -2, "calls");
   lua_pushnumber(L, (lua_Number)st->errors);
@@ -543,6 +545,20 @@ static void push_plugin_stat(void *ud, const lupin_plugin_stat *st) {
   lua_pushboolean(L, st->disabled);
   lua_setfield(L, -2, "disabled");
   lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
+}
+
+static void push_route(void *ud, const char *path) {
+  lua_State *L = ud;
+  lua_pushstring(L, path);
+  lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
+}
+
+/* rt:routes() -> { "/classify", ... } (lupin_runtime_routes) */
+static int l_routes(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  lua_newtable(L);
+  lupin_runtime_routes(b->rt, push_route, L);
+  return 1;
 }
 
 static int l_plugin_stats(lua_State *L) {
@@ -911,6 +927,7 @@ static int l_req_gc(lua_State *L) {
 static const luaL_Reg rt_methods[] = {
     {"load", l_load},
     {"load_string", l_load_string},
+    {"routes", l_routes},
     {"declare_section", l_declare_section},
     {"section", l_section},
     {"section_text", l_section_text},

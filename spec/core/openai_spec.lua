@@ -163,6 +163,15 @@ describe("the route table", function()
     assert.equal(16, #paths)
   end)
 
+  it("is the list a host serves, through lupin_runtime_routes", function()
+    local S = require "support"
+    local rt = S.runtime()
+    local routes = rt:routes()
+    rt:free()
+    assert.same(openai.paths(), routes)
+    assert.equal("/classify", routes[1])
+  end)
+
   for path, c in pairs(VALID) do
     it(path .. ": a valid body passes and feeds its prompt", function()
       local body, msg = openai.check(path, cjson.encode(c[1]))

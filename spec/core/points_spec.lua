@@ -26,6 +26,25 @@ local function table_of(rows)
 end
 
 describe("the extension points table", function()
+  it("names each point as the endpoint picker does in the plugin stats a host reads", function()
+    local rt = support.runtime()
+    assert(rt:load(support.ROOT .. "/examples/configs/epp-default.json"))
+    support.endpoints(rt, 3)
+    support.lifecycle(rt)
+    local epp = {}
+    for _, r in ipairs(points) do
+      epp[r.name] = r.epp or r.name
+    end
+    local seen = {}
+    for _, st in ipairs(rt:plugin_stats()) do
+      assert.equal(epp[st.point], st.epp_point, st.point)
+      seen[st.point] = st.epp_point
+    end
+    rt:free()
+    assert.equal("Scorer", seen.score)
+    assert.equal("Picker", seen.pick)
+  end)
+
   it("gives every row every field", function()
     local seen = {}
     for _, r in ipairs(points) do

@@ -12,6 +12,7 @@ local flow = require "lupin.runtime.flow"
 local generation = require "lupin.generation"
 local leaks = require "lupin.runtime.leaks"
 local log = require "lupin.log"
+local openai = require "lupin.runtime.openai"
 local points = require "lupin.generation.points"
 local pool = require "lupin.runtime.pool"
 
@@ -114,6 +115,7 @@ function M.init(ud, opts)
         local st = rec.stats[point]
         if st and st.calls + st.errors > 0 then
           out[#out + 1] = { plugin = rec.name, type = rec.type, point = point,
+            epp_point = row.epp or point,
             calls = st.calls, errors = st.errors, ns = st.ns, cuts = st.cuts,
             buckets = st.buckets,
             disabled = rec.disabled and 1 or 0 }
@@ -172,6 +174,8 @@ function M.init(ud, opts)
   function host.plugin_dirs()
     return M.current and M.current.plugin_dirs or {}
   end
+
+  host.routes = openai.paths
 
   function host.dry_run() -- a host's first load ran before it had endpoints
     return M.current and dry_check(M.current)
