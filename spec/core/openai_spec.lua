@@ -164,10 +164,9 @@ describe("the route table", function()
   end)
 
   it("is the list a host serves, through lupin_runtime_routes", function()
-    local S = require "support"
-    local rt = S.runtime()
-    local routes = rt:routes()
-    rt:free()
+    local own = S.runtime()
+    local routes = own:routes()
+    own:free()
     assert.same(openai.paths(), routes)
     assert.equal("/classify", routes[1])
   end)
