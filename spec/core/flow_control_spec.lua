@@ -50,6 +50,11 @@ end)
 
 -- One endpoint taking one request at a time (concurrency-detector), so
 -- the second request waits.
+-- Moves the runtime's queue clock on instead of sleeping (lupin.runtime.flow).
+local function advance(rt, seconds)
+  S.eval(rt, ("require('lupin.runtime.flow')._advance(%s)"):format(seconds))
+end
+
 local function config(fc, extra)
   local c = {
     plugins = {
@@ -300,7 +305,7 @@ describe("flow control", function()
     local s = begin(rt, "s", { ["x-gateway-inference-objective"] = "-1" })
     assert.equal(0, a:schedule().status)
     assert.equal(0, s:schedule().status)
-    os.execute("sleep 0.01")
+    advance(rt, 0.01)
     rt:tick()
     assert.equal("a s", ids(got))
     assert.equal(503, got[1].status, got[1].message)
@@ -324,7 +329,7 @@ describe("flow control", function()
       assert.equal(0, reqs[i]:schedule().status)
     end
     reqs[50]:finish("cancelled") -- gone before its eviction is handed over
-    os.execute("sleep 0.01")
+    advance(rt, 0.01)
     rt:tick()
     assert.equal(99, #got)
     for i, g in ipairs(got) do
@@ -335,7 +340,7 @@ describe("flow control", function()
     local more = { begin(rt, "m1"), begin(rt, "m2") }
     more[1]:schedule()
     more[2]:schedule()
-    os.execute("sleep 0.01")
+    advance(rt, 0.01)
     rt:tick()
     assert.equal(101, #got)
     for i, r in ipairs(reqs) do
@@ -494,13 +499,13 @@ describe("flow control", function()
     local a = begin(rt, "a", { ["x-gateway-inference-objective"] = "7" })
     assert.equal(0, a:schedule().status)
     assert(rt:load_string(S.json.encode(config({ flowGCTimeout = "1ms" })), "no7.json"))
-    os.execute("sleep 0.01")
+    advance(rt, 0.01)
     rt:tick()
     assert.equal(7, rt:flows()[1].priority) -- a waits in it
     first:finish("ok")
     assert.equal("a", ids(got))
     a:finish("ok") -- no request left: the tick looks all the same
-    os.execute("sleep 0.06") -- past flowGCTimeout and the 50 ms between two looks
+    advance(rt, 0.06) -- past flowGCTimeout and the 50 ms between two looks
     rt:tick()
     for _, f in ipairs(rt:flows()) do
       assert.is_not.equal(7, f.priority)
@@ -574,7 +579,7 @@ describe("flow control", function()
     end
     assert.same({ 10, 5, 0, -1 }, prios)
     assert.equal(6 + 3000, clamped) -- all but "5", "-1" and "0" (no i * 7 - 9000 is configured)
-    os.execute("sleep 0.01")
+    advance(rt, 0.01)
     rt:tick()
     state = S.eval(rt, "return require('lupin.runtime.flow').state()")
     assert.equal(0, state.flows)
