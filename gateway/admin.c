@@ -14,7 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
-static void reply(gw_conn *c, int status, const char *type, const gw_buf *b) {
+static void reply(gw_conn *c, int status, const char *type, const lh_buf *b) {
   lupin_header h = {"content-type", type};
   gw_conn_respond(c, status, &h, 1, b->data ? b->data : "", b->len);
 }
@@ -26,8 +26,8 @@ static void reply(gw_conn *c, int status, const char *type, const gw_buf *b) {
  * (endpoints, plugins) or from a client (models) cannot start a series. */
 
 typedef struct plugin_pass {
-  gw_expo *e;
-  gw_family_id id; /* the family this pass writes */
+  lh_expo *e;
+  lh_family_id id; /* the family this pass writes */
 } plugin_pass;
 
 /* The EPP's name of an extension point (its ExtensionPoint constants), so
@@ -58,166 +58,166 @@ static void plugin_stat(void *ud, const lupin_plugin_stat *s) {
   const char *own[] = {s->plugin, s->type, s->point};
   double seconds = (double)s->nanoseconds / 1e9;
   switch (p->id) {
-  case GW_M_PLUGIN_DURATION: { /* the EPP's names and label order */
+  case LH_M_PLUGIN_DURATION: { /* the EPP's names and label order */
     const char *epp[] = {epp_point(s->point), s->type, s->plugin};
-    gw_expo_buckets(p->e, epp, s->buckets, seconds);
+    lh_expo_buckets(p->e, epp, s->buckets, seconds);
     break;
   }
-  case GW_M_PLUGIN_CALLS:
-    gw_expo_sample(p->e, own, (double)s->calls);
+  case LH_M_PLUGIN_CALLS:
+    lh_expo_sample(p->e, own, (double)s->calls);
     break;
-  case GW_M_PLUGIN_ERRORS:
-    gw_expo_sample(p->e, own, (double)s->errors);
+  case LH_M_PLUGIN_ERRORS:
+    lh_expo_sample(p->e, own, (double)s->errors);
     break;
-  case GW_M_PLUGIN_SECONDS:
-    gw_expo_sample(p->e, own, seconds);
+  case LH_M_PLUGIN_SECONDS:
+    lh_expo_sample(p->e, own, seconds);
     break;
-  case GW_M_PLUGIN_CUTS:
-    gw_expo_sample(p->e, own, (double)s->cuts);
+  case LH_M_PLUGIN_CUTS:
+    lh_expo_sample(p->e, own, (double)s->cuts);
     break;
   default:
-    gw_expo_sample(p->e, own, s->disabled);
+    lh_expo_sample(p->e, own, s->disabled);
     break;
   }
 }
 
-static void metrics_plugins(lupin_gateway *gw, gw_expo *e) {
-  static const gw_family_id ids[] = {GW_M_PLUGIN_CALLS, GW_M_PLUGIN_ERRORS,   GW_M_PLUGIN_SECONDS,
-                                     GW_M_PLUGIN_CUTS,  GW_M_PLUGIN_DISABLED, GW_M_PLUGIN_DURATION};
+static void metrics_plugins(lupin_gateway *gw, lh_expo *e) {
+  static const lh_family_id ids[] = {LH_M_PLUGIN_CALLS, LH_M_PLUGIN_ERRORS,   LH_M_PLUGIN_SECONDS,
+                                     LH_M_PLUGIN_CUTS,  LH_M_PLUGIN_DISABLED, LH_M_PLUGIN_DURATION};
   for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) {
     plugin_pass p = {e, ids[k]};
-    gw_expo_family(e, ids[k]);
+    lh_expo_family(e, ids[k]);
     lupin_runtime_plugin_stats(gw->rt, plugin_stat, &p);
   }
 }
 
-static void metrics_requests(lupin_gateway *gw, gw_expo *e) {
+static void metrics_requests(lupin_gateway *gw, lh_expo *e) {
   gw_stats *s = &gw->stats;
   char status[8];
-  gw_expo_family(e, GW_M_REQUESTS);
+  lh_expo_family(e, LH_M_REQUESTS);
   for (int i = 100; i < 600; i++)
     if (s->by_status[i]) {
       snprintf(status, sizeof status, "%d", i);
-      gw_expo_sample(e, (const char *[]){status}, (double)s->by_status[i]);
+      lh_expo_sample(e, (const char *[]){status}, (double)s->by_status[i]);
     }
-  gw_expo_family(e, GW_M_OUTCOMES);
+  lh_expo_family(e, LH_M_OUTCOMES);
   for (int o = LUPIN_OK; o <= LUPIN_SHED; o++)
-    gw_expo_sample(e, (const char *[]){lupin_outcome_name(o)}, (double)s->by_outcome[o]);
-  gw_expo_family(e, GW_M_SCHEDULING);
-  gw_expo_histogram(e, NULL, &s->sched);
+    lh_expo_sample(e, (const char *[]){lupin_outcome_name(o)}, (double)s->by_outcome[o]);
+  lh_expo_family(e, LH_M_SCHEDULING);
+  lh_expo_histogram(e, NULL, &s->sched);
   /* how the connections spread over the workers: one series each */
   uint64_t answered = 0;
   for (int i = 100; i < 600; i++)
     answered += s->by_status[i];
   char worker[16];
   snprintf(worker, sizeof worker, "%d", gw->worker);
-  gw_expo_family(e, GW_M_WORKER_REQUESTS);
-  gw_expo_sample(e, (const char *[]){worker}, (double)answered);
+  lh_expo_family(e, LH_M_WORKER_REQUESTS);
+  lh_expo_sample(e, (const char *[]){worker}, (double)answered);
 }
 
 /* One gauge or counter per endpoint. */
-static void per_endpoint(lupin_gateway *gw, gw_expo *e, gw_family_id id) {
+static void per_endpoint(lupin_gateway *gw, lh_expo *e, lh_family_id id) {
   double now = lupin_now();
-  gw_expo_family(e, id);
+  lh_expo_family(e, id);
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next) {
     const lupin_metrics *m = &ep->metrics;
-    const gw_health *h = &ep->health;
-    double v = id == GW_M_EP_WAITING         ? m->waiting_queue_size
-               : id == GW_M_EP_RUNNING       ? m->running_requests
-               : id == GW_M_EP_KV            ? m->kv_cache_usage
-               : id == GW_M_EP_MAX_LORA      ? m->max_lora
-               : id == GW_M_EP_SCRAPE_AGE    ? (ep->scraped_at ? now - ep->scraped_at : -1)
-               : id == GW_M_EP_SCRAPE_ERRORS ? (double)ep->scrape_errors
-               : id == GW_M_EP_HEALTHY       ? h->state == GW_HEALTHY
-               : id == GW_M_EP_EJECTIONS     ? (double)h->ejections
+    const lh_health *h = &ep->health;
+    double v = id == LH_M_EP_WAITING         ? m->waiting_queue_size
+               : id == LH_M_EP_RUNNING       ? m->running_requests
+               : id == LH_M_EP_KV            ? m->kv_cache_usage
+               : id == LH_M_EP_MAX_LORA      ? m->max_lora
+               : id == LH_M_EP_SCRAPE_AGE    ? (ep->scraped_at ? now - ep->scraped_at : -1)
+               : id == LH_M_EP_SCRAPE_ERRORS ? (double)ep->scrape_errors
+               : id == LH_M_EP_HEALTHY       ? h->state == LH_HEALTHY
+               : id == LH_M_EP_EJECTIONS     ? (double)h->ejections
                                              : (double)h->restorations;
-    gw_expo_sample(e, (const char *[]){ep->name}, v);
+    lh_expo_sample(e, (const char *[]){ep->name}, v);
   }
 }
 
-static void metrics_endpoints(lupin_gateway *gw, gw_expo *e) {
-  for (gw_family_id id = GW_M_EP_WAITING; id <= GW_M_EP_RESTORATIONS; id++)
+static void metrics_endpoints(lupin_gateway *gw, lh_expo *e) {
+  for (lh_family_id id = LH_M_EP_WAITING; id <= LH_M_EP_RESTORATIONS; id++)
     per_endpoint(gw, e, id);
   for (int f = 0; f < 2; f++) {
-    gw_expo_family(e, f ? GW_M_UP_RETRIES : GW_M_UP_FAILURES);
+    lh_expo_family(e, f ? LH_M_UP_RETRIES : LH_M_UP_FAILURES);
     for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
       for (int r = 0; r < GW_UP_ERRORS; r++) {
         uint64_t v = f ? ep->health.retries[r] : ep->health.failures[r];
-        if (v) gw_expo_sample(e, (const char *[]){ep->name, gw_failure_name(r)}, (double)v);
+        if (v) lh_expo_sample(e, (const char *[]){ep->name, gw_failure_name(r)}, (double)v);
       }
   }
-  gw_expo_family(e, GW_M_UP_RETRIES_DENIED);
-  gw_expo_sample(e, NULL, (double)gw->retries_denied);
-  gw_expo_family(e, GW_M_ENDPOINTS_HEALTHY);
-  gw_expo_sample(e, NULL, (double)gw_healthy_endpoints(gw));
+  lh_expo_family(e, LH_M_UP_RETRIES_DENIED);
+  lh_expo_sample(e, NULL, (double)gw->retries_denied);
+  lh_expo_family(e, LH_M_ENDPOINTS_HEALTHY);
+  lh_expo_sample(e, NULL, (double)gw_healthy_endpoints(gw));
 }
 
-static void metrics_reloads(lupin_gateway *gw, gw_expo *e) {
+static void metrics_reloads(lupin_gateway *gw, lh_expo *e) {
   const gw_reload_stats *r = &gw->reloads;
-  gw_expo_family(e, GW_M_RELOADS);
-  gw_expo_sample(e, (const char *[]){"ok"}, (double)r->ok);
-  gw_expo_sample(e, (const char *[]){"error"}, (double)r->error);
-  gw_expo_family(e, GW_M_RELOAD_SECONDS);
-  gw_expo_summary(e, NULL, r->seconds_sum, r->ok + r->error);
-  gw_expo_family(e, GW_M_RELOAD_LAST);
-  gw_expo_sample(e, NULL, r->last_seconds);
+  lh_expo_family(e, LH_M_RELOADS);
+  lh_expo_sample(e, (const char *[]){"ok"}, (double)r->ok);
+  lh_expo_sample(e, (const char *[]){"error"}, (double)r->error);
+  lh_expo_family(e, LH_M_RELOAD_SECONDS);
+  lh_expo_summary(e, NULL, r->seconds_sum, r->ok + r->error);
+  lh_expo_family(e, LH_M_RELOAD_LAST);
+  lh_expo_sample(e, NULL, r->last_seconds);
 }
 
 /* A family with one unlabelled sample. */
-static void scalar(gw_expo *e, gw_family_id id, double v) {
-  gw_expo_family(e, id);
-  gw_expo_sample(e, NULL, v);
+static void scalar(lh_expo *e, lh_family_id id, double v) {
+  lh_expo_family(e, id);
+  lh_expo_sample(e, NULL, v);
 }
 
-static void metrics_runtime(lupin_gateway *gw, gw_expo *e) {
+static void metrics_runtime(lupin_gateway *gw, lh_expo *e) {
   lupin_stats st;
   lupin_runtime_stats(gw->rt, &st);
-  scalar(e, GW_M_LIVE_REQUESTS, (double)st.live_requests);
-  scalar(e, GW_M_LIVE_TABLES, (double)st.live_request_tables);
-  scalar(e, GW_M_LUA_MEMORY, (double)st.lua_memory);
-  scalar(e, GW_M_LUA_PEAK, (double)st.lua_memory_peak);
-  scalar(e, GW_M_LUA_GC_CYCLES, (double)st.collector_cycles);
-  scalar(e, GW_M_LUA_GC_SECONDS, (double)st.collector_ns / 1e9);
-  scalar(e, GW_M_GENERATION, (double)st.generation);
-  scalar(e, GW_M_GENERATIONS_ALIVE, (double)st.generations_alive);
-  scalar(e, GW_M_ENDPOINTS, (double)gw->n_endpoints);
-  scalar(e, GW_M_IN_FLIGHT, (double)gw->in_flight);
-  scalar(e, GW_M_BODY_BYTES, (double)gw->body_bytes);
-  gw_expo_family(e, GW_M_REFUSALS);
-  gw_expo_sample(e, (const char *[]){"maxRequestsInFlight"}, (double)gw->refused_in_flight);
-  gw_expo_sample(e, (const char *[]){"maxBufferedBodyBytes"}, (double)gw->refused_body_bytes);
-  scalar(e, GW_M_LUA_LIMIT, (double)gw->set.max_lua_memory_bytes);
-  scalar(e, GW_M_LUA_LIMIT_HITS, (double)st.memory_limit_hits);
-  scalar(e, GW_M_EMPTY_ENDPOINTS_KEPT, (double)gw->empty_endpoints_kept);
-  gw_expo_family(e, GW_M_BUILD_INFO);
-  gw_expo_sample(e, (const char *[]){LUPIN_VERSION, lupin_luajit_version()}, 1);
+  scalar(e, LH_M_LIVE_REQUESTS, (double)st.live_requests);
+  scalar(e, LH_M_LIVE_TABLES, (double)st.live_request_tables);
+  scalar(e, LH_M_LUA_MEMORY, (double)st.lua_memory);
+  scalar(e, LH_M_LUA_PEAK, (double)st.lua_memory_peak);
+  scalar(e, LH_M_LUA_GC_CYCLES, (double)st.collector_cycles);
+  scalar(e, LH_M_LUA_GC_SECONDS, (double)st.collector_ns / 1e9);
+  scalar(e, LH_M_GENERATION, (double)st.generation);
+  scalar(e, LH_M_GENERATIONS_ALIVE, (double)st.generations_alive);
+  scalar(e, LH_M_ENDPOINTS, (double)gw->n_endpoints);
+  scalar(e, LH_M_IN_FLIGHT, (double)gw->in_flight);
+  scalar(e, LH_M_BODY_BYTES, (double)gw->body_bytes);
+  lh_expo_family(e, LH_M_REFUSALS);
+  lh_expo_sample(e, (const char *[]){"maxRequestsInFlight"}, (double)gw->refused_in_flight);
+  lh_expo_sample(e, (const char *[]){"maxBufferedBodyBytes"}, (double)gw->refused_body_bytes);
+  scalar(e, LH_M_LUA_LIMIT, (double)gw->set.max_lua_memory_bytes);
+  scalar(e, LH_M_LUA_LIMIT_HITS, (double)st.memory_limit_hits);
+  scalar(e, LH_M_EMPTY_ENDPOINTS_KEPT, (double)gw->empty_endpoints_kept);
+  lh_expo_family(e, LH_M_BUILD_INFO);
+  lh_expo_sample(e, (const char *[]){LUPIN_VERSION, lupin_luajit_version()}, 1);
 }
 
 /* inference_objective_*: per model as the client named it and as it was
  * sent (target_model_name: the model-name rewrite's, else the same); the
  * running gauge has the first label only, so it sums a model's targets. */
-static void metrics_objectives(lupin_gateway *gw, gw_expo *e) {
-  static const gw_family_id hists[] = {GW_M_OBJ_DURATION, GW_M_OBJ_REQUEST_SIZES,
-                                       GW_M_OBJ_RESPONSE_SIZES};
-  gw_expo_family(e, GW_M_OBJ_REQUESTS);
+static void metrics_objectives(lupin_gateway *gw, lh_expo *e) {
+  static const lh_family_id hists[] = {LH_M_OBJ_DURATION, LH_M_OBJ_REQUEST_SIZES,
+                                       LH_M_OBJ_RESPONSE_SIZES};
+  lh_expo_family(e, LH_M_OBJ_REQUESTS);
   for (gw_objective *o = gw->objectives; o; o = o->next)
-    if (o->requests) gw_expo_sample(e, (const char *[]){o->model, o->target}, (double)o->requests);
-  gw_expo_family(e, GW_M_OBJ_ERRORS);
+    if (o->requests) lh_expo_sample(e, (const char *[]){o->model, o->target}, (double)o->requests);
+  lh_expo_family(e, LH_M_OBJ_ERRORS);
   for (gw_objective *o = gw->objectives; o; o = o->next)
     for (int c = 0; c < GW_ERRS; c++)
       if (o->errors[c])
-        gw_expo_sample(e, (const char *[]){o->model, o->target, gw_error_codes[c]},
+        lh_expo_sample(e, (const char *[]){o->model, o->target, gw_error_codes[c]},
                        (double)o->errors[c]);
   for (int k = 0; k < 3; k++) {
-    gw_expo_family(e, hists[k]);
+    lh_expo_family(e, hists[k]);
     for (gw_objective *o = gw->objectives; o; o = o->next) {
-      const gw_histogram *h = k == 0   ? &o->duration
+      const lh_histogram *h = k == 0   ? &o->duration
                               : k == 1 ? &o->request_sizes
                                        : &o->response_sizes;
-      if (h->count) gw_expo_histogram(e, (const char *[]){o->model, o->target}, h);
+      if (h->count) lh_expo_histogram(e, (const char *[]){o->model, o->target}, h);
     }
   }
-  gw_expo_family(e, GW_M_OBJ_RUNNING);
+  lh_expo_family(e, LH_M_OBJ_RUNNING);
   for (gw_objective *o = gw->objectives; o; o = o->next) {
     gw_objective *p = gw->objectives;
     while (p != o && strcmp(p->model, o->model))
@@ -230,7 +230,7 @@ static void metrics_objectives(lupin_gateway *gw, gw_expo *e) {
         running += p->running;
         any |= p->requests > 0;
       }
-    if (any) gw_expo_sample(e, (const char *[]){o->model}, (double)running);
+    if (any) lh_expo_sample(e, (const char *[]){o->model}, (double)running);
   }
 }
 
@@ -238,7 +238,7 @@ static void metrics_objectives(lupin_gateway *gw, gw_expo *e) {
  * computes them; the pool's name is "lupin" (there is no InferencePool). */
 #define POOL_NAME "lupin"
 
-static void metrics_pool(lupin_gateway *gw, gw_expo *e) {
+static void metrics_pool(lupin_gateway *gw, lh_expo *e) {
   double now = lupin_now(), kv = 0, queue = 0, n = 0;
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
     if (gw_endpoint_fresh(ep, now)) {
@@ -247,24 +247,24 @@ static void metrics_pool(lupin_gateway *gw, gw_expo *e) {
       n++;
     }
   const char *pool[] = {POOL_NAME};
-  gw_expo_family(e, GW_M_POOL_READY);
-  gw_expo_sample(e, pool, n);
+  lh_expo_family(e, LH_M_POOL_READY);
+  lh_expo_sample(e, pool, n);
   /* no mean of nothing: the EPP leaves them unset then too */
-  gw_expo_family(e, GW_M_POOL_KV);
-  if (n) gw_expo_sample(e, pool, kv / n);
-  gw_expo_family(e, GW_M_POOL_QUEUE);
-  if (n) gw_expo_sample(e, pool, queue / n);
-  gw_expo_family(e, GW_M_POOL_POD_QUEUE);
+  lh_expo_family(e, LH_M_POOL_KV);
+  if (n) lh_expo_sample(e, pool, kv / n);
+  lh_expo_family(e, LH_M_POOL_QUEUE);
+  if (n) lh_expo_sample(e, pool, queue / n);
+  lh_expo_family(e, LH_M_POOL_POD_QUEUE);
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
     if (gw_endpoint_fresh(ep, now))
-      gw_expo_sample(e, (const char *[]){ep->name, POOL_NAME}, ep->metrics.waiting_queue_size);
-  gw_expo_family(e, GW_M_SCHEDULER_E2E);
-  gw_expo_histogram(e, NULL, &gw->stats.sched_epp);
+      lh_expo_sample(e, (const char *[]){ep->name, POOL_NAME}, ep->metrics.waiting_queue_size);
+  lh_expo_family(e, LH_M_SCHEDULER_E2E);
+  lh_expo_histogram(e, NULL, &gw->stats.sched_epp);
 }
 
 /* One worker's exposition, written on its thread into texts[worker]. */
 static void metrics_of(lupin_gateway *gw, void *texts) {
-  gw_expo e = {&((gw_buf *)texts)[gw->worker], NULL};
+  lh_expo e = {&((lh_buf *)texts)[gw->worker], NULL};
   metrics_requests(gw, &e);
   metrics_plugins(gw, &e);
   metrics_endpoints(gw, &e);
@@ -279,7 +279,7 @@ static void metrics_of(lupin_gateway *gw, void *texts) {
 
 static void metrics(lupin_gateway *gw, gw_conn *c) {
   size_t n = gw_workers_count(gw);
-  gw_buf *texts = calloc(n, sizeof *texts), merged = {0};
+  lh_buf *texts = calloc(n, sizeof *texts), merged = {0};
   if (!texts) {
     gw_conn_error(c, 503, "out of memory", NULL, NULL, 0);
     return;
@@ -288,34 +288,34 @@ static void metrics(lupin_gateway *gw, gw_conn *c) {
   if (n > 1) gw_metrics_merge(&merged, texts, n);
   reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", n > 1 ? &merged : &texts[0]);
   for (size_t i = 0; i < n; i++)
-    gw_buf_free(&texts[i]);
+    lh_buf_free(&texts[i]);
   free(texts);
-  gw_buf_free(&merged);
+  lh_buf_free(&merged);
 }
 
 /* --- JSON views ---------------------------------------------------------- */
 
 static void endpoints(lupin_gateway *gw, gw_conn *c) {
-  gw_buf b = {0};
+  lh_buf b = {0};
   double now = lupin_now(), stale = (double)gw->set.metrics_staleness_ms / 1000;
-  gw_buf_printf(&b, "{\"endpoints\":[");
+  lh_buf_printf(&b, "{\"endpoints\":[");
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next) {
     const lupin_metrics *m = &ep->metrics;
-    gw_buf_printf(&b, "%s{\"name\":", ep == gw->endpoints ? "" : ",");
-    gw_buf_json(&b, ep->name);
-    gw_buf_printf(&b, ",\"address\":");
-    gw_buf_json(&b, ep->address);
-    gw_buf_printf(&b, ",\"addresses\":[");
+    lh_buf_printf(&b, "%s{\"name\":", ep == gw->endpoints ? "" : ",");
+    lh_buf_json(&b, ep->name);
+    lh_buf_printf(&b, ",\"address\":");
+    lh_buf_json(&b, ep->address);
+    lh_buf_printf(&b, ",\"addresses\":[");
     for (int i = 0; i < ep->n_addrs; i++) { /* in the order connects try them */
       char name[80];
       gw_addr_name(&ep->addrs[(ep->addr_first + i) % ep->n_addrs], name, sizeof name);
-      gw_buf_printf(&b, "%s\"%s\"", i ? "," : "", name);
+      lh_buf_printf(&b, "%s\"%s\"", i ? "," : "", name);
     }
-    gw_buf_printf(&b, "]");
-    gw_buf_printf(&b, ",\"port\":%d,\"fresh\":%s,\"scrape_age_seconds\":", ep->port,
+    lh_buf_printf(&b, "]");
+    lh_buf_printf(&b, ",\"port\":%d,\"fresh\":%s,\"scrape_age_seconds\":", ep->port,
                   ep->scraped_at && now - ep->scraped_at <= stale ? "true" : "false");
-    gw_buf_number(&b, ep->scraped_at ? now - ep->scraped_at : -1);
-    gw_buf_printf(&b,
+    lh_buf_number(&b, ep->scraped_at ? now - ep->scraped_at : -1);
+    lh_buf_printf(&b,
                   ",\"scrapes\":%llu,\"scrape_errors\":%llu,\"idle_connections\":%zu,"
                   "\"metrics\":{",
                   (unsigned long long)ep->scrapes, (unsigned long long)ep->scrape_errors,
@@ -326,68 +326,68 @@ static void endpoints(lupin_gateway *gw, gw_conn *c) {
     double v[] = {m->waiting_queue_size, m->running_requests, m->kv_cache_usage,
                   m->max_lora,           m->cache_block_size, m->num_blocks};
     for (int k = 0; k < 6; k++) {
-      gw_buf_printf(&b, "\"%s\":", keys[k]);
-      gw_buf_number(&b, v[k]);
-      gw_buf_printf(&b, ",");
+      lh_buf_printf(&b, "\"%s\":", keys[k]);
+      lh_buf_number(&b, v[k]);
+      lh_buf_printf(&b, ",");
     }
-    gw_buf_printf(&b, "\"running_lora_adapters\":");
-    gw_buf_json(&b, ep->running_lora);
-    gw_buf_printf(&b, ",\"waiting_lora_adapters\":");
-    gw_buf_json(&b, ep->waiting_lora);
-    const gw_health *h = &ep->health;
-    gw_buf_printf(&b,
+    lh_buf_printf(&b, "\"running_lora_adapters\":");
+    lh_buf_json(&b, ep->running_lora);
+    lh_buf_printf(&b, ",\"waiting_lora_adapters\":");
+    lh_buf_json(&b, ep->waiting_lora);
+    const lh_health *h = &ep->health;
+    lh_buf_printf(&b,
                   "},\"health\":{\"state\":\"%s\",\"consecutive_errors\":%llu,"
                   "\"consecutive_scrape_failures\":%llu,\"ejections\":%llu,"
                   "\"restorations\":%llu,\"ejected_for_seconds\":%.3f,"
                   "\"last_ejection_unix\":%.3f,\"last_error\":",
-                  gw_health_state_name(h->state), (unsigned long long)h->errors,
+                  lh_health_state_name(h->state), (unsigned long long)h->errors,
                   (unsigned long long)h->scrape_failures, (unsigned long long)h->ejections,
                   (unsigned long long)h->restorations,
-                  h->state == GW_EJECTED && h->ejected_until > now ? h->ejected_until - now : 0,
+                  h->state == LH_EJECTED && h->ejected_until > now ? h->ejected_until - now : 0,
                   h->ejected_unix);
-    gw_buf_json(&b, h->last_error);
-    gw_buf_printf(&b, "}}");
+    lh_buf_json(&b, h->last_error);
+    lh_buf_printf(&b, "}}");
   }
-  gw_buf_printf(&b, "]}\n");
+  lh_buf_printf(&b, "]}\n");
   reply(c, 200, "application/json", &b);
-  gw_buf_free(&b);
+  lh_buf_free(&b);
 }
 
 /* One worker's requests in flight, appended to the list in b. */
 static void requests_of(lupin_gateway *gw, void *arg) {
-  gw_buf *b = arg;
+  lh_buf *b = arg;
   double now = lupin_now();
   for (gw_exchange *x = gw->exchanges; x; x = x->next) {
-    gw_buf_printf(b, "%s{\"id\":", b->data[b->len - 1] == '[' ? "" : ",");
-    gw_buf_json(b, lupin_request_id(x->req));
-    gw_buf_printf(b, ",\"model\":");
-    gw_buf_json(b, x->model);
-    gw_buf_printf(b, ",\"path\":");
-    gw_buf_json(b, x->path);
-    gw_buf_printf(b, ",\"endpoint\":");
-    gw_buf_json(b, x->ep ? x->ep->hostport : "");
-    gw_buf_printf(b, ",\"stream\":%s,\"age_seconds\":%.3f,\"generation\":%llu,\"worker\":%d}",
+    lh_buf_printf(b, "%s{\"id\":", b->data[b->len - 1] == '[' ? "" : ",");
+    lh_buf_json(b, lupin_request_id(x->req));
+    lh_buf_printf(b, ",\"model\":");
+    lh_buf_json(b, x->model);
+    lh_buf_printf(b, ",\"path\":");
+    lh_buf_json(b, x->path);
+    lh_buf_printf(b, ",\"endpoint\":");
+    lh_buf_json(b, x->ep ? x->ep->hostport : "");
+    lh_buf_printf(b, ",\"stream\":%s,\"age_seconds\":%.3f,\"generation\":%llu,\"worker\":%d}",
                   x->stream ? "true" : "false", now - x->started,
                   (unsigned long long)lupin_request_generation(x->req), gw->worker);
   }
 }
 
 static void requests(lupin_gateway *gw, gw_conn *c) {
-  gw_buf b = {0};
-  gw_buf_printf(&b, "{\"requests\":[");
+  lh_buf b = {0};
+  lh_buf_printf(&b, "{\"requests\":[");
   gw_workers_each(gw, requests_of, &b);
-  gw_buf_printf(&b, "]}\n");
+  lh_buf_printf(&b, "]}\n");
   reply(c, 200, "application/json", &b);
-  gw_buf_free(&b);
+  lh_buf_free(&b);
 }
 
 static void generation_json(void *ud, const lupin_generation_info *g) {
-  gw_buf *b = ud;
-  gw_buf_printf(
+  lh_buf *b = ud;
+  lh_buf_printf(
       b, "%s{\"number\":%llu,\"current\":%s,\"source\":", b->data[b->len - 1] == '[' ? "" : ",",
       (unsigned long long)g->number, g->current ? "true" : "false");
-  gw_buf_json(b, g->source);
-  gw_buf_printf(b,
+  lh_buf_json(b, g->source);
+  lh_buf_printf(b,
                 ",\"digest\":\"%s\",\"loaded_at\":%.3f,\"age_seconds\":%.3f,"
                 "\"load_seconds\":%.6f,\"pinned\":%llu}",
                 g->digest, g->loaded_unix, lupin_now() - g->loaded_at, g->load_seconds,
@@ -396,28 +396,28 @@ static void generation_json(void *ud, const lupin_generation_info *g) {
 
 /* {"worker", "current", "generations"} of one worker. */
 static void generations_of(lupin_gateway *gw, void *arg) {
-  gw_buf *b = arg;
+  lh_buf *b = arg;
   lupin_stats st;
   lupin_runtime_stats(gw->rt, &st);
-  gw_buf_printf(b, "%s{\"worker\":%d,\"current\":%llu,\"generations\":[", gw->worker ? "," : "",
+  lh_buf_printf(b, "%s{\"worker\":%d,\"current\":%llu,\"generations\":[", gw->worker ? "," : "",
                 gw->worker, (unsigned long long)st.generation);
   lupin_runtime_generations(gw->rt, generation_json, b);
-  gw_buf_printf(b, "]}");
+  lh_buf_printf(b, "]}");
 }
 
 /* The leader's generations, as with one worker, then every worker's: a
  * reload swaps them together, so they differ only while one is pinned. */
 static void generations(lupin_gateway *gw, gw_conn *c) {
-  gw_buf b = {0};
+  lh_buf b = {0};
   lupin_stats st;
   lupin_runtime_stats(gw->rt, &st);
-  gw_buf_printf(&b, "{\"current\":%llu,\"generations\":[", (unsigned long long)st.generation);
+  lh_buf_printf(&b, "{\"current\":%llu,\"generations\":[", (unsigned long long)st.generation);
   lupin_runtime_generations(gw->rt, generation_json, &b);
-  gw_buf_printf(&b, "],\"workers\":[");
+  lh_buf_printf(&b, "],\"workers\":[");
   gw_workers_each(gw, generations_of, &b);
-  gw_buf_printf(&b, "]}\n");
+  lh_buf_printf(&b, "]}\n");
   reply(c, 200, "application/json", &b);
-  gw_buf_free(&b);
+  lh_buf_free(&b);
 }
 
 static void reload(lupin_gateway *gw, gw_conn *c) {
@@ -428,11 +428,11 @@ static void reload(lupin_gateway *gw, gw_conn *c) {
     gw_conn_error(c, 400, err, NULL, NULL, 0);
     return;
   }
-  gw_buf b = {0};
-  gw_buf_printf(&b, "{\"reloaded\":true,\"generation\":%llu,\"duration_seconds\":%.6f}\n",
+  lh_buf b = {0};
+  lh_buf_printf(&b, "{\"reloaded\":true,\"generation\":%llu,\"duration_seconds\":%.6f}\n",
                 (unsigned long long)n, dt);
   reply(c, 200, "application/json", &b);
-  gw_buf_free(&b);
+  lh_buf_free(&b);
 }
 
 /* A full collection, then whatever request state outlived its request: lets
@@ -441,7 +441,7 @@ static void reload(lupin_gateway *gw, gw_conn *c) {
 typedef struct leak_run {
   int leaked, failed;
   lupin_stats st; /* summed */
-  gw_buf report;
+  lh_buf report;
 } leak_run;
 
 static void leaks_of(lupin_gateway *gw, void *arg) {
@@ -450,8 +450,8 @@ static void leaks_of(lupin_gateway *gw, void *arg) {
   int n = lupin_runtime_check_leaks(gw->rt, report, sizeof report);
   if (n < 0) r->failed = 1;
   if (n > 0) r->leaked += n;
-  if (n != 0 && gw_workers_count(gw) > 1) gw_buf_printf(&r->report, "worker %d: ", gw->worker);
-  if (n != 0) gw_buf_printf(&r->report, "%s\n", report);
+  if (n != 0 && gw_workers_count(gw) > 1) lh_buf_printf(&r->report, "worker %d: ", gw->worker);
+  if (n != 0) lh_buf_printf(&r->report, "%s\n", report);
   lupin_stats st;
   lupin_runtime_stats(gw->rt, &st);
   r->st.live_requests += st.live_requests;
@@ -467,49 +467,38 @@ static void leaks(lupin_gateway *gw, gw_conn *c) {
   leak_run r = {0};
   gw_workers_each(gw, leaks_of, &r);
   if (r.failed) {
-    gw_buf msg = {0};
-    gw_buf_printf(&msg, "the leak check failed: %s", r.report.data ? r.report.data : "");
+    lh_buf msg = {0};
+    lh_buf_printf(&msg, "the leak check failed: %s", r.report.data ? r.report.data : "");
     gw_conn_error(c, 500, msg.data, NULL, NULL, 0);
-    gw_buf_free(&msg);
-    gw_buf_free(&r.report);
+    lh_buf_free(&msg);
+    lh_buf_free(&r.report);
     return;
   }
-  gw_buf b = {0};
-  gw_buf_printf(&b,
+  lh_buf b = {0};
+  lh_buf_printf(&b,
                 "{\"leaked\":%d,\"live_requests\":%llu,\"live_request_tables\":%llu,"
                 "\"lua_memory_bytes\":%llu,\"report\":",
                 r.leaked, (unsigned long long)r.st.live_requests,
                 (unsigned long long)r.st.live_request_tables, (unsigned long long)r.st.lua_memory);
-  gw_buf_json(&b, r.report.data ? r.report.data : "");
-  gw_buf_printf(&b, "}\n");
+  lh_buf_json(&b, r.report.data ? r.report.data : "");
+  lh_buf_printf(&b, "}\n");
   reply(c, 200, "application/json", &b);
-  gw_buf_free(&b);
-  gw_buf_free(&r.report);
+  lh_buf_free(&b);
+  lh_buf_free(&r.report);
 }
 
 static void text(gw_conn *c, int status, const char *msg) {
-  gw_buf b = {0};
-  gw_buf_printf(&b, "%s\n", msg);
+  lh_buf b = {0};
+  lh_buf_printf(&b, "%s\n", msg);
   reply(c, status, "text/plain", &b);
-  gw_buf_free(&b);
-}
-
-/* Compares in a time that depends on the length of what the client sent,
- * never on how much of the token it got right (strcmp stops at the first
- * difference, which lets a client find the token byte by byte). */
-int gw_same_secret(const char *given, const char *token) {
-  size_t n = strlen(given), t = strlen(token);
-  volatile unsigned char diff = n != t;
-  for (size_t i = 0; i < n; i++)
-    diff |= (unsigned char)given[i] ^ (unsigned char)token[i % t];
-  return diff == 0;
+  lh_buf_free(&b);
 }
 
 static int authorized(lupin_gateway *gw, gw_http_request *req) {
   const char *token = gw->opts.admin_token;
   if (!token || !*token) return 1;
-  const char *auth = gw_headers_get(&req->headers, "authorization");
-  return auth && !strncasecmp(auth, "Bearer ", 7) && gw_same_secret(auth + 7, token);
+  const char *auth = lh_headers_get(&req->headers, "authorization");
+  return auth && !strncasecmp(auth, "Bearer ", 7) && lh_same_secret(auth + 7, token);
 }
 
 static void healthz(lupin_gateway *gw, gw_conn *c) {
@@ -559,24 +548,24 @@ static int matches(const admin_route *r, const char *path) {
 }
 
 /* Appends "NAME /a, /b" for the routes of one method. */
-static void list_routes(gw_buf *b, int method, const char *name) {
+static void list_routes(lh_buf *b, int method, const char *name) {
   const char *sep = name;
   for (size_t i = 0; i < N_ROUTES; i++) {
     if (routes[i].method != method) continue;
-    gw_buf_printf(b, "%s %s%s", sep, routes[i].path, routes[i].prefix ? "[/...]" : "");
+    lh_buf_printf(b, "%s %s%s", sep, routes[i].path, routes[i].prefix ? "[/...]" : "");
     sep = ",";
   }
 }
 
 /* The 404 lists the routes, from the table. */
 static void not_found(gw_conn *c) {
-  gw_buf b = {0};
-  gw_buf_printf(&b, "unknown admin route: GET");
+  lh_buf b = {0};
+  lh_buf_printf(&b, "unknown admin route: GET");
   list_routes(&b, HTTP_GET, "");
   list_routes(&b, HTTP_POST, "; POST");
   list_routes(&b, -1, "; GET or POST");
   gw_conn_error(c, 404, b.data ? b.data : "unknown admin route", NULL, NULL, 0);
-  gw_buf_free(&b);
+  lh_buf_free(&b);
 }
 
 void gw_admin_handle(void *ud, gw_conn *c, gw_http_request *req) {

@@ -92,16 +92,16 @@ static char *find(lupin_gateway *gw, const char *id) {
 /* --- the request header -------------------------------------------------- */
 
 int gw_explain_header(const char *name) {
-  return gw_name_is(name, "x-lupin-explain") || gw_name_is(name, "x-lupin-admin-token");
+  return lh_name_is(name, "x-lupin-explain") || lh_name_is(name, "x-lupin-admin-token");
 }
 
 int gw_explain_wanted(lupin_gateway *gw, const gw_http_request *req) {
-  const char *ask = gw_headers_get(&req->headers, "x-lupin-explain");
+  const char *ask = lh_headers_get(&req->headers, "x-lupin-explain");
   if (!ask || strcmp(ask, "1")) return 0;
   if (gw->set.explain_without_token) return 1;
   const char *token = gw->opts.admin_token, *given;
-  given = gw_headers_get(&req->headers, "x-lupin-admin-token");
-  return token && *token && given && gw_same_secret(given, token) ? 1 : -1;
+  given = lh_headers_get(&req->headers, "x-lupin-admin-token");
+  return token && *token && given && lh_same_secret(given, token) ? 1 : -1;
 }
 
 static const char *refusal(void) {
@@ -133,9 +133,9 @@ void gw_explain_ended(gw_exchange *x, int status, const char *outcome) {
   size_t len;
   const char *json = lupin_request_explain(x->req, LUPIN_EXPLAIN_JSON, &len);
   if (!json || len < 2) return;
-  gw_buf b = {0};
-  gw_buf_append(&b, json, len - 1); /* without its closing brace */
-  gw_buf_printf(&b,
+  lh_buf b = {0};
+  lh_buf_append(&b, json, len - 1); /* without its closing brace */
+  lh_buf_printf(&b,
                 ",\"gateway\":{\"status\":%d,\"outcome\":\"%s\",\"total_ms\":%.3f,"
                 "\"attempts\":[%.*s]}}\n",
                 status, outcome, (lupin_now() - x->started) * 1000, (int)x->attempt_log.len,
@@ -153,21 +153,21 @@ static void reply_json(gw_conn *c, int status, const char *json, size_t len) {
 }
 
 static void list(lupin_gateway *gw, gw_conn *c) {
-  gw_buf b = {0};
-  gw_buf_printf(&b, "{\"kept\":%d,\"ids\":[", GW_EXPLAIN_RING);
+  lh_buf b = {0};
+  lh_buf_printf(&b, "{\"kept\":%d,\"ids\":[", GW_EXPLAIN_RING);
   gw_explain_ring *r = gw->explain_ring;
   int n = 0;
   if (r) uv_mutex_lock(&r->lock);
   for (size_t k = 1; r && k <= GW_EXPLAIN_RING; k++) {
     size_t i = (r->next + GW_EXPLAIN_RING - k) % GW_EXPLAIN_RING;
     if (!r->slot[i].id) continue;
-    gw_buf_printf(&b, "%s", n++ ? "," : "");
-    gw_buf_json(&b, r->slot[i].id);
+    lh_buf_printf(&b, "%s", n++ ? "," : "");
+    lh_buf_json(&b, r->slot[i].id);
   }
   if (r) uv_mutex_unlock(&r->lock);
-  gw_buf_printf(&b, "]}\n");
+  lh_buf_printf(&b, "]}\n");
   reply_json(c, 200, b.data, b.len);
-  gw_buf_free(&b);
+  lh_buf_free(&b);
 }
 
 static void one(lupin_gateway *gw, gw_conn *c, const char *id) {
@@ -191,7 +191,7 @@ static size_t request_headers(const gw_http_request *req, lupin_header *out) {
   size_t n = 0;
   for (size_t i = 0; i < req->headers.n; i++) {
     const char *name = req->headers.v[i].name;
-    if (strcasecmp(name, "authorization") && !gw_explain_header(name) && !gw_hop_by_hop(name))
+    if (strcasecmp(name, "authorization") && !gw_explain_header(name) && !lh_hop_by_hop(name))
       out[n++] = req->headers.v[i];
   }
   return n;
@@ -202,7 +202,7 @@ static size_t request_headers(const gw_http_request *req, lupin_header *out) {
  * it has "messages"). */
 static void decide(lupin_gateway *gw, gw_conn *c, gw_http_request *req) {
   char msg[1024];
-  lupin_header h[GW_MAX_HEADERS]; /* server.c refuses more */
+  lupin_header h[LH_MAX_HEADERS]; /* server.c refuses more */
   char *subset_text = NULL;
   const char *subset[256];
   lupin_request_desc d = {.body = req->body.data ? req->body.data : "",
@@ -211,7 +211,7 @@ static void decide(lupin_gateway *gw, gw_conn *c, gw_http_request *req) {
                           .n_headers = request_headers(req, h),
                           .check_body = 1,
                           .flags = LUPIN_REQUEST_EXPLAIN | LUPIN_REQUEST_DRY_RUN};
-  const char *hint = gw_headers_get(&req->headers, "x-gateway-destination-endpoint-subset");
+  const char *hint = lh_headers_get(&req->headers, "x-gateway-destination-endpoint-subset");
   if (hint && !(subset_text = strdup(hint))) {
     gw_conn_error(c, 503, "the gateway could not allocate memory for this request: retry later",
                   NULL, NULL, 0);

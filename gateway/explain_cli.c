@@ -34,7 +34,7 @@ typedef struct explain_run {
 
 static void on_log(void *ud, int level, const char *msg) {
   (void)ud;
-  gw_log_line(0, level, msg);
+  lh_log_line(0, level, msg);
 }
 
 static void add_endpoint(void *ud, const lupin_endpoint_desc *d) {
@@ -53,19 +53,19 @@ static char *slurp(const char *path, size_t *len, char *err, size_t errlen) {
     snprintf(err, errlen, "cannot read the request %s: %s", path, strerror(errno));
     return NULL;
   }
-  gw_buf b = {0};
+  lh_buf b = {0};
   char chunk[65536];
   size_t n;
   while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-    gw_buf_append(&b, chunk, n);
+    lh_buf_append(&b, chunk, n);
   int bad = ferror(f);
   if (f != stdin) fclose(f);
   if (bad) {
     snprintf(err, errlen, "cannot read the request %s: %s", path, strerror(errno));
-    gw_buf_free(&b);
+    lh_buf_free(&b);
     return NULL;
   }
-  gw_buf_append(&b, "", 0); /* an empty file is an empty text, not NULL */
+  lh_buf_append(&b, "", 0); /* an empty file is an empty text, not NULL */
   *len = b.len;
   return b.data;
 }

@@ -17,7 +17,7 @@
 typedef struct gw_flow_wait {
   int priority;
   char outcome[24];
-  gw_histogram wait;
+  lh_histogram wait;
   uint64_t count;
 } gw_flow_wait;
 
@@ -36,7 +36,7 @@ static gw_flow_wait *wait_of(lupin_gateway *gw, int priority, const char *outcom
 
 void gw_flow_observe(lupin_gateway *gw, int priority, const char *outcome, double waited) {
   gw_flow_wait *w = wait_of(gw, priority, outcome);
-  if (w) gw_histogram_observe(&w->wait, GW_M_FC_QUEUE_DURATION, waited);
+  if (w) lh_histogram_observe(&w->wait, LH_M_FC_QUEUE_DURATION, waited);
 }
 
 void gw_flow_free(lupin_gateway *gw) {
@@ -48,8 +48,8 @@ void gw_flow_free(lupin_gateway *gw) {
 /* --- /metrics ------------------------------------------------------------ */
 
 typedef struct metrics_pass {
-  gw_expo *e;
-  gw_family_id id;
+  lh_expo *e;
+  lh_family_id id;
 } metrics_pass;
 
 static void band_sample(void *ud, const lupin_flow_info *f) {
@@ -57,12 +57,12 @@ static void band_sample(void *ud, const lupin_flow_info *f) {
   if (f->flow) return; /* per band: fairness ids are the clients' */
   char prio[16];
   snprintf(prio, sizeof prio, "%d", f->priority);
-  if (p->id == GW_M_FC_QUEUE_SIZE) {
-    gw_expo_sample(p->e, (const char *[]){prio}, (double)f->queued);
-  } else if (p->id == GW_M_FC_QUEUE_BYTES) {
-    gw_expo_sample(p->e, (const char *[]){prio}, (double)f->bytes);
-  } else if (p->id == GW_M_FC_CLAMPED) {
-    gw_expo_sample(p->e, (const char *[]){prio}, (double)f->clamped);
+  if (p->id == LH_M_FC_QUEUE_SIZE) {
+    lh_expo_sample(p->e, (const char *[]){prio}, (double)f->queued);
+  } else if (p->id == LH_M_FC_QUEUE_BYTES) {
+    lh_expo_sample(p->e, (const char *[]){prio}, (double)f->bytes);
+  } else if (p->id == LH_M_FC_CLAMPED) {
+    lh_expo_sample(p->e, (const char *[]){prio}, (double)f->clamped);
   } else {
     const struct {
       const char *name;
@@ -73,7 +73,7 @@ static void band_sample(void *ud, const lupin_flow_info *f) {
               {"shed", f->shed},
               {"cancelled", f->cancelled}};
     for (size_t i = 0; i < sizeof by / sizeof *by; i++)
-      gw_expo_sample(p->e, (const char *[]){prio, by[i].name}, (double)by[i].v);
+      lh_expo_sample(p->e, (const char *[]){prio, by[i].name}, (double)by[i].v);
   }
 }
 
@@ -82,27 +82,27 @@ static void nothing(void *ud, const lupin_flow_info *f) {
   (void)f;
 }
 
-void gw_flow_metrics(lupin_gateway *gw, gw_expo *e) {
+void gw_flow_metrics(lupin_gateway *gw, lh_expo *e) {
   int saturated = 0;
-  metrics_pass p = {e, GW_M_FC_QUEUE_SIZE};
+  metrics_pass p = {e, LH_M_FC_QUEUE_SIZE};
   /* off: no flow-control family at all, as the EPP without its feature gate */
   if (lupin_runtime_flows(gw->rt, nothing, NULL, &saturated)) return;
-  const gw_family_id ids[] = {GW_M_FC_QUEUE_SIZE, GW_M_FC_QUEUE_BYTES, GW_M_FC_REQUESTS,
-                              GW_M_FC_CLAMPED};
+  const lh_family_id ids[] = {LH_M_FC_QUEUE_SIZE, LH_M_FC_QUEUE_BYTES, LH_M_FC_REQUESTS,
+                              LH_M_FC_CLAMPED};
   for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
-    gw_expo_family(e, ids[i]);
+    lh_expo_family(e, ids[i]);
     p.id = ids[i];
     lupin_runtime_flows(gw->rt, band_sample, &p, NULL);
   }
-  gw_expo_family(e, GW_M_FC_QUEUE_DURATION);
+  lh_expo_family(e, LH_M_FC_QUEUE_DURATION);
   for (size_t i = 0; i < gw->n_flow_waits; i++) {
     gw_flow_wait *w = &gw->flow_waits[i];
     char prio[16];
     snprintf(prio, sizeof prio, "%d", w->priority);
-    gw_expo_histogram(e, (const char *[]){prio, w->outcome}, &w->wait);
+    lh_expo_histogram(e, (const char *[]){prio, w->outcome}, &w->wait);
   }
-  gw_expo_family(e, GW_M_FC_SATURATION);
-  gw_expo_sample(e, NULL, saturated ? 1 : 0);
+  lh_expo_family(e, LH_M_FC_SATURATION);
+  lh_expo_sample(e, NULL, saturated ? 1 : 0);
 }
 
 /* --- every worker's queue --------------------------------------------------- */
@@ -216,17 +216,17 @@ static void flows_sum_free(flows_sum *m) {
 
 /* --- /admin/flows -------------------------------------------------------- */
 
-static void band_json(gw_buf *b, const sum_band *sb) {
+static void band_json(lh_buf *b, const sum_band *sb) {
   const lupin_flow_info *f = &sb->f;
-  gw_buf_printf(b,
+  lh_buf_printf(b,
                 "{\"priority\":%d,\"queued\":%llu,\"bytes\":%llu,\"max_requests\":%llu,"
                 "\"max_bytes\":%llu,\"fairness\":",
                 f->priority, (unsigned long long)f->queued, (unsigned long long)f->bytes,
                 (unsigned long long)f->max_requests, (unsigned long long)f->max_bytes);
-  gw_buf_json(b, f->fairness ? f->fairness : "");
-  gw_buf_printf(b, ",\"ordering\":");
-  gw_buf_json(b, f->ordering ? f->ordering : "");
-  gw_buf_printf(b,
+  lh_buf_json(b, f->fairness ? f->fairness : "");
+  lh_buf_printf(b, ",\"ordering\":");
+  lh_buf_json(b, f->ordering ? f->ordering : "");
+  lh_buf_printf(b,
                 ",\"dispatched\":%llu,\"evicted\":{\"queue_ttl\":%llu,\"queue_full\":%llu,"
                 "\"shed\":%llu,\"cancelled\":%llu},\"clamped\":%llu,\"flows_kept\":%llu,"
                 "\"flows\":[",
@@ -235,33 +235,33 @@ static void band_json(gw_buf *b, const sum_band *sb) {
                 (unsigned long long)f->cancelled, (unsigned long long)f->clamped,
                 (unsigned long long)f->flows_kept);
   for (size_t i = 0; i < sb->n_flows; i++) {
-    gw_buf_printf(b, "%s{\"id\":", i ? "," : "");
-    gw_buf_json(b, sb->flows[i].id);
-    gw_buf_printf(b, ",\"queued\":%llu,\"bytes\":%llu}", (unsigned long long)sb->flows[i].queued,
+    lh_buf_printf(b, "%s{\"id\":", i ? "," : "");
+    lh_buf_json(b, sb->flows[i].id);
+    lh_buf_printf(b, ",\"queued\":%llu,\"bytes\":%llu}", (unsigned long long)sb->flows[i].queued,
                   (unsigned long long)sb->flows[i].bytes);
   }
-  gw_buf_printf(b, "]}");
+  lh_buf_printf(b, "]}");
 }
 
 void gw_flow_admin(lupin_gateway *gw, gw_conn *c) {
   flows_sum m = {0};
   gw_workers_each(gw, sum_worker, &m);
-  gw_buf b = {0};
+  lh_buf b = {0};
   if (!m.on) {
-    gw_buf_printf(&b, "{\"enabled\":false,\"bands\":[]}\n");
+    lh_buf_printf(&b, "{\"enabled\":false,\"bands\":[]}\n");
   } else {
     qsort(m.bands, m.n_bands, sizeof *m.bands, by_priority);
-    gw_buf_printf(&b, "{\"enabled\":true,\"bands\":[");
+    lh_buf_printf(&b, "{\"enabled\":true,\"bands\":[");
     for (size_t i = 0; i < m.n_bands; i++) {
       sum_band *sb = &m.bands[i];
       if (sb->n_flows) qsort(sb->flows, sb->n_flows, sizeof *sb->flows, by_id);
-      if (i) gw_buf_printf(&b, ",");
+      if (i) lh_buf_printf(&b, ",");
       band_json(&b, sb);
     }
-    gw_buf_printf(&b, "],\"saturated\":%s}\n", m.saturated ? "true" : "false");
+    lh_buf_printf(&b, "],\"saturated\":%s}\n", m.saturated ? "true" : "false");
   }
   flows_sum_free(&m);
   lupin_header h = {"content-type", "application/json"};
   gw_conn_respond(c, 200, &h, 1, b.data, b.len);
-  gw_buf_free(&b);
+  lh_buf_free(&b);
 }

@@ -12,6 +12,7 @@
 #define LUPIN_GATEWAY_H
 
 #include "lupin.h"
+#include "lupin_host.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -30,84 +31,6 @@ typedef struct gw_uconn gw_uconn;
 typedef struct gw_exchange gw_exchange;
 typedef struct gw_workers gw_workers;
 typedef struct gw_inbox gw_inbox;
-
-/* --- small buffers and header lists (buf.c) ------------------------------ */
-
-typedef struct gw_buf {
-  char *data;
-  size_t len, cap;
-} gw_buf;
-
-int gw_buf_append(gw_buf *b, const char *data, size_t len);
-/* Room for more bytes exactly (a body of known length): no doubling. */
-int gw_buf_reserve(gw_buf *b, size_t more);
-/* The hot path's appends: no format string to interpret (a request's heads
- * are written with these, not gw_buf_printf). */
-int gw_buf_str(gw_buf *b, const char *s);
-int gw_buf_uint(gw_buf *b, unsigned long long v);
-/* v with that many decimals (at most 6), as "%.*f" would write it but
- * for a tie's rounding; a value past 2^53 or not finite as gw_buf_number. */
-int gw_buf_fixed(gw_buf *b, double v, unsigned decimals);
-/* "name: value\r\n" */
-int gw_buf_header(gw_buf *b, const char *name, const char *value);
-int gw_buf_printf(gw_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Formats an error message into err (a no-op when err is NULL). */
-void gw_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Appends s as a JSON string, quotes included; always valid JSON (bytes
- * that are not UTF-8 become U+FFFD). */
-int gw_buf_json(gw_buf *b, const char *s);
-/* Appends s as a Prometheus label value, quotes included: backslash, quote
- * and newline escaped, bytes that are not UTF-8 as U+FFFD. */
-int gw_buf_label(gw_buf *b, const char *s);
-/* Appends a JSON number; null when v is NaN or infinite (JSON has neither). */
-int gw_buf_number(gw_buf *b, double v);
-void gw_buf_free(gw_buf *b);
-
-/* Owned name/value copies; names as received.  The texts live in blocks
- * the list owns (a header costs no allocation of its own, and a cleared
- * list keeps its first block for the next message). */
-typedef struct gw_text_block gw_text_block;
-/* Headers one message may carry, a request's or an endpoint's response's
- * (Envoy's max_headers_count default): more is refused (431 for a client,
- * a broken response for an endpoint).  The lists built from them (the
- * upstream request's, the client response's) are arrays on the stack of
- * a few times this size, never of a size the peer chose. */
-#define GW_MAX_HEADERS 100
-typedef struct gw_headers {
-  lupin_header *v;
-  size_t n, cap;
-  int in_value;       /* parsing: the last piece was a value's */
-  gw_text_block *mem; /* newest first; the string being built is last in it */
-} gw_headers;
-
-int gw_headers_add(gw_headers *h, const char *name, size_t nlen, const char *value, size_t vlen);
-/* http_parser hands a header's name and value over in pieces, on both
- * sides of the proxy: these join them.  A name with whitespace in it (RFC
- * 7230 §3.2.4) is refused with 1, out of memory with -1. */
-int gw_headers_field(gw_headers *h, const char *data, size_t len);
-int gw_headers_value(gw_headers *h, const char *data, size_t len);
-const char *gw_headers_get(const gw_headers *h, const char *name);
-/* Empties the list, keeping room for the next message's headers. */
-void gw_headers_clear(gw_headers *h);
-void gw_headers_free(gw_headers *h);
-/* A set of header names, matched without case, lengths first: the checks
- * every header of every request goes through cost a few compares. */
-typedef struct gw_name {
-  const char *s;
-  size_t len;
-} gw_name;
-#define GW_NAME(lit)                                                                               \
-  { lit, sizeof lit - 1 }
-int gw_name_in(const char *name, const gw_name *set, size_t n);
-/* Whether a header's name is `lower` (a name in lower case), without case.
- * The first bytes are compared first: most names differ there. */
-static inline int gw_name_is(const char *name, const char *lower) {
-  return (name[0] | 0x20) == lower[0] && !strcasecmp(name, lower);
-}
-/* Headers never copied from one side to the other: the hop-by-hop ones of
- * RFC 7230 §6.1, and the framing ones (host, content-length, expect) that
- * each side writes for itself. */
-int gw_hop_by_hop(const char *name);
 
 /* --- timeouts pushed back by a store (timer.c) ---------------------------- */
 
@@ -166,13 +89,13 @@ int gw_settings_declare(lupin_runtime *rt, char *err, size_t errlen);
 int gw_settings_read(lupin_runtime *rt, gw_settings *out, char *err, size_t errlen);
 
 /* Merges /v1/models answers (models.c); returns a malloc'd JSON text. */
-char *gw_models_merge(const gw_buf *bodies, size_t n);
+char *gw_models_merge(const lh_buf *bodies, size_t n);
 
 /* Replaces the model a request body names (a JSON object's "model", or a
  * multipart/form-data body's "model" field, by content_type) with model,
  * every other byte unchanged (rewrite.c); *was gets the name replaced
  * (malloc'd).  -1 when the body names none. */
-int gw_rewrite_model(gw_buf *body, const char *content_type, const char *model, char **was);
+int gw_rewrite_model(lh_buf *body, const char *content_type, const char *model, char **was);
 
 /* --- endpoints: the gateway's view, its upstream pool, its scrape ---------- */
 
@@ -198,27 +121,9 @@ typedef enum gw_upstream_error {
   GW_UP_ERRORS
 } gw_upstream_error;
 
-/* An endpoint's health, as Envoy's outlier detection (health.c). */
-typedef enum gw_health_state { GW_HEALTHY, GW_EJECTED, GW_STALE } gw_health_state;
-
-typedef struct gw_health {
-  gw_health_state state;
-  int in_runtime;                   /* the state the runtime was last told: 1 healthy */
-  uint64_t errors;                  /* consecutive failed requests */
-  uint64_t scrape_failures;         /* consecutive failed scrapes */
-  uint64_t ejections, restorations; /* in total */
-  uint64_t backoff;                 /* ejections in a row: the next lasts base << backoff */
-  double ejected_until;             /* lupin_now() */
-  double ejected_unix;              /* wall clock of the last ejection, 0: never */
-  double healthy_since;             /* lupin_now() of the last restoration */
-  double added_at;                  /* staleness counts from here until a first scrape */
-  double last_warned;               /* rate limit of the first-failure line */
-  uint64_t suppressed;              /* first-failure lines not written meanwhile */
-  char last_error[160];
-  /* by gw_upstream_error: attempts that failed here, and of those the ones
-   * sent again (here or elsewhere); failures[GW_UP_OK]: 5xx answers */
-  uint64_t failures[GW_UP_ERRORS], retries[GW_UP_ERRORS];
-} gw_health;
+/* An endpoint's health (host/health.c decides, health.c applies): its
+ * failures counted by gw_upstream_error. */
+_Static_assert(GW_UP_ERRORS == LH_FAILURE_KINDS, "lh_health counts gw_upstream_error's kinds");
 
 struct gw_endpoint {
   lupin_gateway *gw;
@@ -234,11 +139,11 @@ struct gw_endpoint {
   int removed;             /* gone from the registry; freed at its last ref */
   int seen;                /* marks of an endpoints file re-read */
   gw_pool pools[GW_POOLS]; /* keep-alive connections */
-  gw_health health;
+  lh_health health;
   /* scraping (scrape.c) */
   uv_timer_t *timer;
   gw_upstream *scrape;
-  gw_buf scrape_body;
+  lh_buf scrape_body;
   int scrape_status;
   double scraped_at; /* lupin_now() of the last good scrape, 0: never */
   uint64_t scrapes, scrape_errors;
@@ -256,8 +161,8 @@ gw_endpoint *gw_endpoint_find(lupin_gateway *gw, const char *name);
 typedef struct gw_http_request {
   int method; /* enum http_method */
   char *url;
-  gw_headers headers;
-  gw_buf body;
+  lh_headers headers;
+  lh_buf body;
   double started; /* lupin_now() at the first byte */
 } gw_http_request;
 
@@ -310,7 +215,7 @@ const char *gw_status_text(int status);
 /* --- upstream client (upstream.c) ---------------------------------------- */
 
 typedef struct gw_upstream_cb {
-  void (*on_headers)(void *ud, int status, const gw_headers *h, int64_t content_length);
+  void (*on_headers)(void *ud, int status, const lh_headers *h, int64_t content_length);
   void (*on_body)(void *ud, const char *data, size_t len);
   /* Last call; the upstream handle is freed after it returns. */
   void (*on_done)(void *ud, gw_upstream_error e, const char *detail);
@@ -345,115 +250,6 @@ void gw_upstream_cancel(gw_upstream *u);
 void gw_pool_clear(gw_endpoint *ep);
 const char *gw_upstream_error_text(gw_upstream_error e);
 
-/* --- Prometheus text format (prometheus.c) -------------------------------- */
-
-typedef void (*gw_sample_fn)(void *ud, const char *name, const lupin_header *labels, size_t n,
-                             double value);
-/* Calls fn for each sample; returns the number of lines it could not read. */
-int gw_prometheus_parse(const char *text, size_t len, gw_sample_fn fn, void *ud);
-
-/* --- the /metrics registry (metrics.c) ----------------------------------- */
-
-/* Every family lupin exports is declared once, in metrics.c's table: name,
- * type, help text, label names, histogram bounds (docs/metrics.md lists
- * them).  The exposition (text format 0.0.4) is written through gw_expo, which
- * writes # HELP and # TYPE once per family and escapes every label value. */
-/* GW_SUM_GAUGE: a gauge of which each worker holds a share (requests in
- * flight, Lua memory): /metrics shows the sum over the workers.
- * GW_MAX_GAUGE: a flag any worker may raise (flow control's saturation):
- * /metrics shows the largest value. */
-typedef enum gw_metric_type {
-  GW_COUNTER,
-  GW_GAUGE,
-  GW_HISTOGRAM,
-  GW_SUMMARY,
-  GW_SUM_GAUGE,
-  GW_MAX_GAUGE
-} gw_metric_type;
-
-#define GW_MAX_LABELS 4
-#define GW_MAX_BOUNDS 40
-
-typedef struct gw_family {
-  const char *name;
-  gw_metric_type type;
-  const char *help;
-  const char *labels[GW_MAX_LABELS]; /* names, NULL after the last */
-  const double *bounds;              /* histograms: upper bounds, ascending */
-  size_t n_bounds;
-} gw_family;
-
-/* grouped as /metrics writes them */
-// clang-format off
-typedef enum gw_family_id {
-  /* requests through the gateway (proxy.c) */
-  GW_M_REQUESTS, GW_M_OUTCOMES, GW_M_SCHEDULING, GW_M_WORKER_REQUESTS,
-  /* plugins (the runtime's counters) */
-  GW_M_PLUGIN_CALLS, GW_M_PLUGIN_ERRORS, GW_M_PLUGIN_SECONDS, GW_M_PLUGIN_CUTS,
-  GW_M_PLUGIN_DISABLED,
-  /* endpoints, their scrapes and health */
-  GW_M_EP_WAITING, GW_M_EP_RUNNING, GW_M_EP_KV, GW_M_EP_MAX_LORA, GW_M_EP_SCRAPE_AGE,
-  GW_M_EP_SCRAPE_ERRORS, GW_M_EP_HEALTHY, GW_M_EP_EJECTIONS, GW_M_EP_RESTORATIONS,
-  GW_M_UP_FAILURES, GW_M_UP_RETRIES, GW_M_UP_RETRIES_DENIED, GW_M_ENDPOINTS_HEALTHY,
-  /* reloads */
-  GW_M_RELOADS, GW_M_RELOAD_SECONDS, GW_M_RELOAD_LAST,
-  /* the runtime */
-  GW_M_LIVE_REQUESTS, GW_M_LIVE_TABLES, GW_M_LUA_MEMORY, GW_M_LUA_PEAK, GW_M_LUA_GC_CYCLES,
-  GW_M_LUA_GC_SECONDS, GW_M_GENERATION,
-  GW_M_GENERATIONS_ALIVE, GW_M_ENDPOINTS,
-  /* memory bounds */
-  GW_M_IN_FLIGHT, GW_M_BODY_BYTES, GW_M_REFUSALS, GW_M_LUA_LIMIT, GW_M_LUA_LIMIT_HITS,
-  GW_M_EMPTY_ENDPOINTS_KEPT,
-  /* the build and the process (process.c) */
-  GW_M_BUILD_INFO, GW_M_CPU, GW_M_RSS, GW_M_VSIZE, GW_M_START_TIME, GW_M_OPEN_FDS, GW_M_MAX_FDS,
-  /* the EPP's names (Gateway API Inference Extension, pkg/epp/metrics) */
-  GW_M_OBJ_REQUESTS, GW_M_OBJ_ERRORS, GW_M_OBJ_DURATION, GW_M_OBJ_REQUEST_SIZES,
-  GW_M_OBJ_RESPONSE_SIZES, GW_M_OBJ_RUNNING, GW_M_POOL_KV, GW_M_POOL_QUEUE, GW_M_POOL_POD_QUEUE,
-  GW_M_POOL_READY, GW_M_SCHEDULER_E2E, GW_M_PLUGIN_DURATION,
-  /* flow control (flow.c), the EPP's names where it has them */
-  GW_M_FC_QUEUE_SIZE, GW_M_FC_QUEUE_BYTES, GW_M_FC_QUEUE_DURATION, GW_M_FC_SATURATION,
-  GW_M_FC_REQUESTS, GW_M_FC_CLAMPED,
-  /* replicas sharing prefix records through Redis (replicas.c) */
-  GW_M_REPLICA_CONNECTED, GW_M_REPLICA_PUBLISHED, GW_M_REPLICA_APPLIED, GW_M_REPLICA_IGNORED,
-  GW_M_REPLICA_DROPPED, GW_M_REPLICA_BAD, GW_M_REPLICA_PENDING, GW_M_REPLICA_LAG,
-  GW_FAMILIES
-} gw_family_id;
-// clang-format on
-
-extern const gw_family gw_families[GW_FAMILIES]; /* constant */
-
-/* A sample value as the text format spells it: NaN, +Inf, -Inf, else the
- * shortest of 15 or 17 digits that reads back as v. */
-void gw_metric_number(char *out, size_t len, double v);
-
-/* Observations of one series of a histogram family; buckets not cumulative,
- * the last one above every bound. */
-typedef struct gw_histogram {
-  uint64_t buckets[GW_MAX_BOUNDS + 1];
-  uint64_t count;
-  double sum;
-} gw_histogram;
-
-void gw_histogram_observe(gw_histogram *h, gw_family_id id, double v);
-
-typedef struct gw_expo {
-  gw_buf *b;
-  const gw_family *f; /* the family being written */
-} gw_expo;
-
-/* Starts a family: its # HELP and # TYPE lines.  Each family is started
- * once per exposition, its samples all after it. */
-void gw_expo_family(gw_expo *e, gw_family_id id);
-/* A sample of the current family: values holds one value per label name
- * (NULL when it has none), written escaped (backslash, quote, newline). */
-void gw_expo_sample(gw_expo *e, const char *const *values, double v);
-/* A summary's _sum and _count. */
-void gw_expo_summary(gw_expo *e, const char *const *values, double sum, uint64_t count);
-/* A histogram series: its _bucket lines (cumulative), _sum and _count. */
-void gw_expo_histogram(gw_expo *e, const char *const *values, const gw_histogram *h);
-/* Same from bucket counts kept elsewhere (n_bounds + 1, not cumulative). */
-void gw_expo_buckets(gw_expo *e, const char *const *values, const uint64_t *buckets, double sum);
-
 /* --- the EPP's per-model request series (objective.c) --------------------- */
 
 /* Per model name (model_name; target_model_name is the same: lupin does not
@@ -474,7 +270,7 @@ typedef struct gw_objective {
   char *target; /* as it was sent (the model-name rewrite's) */
   uint64_t requests, errors[GW_ERRS];
   uint64_t running;
-  gw_histogram duration, request_sizes, response_sizes;
+  lh_histogram duration, request_sizes, response_sizes;
   struct gw_objective *next;
 } gw_objective;
 
@@ -486,7 +282,7 @@ void gw_objectives_free(lupin_gateway *gw);
 /* --- the process (process.c) ---------------------------------------------- */
 
 /* process_* as Prometheus' process collector names them, from /proc/self. */
-void gw_process_metrics(gw_expo *e);
+void gw_process_metrics(lh_expo *e);
 
 /* --- the Lua heap's allocator (lua_heap.c) -------------------------------- */
 
@@ -499,10 +295,6 @@ void gw_heap_release(void);
 
 void gw_scrape_start(gw_endpoint *ep);
 void gw_scrape_stop(gw_endpoint *ep);
-/* Turns a vLLM /metrics text into metrics; lora strings are malloc'd into
- * *running / *waiting.  Returns 0 when the text held a known metric. */
-int gw_metrics_from_text(const char *text, size_t len, lupin_metrics *m, char **running,
-                         char **waiting);
 
 /* --- endpoint health (health.c) ------------------------------------------- */
 
@@ -521,7 +313,6 @@ int gw_health_start(lupin_gateway *gw, char *err, size_t errlen);
 void gw_health_stop(lupin_gateway *gw);
 /* Endpoints requests may go to: neither ejected nor stale. */
 size_t gw_healthy_endpoints(lupin_gateway *gw);
-const char *gw_health_state_name(gw_health_state s);
 
 /* --- the public API (proxy.c) and the admin listener (admin.c) ------------ */
 
@@ -539,16 +330,13 @@ void gw_proxy_dispatched(void *gw, lupin_request *req, const lupin_result *res);
 /* How long a request waited in the queue of band priority, by how it left
  * ("dispatched", "queue_ttl", "shed", "cancelled"). */
 void gw_flow_observe(lupin_gateway *gw, int priority, const char *outcome, double waited);
-void gw_flow_metrics(lupin_gateway *gw, gw_expo *e);
+void gw_flow_metrics(lupin_gateway *gw, lh_expo *e);
 /* GET /admin/flows */
 void gw_flow_admin(lupin_gateway *gw, gw_conn *c);
 /* A gw_task_fn: the worker's queue tries its gate again (another's request ended). */
 void gw_flow_pump(lupin_gateway *gw, void *arg);
 void gw_flow_free(lupin_gateway *gw);
 void gw_admin_handle(void *gw, gw_conn *c, gw_http_request *req);
-/* Whether given is the admin token, in a time that does not tell how much
- * of it was right (admin.c). */
-int gw_same_secret(const char *given, const char *token);
 
 /* --- explain records (explain.c, docs/explain.md) ------------------------- */
 
@@ -580,8 +368,8 @@ extern const char gw_explain_usage[];
 typedef struct gw_stats {
   uint64_t by_status[600];
   uint64_t by_outcome[16]; /* by lupin_outcome */
-  gw_histogram sched;      /* lupin_scheduling_seconds */
-  gw_histogram sched_epp;  /* the same times in the EPP's buckets */
+  lh_histogram sched;      /* lupin_scheduling_seconds */
+  lh_histogram sched_epp;  /* the same times in the EPP's buckets */
 } gw_stats;
 
 typedef struct gw_options {
@@ -653,7 +441,7 @@ struct lupin_gateway {
   size_t n_spare_upstreams;
   gw_exchange *spare_exchanges; /* the same for exchanges (proxy.c) */
   size_t n_spare_exchanges;
-  gw_buf access_log;        /* lines this loop iteration ended, not written yet */
+  lh_buf access_log;        /* lines this loop iteration ended, not written yet */
   size_t n_retrying;        /* exchanges on a second or later attempt (the retry budget) */
   uint64_t retries_denied;  /* retries the budget refused */
   uv_timer_t *health_timer; /* health.c */
@@ -715,7 +503,6 @@ enum {
   GW_EXIT_DRAIN = 4,  /* requests still in flight were cut at drainTimeoutMs */
 };
 
-void gw_log_line(int json, int level, const char *msg);
 void gw_log(lupin_gateway *gw, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Called when a request or a connection ends: a drain waits for the last. */
@@ -757,7 +544,7 @@ struct gw_exchange {
   int started_response; /* headers sent to the client */
   int streamed;         /* the response has no length: each read's pieces leave in one write */
   int failed_connects, timed_out_connects;
-  gw_buf connect_errors;
+  lh_buf connect_errors;
   /* attempts: picks first, then the runtime's ranked fallbacks */
   const lupin_pick *fallbacks;
   size_t n_fallbacks;
@@ -766,7 +553,7 @@ struct gw_exchange {
   int retrying; /* counted in gw->n_retrying */
   int reused;   /* the current attempt's connection came from the pool */
   double attempt_started;
-  gw_buf attempt_log; /* the access log's "attempts" entries */
+  lh_buf attempt_log; /* the access log's "attempts" entries */
   int explain;        /* gw_explain_wanted's answer */
   char *explain_summary;
   char explain_url[300];
@@ -810,7 +597,7 @@ int gw_open_follower(lupin_gateway *gw, const lupin_gateway *leader, char *err, 
 /* Merges the /metrics texts of the workers (admin.c): counters, histograms
  * and the gauges the workers hold each their own share of are summed, the
  * rest are the leader's. */
-void gw_metrics_merge(gw_buf *out, const gw_buf *texts, size_t n);
+void gw_metrics_merge(lh_buf *out, const lh_buf *texts, size_t n);
 
 /* --- replicas sharing prefix records through Redis (replicas.c) ---------- */
 
@@ -825,7 +612,7 @@ int gw_replicas_start(lupin_gateway *gw, char *err, size_t errlen);
  * has stopped. */
 void gw_replicas_stop(lupin_gateway *gw);
 void gw_replicas_free(lupin_gateway *gw);
-void gw_replicas_metrics(lupin_gateway *gw, gw_expo *e);
+void gw_replicas_metrics(lupin_gateway *gw, lh_expo *e);
 /* GET /admin/replicas */
 void gw_replicas_admin(lupin_gateway *gw, gw_conn *c);
 

@@ -8,7 +8,8 @@
  * staleEjectionMs also take an endpoint out (without the cap: with no
  * metrics the scorers are blind), until a scrape succeeds again.
  *
- * The runtime is told with lupin_endpoint_set_healthy; state changes, the
+ * The decisions are host/health.c's (lh_health_*, no loop); this file
+ * applies them: the runtime is told with lupin_endpoint_set_healthy; state changes, the
  * first failure of a run, "no healthy endpoint" and recovery are logged at
  * warn.  The same timer runs a garbage collection when the gateway has been
  * idle, so lupin_live_request_tables counts live requests' tables only. */
@@ -19,8 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#define TICK_MS    100
-#define WARN_EVERY 10.0 /* seconds between first-failure lines of one endpoint */
+#define TICK_MS 100
 
 const char *gw_failure_name(gw_upstream_error e) {
   static const char *const names[GW_UP_ERRORS] = {
@@ -29,22 +29,22 @@ const char *gw_failure_name(gw_upstream_error e) {
   return (unsigned)e < GW_UP_ERRORS ? names[e] : "?";
 }
 
-const char *gw_health_state_name(gw_health_state s) {
-  return s == GW_HEALTHY ? "healthy" : s == GW_EJECTED ? "ejected" : "stale";
+void gw_health_init(gw_endpoint *ep) { lh_health_init(&ep->health, lupin_now()); }
+
+static lh_health_policy policy(const lupin_gateway *gw) {
+  return (lh_health_policy){gw->set.consecutive_errors, gw->set.base_ejection_time_ms,
+                            gw->set.max_ejection_time_ms, gw->set.max_ejection_percent,
+                            gw->set.stale_ejection_ms};
 }
 
-void gw_health_init(gw_endpoint *ep) {
-  ep->health = (gw_health){.state = GW_HEALTHY, .in_runtime = 1, .added_at = lupin_now()};
-}
-
-static size_t count_state(lupin_gateway *gw, gw_health_state s) {
+static size_t count_state(lupin_gateway *gw, lh_health_state s) {
   size_t n = 0;
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
     n += ep->health.state == s;
   return n;
 }
 
-size_t gw_healthy_endpoints(lupin_gateway *gw) { return count_state(gw, GW_HEALTHY); }
+size_t gw_healthy_endpoints(lupin_gateway *gw) { return count_state(gw, LH_HEALTHY); }
 
 /* Logs "no healthy endpoint" and the recovery once each. */
 static void check_outage(lupin_gateway *gw) {
@@ -64,13 +64,13 @@ static void check_outage(lupin_gateway *gw) {
 
 /* Tells the runtime when the verdict changed. */
 static void sync_runtime(gw_endpoint *ep) {
-  int healthy = ep->health.state == GW_HEALTHY;
+  int healthy = ep->health.state == LH_HEALTHY;
   if (healthy == ep->health.in_runtime || ep->removed) return;
   ep->health.in_runtime = healthy;
   lupin_endpoint_set_healthy(ep->gw->rt, ep->name, healthy);
 }
 
-static void set_state(gw_endpoint *ep, gw_health_state s) {
+static void set_state(gw_endpoint *ep, lh_health_state s) {
   ep->health.state = s;
   sync_runtime(ep);
   check_outage(ep->gw);
@@ -94,11 +94,11 @@ static void ejection_free(void *p) {
 static void ejected_elsewhere(lupin_gateway *gw, void *arg) {
   const ejection *e = arg;
   gw_endpoint *ep = gw_endpoint_find(gw, e->name);
-  if (!ep || ep->health.state == GW_EJECTED) return;
+  if (!ep || ep->health.state == LH_EJECTED) return;
   ep->health.ejected_until = e->until;
   ep->health.backoff = e->backoff;
   ep->health.errors = 0;
-  set_state(ep, GW_EJECTED);
+  set_state(ep, LH_EJECTED);
 }
 
 static void tell_workers(gw_endpoint *ep) {
@@ -114,92 +114,59 @@ static void tell_workers(gw_endpoint *ep) {
 
 static void eject(gw_endpoint *ep, const char *why) {
   lupin_gateway *gw = ep->gw;
-  gw_health *h = &ep->health;
-  size_t ejected = count_state(gw, GW_EJECTED);
-  size_t max = gw->n_endpoints * gw->set.max_ejection_percent / 100;
-  if (max < 1) max = 1;
+  lh_health *h = &ep->health;
+  size_t ejected = count_state(gw, LH_EJECTED);
   double now = lupin_now();
-  if (ejected >= max) {
-    if (now - h->last_warned >= WARN_EVERY) {
-      h->last_warned = now;
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  lh_health_policy p = policy(gw);
+  double t = lh_health_eject(h, &p, ejected, gw->n_endpoints, now,
+                             (double)wall.tv_sec + wall.tv_nsec / 1e9);
+  if (!t) {
+    if (lh_health_warn_due(h, now))
       gw_log(gw, LUPIN_LOG_WARN,
              "endpoint %s (%s): %s, but not ejected: %zu of %zu endpoints are ejected "
              "already (maxEjectionPercent %llu)",
              ep->name, ep->hostport, why, ejected, gw->n_endpoints,
              (unsigned long long)gw->set.max_ejection_percent);
-    }
     return;
   }
-  double base = (double)gw->set.base_ejection_time_ms / 1000;
-  double max_t = (double)gw->set.max_ejection_time_ms / 1000;
-  double t = base * (double)(1ull << (h->backoff < 20 ? h->backoff : 20));
-  if (t > max_t) t = max_t;
-  h->backoff++;
-  h->ejections++;
-  h->ejected_until = now + t;
-  struct timespec wall;
-  clock_gettime(CLOCK_REALTIME, &wall);
-  h->ejected_unix = (double)wall.tv_sec + wall.tv_nsec / 1e9;
-  h->errors = 0;
   gw_log(gw, LUPIN_LOG_WARN, "endpoint %s (%s) ejected for %.1f s: %s; %zu of %zu ejected",
          ep->name, ep->hostport, t, why, ejected + 1, gw->n_endpoints);
-  set_state(ep, GW_EJECTED);
+  set_state(ep, LH_EJECTED);
   tell_workers(ep);
 }
 
-static int stale(const gw_endpoint *ep, double now) {
-  uint64_t ms = ep->gw->set.stale_ejection_ms;
-  double since = ep->scraped_at > ep->health.added_at ? ep->scraped_at : ep->health.added_at;
-  return ms && now - since > (double)ms / 1000;
-}
-
-/* Time-driven changes: an ejection over, metrics gone stale or fresh, the
- * back-off forgiven one step per base ejection time healthy. */
+/* Time-driven changes, decided by lh_health_evaluate, applied in order. */
 static void evaluate(gw_endpoint *ep, double now) {
-  gw_health *h = &ep->health;
+  lh_health *h = &ep->health;
   lupin_gateway *gw = ep->gw;
-  if (h->state == GW_EJECTED) {
-    if (now < h->ejected_until || h->scrape_failures) return;
-    h->restorations++;
-    h->healthy_since = now;
+  lh_health_policy p = policy(gw);
+  int changes = lh_health_evaluate(h, &p, ep->scraped_at, now);
+  if (changes & LH_RESTORED) {
     gw_log(gw, LUPIN_LOG_WARN, "endpoint %s (%s) restored: ejection over and scrapes succeed",
            ep->name, ep->hostport);
-    set_state(ep, GW_HEALTHY);
+    set_state(ep, LH_HEALTHY);
   }
-  int is_stale = stale(ep, now);
-  if (h->state == GW_HEALTHY && is_stale) {
+  if (changes & LH_WENT_STALE) {
     gw_log(gw, LUPIN_LOG_WARN,
            "endpoint %s (%s): no metrics for %.1f s (staleEjectionMs %llu), no longer a "
            "candidate: %s",
-           ep->name, ep->hostport, now - (ep->scraped_at ? ep->scraped_at : h->added_at),
+           ep->name, ep->hostport, lh_health_metrics_age(h, ep->scraped_at, now),
            (unsigned long long)gw->set.stale_ejection_ms,
            h->last_error[0] ? h->last_error : "scrapes fail");
-    set_state(ep, GW_STALE);
-  } else if (h->state == GW_STALE && !is_stale) {
-    h->restorations++;
-    h->healthy_since = now;
+    set_state(ep, LH_STALE);
+  } else if (changes & LH_FRESH_AGAIN) {
     gw_log(gw, LUPIN_LOG_WARN, "endpoint %s (%s) restored: metrics fresh again", ep->name,
            ep->hostport);
-    set_state(ep, GW_HEALTHY);
-  }
-  double base = (double)gw->set.base_ejection_time_ms / 1000;
-  if (h->state == GW_HEALTHY && h->backoff && now - h->healthy_since >= base) {
-    h->backoff--;
-    h->healthy_since = now;
+    set_state(ep, LH_HEALTHY);
   }
 }
 
 /* The first failure after a success is logged (rate-limited per endpoint). */
 static void failed(gw_endpoint *ep, uint64_t run, const char *what, const char *detail) {
-  gw_health *h = &ep->health;
-  snprintf(h->last_error, sizeof h->last_error, "%s: %s", what, detail ? detail : "failed");
-  if (run != 1 || h->state != GW_HEALTHY) return;
-  double now = lupin_now();
-  if (now - h->last_warned < WARN_EVERY) {
-    h->suppressed++;
-    return;
-  }
-  h->last_warned = now;
+  lh_health *h = &ep->health;
+  if (!lh_health_failed(h, run, what, detail, lupin_now())) return;
   char more[64] = "";
   if (h->suppressed)
     snprintf(more, sizeof more, " (%llu more since the last such line)",
@@ -211,7 +178,7 @@ static void failed(gw_endpoint *ep, uint64_t run, const char *what, const char *
 
 void gw_health_request(gw_endpoint *ep, gw_upstream_error e, int status, int reused,
                        const char *detail) {
-  gw_health *h = &ep->health;
+  lh_health *h = &ep->health;
   int bad = e != GW_UP_OK || status >= 500;
   /* a pooled connection found closed before the write says nothing of the
    * endpoint: servers close idle connections */
@@ -224,8 +191,8 @@ void gw_health_request(gw_endpoint *ep, gw_upstream_error e, int status, int reu
   char st[32];
   if (e == GW_UP_OK) snprintf(st, sizeof st, "answered %d", status);
   failed(ep, ++h->errors, "request", e == GW_UP_OK ? st : detail);
-  uint64_t limit = ep->gw->set.consecutive_errors;
-  if (limit && h->errors >= limit && h->state == GW_HEALTHY) {
+  lh_health_policy p = policy(ep->gw);
+  if (lh_health_ejection_due(h, &p, h->errors)) {
     char why[256];
     snprintf(why, sizeof why, "%llu requests in a row failed (last: %s)",
              (unsigned long long)h->errors, h->last_error);
@@ -234,15 +201,15 @@ void gw_health_request(gw_endpoint *ep, gw_upstream_error e, int status, int reu
 }
 
 void gw_health_scrape(gw_endpoint *ep, int ok, const char *detail) {
-  gw_health *h = &ep->health;
+  lh_health *h = &ep->health;
   if (ok) {
     h->scrape_failures = 0;
     evaluate(ep, lupin_now());
     return;
   }
   failed(ep, ++h->scrape_failures, "scrape", detail);
-  uint64_t limit = ep->gw->set.consecutive_errors;
-  if (limit && h->scrape_failures >= limit && h->state == GW_HEALTHY) {
+  lh_health_policy p = policy(ep->gw);
+  if (lh_health_ejection_due(h, &p, h->scrape_failures)) {
     char why[256];
     snprintf(why, sizeof why, "%llu scrapes in a row failed (last: %s)",
              (unsigned long long)h->scrape_failures, h->last_error);
@@ -284,7 +251,7 @@ static void tick(uv_timer_t *t) {
 int gw_health_start(lupin_gateway *gw, char *err, size_t errlen) {
   gw->health_timer = malloc(sizeof *gw->health_timer);
   if (!gw->health_timer) {
-    gw_errf(err, errlen, "cannot start the health timer: out of memory");
+    lh_errf(err, errlen, "cannot start the health timer: out of memory");
     return -1;
   }
   uv_timer_init(gw->loop, gw->health_timer);

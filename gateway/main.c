@@ -163,7 +163,7 @@ typedef struct check_run {
 } check_run;
 
 static void check_log(void *ud, int level, const char *msg) {
-  gw_log_line(((const check_run *)ud)->o->log_json, level, msg);
+  lh_log_line(((const check_run *)ud)->o->log_json, level, msg);
 }
 
 static void check_upsert(void *ud, const lupin_endpoint_desc *d) {
@@ -199,15 +199,15 @@ static int check_run_all(check_run *c) {
 }
 
 /* Splits "file:line: path: message" (lua/lupin/config.lua) for --format json. */
-static void check_json_error(gw_buf *b, const char *err) {
+static void check_json_error(lh_buf *b, const char *err) {
   const char *p = err, *colon;
   while ((colon = strchr(p, ':')) && !(colon[1] >= '0' && colon[1] <= '9'))
     p = colon + 1;
   char *end;
   long line = colon ? strtol(colon + 1, &end, 10) : 0;
   if (!colon || strncmp(end, ": ", 2)) {
-    gw_buf_append(b, ",\"message\":", 11);
-    gw_buf_json(b, err);
+    lh_buf_append(b, ",\"message\":", 11);
+    lh_buf_json(b, err);
     return;
   }
   char file[1024], path[512] = "";
@@ -218,32 +218,32 @@ static void check_json_error(gw_buf *b, const char *err) {
     snprintf(path, sizeof path, "%.*s", (int)n, msg);
     msg += n + 2;
   }
-  gw_buf_printf(b, ",\"file\":");
-  gw_buf_json(b, file);
-  gw_buf_printf(b, ",\"line\":%ld,\"path\":", line);
-  gw_buf_json(b, path);
-  gw_buf_printf(b, ",\"message\":");
-  gw_buf_json(b, msg);
+  lh_buf_printf(b, ",\"file\":");
+  lh_buf_json(b, file);
+  lh_buf_printf(b, ",\"line\":%ld,\"path\":", line);
+  lh_buf_json(b, path);
+  lh_buf_printf(b, ",\"message\":");
+  lh_buf_json(b, msg);
 }
 
 static int check(const gw_options *o, const char *format) {
   check_run c = {.o = o};
   int rc = check_run_all(&c);
   if (format && !strcmp(format, "json")) {
-    gw_buf b = {0};
-    gw_buf_printf(&b, "{\"ok\":%s,\"config\":", rc ? "false" : "true");
-    gw_buf_json(&b, o->config);
+    lh_buf b = {0};
+    lh_buf_printf(&b, "{\"ok\":%s,\"config\":", rc ? "false" : "true");
+    lh_buf_json(&b, o->config);
     if (rc) {
-      gw_buf_printf(&b, ",\"error\":");
-      gw_buf_json(&b, c.err);
+      lh_buf_printf(&b, ",\"error\":");
+      lh_buf_json(&b, c.err);
       check_json_error(&b, c.err);
     } else {
-      gw_buf_printf(&b, ",\"endpoints\":%zu,\"digest\":\"%s\"", c.n, c.digest);
-      if (!c.n) gw_buf_printf(&b, ",\"warnings\":[\"no endpoints: every request would get 503\"]");
+      lh_buf_printf(&b, ",\"endpoints\":%zu,\"digest\":\"%s\"", c.n, c.digest);
+      if (!c.n) lh_buf_printf(&b, ",\"warnings\":[\"no endpoints: every request would get 503\"]");
     }
-    gw_buf_append(&b, "}\n", 2);
+    lh_buf_append(&b, "}\n", 2);
     if (b.data) fputs(b.data, stdout);
-    gw_buf_free(&b);
+    lh_buf_free(&b);
   } else if (rc) {
     fprintf(stderr, "lupin check: %s\n", c.err);
   } else {
@@ -265,7 +265,7 @@ static int serve(const gw_options *o) {
   if (rc) {
     char msg[2200];
     snprintf(msg, sizeof msg, "lupin serve: %s%s", rc == -1 ? "not starting: " : "", err);
-    gw_log_line(o->log_json, LUPIN_LOG_ERROR, msg);
+    lh_log_line(o->log_json, LUPIN_LOG_ERROR, msg);
     gw.exit_code = rc == -1 ? GW_EXIT_CONFIG : GW_EXIT_START;
   }
   return gw_run(&gw);

@@ -3,8 +3,8 @@
  * one.  A sample is its line up to the value ("name{labels}"); the same
  * sample in several texts is summed when its family is a counter, a
  * histogram, a summary or a gauge each worker holds a share of
- * (GW_SUM_GAUGE), the largest is kept for a flag any worker may raise
- * (GW_MAX_GAUGE), else the leader's value stands (what every worker sees
+ * (LH_SUM_GAUGE), the largest is kept for a flag any worker may raise
+ * (LH_MAX_GAUGE), else the leader's value stands (what every worker sees
  * alike: endpoint metrics, the generation).  Families and samples keep the
  * order they first appear in, the leader's text first. */
 #include "gateway.h"
@@ -52,10 +52,10 @@ static int grow(void **p, size_t *cap, size_t need, size_t size) {
 enum { LEADER, SUM, MAX }; /* how a family's samples merge */
 
 static int merged_by(const char *name, size_t len, const char *type) {
-  for (size_t i = 0; i < GW_FAMILIES; i++)
-    if (strlen(gw_families[i].name) == len && !memcmp(gw_families[i].name, name, len)) {
-      gw_metric_type t = gw_families[i].type;
-      return t == GW_GAUGE ? LEADER : t == GW_MAX_GAUGE ? MAX : SUM;
+  for (size_t i = 0; i < LH_FAMILIES; i++)
+    if (strlen(lh_families[i].name) == len && !memcmp(lh_families[i].name, name, len)) {
+      lh_metric_type t = lh_families[i].type;
+      return t == LH_GAUGE ? LEADER : t == LH_MAX_GAUGE ? MAX : SUM;
     }
   return strncmp(type, "gauge", 5) ? SUM : LEADER; /* a family not in the table: by its type */
 }
@@ -99,7 +99,7 @@ static int add_sample(merge *m, int fam, const char *key, size_t len, double v) 
 }
 
 /* "# HELP name text\n# TYPE name type\n" starts a family. */
-static int read_text(merge *m, const gw_buf *t) {
+static int read_text(merge *m, const lh_buf *t) {
   const char *p = t->data, *end = p ? p + t->len : p;
   int fam = -1;
   while (p && p < end) {
@@ -134,13 +134,13 @@ static int read_text(merge *m, const gw_buf *t) {
   return 0;
 }
 
-static void write_value(gw_buf *b, double v) {
+static void write_value(lh_buf *b, double v) {
   char s[40];
-  gw_metric_number(s, sizeof s, v);
-  gw_buf_printf(b, " %s\n", s);
+  lh_metric_number(s, sizeof s, v);
+  lh_buf_printf(b, " %s\n", s);
 }
 
-void gw_metrics_merge(gw_buf *out, const gw_buf *texts, size_t n) {
+void gw_metrics_merge(lh_buf *out, const lh_buf *texts, size_t n) {
   merge m = {0};
   size_t lines = 0;
   for (size_t i = 0; i < n; i++)
@@ -155,12 +155,12 @@ void gw_metrics_merge(gw_buf *out, const gw_buf *texts, size_t n) {
   for (size_t i = 0; i < n && !failed; i++)
     failed = read_text(&m, &texts[i]);
   if (failed) { /* out of memory: the leader's own numbers, unmerged */
-    gw_buf_append(out, texts[0].data, texts[0].len);
+    lh_buf_append(out, texts[0].data, texts[0].len);
   } else {
     for (size_t i = 0; i < m.n_f; i++) {
-      gw_buf_append(out, m.f[i].head, m.f[i].head_len);
+      lh_buf_append(out, m.f[i].head, m.f[i].head_len);
       for (int k = m.f[i].first; k >= 0; k = m.s[k].next) {
-        gw_buf_append(out, m.s[k].key, m.s[k].len);
+        lh_buf_append(out, m.s[k].key, m.s[k].len);
         write_value(out, m.s[k].value);
       }
     }

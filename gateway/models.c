@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void add_models(json_t *data, json_t *seen, const gw_buf *body) {
+static void add_models(json_t *data, json_t *seen, const lh_buf *body) {
   json_t *root = json_loadb(body->data, body->len, 0, NULL);
   json_t *list = json_object_get(root, "data");
   size_t i;
@@ -22,7 +22,7 @@ static void add_models(json_t *data, json_t *seen, const gw_buf *body) {
   json_decref(root);
 }
 
-char *gw_models_merge(const gw_buf *bodies, size_t n) {
+char *gw_models_merge(const lh_buf *bodies, size_t n) {
   json_t *data = json_array(), *seen = json_object();
   for (size_t i = 0; i < n; i++)
     add_models(data, seen, &bodies[i]);

@@ -64,24 +64,24 @@ static double open_fds(void) {
   return n - 1; /* not the descriptor opendir holds */
 }
 
-static void one(gw_expo *e, gw_family_id id, double v) {
+static void one(lh_expo *e, lh_family_id id, double v) {
   if (v < 0) return;
-  gw_expo_family(e, id);
-  gw_expo_sample(e, NULL, v);
+  lh_expo_family(e, id);
+  lh_expo_sample(e, NULL, v);
 }
 
-void gw_process_metrics(gw_expo *e) {
+void gw_process_metrics(lh_expo *e) {
   double ticks = (double)sysconf(_SC_CLK_TCK), page = (double)sysconf(_SC_PAGESIZE);
   proc_stat st;
   if (!read_stat(&st) && ticks > 0) {
     double boot = boot_time();
-    one(e, GW_M_CPU, (st.utime + st.stime) / ticks);
-    one(e, GW_M_RSS, st.rss * page);
-    one(e, GW_M_VSIZE, st.vsize);
-    one(e, GW_M_START_TIME, boot < 0 ? -1 : boot + st.starttime / ticks);
+    one(e, LH_M_CPU, (st.utime + st.stime) / ticks);
+    one(e, LH_M_RSS, st.rss * page);
+    one(e, LH_M_VSIZE, st.vsize);
+    one(e, LH_M_START_TIME, boot < 0 ? -1 : boot + st.starttime / ticks);
   }
-  one(e, GW_M_OPEN_FDS, open_fds());
+  one(e, LH_M_OPEN_FDS, open_fds());
   struct rlimit rl;
   if (!getrlimit(RLIMIT_NOFILE, &rl))
-    one(e, GW_M_MAX_FDS, rl.rlim_cur == RLIM_INFINITY ? -1 : (double)rl.rlim_cur);
+    one(e, LH_M_MAX_FDS, rl.rlim_cur == RLIM_INFINITY ? -1 : (double)rl.rlim_cur);
 }

@@ -33,12 +33,12 @@
 
 /* The P/D routing headers name hosts a sidecar connects to: only the
  * scheduler sets them, never the client (llm-d's PreRequest clears them). */
-static const gw_name routing_names[] = {GW_NAME("x-prefiller-host-port"),
-                                        GW_NAME("x-encoder-hosts-ports"),
-                                        GW_NAME("x-data-parallel-host-port")};
+static const lh_name routing_names[] = {LH_NAME("x-prefiller-host-port"),
+                                        LH_NAME("x-encoder-hosts-ports"),
+                                        LH_NAME("x-data-parallel-host-port")};
 
 static int routing_header(const char *name) {
-  return gw_name_in(name, routing_names, sizeof routing_names / sizeof *routing_names);
+  return lh_name_in(name, routing_names, sizeof routing_names / sizeof *routing_names);
 }
 
 /* Headers the EPP convention consumes at the gateway (REFERENCE.md), by
@@ -46,15 +46,15 @@ static int routing_header(const char *name) {
  * starts with "x-": most of a request's headers are let through on their
  * first letter. */
 static int consumed(const char *name) {
-  static const gw_name names[] = {GW_NAME("x-gateway-inference-objective"),
-                                  GW_NAME("x-gateway-inference-fairness-id"),
-                                  GW_NAME("x-gateway-model-name-rewrite"),
-                                  GW_NAME("x-llm-d-inference-objective"),
-                                  GW_NAME("x-llm-d-inference-fairness-id"),
-                                  GW_NAME("x-llm-d-model-name-rewrite"),
-                                  GW_NAME("x-request-id")};
+  static const lh_name names[] = {LH_NAME("x-gateway-inference-objective"),
+                                  LH_NAME("x-gateway-inference-fairness-id"),
+                                  LH_NAME("x-gateway-model-name-rewrite"),
+                                  LH_NAME("x-llm-d-inference-objective"),
+                                  LH_NAME("x-llm-d-inference-fairness-id"),
+                                  LH_NAME("x-llm-d-model-name-rewrite"),
+                                  LH_NAME("x-request-id")};
   if ((name[0] | 0x20) != 'x') return 0;
-  return routing_header(name) || gw_name_in(name, names, sizeof names / sizeof *names) ||
+  return routing_header(name) || lh_name_in(name, names, sizeof names / sizeof *names) ||
          !strncasecmp(name, "x-gateway-destination-endpoint", 30) || gw_explain_header(name);
 }
 
@@ -68,7 +68,7 @@ static void count(lupin_gateway *gw, int status) {
 enum { ACCESS_LOG_FLUSH_BYTES = 64 << 10 };
 
 void gw_access_log_flush(lupin_gateway *gw) {
-  gw_buf *b = &gw->access_log;
+  lh_buf *b = &gw->access_log;
   if (!b->len) return;
   fwrite(b->data, 1, b->len, stdout);
   fflush(stdout);
@@ -78,34 +78,23 @@ void gw_access_log_flush(lupin_gateway *gw) {
 static void log_access(lupin_gateway *gw, const gw_exchange *x, const char *path, const char *id,
                        int status, const char *outcome) {
   if (gw->opts.log_level < LUPIN_LOG_INFO) return;
-  gw_buf *b = &gw->access_log;
+  lh_buf *b = &gw->access_log;
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  gw_buf_str(b, "{\"ts\":");
-  gw_buf_fixed(b, (double)now.tv_sec + now.tv_nsec / 1e9, 3);
-  gw_buf_str(b, ",\"id\":");
-  gw_buf_json(b, id);
-  gw_buf_str(b, ",\"path\":");
-  gw_buf_json(b, path);
-  gw_buf_str(b, ",\"model\":");
-  gw_buf_json(b, x && x->model ? x->model : "");
-  gw_buf_str(b, ",\"endpoint\":");
-  gw_buf_json(b, x && x->ep ? x->ep->hostport : "");
-  gw_buf_str(b, ",\"status\":");
-  gw_buf_fixed(b, status, 0);
-  gw_buf_str(b, ",\"scheduling_us\":");
-  gw_buf_fixed(b, x ? x->sched_us : 0, 1);
-  gw_buf_str(b, ",\"total_ms\":");
-  gw_buf_fixed(b, x ? (lupin_now() - x->started) * 1000 : 0, 3);
-  gw_buf_str(b, ",\"outcome\":\"");
-  gw_buf_str(b, outcome);
-  gw_buf_str(b, "\"");
-  if (x && x->attempt_log.len) {
-    gw_buf_str(b, ",\"attempts\":[");
-    gw_buf_append(b, x->attempt_log.data, x->attempt_log.len);
-    gw_buf_str(b, "]");
-  }
-  gw_buf_str(b, "}\n");
+  lh_access a = {
+      .ts = (double)now.tv_sec + now.tv_nsec / 1e9,
+      .id = id,
+      .path = path,
+      .model = x && x->model ? x->model : "",
+      .endpoint = x && x->ep ? x->ep->hostport : "",
+      .status = status,
+      .scheduling_us = x ? x->sched_us : 0,
+      .total_ms = x ? (lupin_now() - x->started) * 1000 : 0,
+      .outcome = outcome,
+      .attempts = x ? x->attempt_log.data : NULL,
+      .attempts_len = x ? x->attempt_log.len : 0,
+  };
+  lh_access_line(b, &a);
   if (b->len >= ACCESS_LOG_FLUSH_BYTES) gw_access_log_flush(gw);
 }
 
@@ -141,8 +130,8 @@ static void objective_end(gw_exchange *x, lupin_outcome outcome, int status) {
   int code = error_code(x, outcome, status);
   if (code < 0) {
     if (o && outcome == LUPIN_OK) {
-      gw_histogram_observe(&o->duration, GW_M_OBJ_DURATION, lupin_now() - x->started);
-      gw_histogram_observe(&o->response_sizes, GW_M_OBJ_RESPONSE_SIZES, (double)x->response_bytes);
+      lh_histogram_observe(&o->duration, LH_M_OBJ_DURATION, lupin_now() - x->started);
+      lh_histogram_observe(&o->response_sizes, LH_M_OBJ_RESPONSE_SIZES, (double)x->response_bytes);
     }
     return;
   }
@@ -185,8 +174,8 @@ static gw_exchange *exchange_new(lupin_gateway *gw) {
 }
 
 static void exchange_free(gw_exchange *x) {
-  gw_buf_free(&x->connect_errors);
-  gw_buf_free(&x->attempt_log);
+  lh_buf_free(&x->connect_errors);
+  lh_buf_free(&x->attempt_log);
   free(x);
 }
 
@@ -195,8 +184,8 @@ static void exchange_recycle(lupin_gateway *gw, gw_exchange *x) {
     exchange_free(x);
     return;
   }
-  if (x->connect_errors.cap > SPARE_LOG_BYTES) gw_buf_free(&x->connect_errors);
-  if (x->attempt_log.cap > SPARE_LOG_BYTES) gw_buf_free(&x->attempt_log);
+  if (x->connect_errors.cap > SPARE_LOG_BYTES) lh_buf_free(&x->connect_errors);
+  if (x->attempt_log.cap > SPARE_LOG_BYTES) lh_buf_free(&x->attempt_log);
   x->next = gw->spare_exchanges;
   gw->spare_exchanges = x;
   gw->n_spare_exchanges++;
@@ -293,22 +282,22 @@ void gw_proxy_cancel_all(lupin_gateway *gw) {
  * plugins see it among the response headers, the client gets it too. */
 #define SERVED "x-gateway-destination-endpoint-served"
 
-static void on_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
+static void on_headers(void *ud, int status, const lh_headers *h, int64_t cl) {
   gw_exchange *x = ud;
   x->status = status;
-  lupin_header seen[GW_MAX_HEADERS + 1]; /* upstream.c refuses more */
+  lupin_header seen[LH_MAX_HEADERS + 1]; /* upstream.c refuses more */
   size_t n_seen = 0;
   for (size_t i = 0; i < h->n; i++)
-    if (!gw_name_is(h->v[i].name, SERVED)) seen[n_seen++] = h->v[i];
+    if (!lh_name_is(h->v[i].name, SERVED)) seen[n_seen++] = h->v[i];
   seen[n_seen++] = (lupin_header){SERVED, x->ep->hostport};
   lupin_request_response_header(x->req, status, seen, n_seen);
   const lupin_header *extra;
   size_t n_extra = lupin_request_client_headers(x->req, &extra);
-  if (n_extra > GW_MAX_HEADERS) n_extra = GW_MAX_HEADERS; /* scheduled() refused more */
-  lupin_header out[2 * GW_MAX_HEADERS + 8];
+  if (n_extra > LH_MAX_HEADERS) n_extra = LH_MAX_HEADERS; /* scheduled() refused more */
+  lupin_header out[2 * LH_MAX_HEADERS + 8];
   size_t n = 0;
   for (size_t i = 0; i < n_seen; i++)
-    if (!gw_name_is(seen[i].name, "x-request-id")) out[n++] = seen[i];
+    if (!lh_name_is(seen[i].name, "x-request-id")) out[n++] = seen[i];
   for (size_t i = 0; i < n_extra; i++)
     out[n++] = extra[i];
   out[n++] = (lupin_header){"x-request-id", lupin_request_id(x->req)};
@@ -359,27 +348,27 @@ static const lupin_pick *target(gw_exchange *x, size_t i);
 static void attempt_log(gw_exchange *x, const char *reason, const char *detail) {
   if (x->gw->opts.log_level < LUPIN_LOG_INFO && x->explain <= 0) return;
   double ms = (lupin_now() - x->attempt_started) * 1000;
-  gw_buf *b = &x->attempt_log;
-  gw_buf_str(b, b->len ? ",{\"endpoint\":" : "{\"endpoint\":");
-  gw_buf_json(b, x->ep->hostport);
-  gw_buf_str(b, ",\"name\":");
-  gw_buf_json(b, x->ep->name);
-  gw_buf_str(b, x->pick < x->result.n_picks ? ",\"via\":\"pick\"" : ",\"via\":\"fallback\"");
+  lh_buf *b = &x->attempt_log;
+  lh_buf_str(b, b->len ? ",{\"endpoint\":" : "{\"endpoint\":");
+  lh_buf_json(b, x->ep->hostport);
+  lh_buf_str(b, ",\"name\":");
+  lh_buf_json(b, x->ep->name);
+  lh_buf_str(b, x->pick < x->result.n_picks ? ",\"via\":\"pick\"" : ",\"via\":\"fallback\"");
   if (reason) {
-    gw_buf_str(b, ",\"reason\":\"");
-    gw_buf_str(b, reason);
-    gw_buf_str(b, "\"");
+    lh_buf_str(b, ",\"reason\":\"");
+    lh_buf_str(b, reason);
+    lh_buf_str(b, "\"");
     if (detail) {
-      gw_buf_str(b, ",\"detail\":");
-      gw_buf_json(b, detail);
+      lh_buf_str(b, ",\"detail\":");
+      lh_buf_json(b, detail);
     }
   } else {
-    gw_buf_str(b, ",\"status\":");
-    gw_buf_fixed(b, x->status, 0);
+    lh_buf_str(b, ",\"status\":");
+    lh_buf_fixed(b, x->status, 0);
   }
-  gw_buf_str(b, ",\"ms\":");
-  gw_buf_fixed(b, ms, 3);
-  gw_buf_str(b, "}");
+  lh_buf_str(b, ",\"ms\":");
+  lh_buf_fixed(b, ms, 3);
+  lh_buf_str(b, "}");
 }
 
 /* One finished attempt: the access log's entry, the endpoint's health. */
@@ -445,7 +434,7 @@ static void on_done(void *ud, gw_upstream_error e, const char *detail) {
     end(x, outcome, x->status);
     return;
   }
-  gw_buf_printf(&x->connect_errors, "%s%s (%s)", x->connect_errors.len ? ", " : "", x->ep->hostport,
+  lh_buf_printf(&x->connect_errors, "%s%s (%s)", x->connect_errors.len ? ", " : "", x->ep->hostport,
                 detail);
   const char *why = NULL;
   int plan = retry_plan(x, e, &why);
@@ -481,7 +470,7 @@ static const gw_upstream_cb proxy_cb = {on_headers, on_body, on_done, on_read_en
 /* The upstream request's headers: the client's, minus the connection's and
  * the ones the gateway consumes, with the plugins' and the destination. */
 static size_t upstream_headers(gw_exchange *x, lupin_header *out) {
-  const gw_headers *in = &x->http->headers;
+  const lh_headers *in = &x->http->headers;
   const lupin_result *r = &x->result;
   size_t n = 0;
   for (size_t i = 0; i < in->n; i++) {
@@ -489,7 +478,7 @@ static size_t upstream_headers(gw_exchange *x, lupin_header *out) {
     int overridden = 0;
     for (size_t j = 0; j < r->n_headers && !overridden; j++)
       overridden = !strcasecmp(name, r->headers[j].name);
-    if (!overridden && !consumed(name) && !gw_hop_by_hop(name)) out[n++] = in->v[i];
+    if (!overridden && !consumed(name) && !lh_hop_by_hop(name)) out[n++] = in->v[i];
   }
   for (size_t j = 0; j < r->n_headers; j++)
     out[n++] = r->headers[j];
@@ -525,7 +514,7 @@ static int start_attempt(gw_exchange *x, gw_endpoint *ep) {
   gw_endpoint_ref(ep);
   x->ep = ep;
   x->status = 0;
-  lupin_header h[2 * GW_MAX_HEADERS + 2]; /* server.c and scheduled() refuse more */
+  lupin_header h[2 * LH_MAX_HEADERS + 2]; /* server.c and scheduled() refuse more */
   size_t n = upstream_headers(x, h);
   gw_timeouts t = {gw->set.connect_timeout_ms, gw->set.first_byte_timeout_ms,
                    gw->set.idle_timeout_ms};
@@ -551,7 +540,7 @@ static void try_picks(gw_exchange *x, int any) {
   x->ep = NULL;
   for (const lupin_pick *p; (p = target(x, x->pick)); x->pick++, any = 0) {
     gw_endpoint *ep = gw_endpoint_find(gw, p->name);
-    if (!ep || (!any && ep->health.state != GW_HEALTHY)) continue; /* removed or ejected */
+    if (!ep || (!any && ep->health.state != LH_HEALTHY)) continue; /* removed or ejected */
     if (!start_attempt(x, ep)) return;
   }
   all_picks_failed(x);
@@ -560,8 +549,8 @@ static void try_picks(gw_exchange *x, int any) {
 /* --- a scheduled request ------------------------------------------------- */
 
 static void observe_scheduling(lupin_gateway *gw, double seconds) {
-  gw_histogram_observe(&gw->stats.sched, GW_M_SCHEDULING, seconds);
-  gw_histogram_observe(&gw->stats.sched_epp, GW_M_SCHEDULER_E2E, seconds);
+  lh_histogram_observe(&gw->stats.sched, LH_M_SCHEDULING, seconds);
+  lh_histogram_observe(&gw->stats.sched_epp, LH_M_SCHEDULER_E2E, seconds);
 }
 
 /* A request scheduled: counted, sized and running in the EPP's series. */
@@ -571,7 +560,7 @@ static void objective_begin(gw_exchange *x) {
   if (!o) return;
   o->requests++;
   o->running++;
-  gw_histogram_observe(&o->request_sizes, GW_M_OBJ_REQUEST_SIZES, (double)x->http->body.len);
+  lh_histogram_observe(&o->request_sizes, LH_M_OBJ_REQUEST_SIZES, (double)x->http->body.len);
 }
 
 /* x-gateway-destination-endpoint-subset: "ip:port, ip:port" */
@@ -625,7 +614,7 @@ void gw_proxy_dispatched(void *ud, lupin_request *req, const lupin_result *res) 
 
 static void scheduled(lupin_gateway *gw, gw_exchange *x, int status) {
   gw_explain_scheduled(x);
-  if (status == 200 && x->result.n_headers > GW_MAX_HEADERS) {
+  if (status == 200 && x->result.n_headers > LH_MAX_HEADERS) {
     fail(x, 500, "the plugins set more headers than the gateway forwards", LUPIN_PLUGIN_ERROR);
     return;
   }
@@ -651,11 +640,11 @@ static void scheduled(lupin_gateway *gw, gw_exchange *x, int status) {
  * when the body was read), and the body forwarded names it.  Returns the
  * name the body had (malloc'd), NULL when nothing was rewritten. */
 static char *rewrite_model(gw_http_request *http, const char *model) {
-  const char *to = gw_headers_get(&http->headers, "x-llm-d-model-name-rewrite");
-  if (!to) to = gw_headers_get(&http->headers, "x-gateway-model-name-rewrite");
+  const char *to = lh_headers_get(&http->headers, "x-llm-d-model-name-rewrite");
+  if (!to) to = lh_headers_get(&http->headers, "x-gateway-model-name-rewrite");
   char *was = NULL;
   if (to && *to && model && !strcmp(model, to))
-    gw_rewrite_model(&http->body, gw_headers_get(&http->headers, "content-type"), to, &was);
+    gw_rewrite_model(&http->body, lh_headers_get(&http->headers, "content-type"), to, &was);
   return was;
 }
 
@@ -671,7 +660,7 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
                           .n_headers = http->headers.n,
                           .check_body = 1,
                           .flags = explain > 0 ? LUPIN_REQUEST_EXPLAIN : 0};
-  lupin_header shown[GW_MAX_HEADERS]; /* server.c refuses more */
+  lupin_header shown[LH_MAX_HEADERS]; /* server.c refuses more */
   if (explain) {                      /* the admin token is not the plugins' to see */
     d.headers = shown;
     d.n_headers = 0;
@@ -679,7 +668,7 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
       if (strcasecmp(http->headers.v[i].name, "x-lupin-admin-token"))
         shown[d.n_headers++] = http->headers.v[i];
   }
-  const char *hint = gw_headers_get(&http->headers, "x-gateway-destination-endpoint-subset");
+  const char *hint = lh_headers_get(&http->headers, "x-gateway-destination-endpoint-subset");
   if (hint && !(subset_text = strdup(hint))) { /* not scheduled past the client's subset */
     reply_error(gw, c, path, 503,
                 "the gateway could not allocate memory for this request: retry later", NULL);
@@ -739,17 +728,17 @@ struct models_call {
   models_fan *fan;
   gw_upstream *up;
   int status;
-  gw_buf body;
+  lh_buf body;
 };
 
 static void fan_free(models_fan *f) {
   for (size_t i = 0; i < f->n; i++)
-    gw_buf_free(&f->calls[i].body);
+    lh_buf_free(&f->calls[i].body);
   free(f->calls);
   free(f);
 }
 
-static void models_headers(void *ud, int status, const gw_headers *h, int64_t cl) {
+static void models_headers(void *ud, int status, const lh_headers *h, int64_t cl) {
   (void)h;
   (void)cl;
   ((models_call *)ud)->status = status;
@@ -757,7 +746,7 @@ static void models_headers(void *ud, int status, const gw_headers *h, int64_t cl
 
 static void models_body(void *ud, const char *data, size_t len) {
   models_call *m = ud;
-  if (m->body.len < 16 << 20) gw_buf_append(&m->body, data, len);
+  if (m->body.len < 16 << 20) lh_buf_append(&m->body, data, len);
 }
 
 static void models_done(void *ud, gw_upstream_error e, const char *detail) {
@@ -765,10 +754,10 @@ static void models_done(void *ud, gw_upstream_error e, const char *detail) {
   models_call *m = ud;
   models_fan *f = m->fan;
   m->up = NULL;
-  if (e || m->status != 200) gw_buf_free(&m->body);
+  if (e || m->status != 200) lh_buf_free(&m->body);
   if (--f->pending) return;
   gw_conn_on_abort(f->conn, NULL, NULL);
-  gw_buf ok[f->n];
+  lh_buf ok[f->n];
   size_t k = 0;
   for (size_t i = 0; i < f->n; i++)
     if (f->calls[i].body.len) ok[k++] = f->calls[i].body;
@@ -862,14 +851,14 @@ static void not_allowed(lupin_gateway *gw, gw_conn *c, const char *path, const c
 }
 
 static void unknown_route(lupin_gateway *gw, gw_conn *c, gw_http_request *req, const char *path) {
-  gw_buf msg = {0};
-  gw_buf_printf(&msg, "unknown route %s %.300s: this gateway serves POST ",
+  lh_buf msg = {0};
+  lh_buf_printf(&msg, "unknown route %s %.300s: this gateway serves POST ",
                 http_method_str(req->method), path);
   for (size_t i = 0; i < N_ROUTES; i++)
-    gw_buf_printf(&msg, "%s%s", i ? ", " : "", routes[i]);
-  gw_buf_printf(&msg, " and GET /v1/models");
+    lh_buf_printf(&msg, "%s%s", i ? ", " : "", routes[i]);
+  lh_buf_printf(&msg, " and GET /v1/models");
   reply_error(gw, c, path, 404, msg.data ? msg.data : "unknown route", NULL);
-  gw_buf_free(&msg);
+  lh_buf_free(&msg);
 }
 
 void gw_proxy_handle(void *ud, gw_conn *c, gw_http_request *req) {

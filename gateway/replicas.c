@@ -70,7 +70,7 @@ struct gw_replicas {
   int port;
   /* the batch: any worker's thread appends, the leader's takes */
   pthread_mutex_t lock;
-  gw_buf batch;
+  lh_buf batch;
   double batch_t; /* wall clock of its first record, µs */
   uint64_t batch_records, dropped;
   uint64_t heard; /* records appended (under the lock) */
@@ -83,7 +83,7 @@ struct gw_replicas {
   double since; /* lupin_now() of the connect or of the command outstanding */
   double next_try, backoff, warned_at;
   uint64_t failures; /* connect failures since the last warning */
-  gw_buf sending;    /* the XADD outstanding, packed */
+  lh_buf sending;    /* the XADD outstanding, packed */
   uint64_t sending_records;
   int xadd_out, xread_out;
   char last_id[64];
@@ -108,7 +108,7 @@ static int read_settings(lupin_gateway *gw, gw_replicas *r, char *err, size_t er
   if (lupin_runtime_section(gw->rt, "replicas", v, N_SETTINGS) ||
       lupin_runtime_section_text(gw->rt, "replicas", "address", addr, sizeof addr) ||
       lupin_runtime_section_text(gw->rt, "replicas", "keyPrefix", prefix, sizeof prefix)) {
-    gw_errf(err, errlen, "replicas: no settings (the section was not declared)");
+    lh_errf(err, errlen, "replicas: no settings (the section was not declared)");
     return -1;
   }
   for (size_t i = 0; i < N_SETTINGS; i++)
@@ -128,7 +128,7 @@ static int read_settings(lupin_gateway *gw, gw_replicas *r, char *err, size_t er
   long port = colon ? strtol(colon + 1, NULL, 10) : 0;
   if (!hl || hl >= sizeof r->host || port < 1 || port > 65535 ||
       strspn(colon + 1, "0123456789") != strlen(colon + 1)) {
-    gw_errf(err, errlen,
+    lh_errf(err, errlen,
             "%s: the Redis address must be HOST:PORT with a port from 1 to 65535, "
             "got \"%s\"",
             gw->opts.redis ? "--redis" : "replicas.address",
@@ -150,11 +150,11 @@ static double wall_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static void put(gw_buf *b, uint64_t v, int bytes) {
+static void put(lh_buf *b, uint64_t v, int bytes) {
   char le[8];
   for (int i = 0; i < bytes; i++)
     le[i] = (char)(v >> (8 * i));
-  gw_buf_append(b, le, (size_t)bytes);
+  lh_buf_append(b, le, (size_t)bytes);
 }
 
 static uint64_t get(const unsigned char *p, int bytes) {
@@ -208,9 +208,9 @@ static void record_heard(void *ud, const char *key, const char *endpoint, const 
     double age = now - r->batch_t;
     put(&r->batch, age > 0 && age < 4e9 ? (uint64_t)age : 0, 4);
     put(&r->batch, kl, 2);
-    gw_buf_append(&r->batch, key, kl);
+    lh_buf_append(&r->batch, key, kl);
     put(&r->batch, nl, 2);
-    gw_buf_append(&r->batch, endpoint, nl);
+    lh_buf_append(&r->batch, endpoint, nl);
     put(&r->batch, n, 4);
     for (size_t i = 0; i < n; i++)
       put(&r->batch, hashes[i], 8);
@@ -337,7 +337,7 @@ static void on_xadd(redisAsyncContext *ac, void *reply, void *priv) {
 static void publish(gw_replicas *r) {
   if (r->xadd_out) return;
   pthread_mutex_lock(&r->lock);
-  gw_buf b = r->batch;
+  lh_buf b = r->batch;
   r->batch = r->sending; /* the spent buffer back, emptied: no allocation per batch */
   r->batch.len = 0;
   r->sending = b;
@@ -510,7 +510,7 @@ int gw_replicas_start(lupin_gateway *gw, char *err, size_t errlen) {
   if (!probe.set.enabled) return 0;
   gw_replicas *r = malloc(sizeof *r);
   if (!r) {
-    gw_errf(err, errlen, "out of memory");
+    lh_errf(err, errlen, "out of memory");
     return -1;
   }
   *r = probe;
@@ -550,8 +550,8 @@ void gw_replicas_free(lupin_gateway *gw) {
   gw_replicas *r = gw->replicas;
   if (!r) return;
   lupin_shared_on_prefix_record(gw->shared, NULL, NULL); /* every worker has stopped */
-  gw_buf_free(&r->batch);
-  gw_buf_free(&r->sending);
+  lh_buf_free(&r->batch);
+  lh_buf_free(&r->sending);
   pthread_mutex_destroy(&r->lock);
   free(r);
   gw->replicas = NULL;
@@ -582,45 +582,45 @@ static void counts(gw_replicas *r, uint64_t *dropped, uint64_t *pending) {
   pthread_mutex_unlock(&r->lock);
 }
 
-void gw_replicas_metrics(lupin_gateway *gw, gw_expo *e) {
+void gw_replicas_metrics(lupin_gateway *gw, lh_expo *e) {
   gw_replicas *r = gw->replicas;
   if (!r || gw->worker != 0) return;
   uint64_t dropped, pending;
   counts(r, &dropped, &pending);
   const struct {
-    gw_family_id id;
+    lh_family_id id;
     double v;
   } rows[] = {
-      {GW_M_REPLICA_CONNECTED, r->connected},     {GW_M_REPLICA_PUBLISHED, (double)r->published},
-      {GW_M_REPLICA_APPLIED, (double)r->applied}, {GW_M_REPLICA_IGNORED, (double)r->ignored},
-      {GW_M_REPLICA_DROPPED, (double)dropped},    {GW_M_REPLICA_BAD, (double)r->bad},
-      {GW_M_REPLICA_PENDING, (double)pending},    {GW_M_REPLICA_LAG, r->lag},
+      {LH_M_REPLICA_CONNECTED, r->connected},     {LH_M_REPLICA_PUBLISHED, (double)r->published},
+      {LH_M_REPLICA_APPLIED, (double)r->applied}, {LH_M_REPLICA_IGNORED, (double)r->ignored},
+      {LH_M_REPLICA_DROPPED, (double)dropped},    {LH_M_REPLICA_BAD, (double)r->bad},
+      {LH_M_REPLICA_PENDING, (double)pending},    {LH_M_REPLICA_LAG, r->lag},
   };
   for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
-    gw_expo_family(e, rows[i].id);
-    gw_expo_sample(e, NULL, rows[i].v);
+    lh_expo_family(e, rows[i].id);
+    lh_expo_sample(e, NULL, rows[i].v);
   }
 }
 
 void gw_replicas_admin(lupin_gateway *gw, gw_conn *c) {
   gw_replicas *r = gw->replicas;
-  gw_buf b = {0};
+  lh_buf b = {0};
   if (!r) {
-    gw_buf_printf(&b, "{\"enabled\":false}\n");
+    lh_buf_printf(&b, "{\"enabled\":false}\n");
   } else {
     uint64_t dropped, pending;
     double p50, p99;
     counts(r, &dropped, &pending);
     quantiles(r, &p50, &p99);
-    gw_buf_printf(&b, "{\"enabled\":true,\"id\":\"%s\",\"address\":", r->id);
+    lh_buf_printf(&b, "{\"enabled\":true,\"id\":\"%s\",\"address\":", r->id);
     char addr[300];
     snprintf(addr, sizeof addr, "%s:%d", r->host, r->port);
-    gw_buf_json(&b, addr);
-    gw_buf_printf(&b, ",\"stream\":");
-    gw_buf_json(&b, r->stream);
-    gw_buf_printf(&b, ",\"connected\":%s,\"caught_up\":%s,\"last_id\":\"%s\",",
+    lh_buf_json(&b, addr);
+    lh_buf_printf(&b, ",\"stream\":");
+    lh_buf_json(&b, r->stream);
+    lh_buf_printf(&b, ",\"connected\":%s,\"caught_up\":%s,\"last_id\":\"%s\",",
                   r->connected ? "true" : "false", r->caught_up ? "true" : "false", r->last_id);
-    gw_buf_printf(&b,
+    lh_buf_printf(&b,
                   "\"batch_interval_ms\":%llu,\"stream_max_len\":%llu,\"share_prefix\":%s,"
                   "\"published\":%llu,\"batches\":%llu,\"applied\":%llu,\"ignored\":%llu,"
                   "\"dropped\":%llu,\"bad\":%llu,\"skipped_own\":%llu,\"pending\":%llu,"
@@ -631,14 +631,14 @@ void gw_replicas_admin(lupin_gateway *gw, gw_conn *c) {
                   (unsigned long long)r->ignored, (unsigned long long)dropped,
                   (unsigned long long)r->bad, (unsigned long long)r->skipped_own,
                   (unsigned long long)pending, (unsigned long long)r->reconnects);
-    gw_buf_number(&b, r->lag);
-    gw_buf_printf(&b, ",\"p50\":");
-    gw_buf_number(&b, p50);
-    gw_buf_printf(&b, ",\"p99\":");
-    gw_buf_number(&b, p99);
-    gw_buf_printf(&b, ",\"samples\":%zu}}\n", r->n_lags < LAGS ? r->n_lags : (size_t)LAGS);
+    lh_buf_number(&b, r->lag);
+    lh_buf_printf(&b, ",\"p50\":");
+    lh_buf_number(&b, p50);
+    lh_buf_printf(&b, ",\"p99\":");
+    lh_buf_number(&b, p99);
+    lh_buf_printf(&b, ",\"samples\":%zu}}\n", r->n_lags < LAGS ? r->n_lags : (size_t)LAGS);
   }
   lupin_header h = {"content-type", "application/json"};
   gw_conn_respond(c, 200, &h, 1, b.data, b.len);
-  gw_buf_free(&b);
+  lh_buf_free(&b);
 }

@@ -149,25 +149,25 @@ static int find_form_model(const char *text, size_t len, const char *content_typ
   return -1;
 }
 
-int gw_rewrite_model(gw_buf *body, const char *content_type, const char *model, char **was) {
+int gw_rewrite_model(lh_buf *body, const char *content_type, const char *model, char **was) {
   size_t at, n;
   int form = content_type && !strncasecmp(content_type, "multipart/form-data", 19);
   if (!body->data || (form ? find_form_model(body->data, body->len, content_type, &at, &n)
                            : find_model(body->data, body->len, &at, &n)))
     return -1;
-  gw_buf out = {0};
-  gw_buf_append(&out, body->data, at);
+  lh_buf out = {0};
+  lh_buf_append(&out, body->data, at);
   if (form)
-    gw_buf_append(&out, model, strlen(model));
+    lh_buf_append(&out, model, strlen(model));
   else
-    gw_buf_json(&out, model);
-  gw_buf_append(&out, body->data + at + n, body->len - at - n);
+    lh_buf_json(&out, model);
+  lh_buf_append(&out, body->data + at + n, body->len - at - n);
   if (!out.data) return -1;
   /* the name replaced, for the metrics' model_name: a JSON string's escapes
    * kept as they are (a label, not a key) */
   size_t q = form ? 0 : 1;
   *was = strndup(body->data + at + q, n - 2 * q);
-  gw_buf_free(body);
+  lh_buf_free(body);
   *body = out;
   return 0;
 }

@@ -42,7 +42,7 @@ struct gw_conn {
   gw_server *srv;
   http_parser parser;
   gw_http_request req;
-  gw_buf url;
+  lh_buf url;
   size_t header_bytes;
   int fail_status; /* set by a parser callback that refused the request */
   const char *fail_msg;
@@ -53,9 +53,9 @@ struct gw_conn {
   int closing;    /* shutting down after the last write */
   int closed;
   int handles; /* open libuv handles; freed at 0 */
-  gw_buf pending;
-  gw_buf head; /* a response head not yet written (gw_conn_start) */
-  gw_buf out;  /* what a corked connection has to write (gw_conn_cork) */
+  lh_buf pending;
+  lh_buf head; /* a response head not yet written (gw_conn_start) */
+  lh_buf out;  /* what a corked connection has to write (gw_conn_cork) */
   int corked;
   gw_abort_fn abort_fn;
   void *owner;
@@ -166,8 +166,8 @@ enum { KEPT_BUFFER_BYTES = 4096 };
 
 static void reset_request(gw_conn *c) {
   uncount_body(c);
-  gw_headers_clear(&c->req.headers);
-  if (c->req.body.cap > KEPT_BUFFER_BYTES) gw_buf_free(&c->req.body);
+  lh_headers_clear(&c->req.headers);
+  if (c->req.body.cap > KEPT_BUFFER_BYTES) lh_buf_free(&c->req.body);
   c->req.body.len = 0;
   if (c->req.body.data) c->req.body.data[0] = 0;
   c->url.len = 0;
@@ -195,12 +195,12 @@ static void on_close(uv_handle_t *h) {
   s->n_conns--;
   count_in_flight(c, 0);
   reset_request(c);
-  gw_headers_free(&c->req.headers);
-  gw_buf_free(&c->req.body);
-  gw_buf_free(&c->url);
-  gw_buf_free(&c->pending);
-  gw_buf_free(&c->head);
-  gw_buf_free(&c->out);
+  lh_headers_free(&c->req.headers);
+  lh_buf_free(&c->req.body);
+  lh_buf_free(&c->url);
+  lh_buf_free(&c->pending);
+  lh_buf_free(&c->head);
+  lh_buf_free(&c->out);
   free(c);
   gw_check_drained(s->gw); /* a closed connection may be what a drain waits for */
 }
@@ -287,7 +287,7 @@ static void write_bufs(gw_conn *c, const uv_buf_t *parts, unsigned n) {
   int rc = 0;
   if (c->corked) {
     for (unsigned i = 0; i < k && !rc; i++)
-      rc = gw_buf_append(&c->out, all[i].base, all[i].len) ? UV_ENOMEM : 0;
+      rc = lh_buf_append(&c->out, all[i].base, all[i].len) ? UV_ENOMEM : 0;
   } else {
     rc = gw_write((uv_stream_t *)&c->tcp, all, k, on_written, NULL);
   }
@@ -306,7 +306,7 @@ void gw_conn_uncork(gw_conn *c) {
     uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
     rc = gw_write((uv_stream_t *)&c->tcp, &b, 1, on_written, NULL);
   }
-  if (c->out.cap > KEPT_BUFFER_BYTES) gw_buf_free(&c->out);
+  if (c->out.cap > KEPT_BUFFER_BYTES) lh_buf_free(&c->out);
   c->out.len = 0;
   if (rc == UV_ENOMEM) {
     close_now(c);
@@ -325,25 +325,25 @@ static void flush_head(gw_conn *c) {
  * sees the status before the first token. */
 void gw_conn_start(gw_conn *c, int status, const lupin_header *h, size_t n,
                    int64_t content_length) {
-  gw_buf *head = &c->head;
+  lh_buf *head = &c->head;
   int keep = c->keep_alive && !c->srv->closing;
   c->keep_alive = keep;
   head->len = 0;
-  int rc = gw_buf_str(head, "HTTP/1.1 ") || gw_buf_uint(head, (unsigned)status) ||
-           gw_buf_append(head, " ", 1) || gw_buf_str(head, gw_status_text(status)) ||
-           gw_buf_append(head, "\r\n", 2);
+  int rc = lh_buf_str(head, "HTTP/1.1 ") || lh_buf_uint(head, (unsigned)status) ||
+           lh_buf_append(head, " ", 1) || lh_buf_str(head, gw_status_text(status)) ||
+           lh_buf_append(head, "\r\n", 2);
   for (size_t i = 0; i < n; i++)
-    if (!gw_hop_by_hop(h[i].name)) rc |= gw_buf_header(head, h[i].name, h[i].value);
+    if (!lh_hop_by_hop(h[i].name)) rc |= lh_buf_header(head, h[i].name, h[i].value);
   /* 204 and 304 carry no body and no framing (RFC 9110 §8.6, §15.3.5) */
   int bodiless = status == 204 || status == 304;
   c->chunked = content_length < 0 && !bodiless;
   if (c->chunked) {
-    rc |= gw_buf_str(head, "transfer-encoding: chunked\r\n");
+    rc |= lh_buf_str(head, "transfer-encoding: chunked\r\n");
   } else if (!bodiless) {
-    rc |= gw_buf_str(head, "content-length: ") ||
-          gw_buf_uint(head, (unsigned long long)content_length) || gw_buf_append(head, "\r\n", 2);
+    rc |= lh_buf_str(head, "content-length: ") ||
+          lh_buf_uint(head, (unsigned long long)content_length) || lh_buf_append(head, "\r\n", 2);
   }
-  rc |= gw_buf_str(head, keep ? "connection: keep-alive\r\n\r\n" : "connection: close\r\n\r\n");
+  rc |= lh_buf_str(head, keep ? "connection: keep-alive\r\n\r\n" : "connection: close\r\n\r\n");
   if (rc) {
     head->len = 0;
     close_now(c);
@@ -387,10 +387,10 @@ static void response_done(gw_conn *c) {
   gw_timer_set(&c->timer, on_timer, c->srv->gw->set.header_timeout_ms);
   http_parser_pause(&c->parser, 0);
   if (c->pending.len) {
-    gw_buf p = c->pending;
-    c->pending = (gw_buf){0};
+    lh_buf p = c->pending;
+    c->pending = (lh_buf){0};
     feed(c, p.data, p.len);
-    gw_buf_free(&p);
+    lh_buf_free(&p);
   }
   if (c->paused && !c->closing && !c->closed &&
       c->pending.len <= c->srv->gw->set.max_header_bytes) {
@@ -430,7 +430,7 @@ void gw_conn_respond(gw_conn *c, int status, const lupin_header *h, size_t n, co
 /* Generated ids: the listener's start time, the worker, a count (each
  * worker counts its own). */
 const char *gw_conn_request_id(gw_conn *c) {
-  const char *id = gw_headers_get(&c->req.headers, "x-request-id");
+  const char *id = lh_headers_get(&c->req.headers, "x-request-id");
   if (id && *id) return id;
   if (!c->request_id[0])
     snprintf(c->request_id, sizeof c->request_id, "gw-%llx-%d-%llu",
@@ -446,28 +446,28 @@ static const char *error_type(int status) {
 
 void gw_conn_error(gw_conn *c, int status, const char *message, const char *param,
                    const lupin_header *h, size_t n) {
-  gw_buf b = {0};
-  gw_buf_printf(&b, "{\"error\":{\"message\":");
-  gw_buf_json(&b, message);
-  gw_buf_printf(&b, ",\"type\":\"%s\",\"param\":", error_type(status));
+  lh_buf b = {0};
+  lh_buf_printf(&b, "{\"error\":{\"message\":");
+  lh_buf_json(&b, message);
+  lh_buf_printf(&b, ",\"type\":\"%s\",\"param\":", error_type(status));
   if (param && *param)
-    gw_buf_json(&b, param);
+    lh_buf_json(&b, param);
   else
-    gw_buf_printf(&b, "null");
-  gw_buf_printf(&b, ",\"code\":null}}\n");
+    lh_buf_printf(&b, "null");
+  lh_buf_printf(&b, ",\"code\":null}}\n");
   lupin_header all[8]; /* callers pass three headers at most */
   if (n > 6) n = 6;
   size_t k = 0;
   all[k++] = (lupin_header){"content-type", "application/json"};
   int has_id = 0;
   for (size_t i = 0; i < n; i++) {
-    has_id |= gw_name_is(h[i].name, "x-request-id");
+    has_id |= lh_name_is(h[i].name, "x-request-id");
     all[k++] = h[i];
   }
   /* every answer names its request, errors before the runtime included */
   if (!has_id) all[k++] = (lupin_header){"x-request-id", gw_conn_request_id(c)};
   gw_conn_respond(c, status, all, k, b.data ? b.data : "", b.len);
-  gw_buf_free(&b);
+  lh_buf_free(&b);
 }
 
 void gw_conn_on_abort(gw_conn *c, gw_abort_fn fn, void *owner) {
@@ -508,7 +508,7 @@ static int on_message_begin(http_parser *p) {
 static int on_url(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
   if (count_header(c, len)) return -1;
-  if (gw_buf_append(&c->url, at, len)) return out_of_memory(c);
+  if (lh_buf_append(&c->url, at, len)) return out_of_memory(c);
   c->req.url = c->url.data;
   return 0;
 }
@@ -516,13 +516,13 @@ static int on_url(http_parser *p, const char *at, size_t len) {
 static int on_header_field(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
   if (count_header(c, len)) return -1;
-  if (c->req.headers.in_value && c->req.headers.n >= GW_MAX_HEADERS) {
+  if (c->req.headers.in_value && c->req.headers.n >= LH_MAX_HEADERS) {
     snprintf(c->fail_buf, sizeof c->fail_buf,
              "the request has more than %d headers, the most the gateway takes: send fewer",
-             GW_MAX_HEADERS);
+             LH_MAX_HEADERS);
     return refuse(c, 431, c->fail_buf);
   }
-  int rc = gw_headers_field(&c->req.headers, at, len);
+  int rc = lh_headers_field(&c->req.headers, at, len);
   if (rc == 1) {
     c->fail_status = 400;
     c->fail_msg = "malformed HTTP request: whitespace in a header field name";
@@ -533,7 +533,7 @@ static int on_header_field(http_parser *p, const char *at, size_t len) {
 static int on_header_value(http_parser *p, const char *at, size_t len) {
   gw_conn *c = p->data;
   if (count_header(c, len)) return -1;
-  return gw_headers_value(&c->req.headers, at, len) ? out_of_memory(c) : 0;
+  return lh_headers_value(&c->req.headers, at, len) ? out_of_memory(c) : 0;
 }
 
 static const char too_large[] = "the request body is larger than maxBodyBytes: send a smaller "
@@ -550,9 +550,9 @@ static int on_headers_complete(http_parser *p) {
   if (full) return refuse(c, 503, full);
   if (sized && capped(c)) { /* held from now: a body that fits is never cut short */
     count_body(c, (int64_t)p->content_length);
-    gw_buf_reserve(&c->req.body, p->content_length); /* what is counted, not up to twice */
+    lh_buf_reserve(&c->req.body, p->content_length); /* what is counted, not up to twice */
   }
-  const char *expect = gw_headers_get(&c->req.headers, "expect");
+  const char *expect = lh_headers_get(&c->req.headers, "expect");
   if (expect && !strcasecmp(expect, "100-continue")) {
     uv_buf_t b = uv_buf_init("HTTP/1.1 100 Continue\r\n\r\n", 25);
     write_bufs(c, &b, 1);
@@ -569,7 +569,7 @@ static int on_body(http_parser *p, const char *at, size_t len) {
     return refuse(c, 503, over_cap(c, more)); /* a chunked body grew past the cap */
   /* headerTimeoutMs runs between body pieces: a big body may take longer */
   gw_timer_set(&c->timer, on_timer, gw->set.header_timeout_ms);
-  if (gw_buf_append(&c->req.body, at, len)) return out_of_memory(c);
+  if (lh_buf_append(&c->req.body, at, len)) return out_of_memory(c);
   if (capped(c)) count_body(c, (int64_t)more);
   return 0;
 }
@@ -578,7 +578,7 @@ static int on_message_complete(http_parser *p) {
   gw_conn *c = p->data;
   gw_timer_clear(&c->timer);
   c->keep_alive = http_should_keep_alive(p);
-  if (!c->req.body.data && gw_buf_append(&c->req.body, "", 0)) return out_of_memory(c);
+  if (!c->req.body.data && lh_buf_append(&c->req.body, "", 0)) return out_of_memory(c);
   c->ready = 1;
   http_parser_pause(p, 1); /* one request at a time */
   return 0;
@@ -618,7 +618,7 @@ static void feed(gw_conn *c, const char *data, size_t len) {
   enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
   if (e == HPE_PAUSED || c->ready) {
     /* pipelined bytes that found no room: this answer is the last */
-    if (n < len && gw_buf_append(&c->pending, data + n, len - n)) c->keep_alive = 0;
+    if (n < len && lh_buf_append(&c->pending, data + n, len - n)) c->keep_alive = 0;
     c->ready = 0;
     c->busy = 1;
     const char *full = over_cap(c, 0); /* others may have begun since its headers */
@@ -660,7 +660,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (c->busy || c->ready) {
       /* pipelined bytes wait while a response is in progress; past
        * maxHeaderBytes of them, stop reading (TCP holds the rest back) */
-      if (gw_buf_append(&c->pending, buf->base, (size_t)nread)) {
+      if (lh_buf_append(&c->pending, buf->base, (size_t)nread)) {
         conn_gone(c);
       } else if (c->pending.len > c->srv->gw->set.max_header_bytes && !c->paused) {
         c->paused = 1;
@@ -747,7 +747,7 @@ int gw_parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, si
   char host[256];
   const char *colon = strrchr(hp, ':');
   if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof host) {
-    gw_errf(err, errlen, "%s: give an address as host:port, e.g. 127.0.0.1:8080", hp);
+    lh_errf(err, errlen, "%s: give an address as host:port, e.g. 127.0.0.1:8080", hp);
     return -1;
   }
   memcpy(host, hp, (size_t)(colon - hp));
@@ -755,7 +755,7 @@ int gw_parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, si
   char *end;
   long port = strtol(colon + 1, &end, 10);
   if (*end || port < 0 || port > 65535) {
-    gw_errf(err, errlen, "%s: bad port", hp);
+    lh_errf(err, errlen, "%s: bad port", hp);
     return -1;
   }
   if (host[0] == '[') { /* [::1]:8080 */
@@ -763,7 +763,7 @@ int gw_parse_hostport(const char *hp, struct sockaddr_storage *ss, char *err, si
     host[strlen(host) - 1] = 0;
   }
   if (gw_resolve(host, (int)port, ss)) {
-    gw_errf(err, errlen, "%s: cannot resolve %s", hp, host);
+    lh_errf(err, errlen, "%s: cannot resolve %s", hp, host);
     return -1;
   }
   return 0;
@@ -791,7 +791,7 @@ gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, const char 
   if (gw_parse_hostport(hostport, &ss, err, errlen)) return NULL;
   gw_server *s = calloc(1, sizeof *s);
   if (!s) {
-    gw_errf(err, errlen, "cannot listen on %s (%s): out of memory", hostport, role);
+    lh_errf(err, errlen, "cannot listen on %s (%s): out of memory", hostport, role);
     return NULL;
   }
   *s = (gw_server){.gw = gw, .handler = h, .ud = ud, .started_ns = uv_hrtime()};
@@ -801,7 +801,7 @@ gw_server *gw_server_listen(lupin_gateway *gw, const char *hostport, const char 
   int rc = share ? adopt(&s->tcp, share) : uv_tcp_bind(&s->tcp, (struct sockaddr *)&ss, 0);
   if (!rc) rc = uv_listen((uv_stream_t *)&s->tcp, 511, on_connection);
   if (rc) {
-    gw_errf(err, errlen, "cannot listen on %s (%s): %s", hostport, role, uv_strerror(rc));
+    lh_errf(err, errlen, "cannot listen on %s (%s): %s", hostport, role, uv_strerror(rc));
     gw_server_close(s);
     s->closing = 2; /* free once the handle is closed */
     return NULL;

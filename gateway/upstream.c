@@ -38,10 +38,10 @@ struct gw_upstream {
   gw_timer timer;
   gw_endpoint *ep;
   gw_uconn *conn;
-  gw_buf request;   /* the request line and headers, kept for a retry */
+  lh_buf request;   /* the request line and headers, kept for a retry */
   const char *body; /* the caller's, sent from where it is (no copy) */
   size_t body_len;
-  gw_headers headers;
+  lh_headers headers;
   gw_timeouts t;
   gw_upstream_cb cb;
   void *ud;
@@ -161,8 +161,8 @@ static void on_timeout(uv_timer_t *t);
 enum { MAX_SPARES = 256, SPARE_REQUEST_BYTES = 16384 };
 
 static void upstream_free(gw_upstream *u) {
-  gw_headers_free(&u->headers);
-  gw_buf_free(&u->request);
+  lh_headers_free(&u->headers);
+  lh_buf_free(&u->request);
   free(u);
 }
 
@@ -171,8 +171,8 @@ static gw_upstream *upstream_new(lupin_gateway *gw) {
   if (!u) return calloc(1, sizeof(gw_upstream));
   gw->spare_upstreams = u->next_spare;
   gw->n_spare_upstreams--;
-  gw_buf request = u->request;
-  gw_headers headers = u->headers;
+  lh_buf request = u->request;
+  lh_headers headers = u->headers;
   *u = (gw_upstream){.request = request, .headers = headers};
   return u;
 }
@@ -196,7 +196,7 @@ static void on_timer_closed(uv_handle_t *h) {
     upstream_free(u);
     return;
   }
-  gw_headers_clear(&u->headers);
+  lh_headers_clear(&u->headers);
   u->request.len = 0;
   u->next_spare = gw->spare_upstreams;
   gw->spare_upstreams = u;
@@ -383,7 +383,7 @@ static void connect_new(gw_upstream *u) {
   if (u->conn) conn_close(u->conn);
   u->conn = NULL;
   u->reused = u->connected = u->got_bytes = u->complete = 0;
-  gw_headers_clear(&u->headers);
+  lh_headers_clear(&u->headers);
   u->interim = u->refused = 0;
   u->addr_try = 0;
   u->connect_start = uv_now(u->ep->gw->loop);
@@ -440,16 +440,16 @@ static void on_timeout(uv_timer_t *t) {
 
 static int serialize(gw_upstream *u, const char *method, const char *path, const lupin_header *h,
                      size_t n, const char *body, size_t len) {
-  gw_buf *b = &u->request;
+  lh_buf *b = &u->request;
   b->len = 0;
-  int rc = gw_buf_str(b, method) || gw_buf_append(b, " ", 1) || gw_buf_str(b, path) ||
-           gw_buf_str(b, " HTTP/1.1\r\n") || gw_buf_header(b, "host", u->ep->hostport);
+  int rc = lh_buf_str(b, method) || lh_buf_append(b, " ", 1) || lh_buf_str(b, path) ||
+           lh_buf_str(b, " HTTP/1.1\r\n") || lh_buf_header(b, "host", u->ep->hostport);
   for (size_t i = 0; i < n; i++)
-    if (!gw_hop_by_hop(h[i].name)) rc |= gw_buf_header(b, h[i].name, h[i].value);
+    if (!lh_hop_by_hop(h[i].name)) rc |= lh_buf_header(b, h[i].name, h[i].value);
   if (body || strcmp(method, "GET"))
-    rc |= gw_buf_str(b, "content-length: ") || gw_buf_uint(b, len) || gw_buf_append(b, "\r\n", 2);
-  if (!u->ep->gw->set.pool_size) rc |= gw_buf_str(b, "connection: close\r\n");
-  if (!rc) rc = gw_buf_append(b, "\r\n", 2);
+    rc |= lh_buf_str(b, "content-length: ") || lh_buf_uint(b, len) || lh_buf_append(b, "\r\n", 2);
+  if (!u->ep->gw->set.pool_size) rc |= lh_buf_str(b, "connection: close\r\n");
+  if (!rc) rc = lh_buf_append(b, "\r\n", 2);
   u->body = body;
   u->body_len = len;
   return rc;
@@ -488,20 +488,20 @@ gw_upstream *gw_upstream_start(gw_endpoint *ep, const char *method, const char *
 
 static int on_header_field(http_parser *p, const char *at, size_t len) {
   gw_upstream *u = ((gw_uconn *)p->data)->u;
-  if (u->headers.in_value && u->headers.n >= GW_MAX_HEADERS) {
+  if (u->headers.in_value && u->headers.n >= LH_MAX_HEADERS) {
     u->refused = 1;
     snprintf(u->detail, sizeof u->detail, "the endpoint answered more than %d headers",
-             GW_MAX_HEADERS);
+             LH_MAX_HEADERS);
     return -1;
   }
   /* whitespace in a field name: a malformed response, not a second
    * content-length relayed beside ours */
-  return gw_headers_field(&u->headers, at, len) ? -1 : 0;
+  return lh_headers_field(&u->headers, at, len) ? -1 : 0;
 }
 
 static int on_header_value(http_parser *p, const char *at, size_t len) {
   gw_upstream *u = ((gw_uconn *)p->data)->u;
-  return gw_headers_value(&u->headers, at, len);
+  return lh_headers_value(&u->headers, at, len);
 }
 
 /* A 1xx other than 101 is an interim answer (100 Continue, 103 Early
@@ -523,7 +523,7 @@ static int on_headers_complete(http_parser *p) {
   }
   if (status < 200) {
     u->interim = 1;
-    gw_headers_clear(&u->headers);
+    lh_headers_clear(&u->headers);
     return 1;
   }
   int bodiless = status == 204 || status == 304;

@@ -88,7 +88,7 @@ static void on_inbox(uv_async_t *a) {
 int gw_inbox_open(lupin_gateway *gw, char *err, size_t errlen) {
   gw->inbox = calloc(1, sizeof *gw->inbox);
   if (!gw->inbox) {
-    gw_errf(err, errlen, "out of memory");
+    lh_errf(err, errlen, "out of memory");
     return -1;
   }
   gw->inbox->async.data = gw;
@@ -280,7 +280,7 @@ int gw_workers_start(lupin_gateway *leader, size_t n, char *err, size_t errlen) 
       !(ws->threads = calloc(n, sizeof *ws->threads))) {
     if (ws) free(ws->w);
     free(ws);
-    gw_errf(err, errlen, "cannot start %zu workers: out of memory", n);
+    lh_errf(err, errlen, "cannot start %zu workers: out of memory", n);
     return -2;
   }
   ws->n = n;
@@ -311,7 +311,7 @@ int gw_workers_start(lupin_gateway *leader, size_t n, char *err, size_t errlen) 
   while (ws->started < spawned - 1)
     uv_cond_wait(&ws->cond, &ws->lock);
   int failed = ws->failed;
-  if (failed) gw_errf(err, errlen, "%s", ws->err);
+  if (failed) lh_errf(err, errlen, "%s", ws->err);
   ws->go = failed ? -1 : 1;
   uv_cond_broadcast(&ws->cond);
   uv_mutex_unlock(&ws->lock);

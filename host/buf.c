@@ -1,5 +1,5 @@
 /* Growable byte buffers and header lists: the gateway's two containers. */
-#include "gateway.h"
+#include "lupin_host.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -9,7 +9,7 @@
 #include <strings.h>
 #include <utf8proc.h>
 
-void gw_errf(char *err, size_t errlen, const char *fmt, ...) {
+void lh_errf(char *err, size_t errlen, const char *fmt, ...) {
   if (!err || !errlen) return;
   va_list ap;
   va_start(ap, fmt);
@@ -17,7 +17,7 @@ void gw_errf(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
-static int reserve(gw_buf *b, size_t more) {
+static int reserve(lh_buf *b, size_t more) {
   if (b->len + more + 1 <= b->cap) return 0;
   size_t cap = b->cap ? b->cap : 256;
   while (cap < b->len + more + 1)
@@ -29,7 +29,7 @@ static int reserve(gw_buf *b, size_t more) {
   return 0;
 }
 
-int gw_buf_reserve(gw_buf *b, size_t more) {
+int lh_buf_reserve(lh_buf *b, size_t more) {
   if (b->len + more + 1 <= b->cap) return 0;
   char *d = realloc(b->data, b->len + more + 1);
   if (!d) return -1;
@@ -39,7 +39,7 @@ int gw_buf_reserve(gw_buf *b, size_t more) {
 }
 
 /* Keeps a NUL after the data so texts can be read as C strings. */
-int gw_buf_append(gw_buf *b, const char *data, size_t len) {
+int lh_buf_append(lh_buf *b, const char *data, size_t len) {
   if (reserve(b, len)) return -1;
   if (len) memcpy(b->data + b->len, data, len);
   b->len += len;
@@ -47,35 +47,35 @@ int gw_buf_append(gw_buf *b, const char *data, size_t len) {
   return 0;
 }
 
-int gw_buf_str(gw_buf *b, const char *s) { return gw_buf_append(b, s, strlen(s)); }
+int lh_buf_str(lh_buf *b, const char *s) { return lh_buf_append(b, s, strlen(s)); }
 
-int gw_buf_uint(gw_buf *b, unsigned long long v) {
+int lh_buf_uint(lh_buf *b, unsigned long long v) {
   char d[20];
   size_t k = sizeof d;
   do
     d[--k] = (char)('0' + v % 10);
   while (v /= 10);
-  return gw_buf_append(b, d + k, sizeof d - k);
+  return lh_buf_append(b, d + k, sizeof d - k);
 }
 
-int gw_buf_fixed(gw_buf *b, double v, unsigned decimals) {
+int lh_buf_fixed(lh_buf *b, double v, unsigned decimals) {
   static const double scale[] = {1, 10, 100, 1e3, 1e4, 1e5, 1e6};
   if (decimals >= sizeof scale / sizeof *scale) decimals = sizeof scale / sizeof *scale - 1;
   /* past 2^53 a double has no fraction left to show: %g's exponent form */
-  if (!isfinite(v) || fabs(v) * scale[decimals] >= 9007199254740992.0) return gw_buf_number(b, v);
-  if (v < 0 && gw_buf_append(b, "-", 1)) return -1;
+  if (!isfinite(v) || fabs(v) * scale[decimals] >= 9007199254740992.0) return lh_buf_number(b, v);
+  if (v < 0 && lh_buf_append(b, "-", 1)) return -1;
   unsigned long long n = (unsigned long long)llround(fabs(v) * scale[decimals]);
   unsigned long long unit = (unsigned long long)scale[decimals];
-  if (gw_buf_uint(b, n / unit)) return -1;
+  if (lh_buf_uint(b, n / unit)) return -1;
   if (!decimals) return 0;
   char d[8] = {'.'};
   unsigned long long frac = n % unit;
   for (unsigned i = decimals; i > 0; i--, frac /= 10)
     d[i] = (char)('0' + frac % 10);
-  return gw_buf_append(b, d, decimals + 1);
+  return lh_buf_append(b, d, decimals + 1);
 }
 
-int gw_buf_header(gw_buf *b, const char *name, const char *value) {
+int lh_buf_header(lh_buf *b, const char *name, const char *value) {
   size_t n = strlen(name), v = strlen(value);
   if (reserve(b, n + v + 4)) return -1;
   char *p = b->data + b->len;
@@ -89,7 +89,7 @@ int gw_buf_header(gw_buf *b, const char *name, const char *value) {
 
 /* Formats into the room left when it fits (the common case: a buffer reused
  * from request to request), measuring and growing only when it does not. */
-int gw_buf_printf(gw_buf *b, const char *fmt, ...) {
+int lh_buf_printf(lh_buf *b, const char *fmt, ...) {
   va_list ap;
   size_t room = b->cap > b->len ? b->cap - b->len : 0;
   va_start(ap, fmt);
@@ -119,66 +119,66 @@ static size_t utf8_seq(const unsigned char *p, size_t left) {
 
 /* Control characters escaped; bytes that are not UTF-8 become U+FFFD, so the
  * text stays valid JSON whatever a client sent (a request id, a path). */
-int gw_buf_json(gw_buf *b, const char *s) {
-  if (gw_buf_append(b, "\"", 1)) return -1;
+int lh_buf_json(lh_buf *b, const char *s) {
+  if (lh_buf_append(b, "\"", 1)) return -1;
   const unsigned char *p = (const unsigned char *)(s ? s : "");
   size_t left = strlen((const char *)p);
   while (left) {
     size_t run = 0;
     while (run < left && p[run] >= 0x20 && p[run] < 0x80 && p[run] != '"' && p[run] != '\\')
       run++;
-    int rc = gw_buf_append(b, (const char *)p, run);
+    int rc = lh_buf_append(b, (const char *)p, run);
     p += run;
     left -= run;
     if (rc) return -1;
     if (!left) break;
     size_t n = *p >= 0x80 ? utf8_seq(p, left) : 1;
     if (*p == '"' || *p == '\\')
-      rc = gw_buf_printf(b, "\\%c", *p);
+      rc = lh_buf_printf(b, "\\%c", *p);
     else if (*p == '\n')
-      rc = gw_buf_append(b, "\\n", 2);
+      rc = lh_buf_append(b, "\\n", 2);
     else if (*p < 0x20)
-      rc = gw_buf_printf(b, "\\u%04x", *p);
+      rc = lh_buf_printf(b, "\\u%04x", *p);
     else if (n)
-      rc = gw_buf_append(b, (const char *)p, n);
+      rc = lh_buf_append(b, (const char *)p, n);
     else
-      rc = gw_buf_append(b, "\\ufffd", 6);
+      rc = lh_buf_append(b, "\\ufffd", 6);
     p += n ? n : 1;
     left -= n ? n : 1;
     if (rc) return -1;
   }
-  return gw_buf_append(b, "\"", 1);
+  return lh_buf_append(b, "\"", 1);
 }
 
-int gw_buf_label(gw_buf *b, const char *s) {
-  if (gw_buf_append(b, "\"", 1)) return -1;
+int lh_buf_label(lh_buf *b, const char *s) {
+  if (lh_buf_append(b, "\"", 1)) return -1;
   const unsigned char *p = (const unsigned char *)(s ? s : "");
   size_t left = strlen((const char *)p);
   while (left) {
     size_t n = *p >= 0x80 ? utf8_seq(p, left) : 1;
-    int rc = *p == '\\'   ? gw_buf_append(b, "\\\\", 2)
-             : *p == '"'  ? gw_buf_append(b, "\\\"", 2)
-             : *p == '\n' ? gw_buf_append(b, "\\n", 2)
-             : n          ? gw_buf_append(b, (const char *)p, n)
-                          : gw_buf_append(b, "\xef\xbf\xbd", 3); /* U+FFFD */
+    int rc = *p == '\\'   ? lh_buf_append(b, "\\\\", 2)
+             : *p == '"'  ? lh_buf_append(b, "\\\"", 2)
+             : *p == '\n' ? lh_buf_append(b, "\\n", 2)
+             : n          ? lh_buf_append(b, (const char *)p, n)
+                          : lh_buf_append(b, "\xef\xbf\xbd", 3); /* U+FFFD */
     p += n ? n : 1;
     left -= n ? n : 1;
     if (rc) return -1;
   }
-  return gw_buf_append(b, "\"", 1);
+  return lh_buf_append(b, "\"", 1);
 }
 
-int gw_buf_number(gw_buf *b, double v) {
-  return isfinite(v) ? gw_buf_printf(b, "%.17g", v) : gw_buf_append(b, "null", 4);
+int lh_buf_number(lh_buf *b, double v) {
+  return isfinite(v) ? lh_buf_printf(b, "%.17g", v) : lh_buf_append(b, "null", 4);
 }
 
-void gw_buf_free(gw_buf *b) {
+void lh_buf_free(lh_buf *b) {
   free(b->data);
-  *b = (gw_buf){0};
+  *b = (lh_buf){0};
 }
 
-struct gw_text_block {
-  gw_text_block *next;
+struct lh_text_block {
+  lh_text_block *next;
   size_t len, cap;
   char data[];
 };
@@ -188,14 +188,14 @@ enum { TEXT_BLOCK = 1024 };
 /* Appends data to the string *s, which is "" (a new string) or the last one
  * in the newest block: in place when the block has room, else the string
  * moves to a new block (the older block keeps the strings before it). */
-static int text_append(gw_headers *h, const char **s, const char *data, size_t len) {
-  gw_text_block *b = h->mem;
+static int text_append(lh_headers *h, const char **s, const char *data, size_t len) {
+  lh_text_block *b = h->mem;
   size_t old = **s ? (size_t)(b->data + b->len - 1 - *s) : 0;
   if (!b || b->cap - b->len < len + (old ? 0 : 1)) {
     size_t cap = TEXT_BLOCK;
     while (cap < old + len + 1)
       cap *= 2;
-    gw_text_block *nb = malloc(sizeof *nb + cap);
+    lh_text_block *nb = malloc(sizeof *nb + cap);
     if (!nb) return -1;
     nb->cap = cap;
     memcpy(nb->data, *s, old);
@@ -215,7 +215,7 @@ static int text_append(gw_headers *h, const char **s, const char *data, size_t l
   return 0;
 }
 
-int gw_headers_add(gw_headers *h, const char *name, size_t nlen, const char *value, size_t vlen) {
+int lh_headers_add(lh_headers *h, const char *name, size_t nlen, const char *value, size_t vlen) {
   if (h->n == h->cap) {
     size_t cap = h->cap ? h->cap * 2 : 16;
     lupin_header *v = realloc(h->v, cap * sizeof *v);
@@ -231,32 +231,32 @@ int gw_headers_add(gw_headers *h, const char *name, size_t nlen, const char *val
   return 0;
 }
 
-int gw_headers_field(gw_headers *h, const char *data, size_t len) {
+int lh_headers_field(lh_headers *h, const char *data, size_t len) {
   /* "content-length :5": http_parser frames by it, the other side may not */
   if (memchr(data, ' ', len) || memchr(data, '\t', len)) return 1;
-  int rc = h->in_value || !h->n ? gw_headers_add(h, data, len, "", 0)
+  int rc = h->in_value || !h->n ? lh_headers_add(h, data, len, "", 0)
                                 : text_append(h, &h->v[h->n - 1].name, data, len);
   h->in_value = 0;
   return rc;
 }
 
-int gw_headers_value(gw_headers *h, const char *data, size_t len) {
+int lh_headers_value(lh_headers *h, const char *data, size_t len) {
   if (!h->n) return -1;
   h->in_value = 1;
   return len ? text_append(h, &h->v[h->n - 1].value, data, len) : 0;
 }
 
 /* name in lower case, as every caller writes it */
-const char *gw_headers_get(const gw_headers *h, const char *name) {
+const char *lh_headers_get(const lh_headers *h, const char *name) {
   for (size_t i = 0; i < h->n; i++)
-    if (gw_name_is(h->v[i].name, name)) return h->v[i].value;
+    if (lh_name_is(h->v[i].name, name)) return h->v[i].value;
   return NULL;
 }
 
-void gw_headers_clear(gw_headers *h) {
-  gw_text_block *b = h->mem;
+void lh_headers_clear(lh_headers *h) {
+  lh_text_block *b = h->mem;
   while (b && b->next) { /* keep the oldest block, unless a long header grew it */
-    gw_text_block *next = b->next;
+    lh_text_block *next = b->next;
     free(b);
     b = next;
   }
@@ -270,23 +270,23 @@ void gw_headers_clear(gw_headers *h) {
   h->in_value = 0;
 }
 
-void gw_headers_free(gw_headers *h) {
-  gw_headers_clear(h);
+void lh_headers_free(lh_headers *h) {
+  lh_headers_clear(h);
   free(h->mem);
   free(h->v);
-  *h = (gw_headers){0};
+  *h = (lh_headers){0};
 }
 
-int gw_name_in(const char *name, const gw_name *set, size_t n) {
+int lh_name_in(const char *name, const lh_name *set, size_t n) {
   size_t len = strlen(name);
   for (size_t i = 0; i < n; i++)
-    if (set[i].len == len && gw_name_is(name, set[i].s)) return 1;
+    if (set[i].len == len && lh_name_is(name, set[i].s)) return 1;
   return 0;
 }
 
 /* Every header of every message on both sides comes here: looked up by
  * length, each length having two names at most. */
-int gw_hop_by_hop(const char *name) {
+int lh_hop_by_hop(const char *name) {
   static const char *const by_length[18][2] = {
       [2] = {"te"},
       [4] = {"host"},
@@ -300,6 +300,6 @@ int gw_hop_by_hop(const char *name) {
   size_t len = strnlen(name, 18);
   if (len == 18) return 0;
   for (int i = 0; i < 2 && by_length[len][i]; i++)
-    if (gw_name_is(name, by_length[len][i])) return 1;
+    if (lh_name_is(name, by_length[len][i])) return 1;
   return 0;
 }

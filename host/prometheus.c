@@ -1,7 +1,7 @@
 /* Reading the Prometheus text exposition format (version 0.0.4): one sample
  * per line, `name{label="value",...} value [timestamp]`, comments with #.
  * Only what scraping needs: names, labels, values. */
-#include "gateway.h"
+#include "lupin_host.h"
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -17,28 +17,28 @@ static const char *skip_spaces(const char *p, const char *end) {
 
 /* Reads a quoted label value with its escapes (\\, \", \n) into out: the
  * runs between escapes are copied whole. */
-static const char *read_quoted(const char *p, const char *end, gw_buf *out) {
+static const char *read_quoted(const char *p, const char *end, lh_buf *out) {
   if (p >= end || *p != '"') return NULL;
   p++;
   while (p < end && *p != '"') {
     const char *run = p;
     while (p < end && *p != '"' && *p != '\\')
       p++;
-    if (gw_buf_append(out, run, (size_t)(p - run))) return NULL;
+    if (lh_buf_append(out, run, (size_t)(p - run))) return NULL;
     if (p < end && *p == '\\' && p + 1 < end) {
       char ch = p[1] == 'n' ? '\n' : p[1];
-      if (gw_buf_append(out, &ch, 1)) return NULL;
+      if (lh_buf_append(out, &ch, 1)) return NULL;
       p += 2;
     } else if (p < end && *p == '\\') {
       p++; /* a backslash ending the line: unterminated anyway */
     }
   }
-  if (gw_buf_append(out, "", 0)) return NULL;
+  if (lh_buf_append(out, "", 0)) return NULL;
   return p < end ? p + 1 : NULL;
 }
 
 /* Labels go into one buffer as name\0value\0... pairs. */
-static const char *read_labels(const char *p, const char *end, gw_buf *store, size_t *offsets,
+static const char *read_labels(const char *p, const char *end, lh_buf *store, size_t *offsets,
                                size_t *n) {
   p++; /* '{' */
   for (;;) {
@@ -49,7 +49,7 @@ static const char *read_labels(const char *p, const char *end, gw_buf *store, si
       p++;
     if (p == name || *n >= MAX_LABELS) return NULL;
     offsets[2 * *n] = store->len;
-    if (gw_buf_append(store, name, (size_t)(p - name)) || gw_buf_append(store, "", 1)) return NULL;
+    if (lh_buf_append(store, name, (size_t)(p - name)) || lh_buf_append(store, "", 1)) return NULL;
     p = skip_spaces(p, end);
     if (p >= end || *p != '=') return NULL;
     p = skip_spaces(p + 1, end);
@@ -77,15 +77,15 @@ static double read_value(const char *p, const char *end, int *ok) {
 
 /* store: names and label texts of the line, emptied first (one buffer for
  * every line of a text, not an allocation per line). */
-static int parse_line(const char *p, const char *end, gw_buf *store, gw_sample_fn fn, void *ud) {
+static int parse_line(const char *p, const char *end, lh_buf *store, lh_sample_fn fn, void *ud) {
   const char *name = p;
   while (p < end && (isalnum((unsigned char)*p) || *p == '_' || *p == ':'))
     p++;
   if (p == name) return -1;
   size_t offsets[2 * MAX_LABELS], n = 0;
   store->len = 0;
-  gw_buf_append(store, name, (size_t)(p - name));
-  gw_buf_append(store, "", 1);
+  lh_buf_append(store, name, (size_t)(p - name));
+  lh_buf_append(store, "", 1);
   if (p < end && *p == '{') p = read_labels(p, end, store, offsets, &n);
   int ok = 0;
   double v = p ? read_value(skip_spaces(p, end), end, &ok) : 0;
@@ -98,9 +98,9 @@ static int parse_line(const char *p, const char *end, gw_buf *store, gw_sample_f
   return ok ? 0 : -1;
 }
 
-int gw_prometheus_parse(const char *text, size_t len, gw_sample_fn fn, void *ud) {
+int lh_prometheus_parse(const char *text, size_t len, lh_sample_fn fn, void *ud) {
   int bad = 0;
-  gw_buf store = {0};
+  lh_buf store = {0};
   if (!len) return 0; /* an empty body: text may be NULL, and NULL + 0 is undefined */
   const char *p = text, *end = text + len;
   while (p < end) {
@@ -111,6 +111,6 @@ int gw_prometheus_parse(const char *text, size_t len, gw_sample_fn fn, void *ud)
     if (s < line_end && *s != '#' && parse_line(s, line_end, &store, fn, ud)) bad++;
     p = eol + 1;
   }
-  gw_buf_free(&store);
+  lh_buf_free(&store);
   return bad;
 }
