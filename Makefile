@@ -34,11 +34,17 @@ CORE_HDR  = core/lupin.h core/internal.h
 HOST_SRC  = $(wildcard host/*.c)
 HOST_HDR  = host/lupin_host.h core/lupin.h
 HOST_OBJ  = $(HOST_SRC:host/%.c=$(B)/host/%.o)
-# the gateway host `lupin serve` (DESIGN.md §9)
-GW_SRC    = $(wildcard gateway/*.c)
-GW_HDR    = gateway/gateway.h $(HOST_HDR) $(CORE_HDR)
+# the gateway host `lupin serve` (DESIGN.md §9): its rooms, top to bottom
+# gateway/ (the process), admin/, proxy/, endpoints/, http/, loop/
+# (gateway/loop/loop.h; spec/gateway/rooms_spec.lua holds the order)
+GW_ROOMS  = admin proxy endpoints http loop
+GW_SRC    = $(wildcard gateway/*.c $(GW_ROOMS:%=gateway/%/*.c))
+GW_HDR    = $(wildcard gateway/*.h $(GW_ROOMS:%=gateway/%/*.h)) $(HOST_HDR) $(CORE_HDR)
 GW_OBJ    = $(GW_SRC:gateway/%.c=$(B)/gw/%.o)
-GW_INC    = -Icore -Ihost
+GW_INC    = -Icore -Ihost -Igateway
+# the `lupin` command line: serve, check, explain, test
+CLI_SRC   = $(wildcard cli/*.c)
+CLI_OBJ   = $(CLI_SRC:cli/%.c=$(B)/cli/%.o)
 GW_LIBS   = $(shell pkg-config --libs jansson hiredis 2>/dev/null) -lmimalloc
 
 B ?= build
@@ -89,8 +95,12 @@ $(B)/gw/%.o: gateway/%.c $(GW_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(XCFLAGS) $(GW_INC) -c $< -o $@
 
-$(B)/lupin: $(GW_OBJ) $(B)/liblupin-host.a $(B)/liblupin.a
-	$(CC) $(XCFLAGS) -o $@ $(GW_OBJ) $(B)/liblupin-host.a $(B)/liblupin.a $(LDLIBS) -lhttp_parser $(GW_LIBS)
+$(B)/cli/%.o: cli/%.c cli/cli.h $(GW_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(XCFLAGS) $(GW_INC) -Icli -c $< -o $@
+
+$(B)/lupin: $(CLI_OBJ) $(GW_OBJ) $(B)/liblupin-host.a $(B)/liblupin.a
+	$(CC) $(XCFLAGS) -o $@ $(CLI_OBJ) $(GW_OBJ) $(B)/liblupin-host.a $(B)/liblupin.a $(LDLIBS) -lhttp_parser $(GW_LIBS)
 
 $(B)/liblupin.a: $(CORE_OBJ)
 	$(AR) rcs $@ $^
@@ -137,8 +147,8 @@ $(B)/malloc-count.so: spec/fixtures/gateway/malloc_count.c
 # lupin serve whose own allocations (the gateway's, liblupin's) fail on
 # demand, for spec/e2e/hostile_alloc_spec.lua: the same objects as
 # $(B)/lupin, with --wrap sending their calls through malloc_count.c
-$(B)/lupin-faults: $(GW_OBJ) $(B)/liblupin-host.a $(B)/liblupin.a spec/fixtures/gateway/malloc_count.c
-	$(CC) $(XCFLAGS) -DMALLOC_COUNT_WRAP -o $@ $(GW_OBJ) spec/fixtures/gateway/malloc_count.c \
+$(B)/lupin-faults: $(CLI_OBJ) $(GW_OBJ) $(B)/liblupin-host.a $(B)/liblupin.a spec/fixtures/gateway/malloc_count.c
+	$(CC) $(XCFLAGS) -DMALLOC_COUNT_WRAP -o $@ $(CLI_OBJ) $(GW_OBJ) spec/fixtures/gateway/malloc_count.c \
 	  $(B)/liblupin-host.a $(B)/liblupin.a $(LDLIBS) -lhttp_parser $(GW_LIBS) \
 	  -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup
 
@@ -200,7 +210,7 @@ lint:
 
 # Every C source as .clang-format says (Debian's clang-format 14: a later
 # version may lay some lines out differently; CI runs the one Debian ships).
-FORMAT_SRC = $(shell find core host gateway lua examples bench spec -name '*.[ch]' -o -name '*.cpp')
+FORMAT_SRC = $(shell find core host gateway cli lua examples bench spec -name '*.[ch]' -o -name '*.cpp')
 format:
 	clang-format -i $(FORMAT_SRC)
 
@@ -228,7 +238,7 @@ FUZZ_KNOWN   ?=
 FUZZ_LUA_COVERAGE ?= 1
 FUZZ_SRC      = spec/fuzz/support.c
 FUZZ_HDR      = spec/fuzz/fuzz.h $(GW_HDR)
-GW_LIB_OBJ    = $(filter-out $(B)/gw/main.o,$(GW_OBJ))
+GW_LIB_OBJ    = $(GW_OBJ)
 FUZZ_CFLAGS   = -DLUPIN_FUZZ_HOME=\"$(CURDIR)\" $(GW_INC) -Igateway \
                 $(shell pkg-config --cflags jansson 2>/dev/null)
 # what $(B)/lupin links (jansson for the checks too, hiredis); libutf8proc

@@ -11,37 +11,9 @@
 #include <strings.h>
 #include <time.h>
 
-void gw_log(lupin_gateway *gw, int level, const char *fmt, ...) {
-  if (level > gw->opts.log_level) return;
-  char msg[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  lh_log_line(gw->opts.log_json, level, msg);
-}
-
 static void runtime_log(void *ud, int level, const char *msg) { gw_log(ud, level, "%s", msg); }
 
 /* --- endpoints ----------------------------------------------------------- */
-
-void gw_endpoint_ref(gw_endpoint *ep) { ep->refs++; }
-
-void gw_endpoint_unref(gw_endpoint *ep) {
-  if (--ep->refs) return;
-  free(ep->name);
-  free(ep->address);
-  free(ep->running_lora);
-  free(ep->waiting_lora);
-  lh_buf_free(&ep->scrape_body);
-  free(ep);
-}
-
-gw_endpoint *gw_endpoint_find(lupin_gateway *gw, const char *name) {
-  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    if (!strcmp(ep->name, name)) return ep;
-  return NULL;
-}
 
 static void endpoint_remove(lupin_gateway *gw, gw_endpoint *ep) {
   for (gw_endpoint **p = &gw->endpoints; *p; p = &(*p)->next)
@@ -137,21 +109,6 @@ int gw_endpoints_load(lupin_gateway *gw, char *err, size_t errlen) {
   }
   return 0;
 }
-
-int gw_endpoint_fresh(const gw_endpoint *ep, double now) {
-  double limit = (double)ep->gw->set.metrics_staleness_ms / 1000;
-  return ep->scraped_at > 0 && now - ep->scraped_at <= limit && ep->health.state == LH_HEALTHY;
-}
-
-size_t gw_fresh_endpoints(lupin_gateway *gw) {
-  double now = lupin_now();
-  size_t n = 0;
-  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    n += gw_endpoint_fresh(ep, now);
-  return n;
-}
-
-/* --- the endpoints file -------------------------------------------------- */
 
 static void reread_follower(lupin_gateway *gw, void *arg) {
   (void)arg;
@@ -304,7 +261,7 @@ static void shutdown_all(lupin_gateway *gw) {
   gw->watch = NULL;
 }
 
-void gw_check_drained(lupin_gateway *gw) {
+static void check_drained(lupin_gateway *gw) {
   if (gw->draining == 1 && !gw->n_exchanges && !gw_server_connections(gw->server)) {
     gw_log(gw, LUPIN_LOG_INFO, "drained, exiting");
     shutdown_all(gw);
@@ -498,6 +455,8 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   memset(gw, 0, sizeof *gw);
   gw->opts = *o;
   gw->totals = &gw->own_totals;
+  gw->check_drained = check_drained;
+  gw->reload = gw_reload;
   /* the prefix indexes' stripes are set for the workers --workers or the
    * cores call for (the config's gateway.workers is read only after) */
   gw_workers_wanted(gw, &workers);
@@ -554,6 +513,8 @@ int gw_open_follower(lupin_gateway *gw, const lupin_gateway *leader, char *err, 
   gw->opts = leader->opts;
   gw->shared = leader->shared;
   gw->totals = leader->totals;
+  gw->check_drained = check_drained;
+  gw->reload = gw_reload;
   gw_explain_open(gw, leader);
   if (open_loop(gw, err, errlen)) return -2;
   if (open_worker(gw, err, errlen)) return -1;

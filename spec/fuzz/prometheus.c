@@ -4,7 +4,7 @@
  * has a name of metric characters, at most 32 labels with names).  Then the
  * real gateway (spec/fuzz/scrape.json: the default plugins, a scrape every
  * millisecond; two model servers played by the harness) scrapes the text
- * from both model servers: the scrape's reading (gateway/scrape.c) stores
+ * from both model servers: the scrape's reading (gateway/endpoints/scrape.c) stores
  * what it understood in the runtime's endpoints; a request is scheduled on
  * them through the default scorers and GET /admin/endpoints shows them.  Its
  * answer must be JSON, whatever the numbers were. */

@@ -1,16 +1,16 @@
 -- The rooms of lupin serve and the calls between them, read from the object
 -- files (nm): which room defines each symbol, which rooms use it.
 --
---   luajit spec/gateway/rooms.lua [BUILD] [--flat]
+--   luajit spec/gateway/rooms.lua [BUILD] [--flat] [--root SRC]
 --
 -- prints the cross-room references (caller file -> symbol -> callee room),
 -- then "cross-room N, upward N".  --flat groups the files of the flat layout
--- (gateway/*.c before the split) into the same rooms.  spec/gateway/rooms_spec.lua
+-- (gateway/*.c before the split, in the tree at SRC) into the same rooms.  spec/gateway/rooms_spec.lua
 -- uses it as a module.
 local M = {}
 
 -- The order, top to bottom: a room may call only rooms after it.
-M.ORDER = { "cli", "process", "admin", "proxy", "endpoints", "http", "host" }
+M.ORDER = { "cli", "process", "admin", "proxy", "endpoints", "http", "loop", "host" }
 M.RANK = {}
 for i, r in ipairs(M.ORDER) do
   M.RANK[r] = i
@@ -19,12 +19,13 @@ end
 -- Today's flat files (gateway/<name>.c) by the room they belong to.
 M.FLAT = {
   main = "cli", explain_cli = "cli", test = "cli",
-  gateway = "process", workers = "process", replicas = "process", settings = "process",
-  lua_heap = "process", watch = "process",
-  admin = "admin", explain = "admin", metrics_merge = "admin", process = "admin",
+  gateway = "process", workers = "process", replicas = "endpoints", settings = "process",
+  lua_heap = "loop", watch = "process",
+  admin = "admin", metrics_merge = "admin", process = "admin",
   proxy = "proxy", rewrite = "proxy", flow = "proxy", models = "proxy", objective = "proxy",
+  explain = "proxy",
   upstream = "endpoints", resolve = "endpoints", scrape = "endpoints", health = "endpoints",
-  server = "http", write = "http", timer = "http",
+  server = "http", write = "loop", timer = "loop",
   buf = "host", prometheus = "host", metrics = "host",
 }
 
@@ -49,12 +50,17 @@ function M.room(path, flat)
   end
 end
 
-local function objects(build)
+-- The objects of today's sources (stale objects of moved files are not
+-- read): gateway/**.c in build/gw/, host/*.c in build/host/, cli/*.c in
+-- build/cli/.  root: the source tree (build is relative to it unless
+-- absolute).
+local function objects(root, build)
   local list = {}
-  local p = io.popen(("find %s/gw %s/host %s/cli -name '*.o' 2>/dev/null | sort"):format(build,
-    build, build))
-  for line in p:lines() do
-    list[#list + 1] = line
+  local dir = build:sub(1, 1) == "/" and build or root .. "/" .. build
+  local p = io.popen(("cd %s && find gateway host cli -name '*.c' 2>/dev/null | sort"):format(root))
+  for src in p:lines() do
+    local o = src:gsub("^gateway/", "gw/"):gsub("%.c$", ".o")
+    list[#list + 1] = dir .. "/" .. o
   end
   p:close()
   return list
@@ -62,9 +68,9 @@ end
 
 -- {caller = room, file, symbol, callee = room} for every reference from one
 -- room to a symbol another room defines.
-function M.edges(build, flat)
+function M.edges(build, flat, root)
   local defined, used = {}, {}
-  for _, o in ipairs(objects(build)) do
+  for _, o in ipairs(objects(root or ".", build)) do
     local room = M.room(o, flat)
     if room then
       local p = io.popen("nm " .. o)
@@ -141,15 +147,20 @@ function M.describe(e)
 end
 
 if not pcall(debug.getlocal, 4, 1) then -- run as a script
-  local build, flat = "build", false
-  for _, a in ipairs(arg) do
-    if a == "--flat" then
+  local build, flat, root = "build", false, "."
+  local i = 1
+  while arg[i] do
+    if arg[i] == "--flat" then
       flat = true
+    elseif arg[i] == "--root" then
+      i = i + 1
+      root = arg[i]
     else
-      build = a
+      build = arg[i]
     end
+    i = i + 1
   end
-  local edges = M.edges(build, flat)
+  local edges = M.edges(build, flat, root)
   local up, pairs_seen, room_edges = 0, {}, {}
   for _, e in ipairs(edges) do
     print(M.describe(e))

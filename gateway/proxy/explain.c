@@ -17,7 +17,7 @@
  * one belongs to the model servers (vLLM's --api-key) and is forwarded.
  * Records are kept in a ring of GW_EXPLAIN_RING: memory stays bounded
  * whoever asks, and an old record simply ages out. */
-#include "gateway.h"
+#include "proxy/proxy.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * the gateway's writes need none of that.  Only what the socket did not take
  * is copied and queued, behind which later writes queue too (uv_try_write
  * refuses while a write is queued), so the order of bytes holds. */
-#include "gateway.h"
+#include "loop/loop.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,9 +1,9 @@
-/* Timeouts pushed back by a store (gw_timer in gateway.h).  A client
+/* Timeouts pushed back by a store (gw_timer in loop/loop.h).  A client
  * connection's timeout moves three times a request and an endpoint's at
  * every piece of a streamed answer; with the libuv timer left armed for the
  * earliest deadline, those moves cost a store, and the timer re-arms once
  * per timeout's length at most. */
-#include "gateway.h"
+#include "loop/loop.h"
 
 static void fire(uv_timer_t *h) {
   gw_timer *t = (gw_timer *)h;

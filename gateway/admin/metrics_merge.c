@@ -7,7 +7,7 @@
  * (LH_MAX_GAUGE), else the leader's value stands (what every worker sees
  * alike: endpoint metrics, the generation).  Families and samples keep the
  * order they first appear in, the leader's text first. */
-#include "gateway.h"
+#include "admin/admin.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,7 @@
  * fresh one; a POST is reported (GW_UP_NOT_SENT when no byte of it was
  * written, GW_UP_CLOSED when it was written and no answer came) and the
  * caller decides. */
-#include "gateway.h"
+#include "endpoints/endpoints.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * /metrics.  The queue itself is the runtime's (lupin_runtime_flows); what
  * the runtime does not keep — how long each request waited — is observed
  * here when a request leaves the queue (proxy.c). */
-#include "gateway.h"
+#include "proxy/proxy.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * them (client_golang's procfs one), read from /proc at each scrape.  A
  * series whose source cannot be read is left out rather than written as 0,
  * which would read as a real value. */
-#include "gateway.h"
+#include "admin/admin.h"
 
 #include <dirent.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * so `require "lupin.testing"` works from any directory and the author's
  * folder is the plugin directory (docs/writing-a-plugin.md). */
 #define _XOPEN_SOURCE 700 /* realpath */
-#include "gateway.h"
+#include "cli.h"
 
 #include <dirent.h>
 #include <limits.h>

@@ -3,7 +3,7 @@
  * legacy, unless the config's data layer says otherwise) into the runtime's
  * endpoint metrics.  A failed scrape keeps the old values and does not
  * refresh the scrape time, so plugins and /readyz see the endpoint go stale. */
-#include "gateway.h"
+#include "endpoints/endpoints.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +16,65 @@ static const lupin_metric_source *source_of(gw_endpoint *ep, lupin_metric_source
   if (lupin_runtime_metric_source(ep->gw->rt, ep->name, buf)) return &lh_vllm_metrics;
   return buf;
 }
+
+/* --- the leader's scrapes handed to the other workers (docs/workers.md) --- */
+
+typedef struct scraped {
+  char *name;
+  lupin_metrics m;
+  char *running, *waiting;
+  int ok;
+  char detail[160];
+} scraped;
+
+static void scraped_free(void *p) {
+  scraped *s = p;
+  free(s->name);
+  free(s->running);
+  free(s->waiting);
+  free(s);
+}
+
+static void scraped_apply(lupin_gateway *gw, void *arg) {
+  const scraped *s = arg;
+  gw_endpoint *ep = gw_endpoint_find(gw, s->name);
+  if (!ep) return;
+  if (!s->ok) {
+    ep->scrape_errors++;
+    gw_health_scrape(ep, 0, s->detail);
+    return;
+  }
+  free(ep->running_lora);
+  free(ep->waiting_lora);
+  ep->running_lora = s->running ? strdup(s->running) : NULL;
+  ep->waiting_lora = s->waiting ? strdup(s->waiting) : NULL;
+  ep->metrics = s->m;
+  ep->metrics.running_lora_adapters = ep->running_lora;
+  ep->metrics.waiting_lora_adapters = ep->waiting_lora;
+  ep->scraped_at = s->m.scraped_at;
+  ep->scrapes++;
+  lupin_endpoint_set_metrics(gw->rt, ep->name, &ep->metrics);
+  gw_health_scrape(ep, 1, NULL);
+}
+
+void gw_workers_scraped(gw_endpoint *ep, int ok, const char *detail) {
+  lupin_gateway *gw = ep->gw;
+  if (gw_workers_count(gw) < 2 || ep->removed) return;
+  scraped *s = calloc(1, sizeof *s);
+  if (!s || !(s->name = strdup(ep->name))) {
+    free(s);
+    return;
+  }
+  s->ok = ok;
+  s->m = ep->metrics;
+  s->running = ep->running_lora ? strdup(ep->running_lora) : NULL;
+  s->waiting = ep->waiting_lora ? strdup(ep->waiting_lora) : NULL;
+  s->m.running_lora_adapters = s->m.waiting_lora_adapters = NULL;
+  snprintf(s->detail, sizeof s->detail, "%s", detail ? detail : "");
+  gw_workers_post(gw, scraped_apply, s, scraped_free);
+}
+
+/* --- start and join ------------------------------------------------------ */
 
 /* --- the scrape loop ----------------------------------------------------- */
 

@@ -6,7 +6,7 @@
  * The model name comes from the client, so the records are bounded: past
  * GW_MAX_MODELS names every new one is counted under "<other>", and a client
  * cycling through names cannot grow the gateway's memory or /metrics. */
-#include "gateway.h"
+#include "proxy/proxy.h"
 
 #include <stdlib.h>
 #include <string.h>

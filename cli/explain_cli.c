@@ -3,7 +3,7 @@
  * ones lupin serve would run; the endpoints and their metrics come from a
  * file instead of the network.  Nothing is forwarded; pre_request does not
  * run (LUPIN_REQUEST_DRY_RUN). */
-#include "gateway.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <stdio.h>

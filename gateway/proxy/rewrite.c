@@ -8,7 +8,7 @@
  * already checked the body as strict JSON (lupin_request_desc.check_body),
  * so the scan below tracks structure only; a body it cannot follow is
  * forwarded unchanged. */
-#include "gateway.h"
+#include "proxy/proxy.h"
 
 #include <stdlib.h>
 #include <string.h>

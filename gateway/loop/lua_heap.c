@@ -5,7 +5,7 @@
  * the instructions LuaJIT's own allocator did (docs/performance.md, "The
  * Lua heap's allocator").  Each worker's runtime is made and used on
  * its own thread, as mimalloc's fast path wants. */
-#include "gateway.h"
+#include "loop/loop.h"
 
 #include <mimalloc.h>
 

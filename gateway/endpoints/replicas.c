@@ -17,7 +17,7 @@
  * wall clock of its first record) and b, the packed records, each
  *   u32 age (µs after t)  u16 key length  key  u16 name length  name
  *   u32 n  n × u64 block hash, all little-endian. */
-#include "gateway.h"
+#include "endpoints/endpoints.h"
 
 #include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>

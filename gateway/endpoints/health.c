@@ -13,7 +13,7 @@
  * first failure of a run, "no healthy endpoint" and recovery are logged at
  * warn.  The same timer runs a garbage collection when the gateway has been
  * idle, so lupin_live_request_tables counts live requests' tables only. */
-#include "gateway.h"
+#include "endpoints/endpoints.h"
 
 #include <stdio.h>
 #include <stdlib.h>

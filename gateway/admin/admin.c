@@ -7,7 +7,7 @@
  *   GET  /admin/generations  live generations: number, load time, digest, pinned
  *   POST /admin/reload     re-reads the config and plugins; answers the new
  *                          generation and the time it took, or the error */
-#include "gateway.h"
+#include "admin/admin.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -424,7 +424,7 @@ static void reload(lupin_gateway *gw, gw_conn *c) {
   char err[2048];
   uint64_t n = 0;
   double dt = 0;
-  if (gw_reload(gw, "admin", err, sizeof err, &n, &dt)) {
+  if (gw->reload(gw, "admin", err, sizeof err, &n, &dt)) {
     gw_conn_error(c, 400, err, NULL, NULL, 0);
     return;
   }

@@ -20,7 +20,7 @@
  *     every endpoint's list, merged
  *
  * Every error is answered in the OpenAI error shape. */
-#include "gateway.h"
+#include "proxy/proxy.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  *
  * A connection runs one request at a time: bytes that arrive while a response
  * is in progress (pipelining) wait in `pending` with the parser paused. */
-#include "gateway.h"
+#include "http/http.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* GET /v1/models: the endpoints' answers merged into one list, each model
  * once (the first endpoint to list it wins).  jansson reads and writes the
  * JSON, as in lupin-sim: the gateway needs no Lua for it. */
-#include "gateway.h"
+#include "proxy/proxy.h"
 
 #include <jansson.h>
 #include <stdlib.h>

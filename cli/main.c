@@ -1,7 +1,7 @@
 /* The `lupin` command: `lupin serve` runs the gateway, `lupin check`
  * validates a config and its plugins without serving, `lupin test` runs
- * plugin specs (gateway/test.c). */
-#include "gateway.h"
+ * plugin specs (cli/test.c). */
+#include "cli.h"
 
 #include <limits.h>
 #include <stdio.h>
