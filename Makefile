@@ -29,10 +29,22 @@ CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/collecto
             core/prefix_index.c core/prefix_shared.c core/prefix_sync.c core/request.c core/runtime.c core/shared.c \
             core/shared_dict.c core/pattern.c core/json.cpp
 CORE_HDR  = core/lupin.h core/internal.h
-# the gateway host `lupin serve` (DESIGN.md §9)
-GW_SRC    = $(wildcard gateway/*.c)
-GW_HDR    = gateway/gateway.h $(CORE_HDR)
+# what every host needs besides lupin.h, with no loop and no I/O
+# (host/lupin_host.h): liblupin-host.a, linked by lupin serve
+HOST_SRC  = $(wildcard host/*.c)
+HOST_HDR  = host/lupin_host.h core/lupin.h
+HOST_OBJ  = $(HOST_SRC:host/%.c=$(B)/host/%.o)
+# the gateway host `lupin serve` (DESIGN.md §9): its rooms, top to bottom
+# gateway/ (the process), admin/, proxy/, endpoints/, http/, loop/
+# (gateway/loop/loop.h; spec/gateway/rooms_spec.lua holds the order)
+GW_ROOMS  = admin proxy endpoints http loop
+GW_SRC    = $(wildcard gateway/*.c $(GW_ROOMS:%=gateway/%/*.c))
+GW_HDR    = $(wildcard gateway/*.h $(GW_ROOMS:%=gateway/%/*.h)) $(HOST_HDR) $(CORE_HDR)
 GW_OBJ    = $(GW_SRC:gateway/%.c=$(B)/gw/%.o)
+GW_INC    = -Icore -Ihost -Igateway
+# the `lupin` command line: serve, check, explain, test
+CLI_SRC   = $(wildcard cli/*.c)
+CLI_OBJ   = $(CLI_SRC:cli/%.c=$(B)/cli/%.o)
 GW_LIBS   = $(shell pkg-config --libs jansson hiredis 2>/dev/null) -lmimalloc
 
 B ?= build
@@ -47,7 +59,7 @@ SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson 2>/dev/null) -lhtt
 
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
      $(B)/bench-prefix $(B)/bench-soak $(B)/bench-reload $(B)/lupin-sim $(B)/lupin \
-     $(B)/shared-threads \
+     $(B)/liblupin-host.a $(B)/host-link $(B)/shared-threads \
      $(B)/prefix-threads $(B)/host-allocator $(B)/request-reuse $(B)/malloc-count.so \
      $(B)/lupin-faults
 
@@ -65,12 +77,30 @@ $(B)/core/%.o: core/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(XCXXFLAGS) -c $< -o $@
 
-$(B)/gw/%.o: gateway/%.c $(GW_HDR)
+$(B)/host/%.o: host/%.c $(HOST_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(XCFLAGS) -Icore -c $< -o $@
 
-$(B)/lupin: $(GW_OBJ) $(B)/liblupin.a
-	$(CC) $(XCFLAGS) -o $@ $(GW_OBJ) $(B)/liblupin.a $(LDLIBS) -lhttp_parser $(GW_LIBS)
+$(B)/liblupin-host.a: $(HOST_OBJ)
+	$(AR) rcs $@ $^
+
+# a program on liblupin-host.a and liblupin.a alone, linked without libuv
+# or http_parser (spec/host/host_spec.lua runs it)
+HOST_LINK_LIBS = $(shell pkg-config --libs luajit libxxhash libutf8proc simdjson 2>/dev/null) \
+                 -lstdc++ -lm -lpthread -ldl
+$(B)/host-link: spec/host/host_link.c $(B)/liblupin-host.a $(B)/liblupin.a $(HOST_HDR)
+	$(CC) $(XCFLAGS) -Icore -Ihost -o $@ $< $(B)/liblupin-host.a $(B)/liblupin.a $(HOST_LINK_LIBS)
+
+$(B)/gw/%.o: gateway/%.c $(GW_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(XCFLAGS) $(GW_INC) -c $< -o $@
+
+$(B)/cli/%.o: cli/%.c cli/cli.h $(GW_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(XCFLAGS) $(GW_INC) -Icli -c $< -o $@
+
+$(B)/lupin: $(CLI_OBJ) $(GW_OBJ) $(B)/liblupin-host.a $(B)/liblupin.a
+	$(CC) $(XCFLAGS) -o $@ $(CLI_OBJ) $(GW_OBJ) $(B)/liblupin-host.a $(B)/liblupin.a $(LDLIBS) -lhttp_parser $(GW_LIBS)
 
 $(B)/liblupin.a: $(CORE_OBJ)
 	$(AR) rcs $@ $^
@@ -117,9 +147,9 @@ $(B)/malloc-count.so: spec/fixtures/gateway/malloc_count.c
 # lupin serve whose own allocations (the gateway's, liblupin's) fail on
 # demand, for spec/e2e/hostile_alloc_spec.lua: the same objects as
 # $(B)/lupin, with --wrap sending their calls through malloc_count.c
-$(B)/lupin-faults: $(GW_OBJ) $(B)/liblupin.a spec/fixtures/gateway/malloc_count.c
-	$(CC) $(XCFLAGS) -DMALLOC_COUNT_WRAP -o $@ $(GW_OBJ) spec/fixtures/gateway/malloc_count.c \
-	  $(B)/liblupin.a $(LDLIBS) -lhttp_parser $(GW_LIBS) \
+$(B)/lupin-faults: $(CLI_OBJ) $(GW_OBJ) $(B)/liblupin-host.a $(B)/liblupin.a spec/fixtures/gateway/malloc_count.c
+	$(CC) $(XCFLAGS) -DMALLOC_COUNT_WRAP -o $@ $(CLI_OBJ) $(GW_OBJ) spec/fixtures/gateway/malloc_count.c \
+	  $(B)/liblupin-host.a $(B)/liblupin.a $(LDLIBS) -lhttp_parser $(GW_LIBS) \
 	  -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup
 
 $(B)/bench-lifecycle: bench/lifecycle.c $(B)/liblupin.a core/lupin.h
@@ -180,7 +210,7 @@ lint:
 
 # Every C source as .clang-format says (Debian's clang-format 14: a later
 # version may lay some lines out differently; CI runs the one Debian ships).
-FORMAT_SRC = $(shell find core gateway lua examples bench spec -name '*.[ch]' -o -name '*.cpp')
+FORMAT_SRC = $(shell find core host gateway cli lua examples bench spec -name '*.[ch]' -o -name '*.cpp')
 format:
 	clang-format -i $(FORMAT_SRC)
 
@@ -211,9 +241,9 @@ FUZZ_KNOWN   ?=
 # Lua lines count as coverage (the config and body checks are Lua); 0: off
 FUZZ_LUA_COVERAGE ?= 1
 FUZZ_SRC      = spec/fuzz/support.c
-FUZZ_HDR      = spec/fuzz/fuzz.h gateway/gateway.h $(CORE_HDR)
-GW_LIB_OBJ    = $(filter-out $(B)/gw/main.o,$(GW_OBJ))
-FUZZ_CFLAGS   = -DLUPIN_FUZZ_HOME=\"$(CURDIR)\" -Icore -Igateway \
+FUZZ_HDR      = spec/fuzz/fuzz.h $(GW_HDR)
+GW_LIB_OBJ    = $(GW_OBJ)
+FUZZ_CFLAGS   = -DLUPIN_FUZZ_HOME=\"$(CURDIR)\" $(GW_INC) -Igateway \
                 $(shell pkg-config --cflags jansson 2>/dev/null)
 # what $(B)/lupin links (jansson for the checks too, hiredis); libutf8proc
 # when installed (the gateway's JSON escaping may use it)
@@ -221,13 +251,13 @@ FUZZ_LIBS     = $(LDLIBS) -lhttp_parser $(GW_LIBS) \
                 $(shell pkg-config --libs libutf8proc 2>/dev/null)
 
 $(B)/replay-%: spec/fuzz/%.c spec/fuzz/replay.c $(FUZZ_SRC) $(FUZZ_HDR) $(GW_LIB_OBJ) \
-               $(B)/liblupin.a
+               $(B)/liblupin-host.a $(B)/liblupin.a
 	$(CC) $(XCFLAGS) $(FUZZ_CFLAGS) -o $@ $< spec/fuzz/replay.c $(FUZZ_SRC) $(GW_LIB_OBJ) \
-	  $(B)/liblupin.a $(FUZZ_LIBS)
+	  $(B)/liblupin-host.a $(B)/liblupin.a $(FUZZ_LIBS)
 
-$(B)/fuzz-%: spec/fuzz/%.c $(FUZZ_SRC) $(FUZZ_HDR) $(GW_LIB_OBJ) $(B)/liblupin.a
+$(B)/fuzz-%: spec/fuzz/%.c $(FUZZ_SRC) $(FUZZ_HDR) $(GW_LIB_OBJ) $(B)/liblupin-host.a $(B)/liblupin.a
 	$(CC) $(XCFLAGS) -fsanitize=fuzzer $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_SRC) $(GW_LIB_OBJ) \
-	  $(B)/liblupin.a $(FUZZ_LIBS)
+	  $(B)/liblupin-host.a $(B)/liblupin.a $(FUZZ_LIBS)
 
 fuzz-replay:
 	$(MAKE) --no-print-directory B=build-asan CFLAGS="-O1 -g $(SANITIZE)" \
@@ -344,8 +374,8 @@ install: all
 	  $(DESTDIR)$(PREFIX)/lib/lua/5.1 $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(B)/lupin $(B)/lupin-sim $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 docs/lupin.1 $(DESTDIR)$(PREFIX)/share/man/man1/
-	install -m 644 core/lupin.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(B)/liblupin.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 core/lupin.h host/lupin_host.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(B)/liblupin.a $(B)/liblupin-host.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/liblupin.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/lupin_native.so $(DESTDIR)$(PREFIX)/lib/lua/5.1/
 	install -m 644 lua/lupin/*.lua $(DESTDIR)$(PREFIX)/share/lupin/lua/lupin/

@@ -11,59 +11,9 @@
 #include <strings.h>
 #include <time.h>
 
-static const char *const level_names[] = {"error", "warn", "info", "debug"};
-
-static double wall_time(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* One diagnostic line on stderr: text, or a JSON object for log shippers. */
-void gw_log_line(int json, int level, const char *msg) {
-  if (!json) {
-    fprintf(stderr, "lupin [%s] %s\n", level_names[level & 3], msg);
-    return;
-  }
-  gw_buf b = {0};
-  gw_buf_printf(&b, "{\"ts\":%.3f,\"level\":\"%s\",\"msg\":", wall_time(), level_names[level & 3]);
-  gw_buf_json(&b, msg);
-  gw_buf_append(&b, "}\n", 2);
-  if (b.data) fwrite(b.data, 1, b.len, stderr);
-  gw_buf_free(&b);
-}
-
-void gw_log(lupin_gateway *gw, int level, const char *fmt, ...) {
-  if (level > gw->opts.log_level) return;
-  char msg[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  gw_log_line(gw->opts.log_json, level, msg);
-}
-
 static void runtime_log(void *ud, int level, const char *msg) { gw_log(ud, level, "%s", msg); }
 
 /* --- endpoints ----------------------------------------------------------- */
-
-void gw_endpoint_ref(gw_endpoint *ep) { ep->refs++; }
-
-void gw_endpoint_unref(gw_endpoint *ep) {
-  if (--ep->refs) return;
-  free(ep->name);
-  free(ep->address);
-  free(ep->running_lora);
-  free(ep->waiting_lora);
-  gw_buf_free(&ep->scrape_body);
-  free(ep);
-}
-
-gw_endpoint *gw_endpoint_find(lupin_gateway *gw, const char *name) {
-  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    if (!strcmp(ep->name, name)) return ep;
-  return NULL;
-}
 
 static void endpoint_remove(lupin_gateway *gw, gw_endpoint *ep) {
   for (gw_endpoint **p = &gw->endpoints; *p; p = &(*p)->next)
@@ -160,21 +110,6 @@ int gw_endpoints_load(lupin_gateway *gw, char *err, size_t errlen) {
   return 0;
 }
 
-int gw_endpoint_fresh(const gw_endpoint *ep, double now) {
-  double limit = (double)ep->gw->set.metrics_staleness_ms / 1000;
-  return ep->scraped_at > 0 && now - ep->scraped_at <= limit && ep->health.state == GW_HEALTHY;
-}
-
-size_t gw_fresh_endpoints(lupin_gateway *gw) {
-  double now = lupin_now();
-  size_t n = 0;
-  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
-    n += gw_endpoint_fresh(ep, now);
-  return n;
-}
-
-/* --- the endpoints file -------------------------------------------------- */
-
 static void reread_follower(lupin_gateway *gw, void *arg) {
   (void)arg;
   char err[1024];
@@ -218,14 +153,14 @@ static int watch_file(lupin_gateway *gw, char *err, size_t errlen) {
     free(gw->rewatch);
     gw->watch = NULL;
     gw->rewatch = NULL;
-    gw_errf(err, errlen, "cannot watch %s: out of memory", dir);
+    lh_errf(err, errlen, "cannot watch %s: out of memory", dir);
     return -1;
   }
   uv_fs_event_init(gw->loop, gw->watch);
   uv_timer_init(gw->loop, gw->rewatch);
   gw->watch->data = gw->rewatch->data = gw;
   int rc = uv_fs_event_start(gw->watch, on_fs_event, dir, 0);
-  if (rc) gw_errf(err, errlen, "cannot watch %s: %s", dir, uv_strerror(rc));
+  if (rc) lh_errf(err, errlen, "cannot watch %s: %s", dir, uv_strerror(rc));
   return rc ? -1 : 0;
 }
 
@@ -248,9 +183,9 @@ static void stage_one(lupin_gateway *gw, void *arg) {
   if (lupin_runtime_stage(gw->rt, err, sizeof err)) {
     r->failed = 1;
     if (gw->worker)
-      gw_errf(r->err, r->errlen, "worker %d: %s", gw->worker, err);
+      lh_errf(r->err, r->errlen, "worker %d: %s", gw->worker, err);
     else
-      gw_errf(r->err, r->errlen, "%s", err);
+      lh_errf(r->err, r->errlen, "%s", err);
   }
 }
 
@@ -326,7 +261,7 @@ static void shutdown_all(lupin_gateway *gw) {
   gw->watch = NULL;
 }
 
-void gw_check_drained(lupin_gateway *gw) {
+static void check_drained(lupin_gateway *gw) {
   if (gw->draining == 1 && !gw->n_exchanges && !gw_server_connections(gw->server)) {
     gw_log(gw, LUPIN_LOG_INFO, "drained, exiting");
     shutdown_all(gw);
@@ -394,7 +329,7 @@ static int watch_signals(lupin_gateway *gw, char *err, size_t errlen) {
   gw->sigint = watch_signal(gw, SIGINT);
   gw->sighup = watch_signal(gw, SIGHUP);
   if (gw->sigterm && gw->sigint && gw->sighup) return 0;
-  gw_errf(err, errlen, "cannot watch the signals SIGTERM, SIGINT and SIGHUP");
+  lh_errf(err, errlen, "cannot watch the signals SIGTERM, SIGINT and SIGHUP");
   return -1;
 }
 
@@ -418,7 +353,7 @@ static int parse_bytes(const char *s, uint64_t *out) {
 static int apply_memory_limit(lupin_gateway *gw, char *err, size_t errlen) {
   const char *cli = gw->opts.max_lua_memory;
   if (cli && parse_bytes(cli, &gw->set.max_lua_memory_bytes)) {
-    gw_errf(err, errlen, "--max-lua-memory %s: give bytes, or a size like 512m or 2g", cli);
+    lh_errf(err, errlen, "--max-lua-memory %s: give bytes, or a size like 512m or 2g", cli);
     return -1;
   }
   lupin_runtime_set_memory_limit(gw->rt, (size_t)gw->set.max_lua_memory_bytes);
@@ -467,7 +402,7 @@ static int check_admin_address(lupin_gateway *gw, char *err, size_t errlen) {
            gw->opts.admin);
     return 0;
   }
-  gw_errf(err, errlen,
+  lh_errf(err, errlen,
           "refusing to serve the admin API on %s, which is not a loopback address, without "
           "--admin-token TOKEN: give a token, bind it to 127.0.0.1, or pass "
           "--admin-insecure to serve it open anyway",
@@ -480,7 +415,7 @@ static int open_loop(lupin_gateway *gw, char *err, size_t errlen) {
   if (gw->loop && !uv_loop_init(gw->loop)) return 0;
   free(gw->loop);
   gw->loop = NULL;
-  gw_errf(err, errlen, "cannot create the event loop");
+  lh_errf(err, errlen, "cannot create the event loop");
   return -1;
 }
 
@@ -496,7 +431,7 @@ static void collect_step(uv_prepare_t *p) {
 static int start_collector(lupin_gateway *gw, char *err, size_t errlen) {
   gw->collector = malloc(sizeof *gw->collector);
   if (!gw->collector) {
-    gw_errf(err, errlen, "out of memory");
+    lh_errf(err, errlen, "out of memory");
     return -1;
   }
   uv_prepare_init(gw->loop, gw->collector);
@@ -520,6 +455,8 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   memset(gw, 0, sizeof *gw);
   gw->opts = *o;
   gw->totals = &gw->own_totals;
+  gw->check_drained = check_drained;
+  gw->reload = gw_reload;
   /* the prefix indexes' stripes are set for the workers --workers or the
    * cores call for (the config's gateway.workers is read only after) */
   gw_workers_wanted(gw, &workers);
@@ -527,7 +464,7 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
       !(gw->shared = lupin_shared_new((unsigned)workers, err, errlen)))
     return -2;
   if (gw_explain_open(gw, NULL)) {
-    gw_errf(err, errlen, "out of memory");
+    lh_errf(err, errlen, "out of memory");
     return -2;
   }
   /* what the config decides fails with -1 (exit 1), the rest with -2 */
@@ -546,7 +483,7 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
   gw->admin = gw_server_listen(gw, o->admin, "admin", NULL, gw_admin_handle, gw, err, errlen);
   if (!gw->admin) {
     if (!strcmp(o->listen, o->admin))
-      gw_errf(err, errlen,
+      lh_errf(err, errlen,
               "cannot listen on %s (admin): address already in use: it is the --listen address "
               "too; give --admin another port",
               o->admin);
@@ -576,6 +513,8 @@ int gw_open_follower(lupin_gateway *gw, const lupin_gateway *leader, char *err, 
   gw->opts = leader->opts;
   gw->shared = leader->shared;
   gw->totals = leader->totals;
+  gw->check_drained = check_drained;
+  gw->reload = gw_reload;
   gw_explain_open(gw, leader);
   if (open_loop(gw, err, errlen)) return -2;
   if (open_worker(gw, err, errlen)) return -1;
@@ -593,7 +532,7 @@ int gw_run(lupin_gateway *gw) {
   if (gw->server) gw_server_close(gw->server);
   if (gw->loop) uv_run(gw->loop, UV_RUN_DEFAULT); /* the close callbacks */
   gw_access_log_flush(gw);
-  gw_buf_free(&gw->access_log);
+  lh_buf_free(&gw->access_log);
   if (gw->rt) lupin_runtime_free(gw->rt);
   gw_upstream_free_spares(gw);
   gw_proxy_free_spares(gw);

@@ -66,7 +66,7 @@ int gw_settings_declare(lupin_runtime *rt, char *err, size_t errlen) {
 int gw_settings_read(lupin_runtime *rt, gw_settings *out, char *err, size_t errlen) {
   double v[N_SETTINGS];
   if (lupin_runtime_section(rt, "gateway", v, N_SETTINGS)) {
-    gw_errf(err, errlen,
+    lh_errf(err, errlen,
             "no gateway settings: no config loaded, or loaded before "
             "gw_settings_declare");
     return -1;

@@ -17,8 +17,13 @@ end
 describe("layering", function()
   it("the gateway includes lupin.h, never the runtime's internals or Lua", function()
     assert.same({}, grep('#include [<"](internal\\.h|lua\\.h|lauxlib\\.h|lualib\\.h|luajit\\.h)',
-      "gateway"))
+      "gateway host cli"))
     assert.truthy(#grep('#include "lupin\\.h"', "gateway") > 0)
+  end)
+
+  it("the host library includes lupin.h from the core, no loop and no gateway", function()
+    assert.same({}, grep('#include [<"](uv\\.h|http_parser\\.h|gateway\\.h|internal\\.h)', "host"))
+    assert.truthy(#grep('#include "lupin\\.h"', "host") > 0)
   end)
 
   it("the runtime's Lua side requires no host module", function()

@@ -1088,7 +1088,7 @@ end)
 
 -- Once warm, a request costs the gateway no call to malloc: the exchange,
 -- the runtime's request, the upstream request and their buffers are reused
--- (gateway/proxy.c, core/request.c, gateway/upstream.c).  The process's
+-- (gateway/proxy/proxy.c, core/request.c, gateway/endpoints/upstream.c).  The process's
 -- calls are counted by a preloaded spec/fixtures/gateway/malloc_count.c;
 -- nothing logged and the endpoints scraped once a second, all that is left
 -- is a scrape's few and a new connection's (wrk's four).  The build before
@@ -1139,7 +1139,7 @@ local sanitized = os.getenv("LUPIN_ASAN") == "1" or os.getenv("LUPIN_TSAN") == "
 end)
 
 -- The access log's lines wait for the end of the loop's iteration and
--- leave together (gateway/proxy.c, gw_access_log_flush): one write for
+-- leave together (gateway/proxy/proxy.c, gw_access_log_flush): one write for
 -- what an iteration ended, where each line was a write of its own.  None
 -- may be lost nor cut, on a load nor at the exit.
 describe("lupin serve, the access log under load", function()

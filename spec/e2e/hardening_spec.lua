@@ -186,7 +186,7 @@ describe("lupin serve, hardened", function()
 
   describe("headers that arrive in pieces", function()
     -- The gateway keeps header texts in blocks of 1 KB it reuses from one
-    -- request of a connection to the next (gateway/buf.c): a name or value
+    -- request of a connection to the next (host/buf.c): a name or value
     -- cut across reads grows in place or moves to a new block.  Forty
     -- headers sent five bytes at a time, one value three times a block,
     -- then a second request on the same connection with other values.

@@ -3,7 +3,7 @@
 -- the body (a form field for audio), a bad body refused with a 400 naming
 -- the field, an unknown route a 404 listing them; the EPP's model-name
 -- rewrite and served-endpoint headers, llm-d's header names, and the
--- config's parser section (lua/lupin/runtime/openai.lua, gateway/proxy.c).
+-- config's parser section (lua/lupin/runtime/openai.lua, gateway/proxy/proxy.c).
 local P = require "e2e.procs"
 local support = require "support"
 local openai = require "lupin.runtime.openai"

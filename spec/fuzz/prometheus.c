@@ -1,10 +1,10 @@
 /* Fuzz target "prometheus": the text a model server's /metrics answers.
  *
- * First gw_prometheus_parse alone, with its promises checked (every sample
+ * First lh_prometheus_parse alone, with its promises checked (every sample
  * has a name of metric characters, at most 32 labels with names).  Then the
  * real gateway (spec/fuzz/scrape.json: the default plugins, a scrape every
  * millisecond; two model servers played by the harness) scrapes the text
- * from both model servers: the scrape's reading (gateway/scrape.c) stores
+ * from both model servers: the scrape's reading (gateway/endpoints/scrape.c) stores
  * what it understood in the runtime's endpoints; a request is scheduled on
  * them through the default scorers and GET /admin/endpoints shows them.  Its
  * answer must be JSON, whatever the numbers were. */
@@ -65,7 +65,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t samples = 0;
-  gw_prometheus_parse((const char *)data, size, on_sample, &samples);
+  lh_prometheus_parse((const char *)data, size, on_sample, &samples);
   /* an empty answer reaches the parser as (NULL, 0): found here and fixed
    * (docs/bad-input.md); LUPIN_FUZZ_KNOWN=empty-metrics still steps over it */
   if (!size && fz_known("empty-metrics")) return 0;

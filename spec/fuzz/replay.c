@@ -29,11 +29,11 @@ static int run_file(const char *path) {
     fprintf(out, "not ok %s: %s\n", path, strerror(errno));
     return -1;
   }
-  gw_buf b = {0};
+  lh_buf b = {0};
   char chunk[65536];
   size_t n;
   while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-    gw_buf_append(&b, chunk, n);
+    lh_buf_append(&b, chunk, n);
   fclose(f);
   fprintf(out, "running %s\n", path);
   fflush(out);
@@ -44,7 +44,7 @@ static int run_file(const char *path) {
   LLVMFuzzerTestOneInput(copy, b.len);
   double ms = (lupin_now() - t0) * 1e3;
   free(copy);
-  gw_buf_free(&b);
+  lh_buf_free(&b);
   fprintf(out, "ok %s (%.1f ms)\n", path, ms);
   fflush(out);
   return 0;

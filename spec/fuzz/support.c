@@ -149,7 +149,7 @@ static struct {
   int reset;
 } answer;
 
-static gw_buf metrics_answer; /* a whole HTTP response, or empty: canned */
+static lh_buf metrics_answer; /* a whole HTTP response, or empty: canned */
 
 void fz_set_metrics(const char *text, size_t len) {
   metrics_answer.len = 0;
@@ -159,8 +159,8 @@ void fz_set_metrics(const char *text, size_t len) {
                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n"
                    "content-length: %zu\r\n\r\n",
                    len);
-  gw_buf_append(&metrics_answer, head, (size_t)n);
-  gw_buf_append(&metrics_answer, text, len);
+  lh_buf_append(&metrics_answer, head, (size_t)n);
+  lh_buf_append(&metrics_answer, text, len);
 }
 
 void fz_set_answer(const char *bytes, size_t len, size_t split, int reset) {
@@ -173,7 +173,7 @@ void fz_set_answer(const char *bytes, size_t len, size_t split, int reset) {
 typedef struct peer {
   uv_tcp_t tcp;
   http_parser parser;
-  gw_buf url;
+  lh_buf url;
   int closing;
   int rest; /* the second piece of a fuzzed answer is due */
   struct peer *prev, *next;
@@ -197,7 +197,7 @@ static void peer_closed(uv_handle_t *h) {
   else
     peers = p->next;
   if (p->next) p->next->prev = p->prev;
-  gw_buf_free(&p->url);
+  lh_buf_free(&p->url);
   free(p);
 }
 
@@ -239,11 +239,11 @@ static void peer_canned(peer *p, const char *type, const char *body) {
   int n = snprintf(head, sizeof head,
                    "HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %zu\r\n\r\n", type,
                    strlen(body));
-  gw_buf b = {0};
-  gw_buf_append(&b, head, (size_t)n);
-  gw_buf_append(&b, body, strlen(body));
+  lh_buf b = {0};
+  lh_buf_append(&b, head, (size_t)n);
+  lh_buf_append(&b, body, strlen(body));
   peer_send(p, b.data, b.len, 0);
-  gw_buf_free(&b);
+  lh_buf_free(&b);
 }
 
 /* The fuzzed answer: the first piece now; the rest once the gateway has
@@ -269,7 +269,7 @@ static int flush_rest(void) {
 }
 
 static int peer_url(http_parser *hp, const char *at, size_t len) {
-  return gw_buf_append(&((peer *)hp->data)->url, at, len);
+  return lh_buf_append(&((peer *)hp->data)->url, at, len);
 }
 
 static int peer_message(http_parser *hp) {
@@ -426,7 +426,7 @@ typedef struct {
   uv_tcp_t tcp;
   uv_connect_t connect;
   uv_write_t w;
-  gw_buf in;
+  lh_buf in;
   uv_buf_t out;
   int closed;
 } client;
@@ -447,7 +447,7 @@ static void client_alloc(uv_handle_t *h, size_t size, uv_buf_t *b) {
 static void client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
   client *c = s->data;
   events++;
-  if (n > 0) gw_buf_append(&c->in, b->base, (size_t)n);
+  if (n > 0) lh_buf_append(&c->in, b->base, (size_t)n);
   if (n < 0) uv_read_stop(s);
 }
 
@@ -476,7 +476,7 @@ void fz_exchange(lupin_gateway *gw, gw_server *to, const char *bytes, size_t len
   char *colon = strrchr(hp, ':');
   *colon = 0;
   uv_ip4_addr(hp, atoi(colon + 1), (struct sockaddr_in *)&addr);
-  gw_buf_free(&c.in);
+  lh_buf_free(&c.in);
   c = (client){0};
   c.tcp.data = c.connect.data = &c;
   c.out = uv_buf_init((char *)bytes, (unsigned)len);
@@ -529,7 +529,7 @@ static long bad_utf8(const unsigned char *s, size_t len) {
 
 typedef struct {
   int status, relayed, json, text, done;
-  gw_buf body, field;
+  lh_buf body, field;
   int last_was_value;
   size_t responses;
 } reading;
@@ -538,7 +538,7 @@ static int r_field(http_parser *p, const char *at, size_t len) {
   reading *r = p->data;
   if (r->last_was_value) r->field.len = 0;
   r->last_was_value = 0;
-  return gw_buf_append(&r->field, at, len);
+  return lh_buf_append(&r->field, at, len);
 }
 
 static int r_value(http_parser *p, const char *at, size_t len) {
@@ -563,7 +563,7 @@ static int r_begin(http_parser *p) {
 }
 
 static int r_body(http_parser *p, const char *at, size_t len) {
-  return gw_buf_append(&((reading *)p->data)->body, at, len);
+  return lh_buf_append(&((reading *)p->data)->body, at, len);
 }
 
 /* A response the gateway wrote itself (not relayed from a model server):
@@ -621,8 +621,8 @@ void fz_check(lupin_gateway *gw, const fz_reply *rep) {
   if (e != HPE_OK || used != rep->len)
     fz_fail("the client read a malformed response (%s) at byte %zu of %zu: %.300s",
             http_errno_description(e), used, rep->len, rep->data);
-  gw_buf_free(&r.body);
-  gw_buf_free(&r.field);
+  lh_buf_free(&r.body);
+  lh_buf_free(&r.field);
   if (gw->n_exchanges)
     fz_fail("%zu requests still in flight after the client left", gw->n_exchanges);
   lupin_stats s;

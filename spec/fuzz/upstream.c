@@ -4,7 +4,7 @@
  * by the harness) gets a good request from a client; every model server
  * answers it with the input's bytes (after two header bytes), in two pieces
  * read apart, then closes or resets the connection.  The response parser
- * (http_parser, as gateway/upstream.c drives it), the relay to the client and
+ * (http_parser, as gateway/endpoints/upstream.c drives it), the relay to the client and
  * the runtime's response hooks all see them.  After each input the client's
  * bytes must be well-formed HTTP/1.1 responses and nothing may be left.
  *

@@ -1,6 +1,6 @@
 -- The EPP's openai-parser, named by the config's parser section (and the
 -- default without one): each body is checked by its route's row at begin
--- (lua/lupin/openai.lua, spec/core/openai_spec.lua) and decoded once.  The
+-- (lua/lupin/runtime/openai.lua, spec/core/openai_spec.lua) and decoded once.  The
 -- parser section's own errors are here too.
 local S = require "support"
 local K = require "plugins.kit"

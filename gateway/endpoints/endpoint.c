@@ -1,0 +1,41 @@
+/* An endpoint as the gateway's rooms share it: counted references (an
+ * endpoint removed from the registry lives until its last exchange ends),
+ * lookup by name, and whether its metrics are fresh (/readyz, the pool
+ * gauges).  The registry itself is kept by gateway.c. */
+#include "endpoints/endpoints.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void gw_endpoint_ref(gw_endpoint *ep) { ep->refs++; }
+
+void gw_endpoint_unref(gw_endpoint *ep) {
+  if (--ep->refs) return;
+  free(ep->name);
+  free(ep->address);
+  free(ep->running_lora);
+  free(ep->waiting_lora);
+  lh_buf_free(&ep->scrape_body);
+  free(ep);
+}
+
+gw_endpoint *gw_endpoint_find(lupin_gateway *gw, const char *name) {
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    if (!strcmp(ep->name, name)) return ep;
+  return NULL;
+}
+
+int gw_endpoint_fresh(const gw_endpoint *ep, double now) {
+  double limit = (double)ep->gw->set.metrics_staleness_ms / 1000;
+  return ep->scraped_at > 0 && now - ep->scraped_at <= limit && ep->health.state == LH_HEALTHY;
+}
+
+size_t gw_fresh_endpoints(lupin_gateway *gw) {
+  double now = lupin_now();
+  size_t n = 0;
+  for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
+    n += gw_endpoint_fresh(ep, now);
+  return n;
+}
+
+/* --- the endpoints file -------------------------------------------------- */

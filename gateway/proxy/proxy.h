@@ -1,0 +1,131 @@
+/* proxy.h -- the OpenAI routes of lupin serve: the proxied request and its
+ * retries (proxy.c), the model-name rewrite (rewrite.c), flow control's view
+ * (flow.c), /v1/models merged (models.c), the EPP's per-model series
+ * (objective.c) and explain records (explain.c). */
+#ifndef LUPIN_GW_PROXY_H
+#define LUPIN_GW_PROXY_H
+
+#include "endpoints/endpoints.h"
+
+/* Merges /v1/models answers (models.c); returns a malloc'd JSON text. */
+char *gw_models_merge(const lh_buf *bodies, size_t n);
+
+/* Replaces the model a request body names (a JSON object's "model", or a
+ * multipart/form-data body's "model" field, by content_type) with model,
+ * every other byte unchanged (rewrite.c); *was gets the name replaced
+ * (malloc'd).  -1 when the body names none. */
+int gw_rewrite_model(lh_buf *body, const char *content_type, const char *model, char **was);
+
+/* --- the EPP's per-model request series (objective.c) --------------------- */
+
+/* Per model name (model_name; target_model_name is the same: lupin does not
+ * rewrite models), what the EPP's inference_objective_* families count. */
+enum {
+  GW_ERR_BAD_REQUEST,  /* "BadRequest": the body or a plugin refused the request */
+  GW_ERR_EXHAUSTED,    /* "InferencePoolResourceExhausted": no endpoint, or shed */
+  GW_ERR_INTERNAL,     /* "Internal": a plugin failed */
+  GW_ERR_MODEL_SERVER, /* "ModelServerError": not 200 from the endpoint, or none */
+  GW_ERRS
+};
+extern const char *const gw_error_codes[GW_ERRS];
+
+#define GW_MAX_MODELS 100 /* series kept per model name; more share "<other>" */
+
+typedef struct gw_objective {
+  char *model;  /* as the client named it */
+  char *target; /* as it was sent (the model-name rewrite's) */
+  uint64_t requests, errors[GW_ERRS];
+  uint64_t running;
+  lh_histogram duration, request_sizes, response_sizes;
+  struct gw_objective *next;
+} gw_objective;
+
+/* The series of model sent as target (NULL: model); created on first use,
+ * "<other>" past GW_MAX_MODELS. */
+gw_objective *gw_objective_get(lupin_gateway *gw, const char *model, const char *target);
+void gw_objectives_free(lupin_gateway *gw);
+
+/* --- the public API (proxy.c) and the admin listener (admin.c) ------------ */
+
+void gw_proxy_handle(void *gw, gw_conn *c, gw_http_request *req);
+void gw_proxy_cancel_all(lupin_gateway *gw);
+/* Frees the ended exchanges kept for reuse (at the loop's end). */
+void gw_proxy_free_spares(lupin_gateway *gw);
+/* Writes the access log's waiting lines (each loop iteration, and at the end). */
+void gw_access_log_flush(lupin_gateway *gw);
+/* The runtime's dispatch callback: a queued request's final result. */
+void gw_proxy_dispatched(void *gw, lupin_request *req, const lupin_result *res);
+
+/* --- flow control's view (flow.c, docs/flow-control.md) ------------------- */
+
+/* How long a request waited in the queue of band priority, by how it left
+ * ("dispatched", "queue_ttl", "shed", "cancelled"). */
+void gw_flow_observe(lupin_gateway *gw, int priority, const char *outcome, double waited);
+void gw_flow_metrics(lupin_gateway *gw, lh_expo *e);
+/* GET /admin/flows */
+void gw_flow_admin(lupin_gateway *gw, gw_conn *c);
+/* A gw_task_fn: the worker's queue tries its gate again (another's request ended). */
+void gw_flow_pump(lupin_gateway *gw, void *arg);
+void gw_flow_free(lupin_gateway *gw);
+
+/* --- explain records (explain.c, docs/explain.md) ------------------------- */
+
+#define GW_EXPLAIN_RING 64 /* records kept for GET /admin/explain/<id> */
+
+/* The request headers explain.c consumes: never forwarded. */
+int gw_explain_header(const char *name);
+/* Whether a proxied request asks for a record: 0 no, 1 yes and allowed,
+ * -1 asked without the admin token (answered with a refusal header). */
+int gw_explain_wanted(lupin_gateway *gw, const gw_http_request *req);
+/* After scheduling: the summary header of an explained request. */
+void gw_explain_scheduled(gw_exchange *x);
+/* The response headers of an exchange's record (at most 2); x may be NULL. */
+size_t gw_explain_headers(const gw_exchange *x, lupin_header *out);
+/* At the end of an exchange: keeps its record, with the attempts. */
+void gw_explain_ended(gw_exchange *x, int status, const char *outcome);
+/* GET /admin/explain[/<id>], POST /admin/explain. */
+void gw_explain_admin(lupin_gateway *gw, gw_conn *c, gw_http_request *req, const char *path);
+/* The ring of records: the leader's own (leader NULL), or the leader's. */
+int gw_explain_open(lupin_gateway *gw, const lupin_gateway *leader);
+void gw_explain_free(lupin_gateway *gw);
+
+/* The linked list of live exchanges, for /admin/requests. */
+struct gw_exchange {
+  lupin_gateway *gw;
+  gw_conn *conn;
+  gw_http_request *http;
+  lupin_request *req;
+  lupin_result result;
+  size_t pick;
+  gw_endpoint *ep;
+  gw_upstream *up;
+  const char *model;       /* the model scheduled for (the model-name rewrite's): the core's */
+  char *requested;         /* the body's, when a rewrite replaced it */
+  gw_objective *objective; /* set once scheduled: counted as running */
+  uint64_t response_bytes;
+  int stream;
+  double started;
+  double sched_us;
+  int status;
+  int started_response; /* headers sent to the client */
+  int streamed;         /* the response has no length: each read's pieces leave in one write */
+  int failed_connects, timed_out_connects;
+  lh_buf connect_errors;
+  /* attempts: picks first, then the runtime's ranked fallbacks */
+  const lupin_pick *fallbacks;
+  size_t n_fallbacks;
+  int fallbacks_asked;
+  int attempts, replays, resends;
+  int retrying; /* counted in gw->n_retrying */
+  int reused;   /* the current attempt's connection came from the pool */
+  double attempt_started;
+  lh_buf attempt_log; /* the access log's "attempts" entries */
+  int explain;        /* gw_explain_wanted's answer */
+  char *explain_summary;
+  char explain_url[300];
+  const char *path;
+  int queued; /* waiting in the runtime's flow-control queue */
+  gw_exchange *prev, *next;
+};
+
+#endif

@@ -1,0 +1,312 @@
+/* lupin_host.h -- what every host of liblupin needs besides lupin.h, with no
+ * I/O and no event loop (no libuv, no http_parser): lupin serve links it,
+ * and so can an Envoy ext_proc picker or an nginx module.
+ *
+ *   buf.c               growing buffers, header lists, JSON and label escaping
+ *   prometheus.c        the Prometheus text format, parsed
+ *   endpoint_metrics.c  an engine's metrics page (vLLM's, sglang's names) read
+ *                       into lupin_metrics
+ *   metrics.c           the /metrics registry of lupin's families and its
+ *                       exposition
+ *   health.c            endpoint health and ejection, Envoy's outlier
+ *                       detection: the decisions, the time passed in
+ *   log.c               diagnostic and access log lines, the admin token's
+ *                       comparison
+ *
+ * Prefix lh_ ("lupin host"): short like the gateway's gw_, distinct from
+ * the core's lupin_ (this library is not the embedding API) and from gw_
+ * (nothing here belongs to one host).  It includes lupin.h from the core,
+ * nothing else of it. */
+#ifndef LUPIN_HOST_H
+#define LUPIN_HOST_H
+
+#include "lupin.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <strings.h>
+
+/* --- small buffers and header lists (buf.c) ------------------------------ */
+
+typedef struct lh_buf {
+  char *data;
+  size_t len, cap;
+} lh_buf;
+
+int lh_buf_append(lh_buf *b, const char *data, size_t len);
+/* Room for more bytes exactly (a body of known length): no doubling. */
+int lh_buf_reserve(lh_buf *b, size_t more);
+/* The hot path's appends: no format string to interpret (a request's heads
+ * are written with these, not lh_buf_printf). */
+int lh_buf_str(lh_buf *b, const char *s);
+int lh_buf_uint(lh_buf *b, unsigned long long v);
+/* v with that many decimals (at most 6), as "%.*f" would write it but
+ * for a tie's rounding; a value past 2^53 or not finite as lh_buf_number. */
+int lh_buf_fixed(lh_buf *b, double v, unsigned decimals);
+/* "name: value\r\n" */
+int lh_buf_header(lh_buf *b, const char *name, const char *value);
+int lh_buf_printf(lh_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Formats an error message into err (a no-op when err is NULL). */
+void lh_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Appends s as a JSON string, quotes included; always valid JSON (bytes
+ * that are not UTF-8 become U+FFFD). */
+int lh_buf_json(lh_buf *b, const char *s);
+/* Appends s as a Prometheus label value, quotes included: backslash, quote
+ * and newline escaped, bytes that are not UTF-8 as U+FFFD. */
+int lh_buf_label(lh_buf *b, const char *s);
+/* Appends a JSON number; null when v is NaN or infinite (JSON has neither). */
+int lh_buf_number(lh_buf *b, double v);
+void lh_buf_free(lh_buf *b);
+
+/* Owned name/value copies; names as received.  The texts live in blocks
+ * the list owns (a header costs no allocation of its own, and a cleared
+ * list keeps its first block for the next message). */
+typedef struct lh_text_block lh_text_block;
+/* Headers one message may carry, a request's or an endpoint's response's
+ * (Envoy's max_headers_count default): more is refused (431 for a client,
+ * a broken response for an endpoint).  The lists built from them (the
+ * upstream request's, the client response's) are arrays on the stack of
+ * a few times this size, never of a size the peer chose. */
+#define LH_MAX_HEADERS 100
+typedef struct lh_headers {
+  lupin_header *v;
+  size_t n, cap;
+  int in_value;       /* parsing: the last piece was a value's */
+  lh_text_block *mem; /* newest first; the string being built is last in it */
+} lh_headers;
+
+int lh_headers_add(lh_headers *h, const char *name, size_t nlen, const char *value, size_t vlen);
+/* http_parser hands a header's name and value over in pieces, on both
+ * sides of the proxy: these join them.  A name with whitespace in it (RFC
+ * 7230 §3.2.4) is refused with 1, out of memory with -1. */
+int lh_headers_field(lh_headers *h, const char *data, size_t len);
+int lh_headers_value(lh_headers *h, const char *data, size_t len);
+const char *lh_headers_get(const lh_headers *h, const char *name);
+/* Empties the list, keeping room for the next message's headers. */
+void lh_headers_clear(lh_headers *h);
+void lh_headers_free(lh_headers *h);
+/* A set of header names, matched without case, lengths first: the checks
+ * every header of every request goes through cost a few compares. */
+typedef struct lh_name {
+  const char *s;
+  size_t len;
+} lh_name;
+#define LH_NAME(lit)                                                                               \
+  { lit, sizeof lit - 1 }
+int lh_name_in(const char *name, const lh_name *set, size_t n);
+/* Whether a header's name is `lower` (a name in lower case), without case.
+ * The first bytes are compared first: most names differ there. */
+static inline int lh_name_is(const char *name, const char *lower) {
+  return (name[0] | 0x20) == lower[0] && !strcasecmp(name, lower);
+}
+/* Headers never copied from one side to the other: the hop-by-hop ones of
+ * RFC 7230 §6.1, and the framing ones (host, content-length, expect) that
+ * each side writes for itself. */
+int lh_hop_by_hop(const char *name);
+
+/* --- Prometheus text format (prometheus.c) -------------------------------- */
+
+typedef void (*lh_sample_fn)(void *ud, const char *name, const lupin_header *labels, size_t n,
+                             double value);
+/* Calls fn for each sample; returns the number of lines it could not read. */
+int lh_prometheus_parse(const char *text, size_t len, lh_sample_fn fn, void *ud);
+
+/* --- the /metrics registry (metrics.c) ----------------------------------- */
+
+/* Every family lupin exports is declared once, in metrics.c's table: name,
+ * type, help text, label names, histogram bounds (docs/metrics.md lists
+ * them).  The exposition (text format 0.0.4) is written through lh_expo, which
+ * writes # HELP and # TYPE once per family and escapes every label value. */
+/* LH_SUM_GAUGE: a gauge of which each worker holds a share (requests in
+ * flight, Lua memory): /metrics shows the sum over the workers.
+ * LH_MAX_GAUGE: a flag any worker may raise (flow control's saturation):
+ * /metrics shows the largest value. */
+typedef enum lh_metric_type {
+  LH_COUNTER,
+  LH_GAUGE,
+  LH_HISTOGRAM,
+  LH_SUMMARY,
+  LH_SUM_GAUGE,
+  LH_MAX_GAUGE
+} lh_metric_type;
+
+#define LH_MAX_LABELS 4
+#define LH_MAX_BOUNDS 40
+
+typedef struct lh_family {
+  const char *name;
+  lh_metric_type type;
+  const char *help;
+  const char *labels[LH_MAX_LABELS]; /* names, NULL after the last */
+  const double *bounds;              /* histograms: upper bounds, ascending */
+  size_t n_bounds;
+} lh_family;
+
+/* grouped as /metrics writes them */
+// clang-format off
+typedef enum lh_family_id {
+  /* requests through the gateway (proxy.c) */
+  LH_M_REQUESTS, LH_M_OUTCOMES, LH_M_SCHEDULING, LH_M_WORKER_REQUESTS,
+  /* plugins (the runtime's counters) */
+  LH_M_PLUGIN_CALLS, LH_M_PLUGIN_ERRORS, LH_M_PLUGIN_SECONDS, LH_M_PLUGIN_CUTS,
+  LH_M_PLUGIN_DISABLED,
+  /* endpoints, their scrapes and health */
+  LH_M_EP_WAITING, LH_M_EP_RUNNING, LH_M_EP_KV, LH_M_EP_MAX_LORA, LH_M_EP_SCRAPE_AGE,
+  LH_M_EP_SCRAPE_ERRORS, LH_M_EP_HEALTHY, LH_M_EP_EJECTIONS, LH_M_EP_RESTORATIONS,
+  LH_M_UP_FAILURES, LH_M_UP_RETRIES, LH_M_UP_RETRIES_DENIED, LH_M_ENDPOINTS_HEALTHY,
+  /* reloads */
+  LH_M_RELOADS, LH_M_RELOAD_SECONDS, LH_M_RELOAD_LAST,
+  /* the runtime */
+  LH_M_LIVE_REQUESTS, LH_M_LIVE_TABLES, LH_M_LUA_MEMORY, LH_M_LUA_PEAK, LH_M_LUA_GC_CYCLES,
+  LH_M_LUA_GC_SECONDS, LH_M_GENERATION,
+  LH_M_GENERATIONS_ALIVE, LH_M_ENDPOINTS,
+  /* memory bounds */
+  LH_M_IN_FLIGHT, LH_M_BODY_BYTES, LH_M_REFUSALS, LH_M_LUA_LIMIT, LH_M_LUA_LIMIT_HITS,
+  LH_M_EMPTY_ENDPOINTS_KEPT,
+  /* the build and the process (process.c) */
+  LH_M_BUILD_INFO, LH_M_CPU, LH_M_RSS, LH_M_VSIZE, LH_M_START_TIME, LH_M_OPEN_FDS, LH_M_MAX_FDS,
+  /* the EPP's names (Gateway API Inference Extension, pkg/epp/metrics) */
+  LH_M_OBJ_REQUESTS, LH_M_OBJ_ERRORS, LH_M_OBJ_DURATION, LH_M_OBJ_REQUEST_SIZES,
+  LH_M_OBJ_RESPONSE_SIZES, LH_M_OBJ_RUNNING, LH_M_POOL_KV, LH_M_POOL_QUEUE, LH_M_POOL_POD_QUEUE,
+  LH_M_POOL_READY, LH_M_SCHEDULER_E2E, LH_M_PLUGIN_DURATION,
+  /* flow control (flow.c), the EPP's names where it has them */
+  LH_M_FC_QUEUE_SIZE, LH_M_FC_QUEUE_BYTES, LH_M_FC_QUEUE_DURATION, LH_M_FC_SATURATION,
+  LH_M_FC_REQUESTS, LH_M_FC_CLAMPED,
+  /* replicas sharing prefix records through Redis (replicas.c) */
+  LH_M_REPLICA_CONNECTED, LH_M_REPLICA_PUBLISHED, LH_M_REPLICA_APPLIED, LH_M_REPLICA_IGNORED,
+  LH_M_REPLICA_DROPPED, LH_M_REPLICA_BAD, LH_M_REPLICA_PENDING, LH_M_REPLICA_LAG,
+  LH_FAMILIES
+} lh_family_id;
+// clang-format on
+
+extern const lh_family lh_families[LH_FAMILIES]; /* constant */
+
+/* A sample value as the text format spells it: NaN, +Inf, -Inf, else the
+ * shortest of 15 or 17 digits that reads back as v. */
+void lh_metric_number(char *out, size_t len, double v);
+
+/* Observations of one series of a histogram family; buckets not cumulative,
+ * the last one above every bound. */
+typedef struct lh_histogram {
+  uint64_t buckets[LH_MAX_BOUNDS + 1];
+  uint64_t count;
+  double sum;
+} lh_histogram;
+
+void lh_histogram_observe(lh_histogram *h, lh_family_id id, double v);
+
+typedef struct lh_expo {
+  lh_buf *b;
+  const lh_family *f; /* the family being written */
+} lh_expo;
+
+/* Starts a family: its # HELP and # TYPE lines.  Each family is started
+ * once per exposition, its samples all after it. */
+void lh_expo_family(lh_expo *e, lh_family_id id);
+/* A sample of the current family: values holds one value per label name
+ * (NULL when it has none), written escaped (backslash, quote, newline). */
+void lh_expo_sample(lh_expo *e, const char *const *values, double v);
+/* A summary's _sum and _count. */
+void lh_expo_summary(lh_expo *e, const char *const *values, double sum, uint64_t count);
+/* A histogram series: its _bucket lines (cumulative), _sum and _count. */
+void lh_expo_histogram(lh_expo *e, const char *const *values, const lh_histogram *h);
+/* Same from bucket counts kept elsewhere (n_bounds + 1, not cumulative). */
+void lh_expo_buckets(lh_expo *e, const char *const *values, const uint64_t *buckets, double sum);
+
+/* --- an engine's metrics page (endpoint_metrics.c) ------------------------- */
+
+/* vLLM's names (current and legacy): what a runtime without a data layer
+ * hands out. */
+extern const lupin_metric_source lh_vllm_metrics;
+/* Reads a metrics text by src's names into m; lora strings are malloc'd into
+ * *running / *waiting; *bad: series of a known family refused (not finite,
+ * out of range).  Returns 0 when the text held a known metric, else -1. */
+int lh_metrics_read(const lupin_metric_source *src, const char *text, size_t len, lupin_metrics *m,
+                    char **running, char **waiting, int *bad);
+/* The same with vLLM's names. */
+int lh_metrics_from_text(const char *text, size_t len, lupin_metrics *m, char **running,
+                         char **waiting);
+
+/* --- endpoint health (health.c) -------------------------------------------- */
+
+/* Kinds of failure an attempt may end with, the host's own numbering (lupin
+ * serve's gw_upstream_error, 0 standing for a 5xx answer): counted by kind. */
+#define LH_FAILURE_KINDS 8
+
+typedef enum lh_health_state { LH_HEALTHY, LH_EJECTED, LH_STALE } lh_health_state;
+
+typedef struct lh_health {
+  lh_health_state state;
+  int in_runtime;                   /* the state the runtime was last told: 1 healthy */
+  uint64_t errors;                  /* consecutive failed requests */
+  uint64_t scrape_failures;         /* consecutive failed scrapes */
+  uint64_t ejections, restorations; /* in total */
+  uint64_t backoff;                 /* ejections in a row: the next lasts base << backoff */
+  double ejected_until;             /* lupin_now() */
+  double ejected_unix;              /* wall clock of the last ejection, 0: never */
+  double healthy_since;             /* lupin_now() of the last restoration */
+  double added_at;                  /* staleness counts from here until a first scrape */
+  double last_warned;               /* rate limit of the first-failure line */
+  uint64_t suppressed;              /* first-failure lines not written meanwhile */
+  char last_error[160];
+  /* by kind: attempts that failed here, and of those the ones sent again
+   * (here or elsewhere); failures[0]: 5xx answers */
+  uint64_t failures[LH_FAILURE_KINDS], retries[LH_FAILURE_KINDS];
+} lh_health;
+
+/* The config's outlier detection (lupin serve's gateway section). */
+typedef struct lh_health_policy {
+  uint64_t consecutive_errors, base_ejection_time_ms, max_ejection_time_ms;
+  uint64_t max_ejection_percent, stale_ejection_ms;
+} lh_health_policy;
+
+/* What lh_health_evaluate found, in the order it happened (both may). */
+enum {
+  LH_RESTORED = 1,    /* an ejection over and scrapes succeed: healthy */
+  LH_WENT_STALE = 2,  /* metrics older than staleEjectionMs: out */
+  LH_FRESH_AGAIN = 4, /* stale, metrics fresh again: healthy */
+};
+
+const char *lh_health_state_name(lh_health_state s);
+void lh_health_init(lh_health *h, double now);
+/* A failure, the run-th in a row: records its text; 1 when its line is to
+ * be logged now (the first of a run, at most one per 10 s; h->suppressed
+ * counts the others). */
+int lh_health_failed(lh_health *h, uint64_t run, const char *what, const char *detail, double now);
+/* Whether a run of that many failures ejects a healthy endpoint. */
+int lh_health_ejection_due(const lh_health *h, const lh_health_policy *p, uint64_t run);
+/* Ejects the endpoint when fewer than maxEjectionPercent of n endpoints (at
+ * least one) are ejected: returns the seconds it lasts (the state is then
+ * for the caller to set to LH_EJECTED), 0 when the cap refused it. */
+double lh_health_eject(lh_health *h, const lh_health_policy *p, size_t ejected, size_t n,
+                       double now, double wall);
+/* 1 when the line about a refused ejection is due (one per 10 s). */
+int lh_health_warn_due(lh_health *h, double now);
+/* Time-driven changes (an ejection over, metrics stale or fresh again, the
+ * back-off forgiven one step per base ejection time healthy): returns the
+ * LH_RESTORED... bits; the caller applies each state change in order.
+ * scraped_at: the last good scrape's lupin_now(), 0: never. */
+int lh_health_evaluate(lh_health *h, const lh_health_policy *p, double scraped_at, double now);
+/* Seconds the metrics have been missing, as the stale line says. */
+double lh_health_metrics_age(const lh_health *h, double scraped_at, double now);
+
+/* --- log lines (log.c) ----------------------------------------------------- */
+
+/* One diagnostic line on stderr: text, or a JSON object for log shippers. */
+void lh_log_line(int json, int level, const char *msg);
+/* An access log line, one JSON object and a newline. */
+typedef struct lh_access {
+  double ts; /* wall clock */
+  const char *id, *path, *model, *endpoint, *outcome;
+  int status;
+  double scheduling_us, total_ms;
+  const char *attempts; /* the attempts' JSON objects, comma-separated (may be NULL) */
+  size_t attempts_len;
+} lh_access;
+int lh_access_line(lh_buf *b, const lh_access *a);
+/* Whether given is the admin token, in a time that does not tell how much
+ * of it was right. */
+int lh_same_secret(const char *given, const char *token);
+
+#endif
