@@ -376,7 +376,7 @@ static int open_runtime(lupin_gateway *gw, char *err, size_t errlen) {
   lupin_runtime_set_dispatch(gw->rt, gw_proxy_dispatched, gw);
   if (gw_settings_declare(gw->rt, err, errlen) ||
       lupin_runtime_load(gw->rt, gw->opts.config, err, errlen) ||
-      gw_settings_read(gw->rt, &gw->set, err, errlen))
+      gw_settings_read(gw->rt, &gw->set, err, errlen) || gw_proxy_routes_open(gw, err, errlen))
     return -1;
   return apply_memory_limit(gw, err, errlen);
 }
@@ -536,6 +536,7 @@ int gw_run(lupin_gateway *gw) {
   if (gw->rt) lupin_runtime_free(gw->rt);
   gw_upstream_free_spares(gw);
   gw_proxy_free_spares(gw);
+  gw_proxy_routes_free(gw);
   gw_server_free(gw->server);
   gw_server_free(gw->admin);
   gw_objectives_free(gw);

@@ -30,27 +30,6 @@ typedef struct plugin_pass {
   lh_family_id id; /* the family this pass writes */
 } plugin_pass;
 
-/* The EPP's name of an extension point (its ExtensionPoint constants), so
- * that its dashboards' selectors match; lupin's own name where the EPP has
- * no counterpart (prepare, finish, init, ...). */
-static const char *epp_point(const char *point) {
-  static const char *const map[][2] = {
-      {"admit", "Admission"},
-      {"pick_profiles", "ProfilePicker"},
-      {"filter", "Filter"},
-      {"score", "Scorer"},
-      {"pick", "Picker"},
-      {"process_results", "ProcessProfilesResults"},
-      {"pre_request", "PreRequest"},
-      {"response_header", "ResponseReceived"},
-      {"response_chunk", "ResponseStreaming"},
-      {"response_complete", "ResponseComplete"},
-  };
-  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-    if (!strcmp(point, map[i][0])) return map[i][1];
-  return point;
-}
-
 /* The runtime's per-(plugin, point) counters, one family per pass: a family's
  * samples must all follow its header. */
 static void plugin_stat(void *ud, const lupin_plugin_stat *s) {
@@ -59,7 +38,9 @@ static void plugin_stat(void *ud, const lupin_plugin_stat *s) {
   double seconds = (double)s->nanoseconds / 1e9;
   switch (p->id) {
   case LH_M_PLUGIN_DURATION: { /* the EPP's names and label order */
-    const char *epp[] = {epp_point(s->point), s->type, s->plugin};
+    /* the EPP's name of the point (lua/lupin/generation/points.lua), so
+     * that its dashboards' selectors match */
+    const char *epp[] = {s->epp_point, s->type, s->plugin};
     lh_expo_buckets(p->e, epp, s->buckets, seconds);
     break;
   }

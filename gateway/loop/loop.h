@@ -143,6 +143,8 @@ struct lupin_gateway {
   gw_options opts;
   gw_settings set;
   gw_server *server, *admin;
+  char **routes; /* the API routes proxied (proxy.c) */
+  size_t n_routes;
   gw_endpoint *endpoints;
   size_t n_endpoints;
   uv_fs_event_t *watch;

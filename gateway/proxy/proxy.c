@@ -820,27 +820,45 @@ static void models(lupin_gateway *gw, gw_conn *c) {
 
 /* --- routing ------------------------------------------------------------- */
 
-/* The POST routes proxied: every OpenAI-style route vLLM serves.  Each is
- * checked and parsed by the runtime's row for it (lua/lupin/runtime/openai.lua:
- * the model, the fields it needs, its prompt); a new route is a line here
- * and a row there. */
-static const char *const routes[] = {"/v1/completions",
-                                     "/v1/chat/completions",
-                                     "/v1/embeddings",
-                                     "/v1/responses",
-                                     "/v1/messages",
-                                     "/v1/audio/transcriptions",
-                                     "/v1/audio/translations",
-                                     "/tokenize",
-                                     "/detokenize",
-                                     "/pooling",
-                                     "/classify",
-                                     "/score",
-                                     "/v1/score",
-                                     "/rerank",
-                                     "/v1/rerank",
-                                     "/v2/rerank"};
-#define N_ROUTES (sizeof routes / sizeof routes[0])
+/* The POST routes proxied: the runtime's, one row each in
+ * lua/lupin/runtime/openai.lua (the model, the fields a body needs, its
+ * prompt), so a new route is that row alone.  Read once at start: the
+ * runtime's Lua modules do not change under a reload. */
+typedef struct route_list {
+  lupin_gateway *gw;
+  int failed;
+} route_list;
+
+static void add_route(void *ud, const char *path) {
+  route_list *l = ud;
+  lupin_gateway *gw = l->gw;
+  char **more = l->failed ? NULL : realloc(gw->routes, (gw->n_routes + 1) * sizeof *more);
+  char *copy = more ? strdup(path) : NULL;
+  if (more) gw->routes = more;
+  if (!copy) {
+    l->failed = 1;
+    return;
+  }
+  gw->routes[gw->n_routes++] = copy;
+}
+
+int gw_proxy_routes_open(lupin_gateway *gw, char *err, size_t errlen) {
+  route_list l = {gw, 0};
+  lupin_runtime_routes(gw->rt, add_route, &l);
+  if (l.failed || !gw->n_routes) {
+    lh_errf(err, errlen, "%s", l.failed ? "out of memory" : "the runtime names no API route");
+    return -1;
+  }
+  return 0;
+}
+
+void gw_proxy_routes_free(lupin_gateway *gw) {
+  for (size_t i = 0; i < gw->n_routes; i++)
+    free(gw->routes[i]);
+  free(gw->routes);
+  gw->routes = NULL;
+  gw->n_routes = 0;
+}
 
 static void not_allowed(lupin_gateway *gw, gw_conn *c, const char *path, const char *method) {
   char msg[64];
@@ -854,8 +872,8 @@ static void unknown_route(lupin_gateway *gw, gw_conn *c, gw_http_request *req, c
   lh_buf msg = {0};
   lh_buf_printf(&msg, "unknown route %s %.300s: this gateway serves POST ",
                 http_method_str(req->method), path);
-  for (size_t i = 0; i < N_ROUTES; i++)
-    lh_buf_printf(&msg, "%s%s", i ? ", " : "", routes[i]);
+  for (size_t i = 0; i < gw->n_routes; i++)
+    lh_buf_printf(&msg, "%s%s", i ? ", " : "", gw->routes[i]);
   lh_buf_printf(&msg, " and GET /v1/models");
   reply_error(gw, c, path, 404, msg.data ? msg.data : "unknown route", NULL);
   lh_buf_free(&msg);
@@ -868,10 +886,10 @@ void gw_proxy_handle(void *ud, gw_conn *c, gw_http_request *req) {
   if (len >= sizeof path) len = sizeof path - 1;
   memcpy(path, req->url, len);
   path[len] = 0;
-  for (size_t i = 0; i < N_ROUTES; i++) {
-    if (strcmp(path, routes[i])) continue;
+  for (size_t i = 0; i < gw->n_routes; i++) {
+    if (strcmp(path, gw->routes[i])) continue;
     if (req->method == HTTP_POST)
-      proxy_post(gw, c, req, routes[i]);
+      proxy_post(gw, c, req, gw->routes[i]);
     else
       not_allowed(gw, c, path, "POST");
     return;

@@ -47,6 +47,9 @@ void gw_objectives_free(lupin_gateway *gw);
 
 /* --- the public API (proxy.c) and the admin listener (admin.c) ------------ */
 
+/* The API routes, the runtime's (lupin_runtime_routes), read at start. */
+int gw_proxy_routes_open(lupin_gateway *gw, char *err, size_t errlen);
+void gw_proxy_routes_free(lupin_gateway *gw);
 void gw_proxy_handle(void *gw, gw_conn *c, gw_http_request *req);
 void gw_proxy_cancel_all(lupin_gateway *gw);
 /* Frees the ended exchanges kept for reuse (at the loop's end). */
