@@ -1,8 +1,8 @@
--- Flow control's configuration (docs/flow-control.md).  lupin.config checks
--- the EPP's sections and keeps them (cfg.flow_control, cfg.saturation,
--- cfg.feature_gates); this file adds the objectives (x-gateway-inference-
--- objective -> priority) and makes cfg.flow, what lupin.generation resolves
--- (plugin references) and lupin.flow runs:
+-- Flow control's configuration (docs/flow-control.md), all of it: the
+-- declarations of flowControl and objectives (checked by
+-- lupin.config.walk), their references, cfg.flow_control and cfg.objectives,
+-- and cfg.flow, what lupin.generation resolves (plugin references) and
+-- lupin.flow runs:
 --
 --   flowControl:            # present (or featureGates: [flowControl]): on
 --     maxBytes: 0           # the whole queue; 0: no limit; "1Gi" and such
@@ -25,7 +25,141 @@ M.DEFAULT_DETECTOR = "utilization-detector"
 M.DEFAULT_BAND_BYTES = 1024 ^ 3 -- the EPP's 1Gi
 M.DEFAULT_GC = 300 -- seconds an empty flow is kept (the EPP's flow GC timeout, 5m)
 
-local OBJECTIVE = { name = true, priority = true }
+-- --- the declarations (lupin.config.walk) ---
+
+local function quantity(description)
+  return { type = "quantity", description = description }
+end
+
+local function duration(description)
+  return { type = "duration", description = description }
+end
+
+local function policy(description)
+  return { type = "string", nonempty = true, message = "{key} must be a policy name",
+    description = description }
+end
+
+local function band_fields(priority)
+  return {
+    priority = priority,
+    maxBytes = quantity("the band's queue, in bytes (0: no limit)"),
+    maxRequests = quantity("the band's queue, in requests (0: no limit)"),
+    defaultRequestTTL = duration("how long a request may wait (0: until its client leaves)"),
+    fairnessPolicyRef = policy("which flow is served next"),
+    orderingPolicyRef = policy("which of a flow's requests is served next"),
+  }
+end
+
+local BAND_ORDER = { "priority", "maxBytes", "maxRequests", "defaultRequestTTL",
+  "fairnessPolicyRef", "orderingPolicyRef" }
+
+local PRIORITY = { type = "integer", message = "priority must be an integer, got {got}" }
+
+--- A band's template (defaultPriorityBand, defaultNegativePriorityBand).
+M.BAND = { type = "object", what = "a priority band", known = "a priority band",
+  order = BAND_ORDER, fields = band_fields(PRIORITY) }
+
+--- A band of priorityBands: its priority is required.
+M.PRIORITY_BAND = { type = "object", what = "a priority band", known = "a priority band",
+  order = BAND_ORDER, fields = band_fields({ type = "integer", required = true,
+    message = PRIORITY.message }) }
+
+local function plugin_name(description)
+  return { type = "string", message = '{key} must name a plugin defined under "plugins", got {got}',
+    description = description }
+end
+
+--- flowControl, in llm-d-router's shape.
+M.FLOW_CONTROL = { type = "object", what = "flowControl", known = "the flowControl section",
+  order = { "maxBytes", "maxRequests", "defaultRequestTTL", "noEndpointRequestTTL",
+    "flowGCTimeout", "usageLimitPolicyPluginRef", "bandSelectionPolicyPluginRef",
+    "saturationDetector", "enableEviction", "defaultPriorityBand",
+    "defaultNegativePriorityBand", "priorityBands" },
+  fields = {
+    maxBytes = quantity("the whole queue, in bytes (0: no limit)"),
+    maxRequests = quantity("the whole queue, in requests (0: no limit)"),
+    defaultRequestTTL = duration("how long a request may wait (0: until its client leaves)"),
+    noEndpointRequestTTL = duration("accepted, no effect"),
+    flowGCTimeout = duration("an idle flow (fairness id) goes after this"),
+    usageLimitPolicyPluginRef = plugin_name("accepted, no effect"),
+    bandSelectionPolicyPluginRef = plugin_name("accepted, no effect"),
+    saturationDetector = { type = "object", what = "saturationDetector",
+      known = "flowControl.saturationDetector",
+      fields = { pluginRef = { type = "string", required = true, nonempty = true,
+        or_missing = true, missing = 'missing "pluginRef": name the saturation detector, a'
+          .. ' plugin defined under "plugins"' } } },
+    enableEviction = { type = "boolean", message = "enableEviction must be true or false",
+      description = "accepted, no effect" },
+    defaultPriorityBand = M.BAND,
+    defaultNegativePriorityBand = M.BAND,
+    priorityBands = { type = "array", what = "priorityBands", items = M.PRIORITY_BAND },
+  } }
+
+--- objectives: [{name, priority}], x-gateway-inference-objective -> priority.
+M.OBJECTIVES = { type = "array", messages = { type = "objectives must be an array of {name, priority}" },
+  items = { type = "object", what = "an objective", known = "an objective",
+    order = { "name", "priority" },
+    fields = {
+      name = { type = "string", required = true, nonempty = true,
+        message = "name must be a non-empty string (the value of x-gateway-inference-objective)" },
+      priority = { type = "integer", min = -2 ^ 31 + 1, max = 2 ^ 31 - 1,
+        message = "priority must be an integer, got {got}" },
+    } } }
+
+-- --- what the walk does not check: references, duplicates ---
+
+-- The flowControl fields lupin checks but does not act on, and why: a
+-- config ported from the EPP loads, and its operator is told what differs.
+local IGNORED_FLOW = {
+  { "noEndpointRequestTTL", "a request that finds no endpoint waits as any other, up to its"
+    .. " band's defaultRequestTTL" },
+  { "usageLimitPolicyPluginRef", "lupin has no usage-limit policies; the bands' maxBytes and"
+    .. " maxRequests bound the queue" },
+  { "bandSelectionPolicyPluginRef", "bands are served strictly by priority, highest first" },
+  { "enableEviction", "lupin never evicts a request it has sent to an endpoint" },
+}
+
+--- Checks the references of a walked flowControl f (root, the config as
+--- given) and keeps it as cfg.flow_control.  Returns an error or nil.
+function M.check(E, f, root, cfg)
+  if f == nil then
+    return
+  end
+  for _, k in ipairs({ "usageLimitPolicyPluginRef", "bandSelectionPolicyPluginRef" }) do
+    if f[k] ~= nil and not cfg.plugin_paths[f[k]] then
+      return E:at("flowControl." .. k, '%s must name a plugin defined under "plugins", got %s',
+        k, cjson.encode(f[k]))
+    end
+  end
+  if f.saturationDetector then
+    local ref = f.saturationDetector.pluginRef
+    if not cfg.plugin_paths[ref] then
+      return E:at("flowControl.saturationDetector.pluginRef", "undefined pluginRef %q: no plugin"
+        .. ' of that name under "plugins"', ref)
+    end
+    f.saturationDetector = ref
+  end
+  local seen = {}
+  for i, band in ipairs(f.priorityBands or {}) do
+    local p = ("flowControl.priorityBands[%d]"):format(i - 1)
+    if seen[band.priority] then
+      return E:at(p .. ".priority", "duplicate priority %d (also %s)", band.priority,
+        seen[band.priority])
+    end
+    seen[band.priority] = p
+  end
+  f.priority_bands, f.priorityBands = f.priorityBands or {}, nil
+  f.enableEviction = f.enableEviction == true
+  cfg.flow_control = f
+  for _, k in ipairs(IGNORED_FLOW) do
+    local v = root.flowControl[k[1]]
+    if v ~= nil and v ~= false then
+      local log = require "lupin.log"
+      log.warn("%s", E:at("flowControl." .. k[1], "accepted, no effect in lupin: %s", k[2]))
+    end
+  end
+end
 
 -- A band (or a template) from lupin.config's, the base's values where it
 -- leaves them out; paths name its policy references for errors.
@@ -37,40 +171,6 @@ local function band(b, path, base)
     fairness = b.fairnessPolicyRef or base.fairness, ordering = b.orderingPolicyRef or base.ordering,
     fairness_path = b.fairnessPolicyRef and path .. ".fairnessPolicyRef" or base.fairness_path,
     ordering_path = b.orderingPolicyRef and path .. ".orderingPolicyRef" or base.ordering_path }
-end
-
-local function integer(v)
-  return type(v) == "number" and v == math.floor(v) and v > -2 ^ 31 and v < 2 ^ 31
-end
-
-local function parse_objectives(E, root)
-  local list, out = root.objectives, {}
-  if list == nil then
-    return nil, out
-  end
-  if E.index.kinds.objectives ~= "array" then
-    return E:at("objectives", "objectives must be an array of {name, priority}")
-  end
-  for i, o in ipairs(list) do
-    local path = ("objectives[%d]"):format(i - 1)
-    local err = E:object(o, path, OBJECTIVE, "an objective")
-    if err then
-      return err
-    end
-    if type(o.name) ~= "string" or o.name == "" then
-      return E:at(path .. ".name", "name must be a non-empty string (the value of"
-        .. " x-gateway-inference-objective)")
-    end
-    if out[o.name] then
-      return E:at(path .. ".name", "duplicate objective %q", o.name)
-    end
-    if o.priority ~= nil and not integer(o.priority) then
-      return E:at(path .. ".priority", "priority must be an integer, got %s",
-        cjson.encode(o.priority) or tostring(o.priority))
-    end
-    out[o.name] = o.priority or 0
-  end
-  return nil, out
 end
 
 --- The priorities a request can have, highest first: 0, each objective's,
@@ -98,12 +198,15 @@ function M.levels(objectives, bands)
   return out
 end
 
---- Adds cfg.objectives and, when flow control is on, cfg.flow.  Returns an
---- error "file:line: path: message", or nil.
-function M.parse(E, root, cfg)
-  local err, objectives = parse_objectives(E, root)
-  if err then
-    return err
+--- Adds cfg.objectives from the walked list (nil: none) and, when flow
+--- control is on, cfg.flow.  Returns an error "file:line: path: message", or nil.
+function M.build(E, list, cfg)
+  local objectives = {}
+  for i, o in ipairs(list or {}) do
+    if objectives[o.name] then
+      return E:at(("objectives[%d].name"):format(i - 1), "duplicate objective %q", o.name)
+    end
+    objectives[o.name] = o.priority or 0
   end
   cfg.objectives = objectives
   local fc = cfg.flow_control
