@@ -74,7 +74,7 @@ static void metrics_plugins(lupin_gateway *gw, lh_expo *e) {
 
 static void metrics_requests(lupin_gateway *gw, lh_expo *e) {
   gw_stats *s = &gw->stats;
-  char status[8];
+  char status[12]; /* an int, whatever the compiler proves of i */
   lh_expo_family(e, LH_M_REQUESTS);
   for (int i = 100; i < 600; i++)
     if (s->by_status[i]) {
