@@ -150,7 +150,7 @@ static int find_form_model(const char *text, size_t len, const char *content_typ
 }
 
 int gw_rewrite_model(lh_buf *body, const char *content_type, const char *model, char **was) {
-  size_t at, n;
+  size_t at = 0, n = 0; /* set by the find on success; -O1 cannot tell */
   int form = content_type && !strncasecmp(content_type, "multipart/form-data", 19);
   if (!body->data || (form ? find_form_model(body->data, body->len, content_type, &at, &n)
                            : find_model(body->data, body->len, &at, &n)))
