@@ -92,9 +92,13 @@ function M.start(cmd)
   local p = { out = ("%s/%d.out"):format(dir, seq), err = ("%s/%d.err"):format(dir, seq),
     rc = ("%s/%d.rc"):format(dir, seq) }
   local pidfile = ("%s/%d.pid"):format(dir, seq)
-  -- the inner shell records the exit status; exec keeps signals going to cmd
-  local inner = ("%s > %s 2> %s & echo $! > %s; wait $!; echo $? > %s"):format(
-    "exec " .. ENV .. cmd, p.out, p.err, pidfile, p.rc)
+  -- the inner shell records the exit status; exec keeps signals going to cmd.
+  -- The status file appears whole, renamed into place: callers take "p.rc
+  -- exists" for "exited with the status in it", and `echo $? > rc` creates
+  -- the file empty before it writes (read in between: no status, which
+  -- hostile_start_spec once took for a process that had not exited).
+  local inner = ("%s > %s 2> %s & echo $! > %s; wait $!; echo $? > %s.tmp; mv -f %s.tmp %s"):format(
+    "exec " .. ENV .. cmd, p.out, p.err, pidfile, p.rc, p.rc, p.rc)
   os.execute(("sh -c %s > /dev/null 2>&1 &"):format(sh_quote(inner)))
   p.pid = M.poll(function()
     local s = read(pidfile)
