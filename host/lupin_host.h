@@ -12,6 +12,8 @@
  *                       detection: the decisions, the time passed in
  *   log.c               diagnostic and access log lines, the admin token's
  *                       comparison
+ *   admin_json.c        the admin API's JSON answers: endpoints, requests in
+ *                       flight, generations, a reload's result, leaks
  *
  * Prefix lh_ ("lupin host"): short like the gateway's gw_, distinct from
  * the core's lupin_ (this library is not the embedding API) and from gw_
@@ -308,5 +310,70 @@ int lh_access_line(lh_buf *b, const lh_access *a);
 /* Whether given is the admin token, in a time that does not tell how much
  * of it was right. */
 int lh_same_secret(const char *given, const char *token);
+
+/* --- the admin API's JSON answers (admin_json.c) --------------------------- */
+
+/* Each answer is appended to b, built from lupin.h calls and what the host
+ * passes in; the host routes the request and writes the reply.  A list is
+ * opened, given its items (each knows whether it is the first by what b
+ * ends with), and closed with lh_admin_list_end ("]}" and a newline). */
+void lh_admin_list_end(lh_buf *b);
+
+/* GET /admin/endpoints: {"endpoints":[...]}, one object per endpoint as the
+ * host knows it. */
+typedef struct lh_endpoint_view {
+  const char *name, *address;
+  const char *const *addresses; /* resolved, in the order connects try them */
+  int n_addresses;
+  int port;
+  double scraped_at; /* lupin_now() of the last good scrape, 0: never */
+  uint64_t scrapes, scrape_errors;
+  size_t idle_connections;
+  const lupin_metrics *metrics;            /* NULL: none yet */
+  const char *running_lora, *waiting_lora; /* as scraped, NULL: none */
+  const lh_health *health;                 /* NULL: healthy */
+} lh_endpoint_view;
+void lh_admin_endpoints_open(lh_buf *b);
+/* fresh: scraped no longer than stale_seconds before now (lupin_now()) */
+void lh_admin_endpoint(lh_buf *b, const lh_endpoint_view *v, double now, double stale_seconds);
+
+/* GET /admin/requests: {"requests":[...]}, the requests in flight. */
+typedef struct lh_request_view {
+  const lupin_request *req; /* its id and generation */
+  const char *model, *path;
+  const char *endpoint; /* host:port of the current attempt, NULL: none */
+  int stream;
+  double age_seconds;
+  int worker; /* the thread (runtime) it runs on */
+} lh_request_view;
+void lh_admin_requests_open(lh_buf *b);
+void lh_admin_request(lh_buf *b, const lh_request_view *v);
+
+/* GET /admin/generations: {"current":N,"generations":[...] of rt, then
+ * "workers":[...]: each runtime's {"worker","current","generations"},
+ * closed with lh_admin_list_end.  lh_admin_generations: all of it for a
+ * host with one runtime. */
+void lh_admin_generations_open(lh_buf *b, lupin_runtime *rt);
+void lh_admin_generations_worker(lh_buf *b, lupin_runtime *rt, int worker);
+void lh_admin_generations(lh_buf *b, lupin_runtime *rt);
+
+/* POST /admin/reload's answer once the new generation is in. */
+void lh_admin_reloaded(lh_buf *b, uint64_t generation, double seconds);
+
+/* POST /admin/leaks: a full collection of each runtime (it blocks its
+ * thread for that), then whatever request state outlived its request;
+ * tells tables merely not yet collected (lupin_stats.live_request_tables)
+ * from a leak.  Start from {0}; lh_leaks_check on each runtime (worker >= 0
+ * prefixes its report lines with "worker N: ", -1 not), then the answer:
+ * lh_admin_leaks, or when failed the message of lh_leaks_failure. */
+typedef struct lh_leaks {
+  int leaked, failed;
+  lupin_stats st; /* live_requests, live_request_tables, lua_memory: summed */
+  lh_buf report;
+} lh_leaks;
+void lh_leaks_check(lh_leaks *l, lupin_runtime *rt, int worker);
+void lh_admin_leaks(lh_buf *b, const lh_leaks *l);
+void lh_leaks_failure(lh_buf *msg, const lh_leaks *l);
+void lh_leaks_free(lh_leaks *l);
 
 #endif
