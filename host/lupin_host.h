@@ -14,6 +14,8 @@
  *                       comparison
  *   admin_json.c        the admin API's JSON answers: endpoints, requests in
  *                       flight, generations, a reload's result, leaks
+ *   explain_ring.c      explain records kept in a ring (one lock, pthreads):
+ *                       the ids listed, one record with the host's attempts
  *
  * Prefix lh_ ("lupin host"): short like the gateway's gw_, distinct from
  * the core's lupin_ (this library is not the embedding API) and from gw_
@@ -375,5 +377,26 @@ void lh_leaks_check(lh_leaks *l, lupin_runtime *rt, int worker);
 void lh_admin_leaks(lh_buf *b, const lh_leaks *l);
 void lh_leaks_failure(lh_buf *msg, const lh_leaks *l);
 void lh_leaks_free(lh_leaks *l);
+
+/* --- explain records kept (explain_ring.c) --------------------------------- */
+
+/* The last `kept` records, by request id, under one lock (pthreads): any
+ * thread keeps, the admin API reads. */
+typedef struct lh_explain_ring lh_explain_ring;
+lh_explain_ring *lh_explain_ring_new(size_t kept);
+void lh_explain_ring_free(lh_explain_ring *r);
+size_t lh_explain_ring_kept(const lh_explain_ring *r);
+/* Keeps json (malloc'd: the ring takes it, frees it on failure) as id's,
+ * the oldest record out. */
+void lh_explain_keep(lh_explain_ring *r, const char *id, char *json);
+/* A malloc'd copy of the newest record of id, or NULL. */
+char *lh_explain_find(lh_explain_ring *r, const char *id);
+/* GET /admin/explain: {"kept":N,"ids":[...]}, newest first. */
+void lh_explain_ids(lh_buf *b, lh_explain_ring *r);
+/* The runtime's record of req with the host's part, "gateway": the answer's
+ * status, the outcome, the time taken and the attempts' JSON objects
+ * (comma-separated, may be NULL); -1 when req has no record. */
+int lh_explain_record(lh_buf *b, lupin_request *req, int status, const char *outcome,
+                      double total_ms, const char *attempts, size_t attempts_len);
 
 #endif
