@@ -14,6 +14,8 @@
  *                       comparison
  *   admin_json.c        the admin API's JSON answers: endpoints, requests in
  *                       flight, generations, a reload's result, leaks
+ *   flows_json.c        flow control's queue as the admin API shows it, summed
+ *                       over a host's runtimes
  *   explain_ring.c      explain records kept in a ring (one lock, pthreads):
  *                       the ids listed, one record with the host's attempts
  *
@@ -377,6 +379,23 @@ void lh_leaks_check(lh_leaks *l, lupin_runtime *rt, int worker);
 void lh_admin_leaks(lh_buf *b, const lh_leaks *l);
 void lh_leaks_failure(lh_buf *msg, const lh_leaks *l);
 void lh_leaks_free(lh_leaks *l);
+
+/* --- flow control's queue, as JSON (flows_json.c) -------------------------- */
+
+/* GET /admin/flows: {"enabled","bands":[...],"saturated"}, the bands of
+ * every runtime summed by priority (highest first), their flows by fairness
+ * id.  Start from {0}, lh_flows_add each runtime (on the thread it runs
+ * on: its strings are copied), then lh_admin_flows and lh_flows_free. */
+typedef struct lh_flow_band lh_flow_band;
+typedef struct lh_flows {
+  lh_flow_band *bands;
+  size_t n_bands;
+  lh_flow_band *band; /* reading: the band the next flows belong to */
+  int on, saturated;  /* on: a runtime has flow control */
+} lh_flows;
+void lh_flows_add(lh_flows *m, lupin_runtime *rt);
+void lh_admin_flows(lh_buf *b, lh_flows *m);
+void lh_flows_free(lh_flows *m);
 
 /* --- explain records kept (explain_ring.c) --------------------------------- */
 

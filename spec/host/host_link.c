@@ -20,6 +20,39 @@ static const char config[] = "{\"plugins\":[{\"type\":\"queue-scorer\"},"
                              "{\"pluginRef\":\"queue-scorer\"},"
                              "{\"pluginRef\":\"max-score-picker\"}]}]}";
 
+/* flowControl on, nothing queued: the bands the config made. */
+static const char flow_config[] =
+    "{\"plugins\":[{\"type\":\"queue-scorer\"},{\"type\":\"max-score-picker\"},"
+    "{\"type\":\"concurrency-detector\",\"parameters\":{\"maxConcurrency\":1}}],"
+    "\"schedulingProfiles\":[{\"name\":\"default\",\"plugins\":["
+    "{\"pluginRef\":\"queue-scorer\"},{\"pluginRef\":\"max-score-picker\"}]}],"
+    "\"saturationDetector\":{\"pluginRef\":\"concurrency-detector\"},\"flowControl\":{}}";
+
+/* /admin/flows of two runtimes (a host's threads), one with flow control. */
+static void flows(lupin_runtime *without) {
+  char err[2048];
+  lupin_runtime *with = lupin_runtime_new(NULL, err, sizeof err);
+  if (!with || lupin_runtime_load_string(with, flow_config, "host-link", err, sizeof err)) {
+    printf("flow runtime failed: %s\n", err);
+    lupin_runtime_free(with);
+    return;
+  }
+  lh_buf b = {0};
+  lh_flows off = {0}, on = {0};
+  lh_flows_add(&off, without);
+  lh_admin_flows(&b, &off);
+  printf("flows off %s", b.data);
+  b.len = 0;
+  lh_flows_add(&on, without);
+  lh_flows_add(&on, with);
+  lh_admin_flows(&b, &on);
+  printf("flows on %s", b.data);
+  lh_flows_free(&off);
+  lh_flows_free(&on);
+  lh_buf_free(&b);
+  lupin_runtime_free(with);
+}
+
 /* One explained request: its record (with an attempt) kept in the ring. */
 static void explained(lupin_runtime *rt, lh_explain_ring *ring, const char *id, lh_buf *requests) {
   static const char body[] = "{\"model\":\"m\",\"prompt\":\"hi\"}";
@@ -141,6 +174,7 @@ static int admin(void) {
   printf("leaks %s", b.data);
   lh_leaks_free(&l);
   lh_buf_free(&b);
+  flows(rt);
   lupin_runtime_free(rt);
   return 0;
 }

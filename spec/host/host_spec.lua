@@ -87,6 +87,15 @@ describe("the host library", function()
     assert.is_true(leaks.lua_memory_bytes > 0)
   end)
 
+  it("sums flow control's queue over runtimes, off when none has it", function()
+    local got, out = answers()
+    assert.same({ enabled = false, bands = {} }, assert(got["flows off"], out))
+    local on = assert(got["flows on"], out)
+    assert.is_true(on.enabled)
+    assert.same({}, on.bands) -- nothing queued
+    assert.equal("boolean", type(on.saturated))
+  end)
+
   it("keeps explain records in a ring: the newest first, the oldest aged out", function()
     local got, out = answers()
     assert.same({ kept = 2, ids = { "req-3", "req-2" } }, got.explain)
