@@ -12,6 +12,12 @@
  *                       detection: the decisions, the time passed in
  *   log.c               diagnostic and access log lines, the admin token's
  *                       comparison
+ *   admin_json.c        the admin API's JSON answers: endpoints, requests in
+ *                       flight, generations, a reload's result, leaks
+ *   flows_json.c        flow control's queue as the admin API shows it, summed
+ *                       over a host's runtimes
+ *   explain_ring.c      explain records kept in a ring (one lock, pthreads):
+ *                       the ids listed, one record with the host's attempts
  *
  * Prefix lh_ ("lupin host"): short like the gateway's gw_, distinct from
  * the core's lupin_ (this library is not the embedding API) and from gw_
@@ -308,5 +314,108 @@ int lh_access_line(lh_buf *b, const lh_access *a);
 /* Whether given is the admin token, in a time that does not tell how much
  * of it was right. */
 int lh_same_secret(const char *given, const char *token);
+
+/* --- the admin API's JSON answers (admin_json.c) --------------------------- */
+
+/* Each answer is appended to b, built from lupin.h calls and what the host
+ * passes in; the host routes the request and writes the reply.  A list is
+ * opened, given its items (each knows whether it is the first by what b
+ * ends with), and closed with lh_admin_list_end ("]}" and a newline). */
+void lh_admin_list_end(lh_buf *b);
+
+/* GET /admin/endpoints: {"endpoints":[...]}, one object per endpoint as the
+ * host knows it. */
+typedef struct lh_endpoint_view {
+  const char *name, *address;
+  const char *const *addresses; /* resolved, in the order connects try them */
+  int n_addresses;
+  int port;
+  double scraped_at; /* lupin_now() of the last good scrape, 0: never */
+  uint64_t scrapes, scrape_errors;
+  size_t idle_connections;
+  const lupin_metrics *metrics;            /* NULL: none yet */
+  const char *running_lora, *waiting_lora; /* as scraped, NULL: none */
+  const lh_health *health;                 /* NULL: healthy */
+} lh_endpoint_view;
+void lh_admin_endpoints_open(lh_buf *b);
+/* fresh: scraped no longer than stale_seconds before now (lupin_now()) */
+void lh_admin_endpoint(lh_buf *b, const lh_endpoint_view *v, double now, double stale_seconds);
+
+/* GET /admin/requests: {"requests":[...]}, the requests in flight. */
+typedef struct lh_request_view {
+  const lupin_request *req; /* its id and generation */
+  const char *model, *path;
+  const char *endpoint; /* host:port of the current attempt, NULL: none */
+  int stream;
+  double age_seconds;
+  int worker; /* the thread (runtime) it runs on */
+} lh_request_view;
+void lh_admin_requests_open(lh_buf *b);
+void lh_admin_request(lh_buf *b, const lh_request_view *v);
+
+/* GET /admin/generations: {"current":N,"generations":[...] of rt, then
+ * "workers":[...]: each runtime's {"worker","current","generations"},
+ * closed with lh_admin_list_end.  lh_admin_generations: all of it for a
+ * host with one runtime. */
+void lh_admin_generations_open(lh_buf *b, lupin_runtime *rt);
+void lh_admin_generations_worker(lh_buf *b, lupin_runtime *rt, int worker);
+void lh_admin_generations(lh_buf *b, lupin_runtime *rt);
+
+/* POST /admin/reload's answer once the new generation is in. */
+void lh_admin_reloaded(lh_buf *b, uint64_t generation, double seconds);
+
+/* POST /admin/leaks: a full collection of each runtime (it blocks its
+ * thread for that), then whatever request state outlived its request;
+ * tells tables merely not yet collected (lupin_stats.live_request_tables)
+ * from a leak.  Start from {0}; lh_leaks_check on each runtime (worker >= 0
+ * prefixes its report lines with "worker N: ", -1 not), then the answer:
+ * lh_admin_leaks, or when failed the message of lh_leaks_failure. */
+typedef struct lh_leaks {
+  int leaked, failed;
+  lupin_stats st; /* live_requests, live_request_tables, lua_memory: summed */
+  lh_buf report;
+} lh_leaks;
+void lh_leaks_check(lh_leaks *l, lupin_runtime *rt, int worker);
+void lh_admin_leaks(lh_buf *b, const lh_leaks *l);
+void lh_leaks_failure(lh_buf *msg, const lh_leaks *l);
+void lh_leaks_free(lh_leaks *l);
+
+/* --- flow control's queue, as JSON (flows_json.c) -------------------------- */
+
+/* GET /admin/flows: {"enabled","bands":[...],"saturated"}, the bands of
+ * every runtime summed by priority (highest first), their flows by fairness
+ * id.  Start from {0}, lh_flows_add each runtime (on the thread it runs
+ * on: its strings are copied), then lh_admin_flows and lh_flows_free. */
+typedef struct lh_flow_band lh_flow_band;
+typedef struct lh_flows {
+  lh_flow_band *bands;
+  size_t n_bands;
+  lh_flow_band *band; /* reading: the band the next flows belong to */
+  int on, saturated;  /* on: a runtime has flow control */
+} lh_flows;
+void lh_flows_add(lh_flows *m, lupin_runtime *rt);
+void lh_admin_flows(lh_buf *b, lh_flows *m);
+void lh_flows_free(lh_flows *m);
+
+/* --- explain records kept (explain_ring.c) --------------------------------- */
+
+/* The last `kept` records, by request id, under one lock (pthreads): any
+ * thread keeps, the admin API reads. */
+typedef struct lh_explain_ring lh_explain_ring;
+lh_explain_ring *lh_explain_ring_new(size_t kept);
+void lh_explain_ring_free(lh_explain_ring *r);
+size_t lh_explain_ring_kept(const lh_explain_ring *r);
+/* Keeps json (malloc'd: the ring takes it, frees it on failure) as id's,
+ * the oldest record out. */
+void lh_explain_keep(lh_explain_ring *r, const char *id, char *json);
+/* A malloc'd copy of the newest record of id, or NULL. */
+char *lh_explain_find(lh_explain_ring *r, const char *id);
+/* GET /admin/explain: {"kept":N,"ids":[...]}, newest first. */
+void lh_explain_ids(lh_buf *b, lh_explain_ring *r);
+/* The runtime's record of req with the host's part, "gateway": the answer's
+ * status, the outcome, the time taken and the attempts' JSON objects
+ * (comma-separated, may be NULL); -1 when req has no record. */
+int lh_explain_record(lh_buf *b, lupin_request *req, int status, const char *outcome,
+                      double total_ms, const char *attempts, size_t attempts_len);
 
 #endif

@@ -274,131 +274,76 @@ static void metrics(lupin_gateway *gw, gw_conn *c) {
   lh_buf_free(&merged);
 }
 
-/* --- JSON views ---------------------------------------------------------- */
+/* --- JSON views: host/admin_json.c writes them ---------------------------- */
+
+static void reply_json(gw_conn *c, lh_buf *b) {
+  reply(c, 200, "application/json", b);
+  lh_buf_free(b);
+}
 
 static void endpoints(lupin_gateway *gw, gw_conn *c) {
   lh_buf b = {0};
   double now = lupin_now(), stale = (double)gw->set.metrics_staleness_ms / 1000;
-  lh_buf_printf(&b, "{\"endpoints\":[");
+  lh_admin_endpoints_open(&b);
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next) {
-    const lupin_metrics *m = &ep->metrics;
-    lh_buf_printf(&b, "%s{\"name\":", ep == gw->endpoints ? "" : ",");
-    lh_buf_json(&b, ep->name);
-    lh_buf_printf(&b, ",\"address\":");
-    lh_buf_json(&b, ep->address);
-    lh_buf_printf(&b, ",\"addresses\":[");
+    char names[GW_MAX_ADDRS][80];
+    const char *addresses[GW_MAX_ADDRS];
     for (int i = 0; i < ep->n_addrs; i++) { /* in the order connects try them */
-      char name[80];
-      gw_addr_name(&ep->addrs[(ep->addr_first + i) % ep->n_addrs], name, sizeof name);
-      lh_buf_printf(&b, "%s\"%s\"", i ? "," : "", name);
+      gw_addr_name(&ep->addrs[(ep->addr_first + i) % ep->n_addrs], names[i], sizeof names[i]);
+      addresses[i] = names[i];
     }
-    lh_buf_printf(&b, "]");
-    lh_buf_printf(&b, ",\"port\":%d,\"fresh\":%s,\"scrape_age_seconds\":", ep->port,
-                  ep->scraped_at && now - ep->scraped_at <= stale ? "true" : "false");
-    lh_buf_number(&b, ep->scraped_at ? now - ep->scraped_at : -1);
-    lh_buf_printf(&b,
-                  ",\"scrapes\":%llu,\"scrape_errors\":%llu,\"idle_connections\":%zu,"
-                  "\"metrics\":{",
-                  (unsigned long long)ep->scrapes, (unsigned long long)ep->scrape_errors,
-                  ep->pools[GW_POOL_GEN].n_idle);
-    /* numbers a host or a scrape set: JSON has no NaN or Infinity, null then */
-    static const char *const keys[] = {"waiting_queue_size", "running_requests", "kv_cache_usage",
-                                       "max_lora",           "cache_block_size", "num_blocks"};
-    double v[] = {m->waiting_queue_size, m->running_requests, m->kv_cache_usage,
-                  m->max_lora,           m->cache_block_size, m->num_blocks};
-    for (int k = 0; k < 6; k++) {
-      lh_buf_printf(&b, "\"%s\":", keys[k]);
-      lh_buf_number(&b, v[k]);
-      lh_buf_printf(&b, ",");
-    }
-    lh_buf_printf(&b, "\"running_lora_adapters\":");
-    lh_buf_json(&b, ep->running_lora);
-    lh_buf_printf(&b, ",\"waiting_lora_adapters\":");
-    lh_buf_json(&b, ep->waiting_lora);
-    const lh_health *h = &ep->health;
-    lh_buf_printf(&b,
-                  "},\"health\":{\"state\":\"%s\",\"consecutive_errors\":%llu,"
-                  "\"consecutive_scrape_failures\":%llu,\"ejections\":%llu,"
-                  "\"restorations\":%llu,\"ejected_for_seconds\":%.3f,"
-                  "\"last_ejection_unix\":%.3f,\"last_error\":",
-                  lh_health_state_name(h->state), (unsigned long long)h->errors,
-                  (unsigned long long)h->scrape_failures, (unsigned long long)h->ejections,
-                  (unsigned long long)h->restorations,
-                  h->state == LH_EJECTED && h->ejected_until > now ? h->ejected_until - now : 0,
-                  h->ejected_unix);
-    lh_buf_json(&b, h->last_error);
-    lh_buf_printf(&b, "}}");
+    lh_endpoint_view v = {.name = ep->name,
+                          .address = ep->address,
+                          .addresses = addresses,
+                          .n_addresses = ep->n_addrs,
+                          .port = ep->port,
+                          .scraped_at = ep->scraped_at,
+                          .scrapes = ep->scrapes,
+                          .scrape_errors = ep->scrape_errors,
+                          .idle_connections = ep->pools[GW_POOL_GEN].n_idle,
+                          .metrics = &ep->metrics,
+                          .running_lora = ep->running_lora,
+                          .waiting_lora = ep->waiting_lora,
+                          .health = &ep->health};
+    lh_admin_endpoint(&b, &v, now, stale);
   }
-  lh_buf_printf(&b, "]}\n");
-  reply(c, 200, "application/json", &b);
-  lh_buf_free(&b);
+  lh_admin_list_end(&b);
+  reply_json(c, &b);
 }
 
 /* One worker's requests in flight, appended to the list in b. */
 static void requests_of(lupin_gateway *gw, void *arg) {
-  lh_buf *b = arg;
   double now = lupin_now();
-  for (gw_exchange *x = gw->exchanges; x; x = x->next) {
-    lh_buf_printf(b, "%s{\"id\":", b->data[b->len - 1] == '[' ? "" : ",");
-    lh_buf_json(b, lupin_request_id(x->req));
-    lh_buf_printf(b, ",\"model\":");
-    lh_buf_json(b, x->model);
-    lh_buf_printf(b, ",\"path\":");
-    lh_buf_json(b, x->path);
-    lh_buf_printf(b, ",\"endpoint\":");
-    lh_buf_json(b, x->ep ? x->ep->hostport : "");
-    lh_buf_printf(b, ",\"stream\":%s,\"age_seconds\":%.3f,\"generation\":%llu,\"worker\":%d}",
-                  x->stream ? "true" : "false", now - x->started,
-                  (unsigned long long)lupin_request_generation(x->req), gw->worker);
-  }
+  for (gw_exchange *x = gw->exchanges; x; x = x->next)
+    lh_admin_request(arg, &(lh_request_view){.req = x->req,
+                                             .model = x->model,
+                                             .path = x->path,
+                                             .endpoint = x->ep ? x->ep->hostport : "",
+                                             .stream = x->stream,
+                                             .age_seconds = now - x->started,
+                                             .worker = gw->worker});
 }
 
 static void requests(lupin_gateway *gw, gw_conn *c) {
   lh_buf b = {0};
-  lh_buf_printf(&b, "{\"requests\":[");
+  lh_admin_requests_open(&b);
   gw_workers_each(gw, requests_of, &b);
-  lh_buf_printf(&b, "]}\n");
-  reply(c, 200, "application/json", &b);
-  lh_buf_free(&b);
+  lh_admin_list_end(&b);
+  reply_json(c, &b);
 }
 
-static void generation_json(void *ud, const lupin_generation_info *g) {
-  lh_buf *b = ud;
-  lh_buf_printf(
-      b, "%s{\"number\":%llu,\"current\":%s,\"source\":", b->data[b->len - 1] == '[' ? "" : ",",
-      (unsigned long long)g->number, g->current ? "true" : "false");
-  lh_buf_json(b, g->source);
-  lh_buf_printf(b,
-                ",\"digest\":\"%s\",\"loaded_at\":%.3f,\"age_seconds\":%.3f,"
-                "\"load_seconds\":%.6f,\"pinned\":%llu}",
-                g->digest, g->loaded_unix, lupin_now() - g->loaded_at, g->load_seconds,
-                (unsigned long long)g->pinned);
-}
-
-/* {"worker", "current", "generations"} of one worker. */
 static void generations_of(lupin_gateway *gw, void *arg) {
-  lh_buf *b = arg;
-  lupin_stats st;
-  lupin_runtime_stats(gw->rt, &st);
-  lh_buf_printf(b, "%s{\"worker\":%d,\"current\":%llu,\"generations\":[", gw->worker ? "," : "",
-                gw->worker, (unsigned long long)st.generation);
-  lupin_runtime_generations(gw->rt, generation_json, b);
-  lh_buf_printf(b, "]}");
+  lh_admin_generations_worker(arg, gw->rt, gw->worker);
 }
 
 /* The leader's generations, as with one worker, then every worker's: a
  * reload swaps them together, so they differ only while one is pinned. */
 static void generations(lupin_gateway *gw, gw_conn *c) {
   lh_buf b = {0};
-  lupin_stats st;
-  lupin_runtime_stats(gw->rt, &st);
-  lh_buf_printf(&b, "{\"current\":%llu,\"generations\":[", (unsigned long long)st.generation);
-  lupin_runtime_generations(gw->rt, generation_json, &b);
-  lh_buf_printf(&b, "],\"workers\":[");
+  lh_admin_generations_open(&b, gw->rt);
   gw_workers_each(gw, generations_of, &b);
-  lh_buf_printf(&b, "]}\n");
-  reply(c, 200, "application/json", &b);
-  lh_buf_free(&b);
+  lh_admin_list_end(&b);
+  reply_json(c, &b);
 }
 
 static void reload(lupin_gateway *gw, gw_conn *c) {
@@ -410,34 +355,12 @@ static void reload(lupin_gateway *gw, gw_conn *c) {
     return;
   }
   lh_buf b = {0};
-  lh_buf_printf(&b, "{\"reloaded\":true,\"generation\":%llu,\"duration_seconds\":%.6f}\n",
-                (unsigned long long)n, dt);
-  reply(c, 200, "application/json", &b);
-  lh_buf_free(&b);
+  lh_admin_reloaded(&b, n, dt);
+  reply_json(c, &b);
 }
 
-/* A full collection, then whatever request state outlived its request: lets
- * an operator tell tables merely not yet collected (lupin_live_request_tables
- * counts those) from a leak.  Blocks the loop for the collection (ms). */
-typedef struct leak_run {
-  int leaked, failed;
-  lupin_stats st; /* summed */
-  lh_buf report;
-} leak_run;
-
 static void leaks_of(lupin_gateway *gw, void *arg) {
-  leak_run *r = arg;
-  char report[4096];
-  int n = lupin_runtime_check_leaks(gw->rt, report, sizeof report);
-  if (n < 0) r->failed = 1;
-  if (n > 0) r->leaked += n;
-  if (n != 0 && gw_workers_count(gw) > 1) lh_buf_printf(&r->report, "worker %d: ", gw->worker);
-  if (n != 0) lh_buf_printf(&r->report, "%s\n", report);
-  lupin_stats st;
-  lupin_runtime_stats(gw->rt, &st);
-  r->st.live_requests += st.live_requests;
-  r->st.live_request_tables += st.live_request_tables;
-  r->st.lua_memory += st.lua_memory;
+  lh_leaks_check(arg, gw->rt, gw_workers_count(gw) > 1 ? gw->worker : -1);
 }
 
 /* A full collection, then whatever request state outlived its request: lets
@@ -445,27 +368,18 @@ static void leaks_of(lupin_gateway *gw, void *arg) {
  * counts those) from a leak.  Blocks each worker's loop for its collection
  * (ms). */
 static void leaks(lupin_gateway *gw, gw_conn *c) {
-  leak_run r = {0};
+  lh_leaks r = {0};
+  lh_buf b = {0};
   gw_workers_each(gw, leaks_of, &r);
   if (r.failed) {
-    lh_buf msg = {0};
-    lh_buf_printf(&msg, "the leak check failed: %s", r.report.data ? r.report.data : "");
-    gw_conn_error(c, 500, msg.data, NULL, NULL, 0);
-    lh_buf_free(&msg);
-    lh_buf_free(&r.report);
-    return;
+    lh_leaks_failure(&b, &r);
+    gw_conn_error(c, 500, b.data, NULL, NULL, 0);
+    lh_buf_free(&b);
+  } else {
+    lh_admin_leaks(&b, &r);
+    reply_json(c, &b);
   }
-  lh_buf b = {0};
-  lh_buf_printf(&b,
-                "{\"leaked\":%d,\"live_requests\":%llu,\"live_request_tables\":%llu,"
-                "\"lua_memory_bytes\":%llu,\"report\":",
-                r.leaked, (unsigned long long)r.st.live_requests,
-                (unsigned long long)r.st.live_request_tables, (unsigned long long)r.st.lua_memory);
-  lh_buf_json(&b, r.report.data ? r.report.data : "");
-  lh_buf_printf(&b, "}\n");
-  reply(c, 200, "application/json", &b);
-  lh_buf_free(&b);
-  lh_buf_free(&r.report);
+  lh_leaks_free(&r);
 }
 
 static void text(gw_conn *c, int status, const char *msg) {

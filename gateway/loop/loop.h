@@ -40,7 +40,6 @@ typedef struct gw_exchange gw_exchange;
 typedef struct gw_workers gw_workers;
 typedef struct gw_inbox gw_inbox;
 typedef struct gw_objective gw_objective;
-typedef struct gw_explain_ring gw_explain_ring;
 typedef struct gw_watch gw_watch;
 
 /* --- timeouts pushed back by a store (timer.c) ---------------------------- */
@@ -187,7 +186,7 @@ struct lupin_gateway {
   uint64_t body_bytes;
   uint64_t refused_in_flight, refused_body_bytes;
   uint64_t empty_endpoints_kept; /* empty endpoints lists not applied (leader) */
-  gw_explain_ring *explain_ring; /* explain.c: the leader's, shared */
+  lh_explain_ring *explain_ring; /* proxy/explain.c: the leader's, shared */
   /* workers (workers.c): this one's index, 0 for the leader */
   int worker;
   gw_workers *workers;

@@ -24,69 +24,17 @@
 #include <string.h>
 #include <strings.h>
 
-/* One ring for the process: the leader makes it, every worker keeps its
- * records there (under the lock), the admin API reads it. */
-struct gw_explain_ring {
-  uv_mutex_t lock;
-  struct {
-    char *id, *json;
-  } slot[GW_EXPLAIN_RING];
-  size_t next; /* the slot the next record takes */
-};
-
+/* One ring for the process (host/explain_ring.c): the leader makes it,
+ * every worker keeps its records there, the admin API reads it. */
 int gw_explain_open(lupin_gateway *gw, const lupin_gateway *leader) {
-  if (leader) {
-    gw->explain_ring = leader->explain_ring;
-    return 0;
-  }
-  gw->explain_ring = calloc(1, sizeof *gw->explain_ring);
-  if (!gw->explain_ring) return -1;
-  uv_mutex_init(&gw->explain_ring->lock);
-  return 0;
+  gw->explain_ring = leader ? leader->explain_ring : lh_explain_ring_new(GW_EXPLAIN_RING);
+  return gw->explain_ring ? 0 : -1;
 }
 
 void gw_explain_free(lupin_gateway *gw) {
-  gw_explain_ring *r = gw->explain_ring;
+  lh_explain_ring *r = gw->explain_ring;
   gw->explain_ring = NULL;
-  if (!r || gw->worker) return; /* the leader's: freed once every worker is gone */
-  for (size_t i = 0; i < GW_EXPLAIN_RING; i++) {
-    free(r->slot[i].id);
-    free(r->slot[i].json);
-  }
-  uv_mutex_destroy(&r->lock);
-  free(r);
-}
-
-static void keep(lupin_gateway *gw, const char *id, char *json) {
-  gw_explain_ring *r = gw->explain_ring;
-  char *copy = strdup(id);
-  if (!r || !copy) {
-    free(copy);
-    free(json);
-    return;
-  }
-  uv_mutex_lock(&r->lock);
-  size_t i = r->next;
-  free(r->slot[i].id);
-  free(r->slot[i].json);
-  r->slot[i].id = copy;
-  r->slot[i].json = json;
-  r->next = (i + 1) % GW_EXPLAIN_RING;
-  uv_mutex_unlock(&r->lock);
-}
-
-/* A copy of the newest record of id, or NULL. */
-static char *find(lupin_gateway *gw, const char *id) {
-  gw_explain_ring *r = gw->explain_ring;
-  char *found = NULL;
-  if (!r) return NULL;
-  uv_mutex_lock(&r->lock);
-  for (size_t k = 1; k <= GW_EXPLAIN_RING && !found; k++) {
-    size_t i = (r->next + GW_EXPLAIN_RING - k) % GW_EXPLAIN_RING;
-    if (r->slot[i].id && !strcmp(r->slot[i].id, id)) found = strdup(r->slot[i].json);
-  }
-  uv_mutex_unlock(&r->lock);
-  return found;
+  if (!gw->worker) lh_explain_ring_free(r); /* the leader's: freed once every worker is gone */
 }
 
 /* --- the request header -------------------------------------------------- */
@@ -130,17 +78,11 @@ size_t gw_explain_headers(const gw_exchange *x, lupin_header *out) {
 /* The runtime's record with the gateway's part: the answer and every attempt. */
 void gw_explain_ended(gw_exchange *x, int status, const char *outcome) {
   if (x->explain <= 0) return;
-  size_t len;
-  const char *json = lupin_request_explain(x->req, LUPIN_EXPLAIN_JSON, &len);
-  if (!json || len < 2) return;
   lh_buf b = {0};
-  lh_buf_append(&b, json, len - 1); /* without its closing brace */
-  lh_buf_printf(&b,
-                ",\"gateway\":{\"status\":%d,\"outcome\":\"%s\",\"total_ms\":%.3f,"
-                "\"attempts\":[%.*s]}}\n",
-                status, outcome, (lupin_now() - x->started) * 1000, (int)x->attempt_log.len,
-                x->attempt_log.data ? x->attempt_log.data : "");
-  if (b.data) keep(x->gw, lupin_request_id(x->req), b.data);
+  if (lh_explain_record(&b, x->req, status, outcome, (lupin_now() - x->started) * 1000,
+                        x->attempt_log.data, x->attempt_log.len))
+    return;
+  if (b.data) lh_explain_keep(x->gw->explain_ring, lupin_request_id(x->req), b.data);
   free(x->explain_summary);
   x->explain_summary = NULL;
 }
@@ -154,24 +96,13 @@ static void reply_json(gw_conn *c, int status, const char *json, size_t len) {
 
 static void list(lupin_gateway *gw, gw_conn *c) {
   lh_buf b = {0};
-  lh_buf_printf(&b, "{\"kept\":%d,\"ids\":[", GW_EXPLAIN_RING);
-  gw_explain_ring *r = gw->explain_ring;
-  int n = 0;
-  if (r) uv_mutex_lock(&r->lock);
-  for (size_t k = 1; r && k <= GW_EXPLAIN_RING; k++) {
-    size_t i = (r->next + GW_EXPLAIN_RING - k) % GW_EXPLAIN_RING;
-    if (!r->slot[i].id) continue;
-    lh_buf_printf(&b, "%s", n++ ? "," : "");
-    lh_buf_json(&b, r->slot[i].id);
-  }
-  if (r) uv_mutex_unlock(&r->lock);
-  lh_buf_printf(&b, "]}\n");
+  lh_explain_ids(&b, gw->explain_ring);
   reply_json(c, 200, b.data, b.len);
   lh_buf_free(&b);
 }
 
 static void one(lupin_gateway *gw, gw_conn *c, const char *id) {
-  char *json = find(gw, id);
+  char *json = lh_explain_find(gw->explain_ring, id);
   if (json) {
     reply_json(c, 200, json, strlen(json));
     free(json);

@@ -1,7 +1,8 @@
 /* A host of liblupin using the host library (liblupin-host.a) without an
  * event loop: linked against it and liblupin.a alone, no libuv, no
- * http_parser (spec/host/host_spec.lua runs it).  Prints one line per
- * piece it tried. */
+ * http_parser (spec/host/host_spec.lua runs it, LUPIN_HOME this tree).
+ * Prints one line per piece it tried: the admin API's answers and the
+ * explain records kept, of a small runtime, as "name <JSON>". */
 #include "lupin_host.h"
 
 #include <stdio.h>
@@ -12,6 +13,171 @@ static const char text[] = "# HELP vllm:num_requests_waiting waiting\n"
                            "vllm:num_requests_waiting{model_name=\"m\"} 3\n"
                            "vllm:num_requests_running 2\n"
                            "vllm:kv_cache_usage_perc 0.25\n";
+
+static const char config[] = "{\"plugins\":[{\"type\":\"queue-scorer\"},"
+                             "{\"type\":\"max-score-picker\"}],"
+                             "\"schedulingProfiles\":[{\"name\":\"default\",\"plugins\":["
+                             "{\"pluginRef\":\"queue-scorer\"},"
+                             "{\"pluginRef\":\"max-score-picker\"}]}]}";
+
+/* flowControl on, nothing queued: the bands the config made. */
+static const char flow_config[] =
+    "{\"plugins\":[{\"type\":\"queue-scorer\"},{\"type\":\"max-score-picker\"},"
+    "{\"type\":\"concurrency-detector\",\"parameters\":{\"maxConcurrency\":1}}],"
+    "\"schedulingProfiles\":[{\"name\":\"default\",\"plugins\":["
+    "{\"pluginRef\":\"queue-scorer\"},{\"pluginRef\":\"max-score-picker\"}]}],"
+    "\"saturationDetector\":{\"pluginRef\":\"concurrency-detector\"},\"flowControl\":{}}";
+
+/* /admin/flows of two runtimes (a host's threads), one with flow control. */
+static void flows(lupin_runtime *without) {
+  char err[2048];
+  lupin_runtime *with = lupin_runtime_new(NULL, err, sizeof err);
+  if (!with || lupin_runtime_load_string(with, flow_config, "host-link", err, sizeof err)) {
+    printf("flow runtime failed: %s\n", err);
+    lupin_runtime_free(with);
+    return;
+  }
+  lh_buf b = {0};
+  lh_flows off = {0}, on = {0};
+  lh_flows_add(&off, without);
+  lh_admin_flows(&b, &off);
+  printf("flows off %s", b.data);
+  b.len = 0;
+  lh_flows_add(&on, without);
+  lh_flows_add(&on, with);
+  lh_admin_flows(&b, &on);
+  printf("flows on %s", b.data);
+  lh_flows_free(&off);
+  lh_flows_free(&on);
+  lh_buf_free(&b);
+  lupin_runtime_free(with);
+}
+
+/* One explained request: its record (with an attempt) kept in the ring. */
+static void explained(lupin_runtime *rt, lh_explain_ring *ring, const char *id, lh_buf *requests) {
+  static const char body[] = "{\"model\":\"m\",\"prompt\":\"hi\"}";
+  char err[512];
+  lupin_request_desc d = {.id = id,
+                          .path = "/v1/completions",
+                          .body = body,
+                          .body_len = sizeof body - 1,
+                          .flags = LUPIN_REQUEST_EXPLAIN};
+  lupin_request *req = lupin_request_begin(rt, &d, err, sizeof err);
+  if (!req) {
+    printf("begin failed: %s\n", err);
+    return;
+  }
+  lupin_result res;
+  int status = lupin_request_schedule(req, &res);
+  if (requests)
+    lh_admin_request(requests,
+                     &(lh_request_view){.req = req,
+                                        .model = "m",
+                                        .path = "/v1/completions",
+                                        .endpoint = status == 200 ? res.picks[0].name : NULL,
+                                        .age_seconds = 0.25});
+  static const char attempt[] = "{\"endpoint\":\"10.0.0.1:8000\",\"status\":200}";
+  lh_buf b = {0};
+  if (lh_explain_record(&b, req, 200, "ok", 12.5, attempt, sizeof attempt - 1))
+    printf("no record for %s\n", id);
+  else
+    lh_explain_keep(ring, id, b.data);
+  lupin_request_end(req, LUPIN_OK);
+}
+
+/* The admin API's answers of a runtime with two endpoints. */
+static int admin(void) {
+  char err[2048];
+  lupin_runtime *rt = lupin_runtime_new(NULL, err, sizeof err);
+  if (!rt || lupin_runtime_load_string(rt, config, "host-link", err, sizeof err)) {
+    printf("runtime failed: %s\n", err);
+    lupin_runtime_free(rt);
+    return 1;
+  }
+  lupin_metrics m[2] = {{.waiting_queue_size = 3, .kv_cache_usage = 0.5},
+                        {.waiting_queue_size = 1, .running_requests = 2}};
+  for (int i = 0; i < 2; i++) {
+    char name[8], address[16];
+    snprintf(name, sizeof name, "ep%d", i + 1);
+    snprintf(address, sizeof address, "10.0.0.%d", i + 1);
+    lupin_endpoint_upsert(rt, &(lupin_endpoint_desc){name, address, 8000, NULL, 0}, err,
+                          sizeof err);
+    lupin_endpoint_set_metrics(rt, name, &m[i]);
+  }
+
+  /* the host's view: ep2 ejected for 30 more seconds, never scraped */
+  double now = lupin_now();
+  lh_health h[2];
+  lh_health_init(&h[0], now);
+  lh_health_init(&h[1], now);
+  h[1].state = LH_EJECTED;
+  h[1].ejections = 1;
+  h[1].ejected_until = now + 30;
+  snprintf(h[1].last_error, sizeof h[1].last_error, "connect: refused");
+  const char *addresses[] = {"10.0.0.1:8000"};
+  lh_endpoint_view v[2] = {{.name = "ep1",
+                            .address = "10.0.0.1",
+                            .addresses = addresses,
+                            .n_addresses = 1,
+                            .port = 8000,
+                            .scraped_at = now - 1,
+                            .scrapes = 7,
+                            .idle_connections = 2,
+                            .metrics = &m[0],
+                            .running_lora = "a,b",
+                            .health = &h[0]},
+                           {.name = "ep2",
+                            .address = "10.0.0.2",
+                            .port = 8000,
+                            .scrape_errors = 3,
+                            .metrics = &m[1],
+                            .health = &h[1]}};
+  lh_buf b = {0};
+  lh_admin_endpoints_open(&b);
+  for (int i = 0; i < 2; i++)
+    lh_admin_endpoint(&b, &v[i], now, 5);
+  lh_admin_list_end(&b);
+  printf("endpoints %s", b.data);
+
+  /* a ring of 2: the first of three records ages out */
+  lh_explain_ring *ring = lh_explain_ring_new(2);
+  b.len = 0;
+  lh_admin_requests_open(&b);
+  explained(rt, ring, "req-1", &b);
+  lh_admin_list_end(&b);
+  printf("requests %s", b.data);
+  explained(rt, ring, "req-2", NULL);
+  explained(rt, ring, "req-3", NULL);
+  b.len = 0;
+  lh_explain_ids(&b, ring);
+  printf("explain %s", b.data);
+  char *one = lh_explain_find(ring, "req-3"), *gone = lh_explain_find(ring, "req-1");
+  printf("record %s", one ? one : "none\n");
+  printf("aged out %s\n", gone ? "no" : "yes");
+  free(one);
+  free(gone);
+  lh_explain_ring_free(ring);
+
+  b.len = 0;
+  lh_admin_generations(&b, rt);
+  printf("generations %s", b.data);
+  b.len = 0;
+  lh_admin_reloaded(&b, 2, 0.125);
+  printf("reload %s", b.data);
+  lh_leaks l = {0};
+  lh_leaks_check(&l, rt, -1);
+  b.len = 0;
+  if (l.failed)
+    lh_leaks_failure(&b, &l);
+  else
+    lh_admin_leaks(&b, &l);
+  printf("leaks %s", b.data);
+  lh_leaks_free(&l);
+  lh_buf_free(&b);
+  flows(rt);
+  lupin_runtime_free(rt);
+  return 0;
+}
 
 int main(void) {
   lupin_metrics m = {0};
@@ -49,5 +215,5 @@ int main(void) {
   lh_buf_free(&b);
   free(running);
   free(waiting);
-  return 0;
+  return admin();
 }
