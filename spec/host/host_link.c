@@ -97,7 +97,7 @@ static int admin(void) {
   lupin_metrics m[2] = {{.waiting_queue_size = 3, .kv_cache_usage = 0.5},
                         {.waiting_queue_size = 1, .running_requests = 2}};
   for (int i = 0; i < 2; i++) {
-    char name[8], address[16];
+    char name[16], address[24]; /* room for any int: -O1 cannot bound i */
     snprintf(name, sizeof name, "ep%d", i + 1);
     snprintf(address, sizeof address, "10.0.0.%d", i + 1);
     lupin_endpoint_upsert(rt, &(lupin_endpoint_desc){name, address, 8000, NULL, 0}, err,
