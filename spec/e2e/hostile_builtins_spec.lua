@@ -103,12 +103,15 @@ describe("lupin serve with a hostile filter plugin", function()
         local x = json.decode(text)
         local e = x.errors[1]
         assert.same({ "hostile", "hostile-filter", "filter" }, { e.plugin, e.type, e.point })
+        local cut = e.message:find("exceeded its budget of 5 ms in filter", 1, true)
         if case.cut then
-          cuts = cuts + 1
-          assert.truthy(e.message:find("exceeded its budget of 5 ms in filter", 1, true), e.message)
-        else
+          assert.truthy(cut, e.message)
+        elseif not cut then
           assert.truthy(e.message:find(case.error, 1, true), e.message)
         end
+        -- a recursion may meet the budget before the C stack's end on a
+        -- slow build (ThreadSanitizer's): skipped all the same, counted as a cut
+        cuts = cuts + (cut and 1 or 0)
         healthy()
       end
       assert.equal(cuts, P.metric(gw, 'lupin_plugin_budget_cuts_total{plugin="hostile",'
