@@ -73,7 +73,8 @@ local LIBS = { "string", "table", "math", "bit", "coroutine" }
 -- author's test kit and sdk.lua holds types only), and the libraries the
 -- built-ins use.  The folder is the list: a module moved in or out of it is
 -- reachable or not without a second place to edit.
-local SDK_DIR = debug.getinfo(1, "S").source:match("^@(.*/)generation/[^/]*$") or "./"
+local SDK_DIR = assert(debug.getinfo(1, "S").source:match("^@(.*/)generation/[^/]*$"),
+  "lupin.generation.loader: not loaded from lua/lupin/generation/, the SDK folder is unknown")
 local NOT_SDK = { testing = true, sdk = true }
 M.REQUIRE = { cjson = true, ["cjson.safe"] = true, ["table.new"] = true, ["table.clear"] = true }
 for _, base in ipairs(list_lua_files(SDK_DIR)) do
