@@ -132,7 +132,7 @@ void lh_admin_flows(lh_buf *b, lh_flows *m) {
     lh_buf_printf(b, "{\"enabled\":false,\"bands\":[]}\n");
     return;
   }
-  qsort(m->bands, m->n_bands, sizeof *m->bands, by_priority);
+  if (m->n_bands) qsort(m->bands, m->n_bands, sizeof *m->bands, by_priority); /* NULL when none */
   lh_buf_printf(b, "{\"enabled\":true,\"bands\":[");
   for (size_t i = 0; i < m->n_bands; i++) {
     lh_flow_band *sb = &m->bands[i];
