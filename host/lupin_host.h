@@ -12,6 +12,7 @@
  *                       detection: the decisions, the time passed in
  *   log.c               diagnostic and access log lines, the admin token's
  *                       comparison
+ *   openai_error.c      the OpenAI error body a refused request is answered with
  *   admin_json.c        the admin API's JSON answers: endpoints, requests in
  *                       flight, generations, a reload's result, leaks
  *   flows_json.c        flow control's queue as the admin API shows it, summed
@@ -314,6 +315,16 @@ int lh_access_line(lh_buf *b, const lh_access *a);
 /* Whether given is the admin token, in a time that does not tell how much
  * of it was right. */
 int lh_same_secret(const char *given, const char *token);
+
+/* --- the OpenAI error body (openai_error.c) -------------------------------- */
+
+/* Appends {"error":{"message","type","param","code"}} and a newline: what a
+ * host answers a refused request with (param NULL or "": null).  -1 when
+ * out of memory. */
+int lh_openai_error(lh_buf *b, int status, const char *message, const char *param);
+/* The error's "type" for a status: rate_limit_error, authentication_error,
+ * invalid_request_error (other 4xx), server_error (5xx). */
+const char *lh_openai_error_type(int status);
 
 /* --- the admin API's JSON answers (admin_json.c) --------------------------- */
 

@@ -438,23 +438,10 @@ const char *gw_conn_request_id(gw_conn *c) {
   return c->request_id;
 }
 
-static const char *error_type(int status) {
-  if (status == 429) return "rate_limit_error";
-  if (status == 401) return "authentication_error";
-  return status < 500 ? "invalid_request_error" : "server_error";
-}
-
 void gw_conn_error(gw_conn *c, int status, const char *message, const char *param,
                    const lupin_header *h, size_t n) {
   lh_buf b = {0};
-  lh_buf_printf(&b, "{\"error\":{\"message\":");
-  lh_buf_json(&b, message);
-  lh_buf_printf(&b, ",\"type\":\"%s\",\"param\":", error_type(status));
-  if (param && *param)
-    lh_buf_json(&b, param);
-  else
-    lh_buf_printf(&b, "null");
-  lh_buf_printf(&b, ",\"code\":null}}\n");
+  lh_openai_error(&b, status, message, param);
   lupin_header all[8]; /* callers pass three headers at most */
   if (n > 6) n = 6;
   size_t k = 0;

@@ -212,6 +212,12 @@ int main(void) {
   lh_access_line(&b, &a);
   printf("access %s", b.data);
   printf("secret %d %d\n", lh_same_secret("tok", "tok"), lh_same_secret("tox", "tok"));
+  b.len = 0;
+  lh_openai_error(&b, 429, "queue \"full\"", NULL);
+  printf("error429 %s", b.data);
+  b.len = 0;
+  lh_openai_error(&b, 400, "bad", "messages");
+  printf("error400 %s", b.data);
   lh_buf_free(&b);
   free(running);
   free(waiting);

@@ -24,6 +24,13 @@ describe("the host library", function()
     assert.matches("health 1 1 0 1 healthy", out, 1, true)
     assert.matches('access {"ts":1.000,"id":"r\\"1","path":"/v1/completions"', out, 1, true)
     assert.matches("secret 1 0", out, 1, true)
+    -- the OpenAI error body, as lupin serve answers a refusal
+    local e429 = support.json.decode((assert(out:match("error429 (%b{})"), out))).error
+    assert.same({ message = 'queue "full"', type = "rate_limit_error" },
+      { message = e429.message, type = e429.type })
+    assert.equal(support.json.null, e429.param)
+    local e400 = support.json.decode((assert(out:match("error400 (%b{})"), out))).error
+    assert.same({ "bad", "invalid_request_error", "messages" }, { e400.message, e400.type, e400.param })
     local libs = run("ldd " .. build .. "/host-link")
     assert.falsy(libs:match("libuv"), libs)
     assert.falsy(libs:match("http_parser"), libs)
