@@ -21,7 +21,9 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
             lua-busted lua-check lua-yaml libxxhash-dev libhttp-parser-dev libjansson-dev libsimdjson-dev \
             wrk curl clang-format \
             python3 procps libutf8proc-dev clang libclang-rt-dev prometheus \
-            redis-server libhiredis-dev libmimalloc-dev
+            redis-server libhiredis-dev libmimalloc-dev \
+            libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libssl-dev \
+            protobuf-compiler python3-grpcio python3-protobuf openssl
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox
 
