@@ -39,15 +39,21 @@ HOST_OBJ  = $(HOST_SRC:host/%.c=$(B)/host/%.o)
 # the gateway host `lupin serve` (DESIGN.md §9): its rooms, top to bottom
 # gateway/ (the process), admin/, proxy/, endpoints/, http/, loop/
 # (gateway/loop/loop.h; spec/gateway/rooms_spec.lua holds the order)
-GW_ROOMS  = admin proxy endpoints http loop
+GW_ROOMS  = admin epp proxy endpoints http loop
 GW_SRC    = $(wildcard gateway/*.c $(GW_ROOMS:%=gateway/%/*.c))
+# lupin epp's messages: protoc-c compiles the .proto files written in
+# gateway/epp/proto (Envoy's and gRPC's wire contract) into $(B)/proto
+PROTO_DIR = gateway/epp/proto
+PROTO_SRC = $(shell find $(PROTO_DIR) -name '*.proto' | sort)
+PROTO_C   = $(PROTO_SRC:$(PROTO_DIR)/%.proto=$(B)/proto/%.pb-c.c)
+PROTO_OBJ = $(PROTO_C:.c=.o)
 GW_HDR    = $(wildcard gateway/*.h $(GW_ROOMS:%=gateway/%/*.h)) $(HOST_HDR) $(CORE_HDR)
-GW_OBJ    = $(GW_SRC:gateway/%.c=$(B)/gw/%.o)
-GW_INC    = -Icore -Ihost -Igateway
+GW_OBJ    = $(GW_SRC:gateway/%.c=$(B)/gw/%.o) $(PROTO_OBJ)
+GW_INC    = -Icore -Ihost -Igateway -I$(B)/proto
 # the `lupin` command line: serve, check, explain, test
 CLI_SRC   = $(wildcard cli/*.c)
 CLI_OBJ   = $(CLI_SRC:cli/%.c=$(B)/cli/%.o)
-GW_LIBS   = $(shell pkg-config --libs jansson hiredis 2>/dev/null) -lmimalloc
+GW_LIBS   = $(shell pkg-config --libs jansson hiredis grpc libprotobuf-c 2>/dev/null) -lmimalloc
 
 B ?= build
 # one version, core/lupin.h's: lupin --version, lupin-sim --version, lupin.pc
@@ -93,9 +99,20 @@ HOST_LINK_LIBS = $(shell pkg-config --libs luajit libxxhash libutf8proc simdjson
 $(B)/host-link: spec/host/host_link.c $(B)/liblupin-host.a $(B)/liblupin.a $(HOST_HDR)
 	$(CC) $(XCFLAGS) -Icore -Ihost -o $@ $< $(B)/liblupin-host.a $(B)/liblupin.a $(HOST_LINK_LIBS)
 
-$(B)/gw/%.o: gateway/%.c $(GW_HDR)
+$(B)/gw/%.o: gateway/%.c $(GW_HDR) $(B)/proto/.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(XCFLAGS) $(GW_INC) -c $< -o $@
+
+$(B)/proto/.stamp: $(PROTO_SRC)
+	@mkdir -p $(B)/proto
+	protoc-c -I$(PROTO_DIR) --c_out=$(B)/proto $(PROTO_SRC)
+	@touch $@
+
+$(PROTO_C): $(B)/proto/.stamp
+
+# generated code: compiled with the build's flags, not held to our warnings
+$(B)/proto/%.pb-c.o: $(B)/proto/%.pb-c.c
+	$(CC) $(CFLAGS) -fPIC -I$(B)/proto $(shell pkg-config --cflags libprotobuf-c) -c $< -o $@
 
 $(B)/cli/%.o: cli/%.c cli/cli.h $(GW_HDR)
 	@mkdir -p $(dir $@)

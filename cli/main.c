@@ -14,11 +14,12 @@ static const char usage[] =
     "\n"
     "commands:\n"
     "  serve    run the gateway (lupin serve --help)\n"
+    "  epp      run as an InferencePool's endpoint picker, over ext_proc (lupin epp --help)\n"
     "  check    load a config as a reload would, without serving (lupin check --help)\n"
     "  explain  schedule one request offline and show why (lupin explain --help)\n"
     "  test     run plugin specs with busted and lupin.testing (lupin test --help)\n"
     "  version  print the version\n"
-    "  help     print this text (help serve, check, explain, test: theirs)\n"
+    "  help     print this text (help serve, epp, check, explain, test: theirs)\n"
     "\n"
     "exit status: 0 ok, 1 config, plugin or endpoints rejected (test: a spec failed),\n"
     "2 usage error (explain: or a bad request file), 3 serve could not start\n"
@@ -281,6 +282,7 @@ int main(int argc, char **argv) {
     fputs(!strcmp(topic, "serve")     ? serve_usage
           : !strcmp(topic, "check")   ? check_usage
           : !strcmp(topic, "test")    ? gw_test_usage
+          : !strcmp(topic, "epp")     ? gw_epp_usage
           : !strcmp(topic, "explain") ? gw_explain_usage
                                       : usage,
           stdout);
@@ -293,6 +295,10 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "explain")) { /* explain_cli.c */
     guess_home();
     return gw_explain_main(argc, argv);
+  }
+  if (!strcmp(argv[1], "epp")) { /* epp_cli.c */
+    guess_home();
+    return gw_epp_main(argc, argv);
   }
   if (!strcmp(argv[1], "test")) {
     guess_home();

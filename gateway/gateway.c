@@ -242,6 +242,7 @@ static void shutdown_all(lupin_gateway *gw) {
   if (gw->draining == 2) return;
   gw->draining = 2;
   if (gw->admin) gw_server_close(gw->admin);
+  gw_epp_close(gw);
   while (gw->endpoints)
     endpoint_remove(gw, gw->endpoints);
   gw_health_stop(gw);
@@ -262,7 +263,8 @@ static void shutdown_all(lupin_gateway *gw) {
 }
 
 static void check_drained(lupin_gateway *gw) {
-  if (gw->draining == 1 && !gw->n_exchanges && !gw_server_connections(gw->server)) {
+  if (gw->draining == 1 && !gw->n_exchanges && !gw_server_connections(gw->server) &&
+      !gw_epp_calls(gw)) {
     gw_log(gw, LUPIN_LOG_INFO, "drained, exiting");
     shutdown_all(gw);
   }
@@ -274,6 +276,7 @@ static void on_drain_timeout(uv_timer_t *t) {
          gw->n_exchanges);
   gw->exit_code = GW_EXIT_DRAIN;
   gw_proxy_cancel_all(gw);
+  gw_epp_cancel_all(gw);
 }
 
 static void drain_follower(lupin_gateway *gw, void *arg) { gw_drain(gw, arg); }
@@ -284,7 +287,8 @@ void gw_drain(lupin_gateway *gw, const char *why) {
   if (gw->worker == 0) gw_workers_post(gw, drain_follower, (void *)why, NULL);
   gw_log(gw, LUPIN_LOG_INFO, "%s: draining %zu requests in flight%s", why, gw->n_exchanges,
          gw->worker ? "" : " (worker 0)");
-  gw_server_close(gw->server);
+  if (gw->server) gw_server_close(gw->server);
+  gw_epp_close(gw);
   /* queued requests would only wait out the drain: answered now */
   lupin_runtime_flow_drain(gw->rt, "the gateway is shutting down: retry on another instance");
   gw->drain_timer = malloc(sizeof *gw->drain_timer);
@@ -395,6 +399,13 @@ static int check_admin_address(lupin_gateway *gw, char *err, size_t errlen) {
   struct sockaddr_storage ss;
   if (gw_parse_hostport(gw->opts.admin, &ss, err, errlen)) return -1;
   if (loopback(&ss) || (gw->opts.admin_token && *gw->opts.admin_token)) return 0;
+  if (gw->opts.metrics_open && !gw->opts.admin_insecure) { /* Prometheus scrapes it */
+    gw->admin_closed = 1;
+    gw_log(gw, LUPIN_LOG_INFO,
+           "metrics on %s; the admin API there needs --admin-token (closed without one)",
+           gw->opts.admin);
+    return 0;
+  }
   if (gw->opts.admin_insecure) {
     gw_log(gw, LUPIN_LOG_WARN,
            "admin listener on %s with no token (--admin-insecure): anyone "
@@ -478,11 +489,15 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
    * before the first request is served (gw_run serves only then); a
    * gateway without its admin port or its signals would be one an
    * operator cannot drain. */
-  gw->server = gw_server_listen(gw, o->listen, "listen", NULL, gw_proxy_handle, gw, err, errlen);
-  if (!gw->server) return -2;
+  if (o->grpc) {
+    if (gw_epp_open(gw, o->grpc, o->grpc_health, err, errlen)) return -2;
+  } else {
+    gw->server = gw_server_listen(gw, o->listen, "listen", NULL, gw_proxy_handle, gw, err, errlen);
+    if (!gw->server) return -2;
+  }
   gw->admin = gw_server_listen(gw, o->admin, "admin", NULL, gw_admin_handle, gw, err, errlen);
   if (!gw->admin) {
-    if (!strcmp(o->listen, o->admin))
+    if (o->listen && !strcmp(o->listen, o->admin))
       lh_errf(err, errlen,
               "cannot listen on %s (admin): address already in use: it is the --listen address "
               "too; give --admin another port",
@@ -490,14 +505,26 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
     return -2;
   }
   if (gw_health_start(gw, err, errlen) || watch_signals(gw, err, errlen)) return -2;
+  if (o->grpc) workers = 1; /* the gRPC server hands its calls to one loop */
   int rc = workers > 1 ? gw_workers_start(gw, workers, err, errlen) : 0;
   if (rc) return rc; /* the workers started are told not to serve */
   /* libuv writes with write(2): a peer that closed (a client gone mid-answer,
    * wrk ending a run) would kill the process with SIGPIPE; take EPIPE instead */
   signal(SIGPIPE, SIG_IGN);
   char a[96] = "?", b[96] = "?";
-  gw_server_address(gw->server, a, sizeof a);
   gw_server_address(gw->admin, b, sizeof b);
+  if (o->grpc) {
+    char h[96];
+    gw_epp_addresses(gw, a, h, sizeof a);
+    gw_log(gw, LUPIN_LOG_INFO,
+           "picking on grpc://%s (health grpc://%s, admin http://%s), %zu endpoints", a, h, b,
+           gw->n_endpoints);
+    printf("lupin epp: listening on grpc://%s health grpc://%s admin http://%s\n", a, h, b);
+    fflush(stdout);
+    gw->serving = 1;
+    return 0;
+  }
+  gw_server_address(gw->server, a, sizeof a);
   gw_log(gw, LUPIN_LOG_INFO, "serving on http://%s (admin http://%s), %zu endpoints, %zu workers",
          a, b, gw->n_endpoints, workers);
   /* the start-up line on stdout, whatever the log level: scripts wait for it */
@@ -527,10 +554,11 @@ int gw_open_follower(lupin_gateway *gw, const lupin_gateway *leader, char *err, 
 
 /* Runs until drained; closes the rest.  Returns the exit code. */
 int gw_run(lupin_gateway *gw) {
-  if (gw->loop && gw->server && gw->serving) uv_run(gw->loop, UV_RUN_DEFAULT);
+  if (gw->loop && (gw->server || gw->epp) && gw->serving) uv_run(gw->loop, UV_RUN_DEFAULT);
   if (gw->draining != 2) shutdown_all(gw); /* a failed open or a drain timeout */
   if (gw->server) gw_server_close(gw->server);
   if (gw->loop) uv_run(gw->loop, UV_RUN_DEFAULT); /* the close callbacks */
+  gw_epp_free(gw);
   gw_access_log_flush(gw);
   lh_buf_free(&gw->access_log);
   if (gw->rt) lupin_runtime_free(gw->rt);

@@ -8,6 +8,7 @@
 #define LUPIN_GATEWAY_H
 
 #include "admin/admin.h"
+#include "epp/epp.h"
 
 /* Reads the gateway section (settings.c): declare before loading a config,
  * read after each load. */

@@ -391,6 +391,7 @@ static void text(gw_conn *c, int status, const char *msg) {
 
 static int authorized(lupin_gateway *gw, gw_http_request *req) {
   const char *token = gw->opts.admin_token;
+  if (gw->admin_closed) return 0;
   if (!token || !*token) return 1;
   const char *auth = lh_headers_get(&req->headers, "authorization");
   return auth && !strncasecmp(auth, "Bearer ", 7) && lh_same_secret(auth + 7, token);
@@ -468,10 +469,17 @@ void gw_admin_handle(void *ud, gw_conn *c, gw_http_request *req) {
   char path[256];
   snprintf(path, sizeof path, "%s", req->url);
   path[strcspn(path, "?")] = 0;
-  if (!authorized(gw, req)) {
+  /* lupin epp's metrics port: what a kubelet and Prometheus read is open */
+  int open = gw->opts.metrics_open &&
+             (!strcmp(path, "/metrics") || !strcmp(path, "/healthz") || !strcmp(path, "/readyz"));
+  if (!open && !authorized(gw, req)) {
     lupin_header h = {"www-authenticate", "Bearer"};
-    gw_conn_error(c, 401, "missing or wrong admin token: send Authorization: Bearer <token>", NULL,
-                  &h, 1);
+    gw_conn_error(c, 401,
+                  gw->admin_closed
+                      ? "the admin API is closed on this address: start with --admin-token TOKEN "
+                        "and send Authorization: Bearer <token>"
+                      : "missing or wrong admin token: send Authorization: Bearer <token>",
+                  NULL, &h, 1);
     return;
   }
   const admin_route *found = NULL;

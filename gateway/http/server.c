@@ -819,7 +819,7 @@ void gw_server_close(gw_server *s) {
     if (!c->busy && !c->ready) close_now(c);
 }
 
-size_t gw_server_connections(const gw_server *s) { return s->n_conns; }
+size_t gw_server_connections(const gw_server *s) { return s ? s->n_conns : 0; }
 
 /* Frees a closed server once its listener and connections are gone. */
 void gw_server_free(gw_server *s) {

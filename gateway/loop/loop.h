@@ -6,7 +6,7 @@
  *
  * Rooms, top to bottom (a room calls only rooms below it;
  * spec/gateway/rooms_spec.lua holds the order): cli/ -> gateway/ (the
- * process: open, run, reload, workers) -> admin/ -> proxy/ -> endpoints/
+ * process: open, run, reload, workers) -> admin/ -> epp/ -> proxy/ -> endpoints/
  * -> http/ -> loop/ -> host/ (liblupin-host.a) -> core/lupin.h.  What a
  * lower room must ask of a higher one goes through the callbacks in
  * lupin_gateway (check_drained, reload), set by gateway.c.
@@ -117,6 +117,11 @@ typedef struct gw_options {
   int n_resolve;
   const char *workers; /* --workers N|auto: overrides gateway.workers */
   const char *redis;   /* --redis HOST:PORT: replicas on, at that address */
+  /* lupin epp (epp/): the ext_proc and gRPC health addresses; set, the
+   * gateway serves them instead of the HTTP listener */
+  const char *grpc;
+  const char *grpc_health;
+  int metrics_open; /* /metrics, /healthz, /readyz with no token (lupin epp) */
 } gw_options;
 
 /* Reloads and their outcome, for /metrics. */
@@ -177,7 +182,8 @@ struct lupin_gateway {
   size_t n_flow_waits;
   size_t n_objectives;
   int exit_code;
-  int serving; /* every part of the start succeeded: the loop may serve */
+  int serving;      /* every part of the start succeeded: the loop may serve */
+  int admin_closed; /* off loopback with no token: only metrics_open's routes */
   /* memory bounds (server.c): requests handed to the proxy and not yet
    * answered, request body bytes held (this worker's: the caps apply to
    * *totals), requests refused by each cap */
@@ -198,6 +204,7 @@ struct lupin_gateway {
   int (*reload)(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint64_t *generation,
                 double *seconds);
   struct gw_replicas *replicas; /* replicas.c: the leader's, NULL when off */
+  struct gw_epp *epp;           /* epp/rpc.c: lupin epp's gRPC server, NULL for serve */
 };
 
 /* Called when a request or a connection ends: a drain waits for the last. */

@@ -204,6 +204,7 @@ void gw_proxy_free_spares(lupin_gateway *gw) {
 
 static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   lupin_gateway *gw = x->gw;
+  if (x->front && x->front->ended) x->front->ended(x);
   if (x->conn) gw_conn_on_abort(x->conn, NULL, NULL);
   gw->stats.by_outcome[outcome & 15]++;
   if (x->queued) flow_left(x, "cancelled");
@@ -236,10 +237,15 @@ static void fail_param(gw_exchange *x, int status, const char *message, const ch
                        lupin_outcome outcome) {
   lupin_header h[3] = {{"x-request-id", lupin_request_id(x->req)}};
   size_t n = 1 + gw_explain_headers(x, h + 1);
-  gw_conn_error(x->conn, status, message, param, h, n);
+  if (x->front)
+    x->front->refused(x, status, message, param, h, n);
+  else
+    gw_conn_error(x->conn, status, message, param, h, n);
   x->conn = NULL;
   end(x, outcome, status);
 }
+
+void gw_exchange_end(gw_exchange *x, lupin_outcome outcome, int status) { end(x, outcome, status); }
 
 static void fail(gw_exchange *x, int status, const char *message, lupin_outcome outcome) {
   fail_param(x, status, message, NULL, outcome);
@@ -265,6 +271,10 @@ void gw_proxy_cancel_all(lupin_gateway *gw) {
     gw_exchange *x = gw->exchanges;
     if (x->up) gw_upstream_cancel(x->up);
     x->up = NULL;
+    if (x->front) {
+      x->front->cancel(x);
+      continue;
+    }
     if (x->conn && !x->started_response) {
       fail(x, 503, "the gateway is shutting down: retry on another instance", LUPIN_CANCELLED);
       continue;
@@ -620,7 +630,10 @@ static void scheduled(lupin_gateway *gw, gw_exchange *x, int status) {
   }
   if (status == 200) {
     objective_begin(x);
-    try_picks(x, 1);
+    if (x->front)
+      x->front->picked(x);
+    else
+      try_picks(x, 1);
     return;
   }
   lupin_outcome o = (lupin_outcome)x->result.outcome;
@@ -648,42 +661,46 @@ static char *rewrite_model(gw_http_request *http, const char *model) {
   return was;
 }
 
-static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, const char *path) {
+/* Begins the runtime's request of an exchange and the exchange: NULL with
+ * the status and message to answer when it could not. */
+static gw_exchange *exchange_begin(lupin_gateway *gw, const gw_exchange_desc *e, int *status,
+                                   const char **why) {
   char msg[1024];
   char *subset_text = NULL;
   const char *subset[256];
+  gw_http_request *http = e->http;
   int explain = gw_explain_wanted(gw, http);
-  lupin_request_desc d = {.path = path,
+  lupin_request_desc d = {.path = e->path,
                           .body = http->body.data,
                           .body_len = http->body.len,
                           .headers = http->headers.v,
                           .n_headers = http->headers.n,
-                          .check_body = 1,
+                          .check_body = !e->no_body_check,
                           .flags = explain > 0 ? LUPIN_REQUEST_EXPLAIN : 0};
   lupin_header shown[LH_MAX_HEADERS]; /* server.c refuses more */
   if (explain) {                      /* the admin token is not the plugins' to see */
     d.headers = shown;
     d.n_headers = 0;
-    for (size_t i = 0; i < http->headers.n; i++)
+    for (size_t i = 0; i < http->headers.n && d.n_headers < LH_MAX_HEADERS; i++)
       if (strcasecmp(http->headers.v[i].name, "x-lupin-admin-token"))
         shown[d.n_headers++] = http->headers.v[i];
   }
-  const char *hint = lh_headers_get(&http->headers, "x-gateway-destination-endpoint-subset");
-  if (hint && !(subset_text = strdup(hint))) { /* not scheduled past the client's subset */
-    reply_error(gw, c, path, 503,
-                "the gateway could not allocate memory for this request: retry later", NULL);
-    return;
-  }
+  const char *hint = e->subset;
+  if (!hint) hint = lh_headers_get(&http->headers, "x-gateway-destination-endpoint-subset");
+  *status = 503;
+  *why = "the gateway could not allocate memory for this request: retry later";
+  if (hint && !(subset_text = strdup(hint))) return NULL; /* not scheduled past the subset */
   if (subset_text) {
     d.subset = subset;
     d.n_subset = parse_subset(subset_text, subset, 256);
   }
   lupin_request *req = lupin_request_begin(gw->rt, &d, msg, sizeof msg);
   free(subset_text);
+  *status = 500;
+  *why = "internal error while beginning the request";
   if (!req) {
     gw_log(gw, LUPIN_LOG_ERROR, "beginning a request: %s", msg);
-    reply_error(gw, c, path, 500, "internal error while beginning the request", NULL);
-    return;
+    return NULL;
   }
   const char *model = lupin_request_model(req);
   char *requested = rewrite_model(http, model);
@@ -692,25 +709,47 @@ static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, con
     free(requested);
     lupin_request_end(req, LUPIN_CANCELLED);
     gw_log(gw, LUPIN_LOG_ERROR, "beginning a request: out of memory");
-    reply_error(gw, c, path, 500, "internal error while beginning the request", NULL);
-    return;
+    return NULL;
   }
   x->gw = gw;
-  x->conn = c;
   x->http = http;
   x->req = req;
   x->model = model;
   x->requested = requested;
   x->stream = lupin_request_stream(req);
   x->started = http->started;
-  x->path = path;
+  x->path = e->path;
   x->explain = explain;
+  x->front = e->front;
+  x->front_data = e->front_data;
   x->next = gw->exchanges;
   if (gw->exchanges) gw->exchanges->prev = x;
   gw->exchanges = x;
   gw->n_exchanges++;
-  gw_conn_on_abort(c, on_client_abort, x);
   lupin_request_set_data(req, x);
+  return x;
+}
+
+gw_exchange *gw_exchange_begin(lupin_gateway *gw, const gw_exchange_desc *e, int *status,
+                               const char **why) {
+  gw_exchange *x = exchange_begin(gw, e, status, why);
+  if (!x) count(gw, *status);
+  return x;
+}
+
+void gw_exchange_schedule(gw_exchange *x) { schedule(x->gw, x); }
+
+static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, const char *path) {
+  int status;
+  const char *why;
+  gw_exchange_desc e = {.http = http, .path = path};
+  gw_exchange *x = exchange_begin(gw, &e, &status, &why);
+  if (!x) {
+    reply_error(gw, c, path, status, why, NULL);
+    return;
+  }
+  x->conn = c;
+  gw_conn_on_abort(c, on_client_abort, x);
   schedule(gw, x);
 }
 

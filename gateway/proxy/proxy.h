@@ -92,6 +92,43 @@ void gw_explain_admin(lupin_gateway *gw, gw_conn *c, gw_http_request *req, const
 int gw_explain_open(lupin_gateway *gw, const lupin_gateway *leader);
 void gw_explain_free(lupin_gateway *gw);
 
+/* --- exchanges of another front (epp/): the pick goes back, not upstream -- */
+
+/* What a front other than the HTTP proxy does at an exchange's turns; the
+ * proxy's own exchanges have none (front NULL). */
+typedef struct gw_front {
+  /* scheduled: x->result holds the picks; the front answers, then ends x */
+  void (*picked)(gw_exchange *x);
+  /* refused (x->result says why): the OpenAI error the client gets, with
+   * the headers h; gw_exchange_end follows at once */
+  void (*refused)(gw_exchange *x, int status, const char *message, const char *param,
+                  const lupin_header *h, size_t n);
+  /* the drain ran out of time: the front stops and ends x */
+  void (*cancel)(gw_exchange *x);
+  /* optional: x ends (any way) and is freed after this returns */
+  void (*ended)(gw_exchange *x);
+} gw_front;
+
+typedef struct gw_exchange_desc {
+  gw_http_request *http; /* the front's, kept until the exchange ends */
+  const char *path;      /* a route of gw->routes, or any path with no_body_check */
+  int no_body_check;     /* scheduled with no body read (a request without one) */
+  const char *subset;    /* "ip:port, ip:port": the data plane's hint; NULL: the header's */
+  const gw_front *front;
+  void *front_data;
+} gw_exchange_desc;
+
+/* Begins an exchange (a runtime request) for a front; NULL with the status
+ * and message to answer when it could not. */
+gw_exchange *gw_exchange_begin(lupin_gateway *gw, const gw_exchange_desc *e, int *status,
+                               const char **why);
+/* Schedules it: the front's picked or refused follows, now or (flow
+ * control) later. */
+void gw_exchange_schedule(gw_exchange *x);
+/* Ends it with the request's outcome and the status the client got; x is
+ * gone after. */
+void gw_exchange_end(gw_exchange *x, lupin_outcome outcome, int status);
+
 /* The linked list of live exchanges, for /admin/requests. */
 struct gw_exchange {
   lupin_gateway *gw;
@@ -127,7 +164,9 @@ struct gw_exchange {
   char *explain_summary;
   char explain_url[300];
   const char *path;
-  int queued; /* waiting in the runtime's flow-control queue */
+  int queued;            /* waiting in the runtime's flow-control queue */
+  const gw_front *front; /* NULL: the HTTP proxy's */
+  void *front_data;
   gw_exchange *prev, *next;
 };
 

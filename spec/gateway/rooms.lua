@@ -10,7 +10,7 @@
 local M = {}
 
 -- The order, top to bottom: a room may call only rooms after it.
-M.ORDER = { "cli", "process", "admin", "proxy", "endpoints", "http", "loop", "host" }
+M.ORDER = { "cli", "process", "admin", "epp", "proxy", "endpoints", "http", "loop", "host" }
 M.RANK = {}
 for i, r in ipairs(M.ORDER) do
   M.RANK[r] = i

@@ -1,5 +1,5 @@
 -- lupin serve's rooms (gateway/loop/loop.h): cli/ -> gateway/ (the process)
--- -> admin/ -> proxy/ -> endpoints/ -> http/ -> loop/ -> host/.  Read from
+-- -> admin/ -> epp/ -> proxy/ -> endpoints/ -> http/ -> loop/ -> host/.  Read from
 -- the object files (nm, spec/gateway/rooms.lua): a room uses only symbols
 -- of rooms below it, so the room graph has no cycle.
 local support = require "support"
