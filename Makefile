@@ -299,7 +299,7 @@ bench: all bench-deps
 	@exit $$(cat $(B)/bench.status)
 
 bench-all: bench-lifecycle bench-prefix bench-core bench-soak bench-gateway bench-workers bench-openresty bench-soak-gateway \
-           bench-routing bench-reload bench-flow
+           bench-routing bench-reload bench-flow bench-epp
 
 bench-lifecycle: all
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-lifecycle examples/configs/minimal.json 16 200000 100
@@ -342,6 +342,13 @@ bench-gateway: bench-deps $(B)/lupin $(B)/lupin-sim
 # lupin with 1 and 2 workers against nginx with 1 and 2 (WORKERS="1 2 4 ...").
 bench-workers: bench-deps $(B)/lupin $(B)/lupin-sim
 	B=$(B) bash bench/gateway/workers.sh
+
+# lupin epp (the ext_proc endpoint picker) alone, driven by envoy.py load as
+# Envoy would drive it: req/s, the picker's CPU per request, scheduling p50/p99
+# at the client, at 16 and 100 endpoints x 4 KB and 345 KB prompts (~1 min;
+# bench/epp/run.sh: DURATION, PROCS, CONC, ...).
+bench-epp: $(B)/lupin $(B)/lupin-sim
+	B=$(B) bash bench/epp/run.sh
 
 # lupin serve (epp-default.yaml) against the OpenResty peer doing the same
 # routing and plain nginx, per CPU second, with one worker each and with
@@ -412,5 +419,5 @@ clean:
 help:
 	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | format | format-check | plugin-docs | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-soak-gateway | bench-routing | bench-replicas | bench-reload | bench-flow | install PREFIX=... | clean"
 
-.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle run demo run-embed test test-asan test-tsan test-fresh lint format format-check plugin-docs fuzz fuzz-replay bench bench-core bench-prefix \
+.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle bench-epp run demo run-embed test test-asan test-tsan test-fresh lint format format-check plugin-docs fuzz fuzz-replay bench bench-core bench-prefix \
         bench-soak bench-gateway bench-workers bench-openresty bench-soak-gateway bench-routing bench-replicas bench-reload bench-flow install clean help

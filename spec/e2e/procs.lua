@@ -199,6 +199,65 @@ function M.gateway(config, args, env)
   return p
 end
 
+--- lupin epp (the ext_proc endpoint picker) with a config given as a table:
+--- its "endpoints" go to an --endpoints file (an empty list when it has
+--- none), the rest to --config-file.  Every listener on 127.0.0.1, port 0;
+--- returns the process with grpc, health (host:port) and admin (a URL).
+function M.epp(config, args)
+  seq = seq + 1
+  local cfg = {}
+  for k, v in pairs(config) do
+    if k ~= "endpoints" then
+      cfg[k] = v
+    end
+  end
+  local path = ("%s/epp-config-%d.json"):format(dir, seq)
+  local eps = ("%s/epp-endpoints-%d.json"):format(dir, seq)
+  support.write(path, cjson.encode(cfg))
+  support.write(eps, #(config.endpoints or {}) > 0 and cjson.encode(config.endpoints) or "[]")
+  args = args or ""
+  if not args:find("--workers", 1, true) then
+    args = args .. " --workers " .. (os.getenv("LUPIN_TEST_WORKERS") or "1")
+  end
+  local p = M.start(("%s epp --config-file %s --endpoints %s --bind-address 127.0.0.1"
+    .. " --grpc-port 0 --grpc-health-port 0 --metrics-port 0 %s"):format(M.LUPIN, path, eps, args))
+  p.config, p.endpoints = path, eps
+  M.poll(function()
+    local s = read(p.out) or ""
+    p.grpc, p.health, p.admin = s:match(
+      "listening on grpc://(%S+) health grpc://(%S+) admin (http://%S+)")
+    return p.grpc or read(p.rc)
+  end, "lupin epp to listen")
+  assert(p.grpc, "lupin epp did not start: " .. (read(p.err) or ""))
+  return p
+end
+
+-- The Envoy stand-in (spec/fixtures/epp/envoy.py) needs Debian's python3
+-- with python3-grpcio; a python3 earlier on PATH may lack it.
+M.ENVOY = "/usr/bin/python3 " .. support.ROOT .. "/spec/fixtures/epp/envoy.py"
+
+--- Runs envoy.py SUB ARGS against target (host:port); its JSON decoded.
+function M.envoy(target, sub, args)
+  local out, rc = M.run(("%s --target %s %s %s 2>&1"):format(M.ENVOY, target, sub, args or ""))
+  local ok, v = pcall(cjson.decode, out or "")
+  if rc ~= 0 or not ok then
+    error(("envoy.py %s %s: exit %s: %s"):format(sub, args or "", tostring(rc), out), 2)
+  end
+  return v
+end
+
+--- The access-log records of p (stdout JSON lines) for request id.
+function M.access_records(p, id)
+  local recs = {}
+  for line in (read(p.out) or ""):gmatch("[^\n]+") do
+    local ok, rec = pcall(cjson.decode, line)
+    if ok and type(rec) == "table" and rec.id == id and rec.path then
+      recs[#recs + 1] = rec
+    end
+  end
+  return recs
+end
+
 --- wrk posting body (a table, as JSON) to base's /v1/completions for the
 --- seconds given over conns connections; returns the requests it counted
 --- and its output.
