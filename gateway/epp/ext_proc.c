@@ -33,7 +33,7 @@ typedef Google__Protobuf__Value pb_value;
 /* The protocol's limit on one body piece sent back: Envoy's buffer for a
  * streamed body mutation (the EPP uses the same). */
 #define BODY_PIECE 62000
-/* Endpoints in x-gateway-destination-endpoint: the picks, then fallbacks. */
+/* Endpoints in x-gateway-destination-endpoint at most. */
 #define MAX_TARGETS 16
 
 #define SUBSET_NS  "envoy.lb.subset_hint"
@@ -50,10 +50,10 @@ typedef struct stream {
   char *subset; /* the metadata's hint, joined */
   gw_exchange *x;
   int have_headers, body_done, begun, picked, answered, complete;
-  int half_closed;     /* the data plane sent its last message */
   int in_flight;       /* counted in the caps' totals */
   uint64_t body_bytes; /* counted too */
   int status;          /* the response's */
+  char id[32];         /* request_id(), when the client gave none */
 } stream;
 
 static const gw_front epp_front;
@@ -92,15 +92,12 @@ static void header_add(header_set *h, const char *name, const char *value) {
   h->ptrs[h->n++] = o;
 }
 
-/* The picks, then the ranked fallbacks the data plane retries down:
- * "ip:port,ip:port". */
+/* The picks, primary first, the rest the data plane's fallbacks in order:
+ * "ip:port,ip:port" (a picker's maxNumOfEndpoints sets how many). */
 static void targets(stream *s, lh_buf *out) {
   gw_exchange *x = s->x;
-  const lupin_pick *fb = NULL;
-  size_t n_fb = lupin_request_fallbacks(x->req, &fb);
-  size_t total = x->result.n_picks + n_fb;
-  for (size_t i = 0; i < total && i < MAX_TARGETS; i++) {
-    const lupin_pick *p = i < x->result.n_picks ? &x->result.picks[i] : &fb[i - x->result.n_picks];
+  for (size_t i = 0; i < x->result.n_picks && i < MAX_TARGETS; i++) {
+    const lupin_pick *p = &x->result.picks[i];
     gw_endpoint *ep = gw_endpoint_find(s->gw, p->name);
     const char *sep = i ? "," : "";
     if (ep)
@@ -294,14 +291,21 @@ static void count_body(stream *s, uint64_t more, int release) {
   __atomic_add_fetch(&s->gw->totals->body_bytes, n, __ATOMIC_RELAXED);
 }
 
-/* A refusal before the runtime saw the request: counted and logged as
- * lupin serve counts its bad requests. */
-static void refuse_early(stream *s, int status, const char *message) {
-  lupin_header id = {"x-request-id", "-"};
+/* The id of a request the runtime never saw: the client's, else the
+ * stream's own. */
+static const char *request_id(stream *s) {
   const char *given = lh_headers_get(&s->http.headers, "x-request-id");
-  if (given) id.value = given;
-  s->gw->stats.by_status[status]++;
-  gw_log(s->gw, LUPIN_LOG_DEBUG, "epp: refused %d: %s", status, message);
+  if (given) return given;
+  if (!*s->id) snprintf(s->id, sizeof s->id, "epp-%016llx", (unsigned long long)uv_hrtime());
+  return s->id;
+}
+
+/* A refusal before the runtime saw the request: counted and logged as
+ * lupin serve counts and logs its bad requests. */
+static void refuse_early(stream *s, int status, const char *message) {
+  lupin_header id = {"x-request-id", request_id(s)};
+  gw_proxy_answered(s->gw, s->http.url ? s->http.url : "/", id.value, status,
+                    status < 500 ? "bad_request" : "error");
   send_refusal(s, status, message, NULL, &id, 1);
 }
 
@@ -568,16 +572,23 @@ static void picked(gw_exchange *x) {
   s->picked = 1;
   send_pick(s);
   if (s->body_done) replay_body(s);
-  if (s->half_closed) { /* nothing more will come: done once the pick has gone */
-    complete(s);
-    gw_rpc_finish(s->rpc, GRPC_STATUS_OK, NULL);
-  }
 }
 
 static void refused(gw_exchange *x, int status, const char *message, const char *param,
                     const lupin_header *h, size_t n) {
   stream *s = x->front_data;
   if (!s->answered) send_refusal(s, status, message, param, h, n);
+}
+
+/* The stream ended before the request did: it ends as cancelled, once;
+ * one the runtime never saw (no body yet) is logged as such. */
+static void end_early(stream *s) {
+  if (s->x) {
+    gw_exchange_end(s->x, LUPIN_CANCELLED, 499);
+  } else if (s->have_headers && !s->begun && !s->answered) {
+    s->answered = 1;
+    gw_proxy_answered(s->gw, s->http.url ? s->http.url : "/", request_id(s), 499, "cancelled");
+  }
 }
 
 static void cancel(gw_exchange *x) {
@@ -608,17 +619,13 @@ static void open_stream(gw_rpc *r) {
   gw_rpc_set_data(r, s);
 }
 
-/* The data plane has nothing more to send.  After the pick, the request is
- * done as far as the picker will see (a data plane that skips the response
- * phases ends here); while it is being scheduled, the answer still goes
- * (picked() finishes); before its body ended, it never will. */
+/* The data plane has nothing more to send before the response ended: the
+ * request ended early (its client went away).  The protocol has the data
+ * plane stream the response through the picker, so a complete request has
+ * had its last response piece by now. */
 static void half_closed(gw_rpc *r) {
   stream *s = gw_rpc_data(r);
-  if (s && s->x && !s->picked) {
-    s->half_closed = 1;
-    return;
-  }
-  if (s && s->x) complete(s);
+  if (s) end_early(s);
   gw_rpc_finish(r, GRPC_STATUS_OK, NULL);
 }
 
@@ -627,7 +634,7 @@ static void gone(gw_rpc *r, int cancelled) {
   stream *s = gw_rpc_data(r);
   (void)cancelled;
   if (!s) return;
-  if (s->x) gw_exchange_end(s->x, LUPIN_CANCELLED, 499);
+  end_early(s);
   count_body(s, 0, 1);
   count_in_flight(s, 0);
   lh_headers_free(&s->http.headers);

@@ -276,8 +276,8 @@ static void received(gw_rpc *r, int ok) {
     if (bb) grpc_byte_buffer_destroy(bb);
     return;
   }
-  if (!bb) {
-    r->svc->half_closed(r);
+  if (!bb) { /* the client's last message, or a cancel: the close op says which */
+    if (!grpc_call_failed_before_recv_message(r->call)) r->svc->half_closed(r);
     return;
   }
   grpc_byte_buffer_reader rd;

@@ -582,13 +582,18 @@ static size_t parse_subset(char *list, const char **out, size_t max) {
   return n;
 }
 
+void gw_proxy_answered(lupin_gateway *gw, const char *path, const char *id, int status,
+                       const char *outcome) {
+  count(gw, status);
+  log_access(gw, NULL, path, id, status, outcome);
+}
+
 /* Answers a request that never reached the runtime (bad request, route). */
 static void answered(lupin_gateway *gw, gw_conn *c, const char *path, int status) {
-  count(gw, status);
-  log_access(gw, NULL, path, gw_conn_request_id(c), status,
-             status < 300   ? "ok"
-             : status < 500 ? "bad_request"
-                            : "error");
+  gw_proxy_answered(gw, path, gw_conn_request_id(c), status,
+                    status < 300   ? "ok"
+                    : status < 500 ? "bad_request"
+                                   : "error");
 }
 
 static void reply_error(lupin_gateway *gw, gw_conn *c, const char *path, int status,

@@ -54,6 +54,9 @@ void gw_proxy_handle(void *gw, gw_conn *c, gw_http_request *req);
 void gw_proxy_cancel_all(lupin_gateway *gw);
 /* Frees the ended exchanges kept for reuse (at the loop's end). */
 void gw_proxy_free_spares(lupin_gateway *gw);
+/* Counts and logs a request answered (or ended) before the runtime saw it. */
+void gw_proxy_answered(lupin_gateway *gw, const char *path, const char *id, int status,
+                       const char *outcome);
 /* Writes the access log's waiting lines (each loop iteration, and at the end). */
 void gw_access_log_flush(lupin_gateway *gw);
 /* The runtime's dispatch callback: a queued request's final result. */

@@ -10,7 +10,7 @@ local P = require "e2e.procs"
 local support = require "support"
 local json = P.json
 
-local SIM = "--model m --itl-ms 1 --seed 7"
+local SIM = "--model m --itl-ms 1 --seed 7 --max-model-len 200000"
 local MAX_CHUNK = 62000 -- the picker replays the body in chunks of at most this
 
 local COMPLETION = { model = "m", prompt = "hello there", max_tokens = 5 }
