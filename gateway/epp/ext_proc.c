@@ -482,6 +482,16 @@ static void complete(stream *s) {
   gw_exchange_end(x, LUPIN_OK, s->status ? s->status : 200);
 }
 
+/* ":status" from its bytes (raw_value is not terminated); 0: not one. */
+static int status_of(const char *v, size_t len) {
+  int n = 0;
+  for (size_t i = 0; v && i < len && i < 3; i++) {
+    if (v[i] < '0' || v[i] > '9') return 0;
+    n = n * 10 + (v[i] - '0');
+  }
+  return len == 3 ? n : 0;
+}
+
 static void response_headers(stream *s, const proc_request *m) {
   const Envoy__Service__ExtProc__V3__HttpHeaders *hh = m->response_headers;
   if (!s->picked || !s->x) {
@@ -496,7 +506,7 @@ static void response_headers(stream *s, const proc_request *m) {
     size_t len;
     const char *v = value_of(h, &len);
     if (!h->key) continue;
-    if (!strcmp(h->key, ":status") && v) s->status = (int)strtol(v, NULL, 10);
+    if (!strcmp(h->key, ":status") && status_of(v, len)) s->status = status_of(v, len);
     if (*h->key != ':' && seen.n < LH_MAX_HEADERS)
       lh_headers_add(&seen, h->key, strlen(h->key), v ? v : "", len);
   }
