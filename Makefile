@@ -53,7 +53,9 @@ GW_INC    = -Icore -Ihost -Igateway -I$(B)/proto
 # the `lupin` command line: serve, check, explain, test
 CLI_SRC   = $(wildcard cli/*.c)
 CLI_OBJ   = $(CLI_SRC:cli/%.c=$(B)/cli/%.o)
-GW_LIBS   = $(shell pkg-config --libs jansson hiredis grpc libprotobuf-c 2>/dev/null) -lmimalloc
+# gRPC: its two libraries alone (grpc.pc names every library those link,
+# which the binary would then need directly)
+GW_LIBS   = $(shell pkg-config --libs jansson hiredis libprotobuf-c 2>/dev/null) -lgrpc -lgpr -lmimalloc
 
 B ?= build
 # one version, core/lupin.h's: lupin --version, lupin-sim --version, lupin.pc
@@ -197,6 +199,10 @@ bench-deps:
 # lupin-sim (4 endpoints) and lupin serve on 127.0.0.1:8080; Ctrl-C stops both.
 run: all
 	B=$(B) bash examples/run.sh
+
+# the same with lupin epp, the picker Envoy calls, on 127.0.0.1:9002 (docs/epp.md)
+run-epp: all
+	EPP=1 B=$(B) bash examples/run.sh
 
 # A shared-prefix workload through a running `make run`, then through a
 # random-routing gateway to the same endpoints: requests per endpoint,
@@ -417,7 +423,7 @@ clean:
 	rm -rf build build-asan build-tsan build-fuzz
 
 help:
-	@echo "make deps | all | run | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | format | format-check | plugin-docs | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-soak-gateway | bench-routing | bench-replicas | bench-reload | bench-flow | install PREFIX=... | clean"
+	@echo "make deps | all | run | run-epp | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | format | format-check | plugin-docs | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-soak-gateway | bench-routing | bench-replicas | bench-reload | bench-flow | install PREFIX=... | clean"
 
-.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle bench-epp run demo run-embed test test-asan test-tsan test-fresh lint format format-check plugin-docs fuzz fuzz-replay bench bench-core bench-prefix \
+.PHONY: FORCE all deps bench-deps bench-all bench-lifecycle bench-epp run run-epp demo run-embed test test-asan test-tsan test-fresh lint format format-check plugin-docs fuzz fuzz-replay bench bench-core bench-prefix \
         bench-soak bench-gateway bench-workers bench-openresty bench-soak-gateway bench-routing bench-replicas bench-reload bench-flow install clean help

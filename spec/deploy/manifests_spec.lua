@@ -289,8 +289,12 @@ describe("deploy/", function()
     for name in (last:match("apt%-get install(.-)&&%s*rm") or ""):gmatch("[%w][%w.+-]+") do
       packages[name] = true
     end
-    -- dpkg knows a library by the path it installed, /lib or /usr/lib (usrmerge)
-    local libs, rc = run("ldd " .. LUPIN .. " | awk '/=> \\//{print $3}' | while read -r l; do"
+    -- the libraries lupin names itself (NEEDED; theirs come with their
+    -- packages); dpkg knows a library by the path it installed, /lib or
+    -- /usr/lib (usrmerge)
+    local libs, rc = run("readelf -d " .. LUPIN .. " | sed -n 's/.*NEEDED.*\\[\\(.*\\)\\]/\\1/p'"
+      .. " | while read -r n; do ldd " .. LUPIN .. " | awk -v n=\"$n\" '$1 == n {print $3}'; done"
+      .. " | while read -r l; do"
       .. " dpkg -S \"$l\" 2>/dev/null || dpkg -S \"$(readlink -f \"$l\")\" 2>/dev/null; done"
       .. " | cut -d: -f1 | sort -u")
     if rc ~= 0 or not libs:find("%S") then
