@@ -117,6 +117,12 @@ typedef struct gw_options {
   int n_resolve;
   const char *workers; /* --workers N|auto: overrides gateway.workers */
   const char *redis;   /* --redis HOST:PORT: replicas on, at that address */
+  /* endpoints from Kubernetes (endpoints/k8s_pool.c): the InferencePool's
+   * name, its namespace (NULL: the in-cluster or kubeconfig context's, else
+   * "default"), its API group (NULL: inference.networking.k8s.io, v1;
+   * inference.networking.x-k8s.io: v1alpha2), the kubeconfig (NULL: as
+   * kubectl looks for one) */
+  const char *k8s_pool, *k8s_namespace, *k8s_group, *kubeconfig;
 } gw_options;
 
 /* Reloads and their outcome, for /metrics. */
@@ -198,6 +204,7 @@ struct lupin_gateway {
   int (*reload)(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint64_t *generation,
                 double *seconds);
   struct gw_replicas *replicas; /* replicas.c: the leader's, NULL when off */
+  struct gw_k8s *k8s;           /* k8s_pool.c: the leader's, NULL when off */
 };
 
 /* Called when a request or a connection ends: a drain waits for the last. */
