@@ -200,6 +200,9 @@ describe("lupin serve --k8s-pool", function()
       within_a_second(gw, "vllm-d", t0, "a pod after an empty pool")
       assert.equal(1, P.metric(gw, 'lupin_kubernetes_pool_endpoints{pool="default/pool1"}'))
       assert.equal(1, P.metric(gw, 'lupin_kubernetes_pool_synced{pool="default/pool1"}'))
+      -- SIGTERM with the watches open: a clean exit (under make test-asan, no leak)
+      P.signal(gw, "TERM")
+      assert.equal(0, P.wait(gw))
     end)
 
   it("gives endpoints the pods' labels, so P/D roles reach the plugins", function()
@@ -388,6 +391,8 @@ describe("lupin serve --k8s-pool", function()
     pool()
     local gw = gateway(nil, { token = "wrong" })
     sees_error(gw, "unauthorized", "HTTP 401 from the API server: Unauthorized")
+    P.signal(gw, "TERM") -- with a retry pending: a clean exit
+    assert.equal(0, P.wait(gw))
   end)
 
   it("reports a server certificate its CA did not sign", function()
@@ -403,6 +408,46 @@ describe("lupin serve --k8s-pool", function()
     local gw = P.gateway(CONFIG, ("--k8s-pool pool1 --kubeconfig %s"):format(kubeconfig(port, {})))
     procs[#procs + 1] = gw
     sees_error(gw, "unreachable", "connection refused")
+  end)
+
+  it("reports pods it may not list (403), and recovers once it may", function()
+    pool()
+    pod("vllm-a")
+    control("/forbid", { kind = "pods" })
+    local gw = gateway()
+    sees_error(gw, "forbidden", "pods: HTTP 403 from the API server: pods is forbidden")
+    control("/forbid", {})
+    P.poll(function()
+      return names(gw) == "vllm-a" and readyz(gw) == 200
+    end, "the pods listed once allowed")
+  end)
+
+  it("reports a pool with no selector, and follows it once fixed", function()
+    pool({ selector = "none" })
+    pod("vllm-a")
+    local gw = gateway()
+    sees_error(gw, "bad_pool", "spec.selector.matchLabels selects nothing")
+    local t0 = now()
+    pool()
+    within_a_second(gw, "vllm-a", t0, "the pool fixed")
+  end)
+
+  it("applies the pool on every worker", function()
+    pool()
+    pod("vllm-a")
+    local gw = gateway("--workers 2")
+    P.poll(function()
+      return names(gw) == "vllm-a"
+    end, "the pod")
+    local codes = {}
+    for i = 1, 16 do
+      local code = P.post(gw.base, "/v1/completions", { model = "m", prompt = "w" .. i,
+        max_tokens = 1 })
+      codes[code] = (codes[code] or 0) + 1
+    end
+    assert.same({ [200] = 16 }, codes)
+    local counts = P.worker_requests(gw)
+    assert.is_true((counts[0] or 0) > 0 and (counts[1] or 0) > 0, json.encode(counts))
   end)
 
   it("refuses --endpoints with --k8s-pool, and an unknown --pool-group", function()
