@@ -6,22 +6,14 @@
 -- must reach /admin/endpoints within a second of the event.
 local P = require "e2e.procs"
 local support = require "support"
-local ffi = require "ffi"
 local json = P.json
 
 local KUBE = support.ROOT .. "/spec/fixtures/gateway/kube_apiserver.py"
 local TOKEN = "s3cret-token"
 local SIM = "--model m --itl-ms 1 --seed 7"
 
-ffi.cdef [[
-  struct lupin_k8s_spec_timespec { long tv_sec; long tv_nsec; };
-  int clock_gettime(int clk, struct lupin_k8s_spec_timespec *ts);
-]]
-local ts = ffi.new("struct lupin_k8s_spec_timespec")
-local function now()
-  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) / 1e9
-end
+-- the runtime's monotonic clock (its FFI declaration is the suite's one)
+local now = require("lupin.runtime.capi").now
 
 local dir = support.tmpdir()
 
@@ -44,11 +36,16 @@ local function make_pki()
     ec, dir, dir))
   sh(("openssl x509 -req -in %s/server.csr -CA %s/ca.crt -CAkey %s/ca.key -CAcreateserial"
     .. " -out %s/server.crt -days 2 -extfile %s/san.cnf"):format(dir, dir, dir, dir, dir))
+  -- a client certificate the same CA signs (kubeconfig client-certificate-data)
+  sh(("openssl req %s -keyout %s/client.key -out %s/client.csr -subj /CN=lupin"):format(ec, dir,
+    dir))
+  sh(("openssl x509 -req -in %s/client.csr -CA %s/ca.crt -CAkey %s/ca.key -CAcreateserial"
+    .. " -out %s/client.crt -days 2"):format(dir, dir, dir, dir))
 end
 
 local seq = 0
 -- A kubeconfig for the stand-in at port; opts: ca (a file), ca_data (inline),
--- token, namespace.
+-- token, user (the user's lines instead of the token), namespace.
 local function kubeconfig(port, opts)
   seq = seq + 1
   local path = ("%s/kubeconfig-%d.yaml"):format(dir, seq)
@@ -58,7 +55,7 @@ local function kubeconfig(port, opts)
     "apiVersion: v1\nkind: Config\ncurrent-context: test\n",
     "clusters:\n- name: standin\n  cluster:\n",
     ("    server: https://127.0.0.1:%d\n"):format(port), ca,
-    "users:\n- name: lupin\n  user:\n", ("    token: %s\n"):format(opts.token or TOKEN),
+    "users:\n- name: lupin\n  user:\n", opts.user or ("    token: %s\n"):format(opts.token or TOKEN),
     "contexts:\n- name: test\n  context:\n    cluster: standin\n    user: lupin\n",
     opts.namespace and ("    namespace: %s\n"):format(opts.namespace) or "",
   }))
@@ -80,8 +77,8 @@ describe("lupin serve --k8s-pool", function()
 
   before_each(function()
     procs = {}
-    api = P.start(("python3 -u %s --cert %s/server.crt --key %s/server.key --token %s"):format(KUBE,
-      dir, dir, TOKEN))
+    api = P.start(("python3 -u %s --cert %s/server.crt --key %s/server.key --token %s"
+      .. " --client-ca %s/ca.crt"):format(KUBE, dir, dir, TOKEN, dir))
     procs[#procs + 1] = api
     P.poll(function()
       api.port, api.control = (P.read(api.out) or ""):match("port (%d+) control (%d+)")
@@ -351,6 +348,38 @@ describe("lupin serve --k8s-pool", function()
       assert.truthy(P.read(gw.err):find("InferencePool prod/pool1", 1, true))
       assert.truthy(#seen > 0)
     end)
+
+  it("authenticates with a client certificate (client-certificate-data, client-key-data)",
+    function()
+      pool()
+      pod("vllm-a")
+      local function b64(f)
+        return sh("base64 -w0 " .. dir .. "/" .. f)
+      end
+      local gw = gateway(nil, { user = ("    client-certificate-data: %s\n    client-key-data: %s\n")
+        :format(b64("client.crt"), b64("client.key")) })
+      P.poll(function()
+        return names(gw) == "vllm-a"
+      end, "the pod, with no token")
+    end)
+
+  it("re-reads a tokenFile at each request (rotated tokens)", function()
+    pool()
+    pod("vllm-a")
+    local file = dir .. "/token"
+    support.write(file, TOKEN .. "\n")
+    local gw = gateway(nil, { user = ("    tokenFile: %s\n"):format(file) })
+    P.poll(function()
+      return names(gw) == "vllm-a"
+    end, "the pod")
+    support.write(file, "rotated\n")
+    control("/token", { token = "rotated" })
+    control("/expire", { mode = "close" }) -- the watches resume with the new token
+    local t0 = now()
+    pod("vllm-b")
+    within_a_second(gw, "vllm-a vllm-b", t0, "an event after the token rotated")
+    assert.equal(0, P.metric(gw, 'lupin_kubernetes_errors_total{reason="unauthorized"}'))
+  end)
 
   -- An error an operator must see: a log line (once), /readyz, a metric;
   -- the process keeps serving.
