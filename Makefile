@@ -23,7 +23,7 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
             python3 procps libutf8proc-dev clang libclang-rt-dev prometheus \
             redis-server libhiredis-dev libmimalloc-dev \
             libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libssl-dev \
-            protobuf-compiler python3-grpcio python3-protobuf openssl
+            protobuf-compiler python3-grpcio python3-protobuf openssl libyaml-dev
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox
 
@@ -55,7 +55,8 @@ CLI_SRC   = $(wildcard cli/*.c)
 CLI_OBJ   = $(CLI_SRC:cli/%.c=$(B)/cli/%.o)
 # gRPC: its two libraries alone (grpc.pc names every library those link,
 # which the binary would then need directly)
-GW_LIBS   = $(shell pkg-config --libs jansson hiredis libprotobuf-c 2>/dev/null) -lgrpc -lgpr -lmimalloc
+GW_LIBS   = $(shell pkg-config --libs jansson hiredis openssl yaml-0.1 libprotobuf-c 2>/dev/null) \
+            -lgrpc -lgpr -lmimalloc
 
 B ?= build
 # one version, core/lupin.h's: lupin --version, lupin-sim --version, lupin.pc

@@ -32,6 +32,8 @@ static const char serve_usage[] =
     "                   [--log-level error|warn|info|debug] [--log-format text|json]\n"
     "                   [--resolve NAME=ADDR[,ADDR...]]... [--max-lua-memory BYTES[k|m|g]]\n"
     "                   [--admin-insecure] [--workers N|auto] [--redis HOST:PORT]\n"
+    "                   [--k8s-pool NAME [--pool-namespace NS] [--pool-group GROUP]\n"
+    "                    [--kubeconfig FILE]]\n"
     "\n"
     "The config is an EndpointPickerConfig (JSON or YAML) with two lupin extensions:\n"
     "\"endpoints\" (a list of {name, address, port, labels}) and \"gateway\" (limits,\n"
@@ -52,7 +54,14 @@ static const char serve_usage[] =
     "--redis shares the prefix indexes with other replicas through Redis at HOST:PORT\n"
     "(turns the replicas section on and overrides its address; docs/replicas.md).\n"
     "An admin address off loopback needs --admin-token, or --admin-insecure to serve it\n"
-    "open anyway.\n";
+    "open anyway.\n"
+    "--k8s-pool reads the endpoints from the Kubernetes InferencePool NAME instead: one\n"
+    "per Ready pod it selects and target port (named as the pod, POD-PORT with several\n"
+    "ports; the pod's labels), kept in step with a watch.  --pool-namespace (default:\n"
+    "the in-cluster namespace, else the kubeconfig context's, else default),\n"
+    "--pool-group (inference.networking.k8s.io, v1; inference.networking.x-k8s.io:\n"
+    "v1alpha2), --kubeconfig (default: $KUBECONFIG, else in-cluster, else\n"
+    "~/.kube/config).  /readyz says why while the pool is not read (docs/gateway.md).\n";
 
 static const char check_usage[] =
     "usage: lupin check --config FILE [--endpoints FILE] [--format text|json]\n"
@@ -114,6 +123,10 @@ static int parse_args(int argc, char **argv, gw_options *o, const char **format)
                        : !strcmp(a, "--max-lua-memory") ? &o->max_lua_memory
                        : !strcmp(a, "--workers")        ? &o->workers
                        : !strcmp(a, "--redis")          ? &o->redis
+                       : !strcmp(a, "--k8s-pool")       ? &o->k8s_pool
+                       : !strcmp(a, "--pool-namespace") ? &o->k8s_namespace
+                       : !strcmp(a, "--pool-group")     ? &o->k8s_group
+                       : !strcmp(a, "--kubeconfig")     ? &o->kubeconfig
                                                         : NULL;
     if (!strcmp(a, "--no-watch")) {
       o->no_watch = 1;
@@ -147,6 +160,18 @@ static int parse_args(int argc, char **argv, gw_options *o, const char **format)
   }
   if (!o->config) {
     fprintf(stderr, "lupin %s: --config FILE is required\n\n%s", cmd, help);
+    return -1;
+  }
+  if (o->k8s_pool && (o->endpoints_file || !strcmp(cmd, "check"))) {
+    fprintf(stderr, "lupin %s: --k8s-pool %s\n\n%s", cmd,
+            o->endpoints_file ? "and --endpoints: give one source of endpoints"
+                              : "is for lupin serve",
+            help);
+    return -1;
+  }
+  if (!o->k8s_pool && (o->k8s_namespace || o->k8s_group || o->kubeconfig)) {
+    fprintf(stderr, "lupin %s: --pool-namespace, --pool-group and --kubeconfig need --k8s-pool\n",
+            cmd);
     return -1;
   }
   return 0;

@@ -1,5 +1,6 @@
 /* The gateway object: opens the runtime and the listeners, keeps the
- * endpoints in step with the config or the endpoints file (watched), turns
+ * endpoints in step with the config, the endpoints file (watched) or a
+ * Kubernetes InferencePool (endpoints/k8s_pool.c), turns
  * SIGTERM/SIGINT into a drain and SIGHUP into a reload, and closes everything
  * in order so the loop ends by itself. */
 #include "gateway.h"
@@ -60,6 +61,10 @@ static void endpoint_sync(void *ud, const lupin_endpoint_desc *d) {
   int added = !ep;
   if (!ep && !(ep = endpoint_new(gw, d))) return;
   ep->seen = 1;
+  lh_headers_clear(&ep->labels); /* for /admin/endpoints */
+  for (size_t i = 0; i < d->n_labels; i++)
+    lh_headers_add(&ep->labels, d->labels[i].name, strlen(d->labels[i].name), d->labels[i].value,
+                   strlen(d->labels[i].value));
   char err[256];
   if (lupin_endpoint_upsert(gw->rt, d, err, sizeof err)) {
     gw_log(gw, LUPIN_LOG_ERROR, "endpoint %s: %s", d->name, err);
@@ -96,18 +101,117 @@ static int keep_last_endpoints(lupin_gateway *gw) {
   return 1;
 }
 
-/* Makes the endpoints those of the config or of the endpoints file. */
-int gw_endpoints_load(lupin_gateway *gw, char *err, size_t errlen) {
+/* Makes the endpoints those of a full list from a source: each listed one
+ * added or updated, the others removed.  empty_ok: a list with none of
+ * them empties the pool (Kubernetes: a pool with no ready pod is one);
+ * else keep_last_endpoints decides. */
+void gw_endpoints_apply(lupin_gateway *gw, const lupin_endpoint_desc *d, size_t n, int empty_ok) {
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next)
     ep->seen = 0;
-  if (lupin_runtime_read_endpoints(gw->rt, gw->opts.endpoints_file, endpoint_sync, gw, err, errlen))
-    return -1;
-  if (keep_last_endpoints(gw)) return 0;
+  for (size_t i = 0; i < n; i++)
+    endpoint_sync(gw, &d[i]);
+  if (!empty_ok && keep_last_endpoints(gw)) return;
   for (gw_endpoint *ep = gw->endpoints, *next; ep; ep = next) {
     next = ep->next;
     if (!ep->seen) endpoint_remove(gw, ep);
   }
-  return 0;
+}
+
+/* A list of endpoints owned: a source's callback lends each one only for
+ * the call, and the followers apply the leader's list later. */
+typedef struct desc_list {
+  lupin_endpoint_desc *d;
+  size_t n, cap;
+  int failed;
+} desc_list;
+
+static char *dup_or_null(const char *s, int *failed) {
+  char *c = s ? strdup(s) : NULL;
+  if (s && !c) *failed = 1;
+  return c;
+}
+
+static void desc_collect(void *ud, const lupin_endpoint_desc *d) {
+  desc_list *l = ud;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 16;
+    lupin_endpoint_desc *grown = realloc(l->d, cap * sizeof *grown);
+    if (!grown) {
+      l->failed = 1;
+      return;
+    }
+    l->d = grown;
+    l->cap = cap;
+  }
+  lupin_endpoint_desc *c = &l->d[l->n++];
+  lupin_header *labels = d->n_labels ? calloc(d->n_labels, sizeof *labels) : NULL;
+  *c = (lupin_endpoint_desc){dup_or_null(d->name, &l->failed), dup_or_null(d->address, &l->failed),
+                             d->port, labels, labels ? d->n_labels : 0};
+  if (d->n_labels && !labels) l->failed = 1;
+  for (size_t i = 0; i < c->n_labels; i++)
+    labels[i] = (lupin_header){dup_or_null(d->labels[i].name, &l->failed),
+                               dup_or_null(d->labels[i].value, &l->failed)};
+}
+
+static void desc_list_free(desc_list *l) {
+  for (size_t i = 0; i < l->n; i++) {
+    lupin_endpoint_desc *d = &l->d[i];
+    for (size_t j = 0; j < d->n_labels; j++) {
+      free((char *)d->labels[j].name);
+      free((char *)d->labels[j].value);
+    }
+    free((void *)d->labels);
+    free((char *)d->name);
+    free((char *)d->address);
+  }
+  free(l->d);
+  *l = (desc_list){0};
+}
+
+/* Makes the endpoints those of the config or of the endpoints file. */
+int gw_endpoints_load(lupin_gateway *gw, char *err, size_t errlen) {
+  desc_list l = {0};
+  int rc =
+      lupin_runtime_read_endpoints(gw->rt, gw->opts.endpoints_file, desc_collect, &l, err, errlen);
+  if (!rc && l.failed) {
+    lh_errf(err, errlen, "out of memory reading the endpoints");
+    rc = -1;
+  }
+  if (!rc) gw_endpoints_apply(gw, l.d, l.n, 0);
+  desc_list_free(&l);
+  return rc;
+}
+
+/* Whether the config lists the endpoints (no file, no Kubernetes pool). */
+static int config_endpoints(const lupin_gateway *gw) {
+  return !gw->opts.endpoints_file && !gw->opts.k8s_pool;
+}
+
+/* --- endpoints from Kubernetes --------------------------------------------- */
+
+static void k8s_follower(lupin_gateway *gw, void *arg) {
+  desc_list *l = arg;
+  gw_endpoints_apply(gw, l->d, l->n, 1);
+}
+
+static void desc_list_drop(void *arg) {
+  desc_list_free(arg);
+  free(arg);
+}
+
+/* The pool's list, on the leader then (a copy) on every follower. */
+static void k8s_apply(lupin_gateway *gw, const lupin_endpoint_desc *d, size_t n) {
+  gw_endpoints_apply(gw, d, n, 1);
+  if (gw_workers_count(gw) < 2) return;
+  desc_list *l = calloc(1, sizeof *l);
+  for (size_t i = 0; l && i < n; i++)
+    desc_collect(l, &d[i]);
+  if (l && !l->failed) {
+    gw_workers_post(gw, k8s_follower, l, desc_list_drop);
+    return;
+  }
+  gw_log(gw, LUPIN_LOG_ERROR, "kubernetes: out of memory: the followers keep their endpoints");
+  if (l) desc_list_drop(l);
 }
 
 static void reread_follower(lupin_gateway *gw, void *arg) {
@@ -196,7 +300,7 @@ static void commit_one(lupin_gateway *gw, void *arg) {
     lupin_runtime_abort(gw->rt);
   } else if (lupin_runtime_commit(gw->rt, err, sizeof err)) {
     gw_log(gw, LUPIN_LOG_ERROR, "worker %d: reload not committed: %s", gw->worker, err);
-  } else if (gw->worker && !gw->opts.endpoints_file && gw_endpoints_load(gw, err, sizeof err)) {
+  } else if (gw->worker && config_endpoints(gw) && gw_endpoints_load(gw, err, sizeof err)) {
     gw_log(gw, LUPIN_LOG_ERROR, "worker %d: the config's endpoints: %s", gw->worker, err);
   }
 }
@@ -227,7 +331,7 @@ int gw_reload(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint
          "reload (%s): generation %llu serving on %zu workers, built in %.1f ms", why,
          (unsigned long long)n, gw_workers_count(gw), dt * 1e3);
   if (!gw->opts.no_watch) gw_watch_sync(gw); /* pluginDirs may have changed */
-  if (!gw->opts.endpoints_file && gw_endpoints_load(gw, err, errlen)) return -1;
+  if (config_endpoints(gw) && gw_endpoints_load(gw, err, errlen)) return -1;
   return 0;
 }
 
@@ -256,6 +360,7 @@ static void shutdown_all(lupin_gateway *gw) {
   close_handle(gw->rewatch);
   gw_watch_stop(gw);
   gw_replicas_stop(gw);
+  gw_k8s_stop(gw);
   gw->sigterm = gw->sigint = gw->sighup = NULL;
   gw->drain_timer = gw->rewatch = NULL;
   gw->collector = NULL;
@@ -452,10 +557,11 @@ static int start_collector(lupin_gateway *gw, char *err, size_t errlen) {
   return 0;
 }
 
-/* The runtime and the endpoints of one worker. */
+/* The runtime and the endpoints of one worker (from Kubernetes: none yet,
+ * the pool's first list comes on the loop). */
 static int open_worker(lupin_gateway *gw, char *err, size_t errlen) {
   if (open_runtime(gw, err, errlen) || start_collector(gw, err, errlen) ||
-      gw_endpoints_load(gw, err, errlen))
+      (!gw->opts.k8s_pool && gw_endpoints_load(gw, err, errlen)))
     return -1;
   /* the first load's dry cycle ran with no endpoints: run it as a reload would */
   return lupin_runtime_dry_run(gw->rt, err, errlen);
@@ -478,9 +584,14 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
     lh_errf(err, errlen, "out of memory");
     return -2;
   }
+  if (o->endpoints_file && o->k8s_pool) {
+    lh_errf(err, errlen, "--endpoints and --k8s-pool: give one source of endpoints");
+    return -1;
+  }
   /* what the config decides fails with -1 (exit 1), the rest with -2 */
   if (check_admin_address(gw, err, errlen) || open_worker(gw, err, errlen) ||
-      gw_replicas_start(gw, err, errlen))
+      gw_replicas_start(gw, err, errlen) ||
+      (o->k8s_pool && gw_k8s_start(gw, k8s_apply, err, errlen)))
     return -1;
   gw_workers_wanted(gw, &workers); /* now with the config's */
   if (gw->opts.endpoints_file && watch_file(gw, err, errlen)) return -1;
@@ -577,6 +688,7 @@ int gw_run(lupin_gateway *gw) {
     int worst = gw_workers_join(gw);
     if (worst > gw->exit_code) gw->exit_code = worst;
     gw_replicas_free(gw); /* its hook goes before what it hooks */
+    gw_k8s_free(gw);
     lupin_shared_free(gw->shared);
   }
   gw_explain_free(gw);

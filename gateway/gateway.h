@@ -48,6 +48,9 @@ int gw_workers_join(lupin_gateway *leader);
 /* gateway.c's parts a follower runs. */
 void gw_drain(lupin_gateway *gw, const char *why);
 int gw_endpoints_load(lupin_gateway *gw, char *err, size_t errlen);
+/* Makes the endpoints those of a full list (empty_ok: an empty list empties
+ * the pool; else gateway.allowEmptyEndpoints decides). */
+void gw_endpoints_apply(lupin_gateway *gw, const lupin_endpoint_desc *d, size_t n, int empty_ok);
 int gw_open_follower(lupin_gateway *gw, const lupin_gateway *leader, char *err, size_t errlen);
 
 #endif

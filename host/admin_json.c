@@ -37,7 +37,14 @@ void lh_admin_endpoint(lh_buf *b, const lh_endpoint_view *v, double now, double 
     if (i) lh_buf_printf(b, ",");
     lh_buf_json(b, v->addresses[i]);
   }
-  lh_buf_printf(b, "]");
+  lh_buf_printf(b, "],\"labels\":{");
+  for (size_t i = 0; i < v->n_labels; i++) {
+    lh_buf_printf(b, "%s", i ? "," : "");
+    lh_buf_json(b, v->labels[i].name);
+    lh_buf_printf(b, ":");
+    lh_buf_json(b, v->labels[i].value);
+  }
+  lh_buf_printf(b, "}");
   lh_buf_printf(b, ",\"port\":%d,\"fresh\":%s,\"scrape_age_seconds\":", v->port,
                 v->scraped_at && now - v->scraped_at <= stale_seconds ? "true" : "false");
   lh_buf_number(b, v->scraped_at ? now - v->scraped_at : -1);

@@ -183,6 +183,8 @@ typedef enum lh_family_id {
   /* replicas sharing prefix records through Redis (replicas.c) */
   LH_M_REPLICA_CONNECTED, LH_M_REPLICA_PUBLISHED, LH_M_REPLICA_APPLIED, LH_M_REPLICA_IGNORED,
   LH_M_REPLICA_DROPPED, LH_M_REPLICA_BAD, LH_M_REPLICA_PENDING, LH_M_REPLICA_LAG,
+  /* endpoints from a Kubernetes InferencePool (k8s_pool.c) */
+  LH_M_K8S_SYNCED, LH_M_K8S_ENDPOINTS, LH_M_K8S_RESTARTS, LH_M_K8S_ERRORS,
   LH_FAMILIES
 } lh_family_id;
 // clang-format on
@@ -347,6 +349,8 @@ typedef struct lh_endpoint_view {
   const lupin_metrics *metrics;            /* NULL: none yet */
   const char *running_lora, *waiting_lora; /* as scraped, NULL: none */
   const lh_health *health;                 /* NULL: healthy */
+  const lupin_header *labels;              /* as the endpoints source gave them */
+  size_t n_labels;
 } lh_endpoint_view;
 void lh_admin_endpoints_open(lh_buf *b);
 /* fresh: scraped no longer than stale_seconds before now (lupin_now()) */

@@ -355,6 +355,26 @@ const lh_family lh_families[LH_FAMILIES] = {
                           "From a record on another replica to its applying here, for the "
                           "last record applied.",
                           {NULL}},
+    [LH_M_K8S_SYNCED] = {"lupin_kubernetes_pool_synced",
+                         LH_GAUGE,
+                         "1 when the InferencePool and its pods are listed and watched without "
+                         "error (--k8s-pool); 0 while waiting for them or failing.",
+                         {"pool"}},
+    [LH_M_K8S_ENDPOINTS] = {"lupin_kubernetes_pool_endpoints",
+                            LH_GAUGE,
+                            "Endpoints the InferencePool's ready pods make (one per pod and "
+                            "target port), as last applied.",
+                            {"pool"}},
+    [LH_M_K8S_RESTARTS] = {"lupin_kubernetes_watch_restarts_total",
+                           LH_COUNTER,
+                           "Watches begun again: ended by the server (resumed), expired with "
+                           "410 Gone (listed again) or cut short.",
+                           {"resource"}},
+    [LH_M_K8S_ERRORS] = {"lupin_kubernetes_errors_total",
+                         LH_COUNTER,
+                         "Failed calls to the Kubernetes API server and unusable answers, by "
+                         "reason.",
+                         {"reason"}},
 };
 
 void lh_histogram_observe(lh_histogram *h, lh_family_id id, double v) {

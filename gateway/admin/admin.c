@@ -2,6 +2,7 @@
  *   GET  /metrics          Prometheus text
  *   GET  /healthz          the process answers
  *   GET  /readyz           200 when an endpoint is healthy with fresh metrics
+ *                          (and, with --k8s-pool, the pool is synced)
  *   GET  /admin/endpoints  the pool with its metrics, JSON
  *   GET  /admin/requests   requests in flight with age and generation, JSON
  *   GET  /admin/generations  live generations: number, load time, digest, pinned
@@ -256,6 +257,7 @@ static void metrics_of(lupin_gateway *gw, void *texts) {
   metrics_pool(gw, &e);
   gw_flow_metrics(gw, &e);
   gw_replicas_metrics(gw, &e);
+  gw_k8s_metrics(gw, &e);
 }
 
 static void metrics(lupin_gateway *gw, gw_conn *c) {
@@ -304,7 +306,9 @@ static void endpoints(lupin_gateway *gw, gw_conn *c) {
                           .metrics = &ep->metrics,
                           .running_lora = ep->running_lora,
                           .waiting_lora = ep->waiting_lora,
-                          .health = &ep->health};
+                          .health = &ep->health,
+                          .labels = ep->labels.v,
+                          .n_labels = ep->labels.n};
     lh_admin_endpoint(&b, &v, now, stale);
   }
   lh_admin_list_end(&b);
@@ -403,6 +407,13 @@ static void healthz(lupin_gateway *gw, gw_conn *c) {
 }
 
 static void readyz(lupin_gateway *gw, gw_conn *c) {
+  const char *k8s = gw_k8s_not_ready(gw); /* a pool not read is not an empty pool */
+  if (k8s) {
+    char msg[1200];
+    snprintf(msg, sizeof msg, "not ready: kubernetes: %s", k8s);
+    text(c, 503, msg);
+    return;
+  }
   size_t n = gw_fresh_endpoints(gw);
   text(c, n ? 200 : 503,
        n ? "ready" : "not ready: no healthy endpoint with fresh metrics (see /admin/endpoints)");

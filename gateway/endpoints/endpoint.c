@@ -16,6 +16,7 @@ void gw_endpoint_unref(gw_endpoint *ep) {
   free(ep->running_lora);
   free(ep->waiting_lora);
   lh_buf_free(&ep->scrape_body);
+  lh_headers_free(&ep->labels);
   free(ep);
 }
 

@@ -1,7 +1,8 @@
 /* endpoints.h -- lupin serve's view of its endpoints: the registry's
  * entries (endpoint.c), their addresses (resolve.c), upstream pools and
- * exchanges (upstream.c), scrapes (scrape.c), health (health.c), and the
- * prefix records shared with other replicas (replicas.c). */
+ * exchanges (upstream.c), scrapes (scrape.c), health (health.c), the
+ * prefix records shared with other replicas (replicas.c), and the
+ * endpoints read from Kubernetes (k8s_config.c, k8s_client.c, k8s_pool.c). */
 #ifndef LUPIN_GW_ENDPOINTS_H
 #define LUPIN_GW_ENDPOINTS_H
 
@@ -59,6 +60,7 @@ struct gw_endpoint {
   uint64_t scrapes, scrape_errors;
   lupin_metrics metrics;
   char *running_lora, *waiting_lora;
+  lh_headers labels; /* as the source listed them (/admin/endpoints) */
   gw_endpoint *next;
 };
 
@@ -162,5 +164,71 @@ void gw_replicas_free(lupin_gateway *gw);
 void gw_replicas_metrics(lupin_gateway *gw, lh_expo *e);
 /* GET /admin/replicas */
 void gw_replicas_admin(lupin_gateway *gw, gw_conn *c);
+
+/* --- endpoints from Kubernetes: an InferencePool's ready pods ------------ */
+
+/* Where the API server is and the credentials to show it (k8s_config.c):
+ * kubeconfig (a path; NULL: $KUBECONFIG, else in-cluster when
+ * KUBERNETES_SERVICE_HOST is set, else ~/.kube/config). */
+typedef struct gw_k8s_config {
+  char host[256]; /* a name or an IP literal: what the certificate must carry */
+  int port;
+  char *ca; /* PEM; NULL: the system's CAs */
+  size_t ca_len;
+  int insecure;     /* insecure-skip-tls-verify: no verification at all */
+  char *token;      /* NULL: none, or token_file's */
+  char *token_file; /* re-read at each request: service account tokens rotate */
+  char *cert, *key; /* client certificate and key, PEM */
+  size_t cert_len, key_len;
+  char *ns;        /* the in-cluster namespace or the context's; NULL: none */
+  char from[4200]; /* "kubeconfig PATH" or "in-cluster (DIR)", for messages */
+} gw_k8s_config;
+int gw_k8s_config_load(const char *kubeconfig, gw_k8s_config *c, char *err, size_t errlen);
+void gw_k8s_config_free(gw_k8s_config *c);
+/* The bearer token to send now (malloc'd); NULL: none, or with err set
+ * when the token file cannot be read. */
+char *gw_k8s_config_token(const gw_k8s_config *c, char *err, size_t errlen);
+
+/* One HTTPS GET to the API server (k8s_client.c). */
+typedef struct gw_k8s_client gw_k8s_client;
+typedef struct gw_k8s_call gw_k8s_call;
+typedef enum gw_k8s_error {
+  GW_K8S_OK,          /* a whole response (any status) */
+  GW_K8S_UNREACHABLE, /* lookup, connect or handshake timed out or failed */
+  GW_K8S_TLS,         /* the handshake failed: the certificate, the CA, the key */
+  GW_K8S_TIMEOUT,     /* nothing read for the idle timeout */
+  GW_K8S_BROKEN,      /* closed mid-response, or not HTTP */
+} gw_k8s_error;
+typedef struct gw_k8s_call_cb {
+  void (*on_status)(void *ud, int status);
+  void (*on_body)(void *ud, const char *data, size_t len); /* de-chunked */
+  /* Last call unless cancelled; detail says why when e is not GW_K8S_OK. */
+  void (*on_done)(void *ud, gw_k8s_error e, const char *detail);
+} gw_k8s_call_cb;
+/* The TLS context of cfg (kept by the caller for the client's life). */
+gw_k8s_client *gw_k8s_client_new(uv_loop_t *loop, const gw_k8s_config *cfg, char *err,
+                                 size_t errlen);
+void gw_k8s_client_free(gw_k8s_client *cl);
+/* Starts GET path; idle_ms bounds the wait for each read once the request
+ * is sent.  NULL with err when it could not start (no callback runs). */
+gw_k8s_call *gw_k8s_get(gw_k8s_client *cl, const char *path, uint64_t idle_ms,
+                        const gw_k8s_call_cb *cb, void *ud, char *err, size_t errlen);
+/* No callback runs after; the connection closes. */
+void gw_k8s_cancel(gw_k8s_call *c);
+
+/* The pool (k8s_pool.c): lists and watches the InferencePool
+ * gw->opts.k8s_pool and the pods it selects, and hands the full list of
+ * endpoints (one per ready pod and target port) to apply after each
+ * change.  The leader only.  start: -1 with err when the credentials
+ * cannot be read; the API server is first asked on the loop. */
+typedef void (*gw_k8s_apply_fn)(lupin_gateway *gw, const lupin_endpoint_desc *d, size_t n);
+int gw_k8s_start(lupin_gateway *gw, gw_k8s_apply_fn apply, char *err, size_t errlen);
+/* Cancels the calls and closes the timers (shutdown); free once the loop
+ * has run their close callbacks. */
+void gw_k8s_stop(lupin_gateway *gw);
+void gw_k8s_free(lupin_gateway *gw);
+/* Why the pool is not synced (/readyz); NULL when it is, or when off. */
+const char *gw_k8s_not_ready(const lupin_gateway *gw);
+void gw_k8s_metrics(lupin_gateway *gw, lh_expo *e);
 
 #endif

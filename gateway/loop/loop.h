@@ -122,6 +122,12 @@ typedef struct gw_options {
   const char *grpc;
   const char *grpc_health;
   int metrics_open; /* /metrics, /healthz, /readyz with no token (lupin epp) */
+  /* endpoints from Kubernetes (endpoints/k8s_pool.c): the InferencePool's
+   * name, its namespace (NULL: the in-cluster or kubeconfig context's, else
+   * "default"), its API group (NULL: inference.networking.k8s.io, v1;
+   * inference.networking.x-k8s.io: v1alpha2), the kubeconfig (NULL: as
+   * kubectl looks for one) */
+  const char *k8s_pool, *k8s_namespace, *k8s_group, *kubeconfig;
 } gw_options;
 
 /* Reloads and their outcome, for /metrics. */
@@ -205,6 +211,7 @@ struct lupin_gateway {
                 double *seconds);
   struct gw_replicas *replicas; /* replicas.c: the leader's, NULL when off */
   struct gw_epp *epp;           /* epp/rpc.c: lupin epp's gRPC server, NULL for serve */
+  struct gw_k8s *k8s;           /* k8s_pool.c: the leader's, NULL when off */
 };
 
 /* Called when a request or a connection ends: a drain waits for the last. */
