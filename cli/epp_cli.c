@@ -67,7 +67,8 @@ static int parse(int argc, char **argv, epp_args *a) {
   static const char *const names[] = {
       "--config-file",    "--config-text",    "--endpoints",   "--grpc-port", "--grpc-health-port",
       "--metrics-port",   "--bind-address",   "--admin-token", "--log-level", "--log-format",
-      "--max-lua-memory", "--secure-serving", "--workers"};
+      "--max-lua-memory", "--secure-serving", "--workers",     "--pool-name", "--pool-namespace",
+      "--pool-group",     "--kubeconfig"};
   for (int i = 2; i < argc; i++) {
     const char *arg = argv[i], *v = NULL;
     if (!strcmp(arg, "--no-watch")) {
@@ -123,6 +124,18 @@ static int parse(int argc, char **argv, epp_args *a) {
       if (strcmp(v, "1") && strcmp(v, "auto"))
         fprintf(stderr, "lupin epp: --workers %s: lupin epp runs one event loop\n", v);
       break;
+    case 13:
+      a->o.k8s_pool = v;
+      break;
+    case 14:
+      a->o.k8s_namespace = v;
+      break;
+    case 15:
+      a->o.k8s_group = v;
+      break;
+    case 16:
+      a->o.kubeconfig = v;
+      break;
     default:
       if (strcmp(v, "false")) {
         fprintf(stderr,
@@ -164,6 +177,15 @@ static int check_args(epp_args *a) {
   if (!a->o.config == !a->config_text) {
     fprintf(stderr, "lupin epp: give one of --config-file FILE and --config-text TEXT\n\n%s",
             gw_epp_usage);
+    return -1;
+  }
+  if (a->o.k8s_pool && a->o.endpoints_file) {
+    fprintf(stderr, "lupin epp: give one of --pool-name and --endpoints: both name the pool\n");
+    return -1;
+  }
+  if (!a->o.k8s_pool && (a->o.k8s_namespace || a->o.k8s_group || a->o.kubeconfig)) {
+    fprintf(stderr, "lupin epp: --pool-namespace, --pool-group and --kubeconfig go with "
+                    "--pool-name\n");
     return -1;
   }
   if (!port_ok("--grpc-port", a->grpc_port) || !port_ok("--grpc-health-port", a->health_port) ||

@@ -407,16 +407,9 @@ static void healthz(lupin_gateway *gw, gw_conn *c) {
 }
 
 static void readyz(lupin_gateway *gw, gw_conn *c) {
-  const char *k8s = gw_k8s_not_ready(gw); /* a pool not read is not an empty pool */
-  if (k8s) {
-    char msg[1200];
-    snprintf(msg, sizeof msg, "not ready: kubernetes: %s", k8s);
-    text(c, 503, msg);
-    return;
-  }
-  size_t n = gw_fresh_endpoints(gw);
-  text(c, n ? 200 : 503,
-       n ? "ready" : "not ready: no healthy endpoint with fresh metrics (see /admin/endpoints)");
+  char why[1200];
+  const char *not_ready = gw_not_ready(gw, why, sizeof why);
+  text(c, not_ready ? 503 : 200, not_ready ? not_ready : "ready");
 }
 
 static void explain(lupin_gateway *gw, gw_conn *c, gw_http_request *req, const char *path) {

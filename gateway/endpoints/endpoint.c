@@ -39,4 +39,14 @@ size_t gw_fresh_endpoints(lupin_gateway *gw) {
   return n;
 }
 
+const char *gw_not_ready(lupin_gateway *gw, char *buf, size_t len) {
+  const char *k8s = gw_k8s_not_ready(gw); /* a pool not read is not an empty pool */
+  if (k8s) {
+    snprintf(buf, len, "not ready: kubernetes: %s", k8s);
+    return buf;
+  }
+  if (gw_fresh_endpoints(gw)) return NULL;
+  return "not ready: no healthy endpoint with fresh metrics (see /admin/endpoints)";
+}
+
 /* --- the endpoints file -------------------------------------------------- */

@@ -71,6 +71,9 @@ gw_endpoint *gw_endpoint_find(lupin_gateway *gw, const char *name);
 /* Healthy endpoints with metrics fresher than metricsStalenessMs. */
 size_t gw_fresh_endpoints(lupin_gateway *gw);
 int gw_endpoint_fresh(const gw_endpoint *ep, double now);
+/* Why requests cannot be scheduled yet (buf may hold it), or NULL: ready.
+ * /readyz and lupin epp's readiness both ask. */
+const char *gw_not_ready(lupin_gateway *gw, char *buf, size_t len);
 
 /* --- an endpoint's addresses (resolve.c) ------------------------------------ */
 

@@ -1,8 +1,9 @@
 /* gRPC health checking (grpc.health.v1.Health/Check), which the EPP's
  * chart probes and the endpoint picker protocol names: "liveness" serves
  * while the process answers; "readiness" and the ext_proc service's own
- * name (and "", the server's) serve once the pool has endpoints to pick
- * from and the gateway is not draining. */
+ * name (and "", the server's) serve when /readyz would say ready (the
+ * pool read, an endpoint healthy with fresh metrics) and the gateway is
+ * not draining. */
 #include "epp/epp.h"
 #include "grpc/health/v1/health.pb-c.h"
 
@@ -54,4 +55,7 @@ static void gone(gw_rpc *r, int cancelled) { (void)r, (void)cancelled; }
 
 const gw_rpc_service gw_health_service = {open_check, check, half_closed, gone};
 
-int gw_epp_ready(lupin_gateway *gw) { return !gw->draining && gw_fresh_endpoints(gw) > 0; }
+int gw_epp_ready(lupin_gateway *gw) {
+  char why[256];
+  return !gw->draining && !gw_not_ready(gw, why, sizeof why);
+}

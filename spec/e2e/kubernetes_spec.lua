@@ -479,6 +479,34 @@ describe("lupin serve --k8s-pool", function()
     assert.is_true((counts[0] or 0) > 0 and (counts[1] or 0) > 0, json.encode(counts))
   end)
 
+  it("is lupin epp's pool too (--pool-name): readiness follows it, picks are its pods", function()
+    pool()
+    local epp = P.epp(CONFIG, ("--pool-name pool1 --kubeconfig %s"):format(
+      kubeconfig(api.port, {})))
+    procs[#procs + 1] = epp
+    local function readiness()
+      return P.envoy(epp.health, "health", "readiness").status
+    end
+    local body = ([[--body '{"model":"m","prompt":"hi","max_tokens":2}']])
+    assert.equal("NOT_SERVING", readiness())
+    assert.equal(503, P.envoy(epp.grpc, "request", body).immediate.status)
+    pod("vllm-a")
+    P.poll(function()
+      return readiness() == "SERVING"
+    end, "readiness once the pod is ready and scraped")
+    local r = P.envoy(epp.grpc, "request", body)
+    assert.same({ sim.hostports[1] }, r.pick)
+    assert.equal(200, r.status)
+    control("/pod/delete", { name = "vllm-a" })
+    P.poll(function()
+      return readiness() == "NOT_SERVING"
+    end, "not ready once the pool is empty")
+    assert.equal(503, P.envoy(epp.grpc, "request", body).immediate.status)
+    local out, rc = P.run(("%s epp --config-file x --endpoints e --pool-name p 2>&1"):format(P.LUPIN))
+    assert.equal(2, rc)
+    assert.matches("give one of --pool-name and --endpoints", out, 1, true)
+  end)
+
   it("refuses --endpoints with --k8s-pool, and an unknown --pool-group", function()
     local out, rc = P.run(("%s serve --config x --endpoints e --k8s-pool p 2>&1"):format(P.LUPIN))
     assert.equal(2, rc)

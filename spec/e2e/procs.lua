@@ -219,8 +219,11 @@ function M.epp(config, args)
   if not args:find("--workers", 1, true) then
     args = args .. " --workers " .. (os.getenv("LUPIN_TEST_WORKERS") or "1")
   end
-  local p = M.start(("%s epp --config-file %s --endpoints %s --bind-address 127.0.0.1"
-    .. " --grpc-port 0 --grpc-health-port 0 --metrics-port 0 %s"):format(M.LUPIN, path, eps, args))
+  -- a pool from Kubernetes is the endpoints' one source
+  local source = args:find("--pool-name", 1, true) and "" or "--endpoints " .. eps
+  local p = M.start(("%s epp --config-file %s %s --bind-address 127.0.0.1"
+    .. " --grpc-port 0 --grpc-health-port 0 --metrics-port 0 %s"):format(M.LUPIN, path, source,
+    args))
   p.config, p.endpoints = path, eps
   M.poll(function()
     local s = read(p.out) or ""
