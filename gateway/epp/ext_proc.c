@@ -124,9 +124,21 @@ static void send_pick(stream *s) {
   for (size_t i = 0; i < x->result.n_headers; i++)
     header_add(&h, x->result.headers[i].name, x->result.headers[i].value);
 
+  /* a client's P/D routing headers the plugins did not set go, as serve drops them */
+  char *removed[LH_MAX_HEADERS];
+  size_t n_removed = 0;
+  for (size_t i = 0; i < s->http.headers.n; i++) {
+    const char *name = s->http.headers.v[i].name;
+    int set = 0;
+    for (size_t j = 0; j < x->result.n_headers && !set; j++)
+      set = !strcasecmp(name, x->result.headers[j].name);
+    if (!set && gw_routing_header(name)) removed[n_removed++] = (char *)name;
+  }
   header_mutation mut = ENVOY__SERVICE__EXT_PROC__V3__HEADER_MUTATION__INIT;
   mut.n_set_headers = h.n;
   mut.set_headers = h.ptrs;
+  mut.n_remove_headers = n_removed;
+  mut.remove_headers = removed;
   common_response common = ENVOY__SERVICE__EXT_PROC__V3__COMMON_RESPONSE__INIT;
   common.header_mutation = &mut;
   common.clear_route_cache = 1;

@@ -37,7 +37,7 @@ static const lh_name routing_names[] = {LH_NAME("x-prefiller-host-port"),
                                         LH_NAME("x-encoder-hosts-ports"),
                                         LH_NAME("x-data-parallel-host-port")};
 
-static int routing_header(const char *name) {
+int gw_routing_header(const char *name) {
   return lh_name_in(name, routing_names, sizeof routing_names / sizeof *routing_names);
 }
 
@@ -54,7 +54,7 @@ static int consumed(const char *name) {
                                   LH_NAME("x-llm-d-model-name-rewrite"),
                                   LH_NAME("x-request-id")};
   if ((name[0] | 0x20) != 'x') return 0;
-  return routing_header(name) || lh_name_in(name, names, sizeof names / sizeof *names) ||
+  return gw_routing_header(name) || lh_name_in(name, names, sizeof names / sizeof *names) ||
          !strncasecmp(name, "x-gateway-destination-endpoint", 30) || gw_explain_header(name);
 }
 

@@ -54,6 +54,9 @@ void gw_proxy_handle(void *gw, gw_conn *c, gw_http_request *req);
 void gw_proxy_cancel_all(lupin_gateway *gw);
 /* Frees the ended exchanges kept for reuse (at the loop's end). */
 void gw_proxy_free_spares(lupin_gateway *gw);
+/* The P/D routing headers (x-prefiller-host-port, ...): only the scheduler
+ * sets them, a client's never reach an endpoint. */
+int gw_routing_header(const char *name);
 /* Counts and logs a request answered (or ended) before the runtime saw it. */
 void gw_proxy_answered(lupin_gateway *gw, const char *path, const char *id, int status,
                        const char *outcome);

@@ -278,6 +278,13 @@ describe("lupin epp", function()
     end)
   end)
 
+  it("drops a client's P/D routing headers, which only the scheduler sets", function()
+    local r = request(epp, COMPLETION, "-H 'x-prefiller-host-port: 10.0.0.9:8000'")
+    assert.equal(200, r.status, json.encode(r))
+    assert.same({ "x-prefiller-host-port" }, r.remove_headers)
+    assert.same({}, request(epp, COMPLETION).remove_headers)
+  end)
+
   describe("refuses", function()
     it("invalid JSON with 400", function()
       expect_refusal(request(epp, "{not json", "--request-id bad-json"), 400)
