@@ -592,6 +592,12 @@ done:
 static void picked(gw_exchange *x) {
   stream *s = x->front_data;
   s->picked = 1;
+  /* where the request goes, until the data plane says where it went */
+  gw_endpoint *ep = x->result.n_picks ? gw_endpoint_find(s->gw, x->result.picks[0].name) : NULL;
+  if (ep) {
+    gw_endpoint_ref(ep);
+    x->ep = ep;
+  }
   send_pick(s);
   if (s->body_done) replay_body(s);
 }
