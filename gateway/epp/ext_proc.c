@@ -519,13 +519,15 @@ static void response_headers(stream *s, const proc_request *m) {
     const char *v = value_of(h, &len);
     if (!h->key) continue;
     if (!strcmp(h->key, ":status") && status_of(v, len)) s->status = status_of(v, len);
-    if (*h->key != ':' && seen.n < LH_MAX_HEADERS)
+    if (*h->key != ':' && strcasecmp(h->key, SERVED_KEY) && seen.n < LH_MAX_HEADERS)
       lh_headers_add(&seen, h->key, strlen(h->key), v ? v : "", len);
   }
   if (s->x->ep)
     lh_headers_add(&seen, SERVED_KEY, strlen(SERVED_KEY), s->x->ep->hostport,
                    strlen(s->x->ep->hostport));
   s->x->status = s->status;
+  /* the endpoint's answer counts toward its health, as a proxied one does */
+  if (s->x->ep) gw_health_request(s->x->ep, GW_UP_OK, s->status, 0, NULL);
   lupin_request_response_header(s->x->req, s->status, seen.v, seen.n);
   lh_headers_free(&seen);
   send_response_headers(s);

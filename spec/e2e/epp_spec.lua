@@ -535,3 +535,23 @@ describe("lupin epp under flow control", function()
     P.stop(epp)
   end)
 end)
+
+describe("lupin epp and the endpoints' health", function()
+  it("counts the served endpoint's 5xx answers and ejects it, as serve does", function()
+    local sim = P.sim("--model m --itl-ms 1 --error-rate 1", 1)
+    local epp = P.epp(config(eps(sim), { gateway = { consecutiveErrors = 2, refreshIntervalMs = 50 } }))
+    P.poll(function()
+      return health(epp, "readiness").status == "SERVING"
+    end, "readiness")
+    for i = 1, 2 do
+      local r = request(epp, COMPLETION, "--request-id sick-" .. i)
+      assert.equal(500, r.status, json.encode(r))
+      assert.equal(sim.hostports[1], r.served)
+    end
+    local _, _, body = P.get(epp.admin .. "/admin/endpoints")
+    local ep = json.decode(body).endpoints[1]
+    assert.equal("ejected", ep.health.state, body)
+    P.stop(epp)
+    P.stop(sim)
+  end)
+end)
