@@ -290,17 +290,11 @@ static void count_in_flight(stream *s, int on) {
   __atomic_add_fetch(&s->gw->totals->in_flight, on ? 1 : (size_t)-1, __ATOMIC_RELAXED);
 }
 
-static void count_body(stream *s, uint64_t more, int release) {
-  uint64_t n = release ? s->body_bytes : more;
-  if (release) {
-    s->gw->body_bytes -= n;
-    __atomic_sub_fetch(&s->gw->totals->body_bytes, n, __ATOMIC_RELAXED);
-    s->body_bytes = 0;
-    return;
-  }
-  s->body_bytes += n;
-  s->gw->body_bytes += n;
-  __atomic_add_fetch(&s->gw->totals->body_bytes, n, __ATOMIC_RELAXED);
+/* Body bytes held, n more (negative: given back). */
+static void count_body(stream *s, int64_t n) {
+  s->body_bytes += (uint64_t)n;
+  s->gw->body_bytes += (uint64_t)n;
+  __atomic_add_fetch(&s->gw->totals->body_bytes, (uint64_t)n, __ATOMIC_RELAXED);
 }
 
 /* The id of a request the runtime never saw: the client's, else the
@@ -386,15 +380,14 @@ static void read_subset(stream *s, const proc_request *m) {
   const pb_value *v = field(metadata_ns(m, SUBSET_NS), SUBSET_KEY);
   if (!v) return;
   lh_buf b = {0};
-  lh_buf_printf(&b, "%s", "");
   if (v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE)
-    lh_buf_printf(&b, "%s", v->string_value);
+    lh_buf_str(&b, v->string_value);
   else if (v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE)
     for (size_t i = 0; i < v->list_value->n_values; i++)
       if (v->list_value->values[i]->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE)
-        lh_buf_printf(&b, "%s%s", i ? "," : "", v->list_value->values[i]->string_value);
+        lh_buf_printf(&b, "%s%s", b.len ? "," : "", v->list_value->values[i]->string_value);
   free(s->subset);
-  s->subset = b.data ? b.data : strdup("");
+  s->subset = b.data ? b.data : strdup(""); /* NULL (no memory): no subset, the header's */
 }
 
 static void request_headers(stream *s, const proc_request *m) {
@@ -466,7 +459,7 @@ static void request_body(stream *s, const proc_request *m) {
     refuse_early(s, 503, "the gateway could not allocate memory for this request: retry later");
     return;
   }
-  count_body(s, len, 0);
+  count_body(s, (int64_t)len);
   if (b->end_of_stream) {
     s->body_done = 1;
     begin(s);
@@ -630,7 +623,7 @@ static void cancel(gw_exchange *x) {
 static void ended(gw_exchange *x) {
   stream *s = x->front_data;
   s->x = NULL;
-  count_body(s, 0, 1);
+  count_body(s, -(int64_t)s->body_bytes);
   count_in_flight(s, 0);
 }
 
@@ -665,7 +658,7 @@ static void gone(gw_rpc *r, int cancelled) {
   (void)cancelled;
   if (!s) return;
   end_early(s);
-  count_body(s, 0, 1);
+  count_body(s, -(int64_t)s->body_bytes);
   count_in_flight(s, 0);
   lh_headers_free(&s->http.headers);
   lh_buf_free(&s->http.body);
