@@ -335,6 +335,34 @@ describe("lupin serve --k8s-pool", function()
     assert.matches("no InferencePool pool1 in namespace default", body, 1, true)
   end)
 
+  -- In a pod the credentials are files under /var/run/secrets: a mount
+  -- namespace of the gateway's own puts this spec's there (root only).
+  it("reads in-cluster credentials: the service account's files and KUBERNETES_SERVICE_*",
+    function()
+      local _, can = P.run("unshare -m --propagation private true 2>/dev/null")
+      if can ~= 0 then
+        pending("no mount namespace here (unshare -m needs root)")
+        return
+      end
+      local run = dir .. "/in-cluster-run"
+      local sa = run .. "/secrets/kubernetes.io/serviceaccount"
+      sh("mkdir -p " .. sa .. " && cp " .. dir .. "/ca.crt " .. sa .. "/ca.crt")
+      support.write(sa .. "/token", TOKEN .. "\n")
+      support.write(sa .. "/namespace", "default\n")
+      pool()
+      pod("vllm-a")
+      local t0 = now()
+      local env = ("KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=%s HOME=%s"
+        .. " unshare -m --propagation private sh -c 'mount --bind %s /run && exec \"$0\" \"$@\"'")
+        :format(api.port, dir, run)
+      local gw = P.gateway(CONFIG, "--k8s-pool pool1", env)
+      procs[#procs + 1] = gw
+      within_a_second(gw, "vllm-a", t0, "the first list, in-cluster")
+      P.poll(function()
+        return readyz(gw) == 200
+      end, "ready")
+    end)
+
   it("takes the CA inline (certificate-authority-data) and the namespace from the context",
     function()
       pool({ namespace = "prod" })
