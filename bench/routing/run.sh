@@ -8,6 +8,9 @@
 #
 #   FAMILIES="prefix chat" CONFIGS="random default" QUICK=1 bench/routing/run.sh
 #   WORKERS=2: the gateway with two event loops (one prefix index all the same)
+#   FRONT=epp: `lupin epp` behind spec/fixtures/epp/envoy.py's proxy (Envoy's
+#     ext_proc filter played in Python) instead of `lupin serve`; configs are
+#     named CONFIG@epp in the results
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-build}
@@ -33,6 +36,13 @@ SIM_PORT=${SIM_PORT:-18101}
 GW_PORT=${GW_PORT:-18180}
 ADMIN_PORT=${ADMIN_PORT:-18190}
 MODEL=meta-llama/Llama-3.1-8B-Instruct
+FRONT=${FRONT:-serve}
+PYTHON=${PYTHON:-/usr/bin/python3} # Debian's: python3-grpcio, python3-protobuf
+case $FRONT in
+serve) AT="" ;;
+epp) AT=@epp ;;
+*) echo "FRONT=$FRONT: serve or epp" >&2; exit 2 ;;
+esac
 LORAS=lora-0,lora-1,lora-2,lora-3
 
 # family -> what it runs.  LEVELS: light then saturating, rate:R (open-loop
@@ -154,17 +164,47 @@ start_sims() {
   exit 1
 }
 
+# lupin epp (ext_proc on a free port, its admin listener on ADMIN_PORT) and
+# envoy.py's proxy on GW_PORT sending every request through it
+start_epp() { # config-file log
+  local cfgfile=$1 log=$2 target="" proxy_log=${2%.log}.proxy.log
+  "$B/lupin" epp --config-file "$cfgfile" --endpoints "$OUT/endpoints.json" \
+    --bind-address 127.0.0.1 --grpc-port 0 --grpc-health-port 0 --metrics-port "$ADMIN_PORT" \
+    --log-level warn > "$log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 200); do
+    target=$(sed -n '1s|^lupin epp: listening on grpc://\([^ ]*\) .*|\1|p' "$log")
+    [ -n "$target" ] && break
+    sleep 0.05
+  done
+  [ -n "$target" ] || { echo "lupin epp did not start; see $log" >&2; exit 1; }
+  "$PYTHON" spec/fixtures/epp/envoy.py --target "$target" --timeout 120 proxy \
+    --listen "127.0.0.1:$GW_PORT" > "$proxy_log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 200); do
+    grep -q '"listening"' "$proxy_log" && return
+    sleep 0.05
+  done
+  echo "envoy.py proxy did not start; see $proxy_log" >&2
+  exit 1
+}
+
 run_one() { # family level config -> one results line
   local fam=$1 level=$2 cfg=$3 cfgfile
   cfgfile=$(config_file "$fam" "$cfg")
+  cfg=$cfg$AT
   # one log a run: a failed request's record outlives the rest of the matrix
   local log="$OUT/gateway-$fam-${level#*:}-$cfg.log"
   rm -f "$OUT"/sim*.log
   start_sims
-  "$B/lupin" serve --config "$cfgfile" --endpoints "$OUT/endpoints.json" \
-    --listen "127.0.0.1:$GW_PORT" --admin "127.0.0.1:$ADMIN_PORT" --log-level warn \
-    --workers "${WORKERS:-1}" > "$log" 2>&1 &
-  pids+=($!)
+  if [ "$FRONT" = epp ]; then
+    start_epp "$cfgfile" "$log"
+  else
+    "$B/lupin" serve --config "$cfgfile" --endpoints "$OUT/endpoints.json" \
+      --listen "127.0.0.1:$GW_PORT" --admin "127.0.0.1:$ADMIN_PORT" --log-level warn \
+      --workers "${WORKERS:-1}" > "$log" 2>&1 &
+    pids+=($!)
+  fi
   local ready=
   for _ in $(seq 200); do
     if curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" > /dev/null 2>&1; then ready=1; break; fi
@@ -196,14 +236,15 @@ run_one() { # family level config -> one results line
 }
 
 # One family's table: per level the configs' rows, then the ideal hit rate,
-# then default's TTFT against random's and load-only's.
+# then default's TTFT against random's and load-only's (CONFIG@FRONT rows are
+# compared as CONFIG: results.tsv holds one front).
 table() {
-  awk -F'\t' -v fam="$1" '$1 == fam {
+  awk -F'\t' -v fam="$1" '$1 == fam { c = $3; sub(/@.*/, "", c)
     if (!hdr++) printf "  %-9s %-12s %6s %8s %8s %8s %8s %8s %7s %6s %7s\n", "load", "config",
       "hit", "TTFT p50", "p90", "p99", "e2e p50", "e2e p90", "req/s", "imbal", "ok"
     printf "  %-9s %-12s %5.1f%% %8.1f %8.1f %8.1f %8.1f %8.1f %7.1f %6.2f %7s\n", $2, $3, 100 * $4,
       $6, $7, $8, $9, $10, $11, $12, $13 "/" $14
-    bound = $5; p50[$2, $3] = $6; p90[$2, $3] = $7; hit[$2, $3] = $4
+    bound = $5; p50[$2, c] = $6; p90[$2, c] = $7; hit[$2, c] = $4
     if (!seen[$2]++) lv[++n] = $2 }
     END {
       if (!hdr) exit
@@ -225,8 +266,9 @@ table() {
 # every config side by side, then the default's other figures.
 summary() {
   awk -F'\t' 'NR > 1 { k = $1 SUBSEP $2; if (!seen[k]++) keys[++n] = k
-    p50[k, $3] = $6; p90[k, $3] = $7; p99[k, $3] = $8; e2e[k, $3] = $9; rps[k, $3] = $11
-    hit[k, $3] = $4; imb[k, $3] = $12; ideal[k] = $5 }
+    c = $3; if (sub(/@.*/, "", c)) front = substr($3, length(c) + 1)
+    p50[k, c] = $6; p90[k, c] = $7; p99[k, c] = $8; e2e[k, c] = $9; rps[k, c] = $11
+    hit[k, c] = $4; imb[k, c] = $12; ideal[k] = $5 }
     function row(a, k, fmt,   out, i, c) {
       out = ""
       for (i = 1; i <= 5; i++) { c = cfg[i]
@@ -234,6 +276,7 @@ summary() {
       return out }
     END {
       split("random round-robin load-only epp default", cfg, " ")
+      if (front != "") print "configs through the front " substr(front, 2) " (" front " in results.tsv):"
       print "| family | load | TTFT p50 ms: random / RR / load-only / EPP / default | TTFT p90 ms: same |" \
         " default p99, e2e p50 (ms) | req/s random / default | hit EPP / default / ideal |" \
         " imbalance random / EPP / default |"
@@ -271,7 +314,7 @@ set ylabel "prefix-cache hit rate"
 set yrange [0:1]
 set key bottom right
 plot for [c in "$cfgs"] series(c) using 0:4:xtic(2) with linespoints title c, \
-  series("default") using 0:5 with lines dashtype 2 lc rgb "black" title "ideal"
+  series("${cfgs%% *}") using 0:5 with lines dashtype 2 lc rgb "black" title "ideal"
 unset multiplot
 GP
   done
@@ -286,7 +329,7 @@ fi
 printf 'family\tload\tconfig\thit\tideal\tttft_p50_ms\tttft_p90_ms\tttft_p99_ms\tlat_p50_ms\tlat_p90_ms\trps\timbalance\tok\trequests\n' > "$results"
 echo "routing matrix: $ENDPOINTS lupin-sim endpoints ($BLOCKS blocks of $BLOCK_SIZE tokens," \
   "serial prefill ${PREFILL_MS_PER_TOKEN} ms/token, ${ITL_MS} ms/token decode, $MAX_TOKENS output tokens);" \
-  "seed $SEED; times in ms"
+  "seed $SEED; times in ms; front: $FRONT"
 for fam in $FAMILIES; do
   family "$fam"
   endpoints_file

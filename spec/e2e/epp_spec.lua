@@ -324,6 +324,51 @@ describe("lupin epp", function()
     end
   end)
 
+  -- envoy.py proxy: Envoy with the ext_proc filter as an HTTP/1.1 front
+  -- (bench/routing's FRONT=epp); curl is its client
+  describe("behind envoy.py proxy", function()
+    local proxy, base
+
+    setup(function()
+      proxy = P.start(("%s --target %s proxy --listen 127.0.0.1:0"):format(P.ENVOY, epp.grpc))
+      base = "http://" .. P.poll(function()
+        local line = P.read(proxy.out) or ""
+        return line:match('"listening": "([^"]+)"')
+      end, "envoy.py proxy to listen")
+    end)
+
+    teardown(function()
+      P.stop(proxy)
+    end)
+
+    it("streams a completion from the endpoint picked first", function()
+      local status, h, text = P.post(base, "/v1/completions",
+        with(COMPLETION, { stream = true, max_tokens = 8 }), "-H 'x-request-id: proxy-s'")
+      assert.equal(200, status, text)
+      assert.equal("chunked", h["transfer-encoding"])
+      assert.equal("yes", h["x-recorded"]) -- the picker's response mutation
+      assert.truthy(in_list(h["x-sim-endpoint"], sim.hostports))
+      assert.equal(h["x-sim-endpoint"], h["x-sim-destination"]:match("^[^,]+"))
+      assert.truthy(text:find("data: [DONE]", 1, true), text)
+      local recs = ended(epp, "proxy-s")
+      assert.equal(1, #recs)
+      assert.equal(200, recs[1].status)
+    end)
+
+    it("answers a refusal with the picker's status and body", function()
+      local status, h, text = P.post(base, "/v1/completions", COMPLETION, "-H 'x-shed: 1'")
+      assert.equal(429, status, text)
+      assert.equal("application/json", h["content-type"])
+      assert.equal("rate_limit_error", json.decode(text).error.type)
+    end)
+
+    it("passes a GET with no body, two requests on one connection", function()
+      local out = P.run(("curl -sS -o /dev/null -o /dev/null -w '%%{http_code} %%{num_connects}\\n'"
+        .. " %s/v1/models %s/v1/models"):format(base, base))
+      assert.equal("200 1\n200 0\n", out)
+    end)
+  end)
+
   it("answers 64 concurrent streams, each ended once", function()
     local out = P.envoy(epp.grpc, "concurrent", "64 --request-id many --body-file "
       .. body_file(COMPLETION))
