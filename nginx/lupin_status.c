@@ -1,0 +1,101 @@
+/* `lupin_status;` in a location: the worker's runtime in Prometheus text,
+ * written through the host library's registry (host/metrics.c), so the
+ * families carry the names, types and help lupin serve's /metrics gives
+ * them.  Each worker answers for itself: with several workers a scrape sees
+ * the one that took the connection (docs/nginx.md). */
+#include "ngx_http_lupin.h"
+
+#include <stdio.h>
+
+typedef struct {
+  lh_expo *e;
+  lh_family_id id;
+} ngx_http_lupin_plugin_pass_t;
+
+static void ngx_http_lupin_plugin_stat(void *ud, const lupin_plugin_stat *s) {
+  ngx_http_lupin_plugin_pass_t *p = ud;
+  const char *own[] = {s->plugin, s->type, s->point};
+  double v = p->id == LH_M_PLUGIN_CALLS    ? (double)s->calls
+             : p->id == LH_M_PLUGIN_ERRORS ? (double)s->errors
+             : p->id == LH_M_PLUGIN_CUTS   ? (double)s->cuts
+                                           : (double)s->nanoseconds / 1e9;
+  lh_expo_sample(p->e, own, v);
+}
+
+static void ngx_http_lupin_gauge(lh_expo *e, lh_family_id id, uint64_t v) {
+  lh_expo_family(e, id);
+  lh_expo_sample(e, NULL, (double)v);
+}
+
+static void ngx_http_lupin_exposition(lh_buf *b) {
+  ngx_http_lupin_worker_t *w = &ngx_http_lupin_worker;
+  lh_expo e = {b, NULL};
+  char status[12];
+  lh_expo_family(&e, LH_M_REQUESTS);
+  for (int i = 100; i < 600; i++)
+    if (w->by_status[i]) {
+      snprintf(status, sizeof status, "%d", i);
+      lh_expo_sample(&e, (const char *[]){status}, (double)w->by_status[i]);
+    }
+  lh_expo_family(&e, LH_M_OUTCOMES);
+  for (int o = LUPIN_OK; o <= LUPIN_SHED; o++)
+    lh_expo_sample(&e, (const char *[]){lupin_outcome_name(o)}, (double)w->outcomes[o]);
+
+  static const lh_family_id plugin_ids[] = {LH_M_PLUGIN_CALLS, LH_M_PLUGIN_ERRORS,
+                                            LH_M_PLUGIN_SECONDS, LH_M_PLUGIN_CUTS};
+  for (size_t k = 0; k < sizeof plugin_ids / sizeof plugin_ids[0]; k++) {
+    ngx_http_lupin_plugin_pass_t p = {&e, plugin_ids[k]};
+    lh_expo_family(&e, plugin_ids[k]);
+    lupin_runtime_plugin_stats(w->rt, ngx_http_lupin_plugin_stat, &p);
+  }
+
+  lupin_stats st;
+  lupin_runtime_stats(w->rt, &st);
+  ngx_http_lupin_gauge(&e, LH_M_LIVE_REQUESTS, st.live_requests);
+  ngx_http_lupin_gauge(&e, LH_M_LIVE_TABLES, st.live_request_tables);
+  ngx_http_lupin_gauge(&e, LH_M_LUA_MEMORY, st.lua_memory);
+  ngx_http_lupin_gauge(&e, LH_M_LUA_PEAK, st.lua_memory_peak);
+  ngx_http_lupin_gauge(&e, LH_M_GENERATION, st.generation);
+  ngx_http_lupin_gauge(&e, LH_M_GENERATIONS_ALIVE, st.generations_alive);
+  ngx_http_lupin_gauge(&e, LH_M_ENDPOINTS, st.endpoints);
+}
+
+static ngx_int_t ngx_http_lupin_status_handler(ngx_http_request_t *r) {
+  if (!(r->method & (NGX_HTTP_GET | NGX_HTTP_HEAD))) return NGX_HTTP_NOT_ALLOWED;
+  if (ngx_http_lupin_worker.rt == NULL) return NGX_HTTP_NOT_FOUND;
+  ngx_int_t rc = ngx_http_discard_request_body(r);
+  if (rc != NGX_OK) return rc;
+  /* a full collection first: live_request_tables then counts live ones
+   * only, not the tables of ended requests the collector has not reached */
+  if (r->args.len == 7 && ngx_strncmp(r->args.data, "collect", 7) == 0)
+    lupin_runtime_collect(ngx_http_lupin_worker.rt);
+
+  lh_buf text = {0};
+  ngx_http_lupin_exposition(&text);
+  ngx_buf_t *b = ngx_create_temp_buf(r->pool, text.len ? text.len : 1);
+  if (b == NULL || text.data == NULL) {
+    lh_buf_free(&text);
+    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  b->last = ngx_cpymem(b->pos, text.data, text.len);
+  b->last_buf = (r == r->main);
+  b->last_in_chain = 1;
+  lh_buf_free(&text);
+
+  r->headers_out.status = NGX_HTTP_OK;
+  r->headers_out.content_length_n = b->last - b->pos;
+  ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4; charset=utf-8");
+  r->headers_out.content_type_len = r->headers_out.content_type.len;
+  rc = ngx_http_send_header(r);
+  if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) return rc;
+  ngx_chain_t out = {b, NULL};
+  return ngx_http_output_filter(r, &out);
+}
+
+char *ngx_http_lupin_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+  ngx_http_core_loc_conf_t *clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+  (void)cmd;
+  (void)conf;
+  clcf->handler = ngx_http_lupin_status_handler;
+  return NGX_CONF_OK;
+}

@@ -1,0 +1,268 @@
+/* ngx_http_lupin_module: the directives, the configuration and the worker's
+ * runtime.
+ *
+ * nginx parses the configuration in the master; lupin_config's file is
+ * loaded there once, into a runtime freed at once, so that `nginx -t` (and a
+ * reload's parse) fails with lupin's `file:line: path: message`.  Each worker
+ * process then opens its own runtime in init_process (one LuaJIT state per
+ * worker: docs/nginx.md says what that means) and frees it in exit_process. */
+#include "ngx_http_lupin.h"
+
+#include <stdlib.h>
+
+ngx_http_lupin_worker_t ngx_http_lupin_worker;
+
+static void *ngx_http_lupin_create_main_conf(ngx_conf_t *cf);
+static char *ngx_http_lupin_init_main_conf(ngx_conf_t *cf, void *conf);
+static void *ngx_http_lupin_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_lupin_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
+static char *ngx_http_lupin_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static ngx_int_t ngx_http_lupin_postconfiguration(ngx_conf_t *cf);
+static ngx_int_t ngx_http_lupin_init_process(ngx_cycle_t *cycle);
+static void ngx_http_lupin_exit_process(ngx_cycle_t *cycle);
+
+static ngx_command_t ngx_http_lupin_commands[] = {
+    {ngx_string("lupin_config"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, ngx_http_lupin_config,
+     NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
+    {ngx_string("lupin_home"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, ngx_conf_set_str_slot,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(ngx_http_lupin_main_conf_t, home), NULL},
+    {ngx_string("lupin_memory_limit"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, ngx_conf_set_size_slot,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(ngx_http_lupin_main_conf_t, memory_limit), NULL},
+    {ngx_string("lupin_schedule"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
+     ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET,
+     offsetof(ngx_http_lupin_loc_conf_t, schedule), NULL},
+    {ngx_string("lupin"), NGX_HTTP_UPS_CONF | NGX_CONF_NOARGS, ngx_http_lupin_upstream, 0, 0, NULL},
+    {ngx_string("lupin_status"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS, ngx_http_lupin_status, 0, 0,
+     NULL},
+    ngx_null_command};
+
+static ngx_http_module_t ngx_http_lupin_module_ctx = {
+    NULL,                             /* preconfiguration */
+    ngx_http_lupin_postconfiguration, /* postconfiguration */
+    ngx_http_lupin_create_main_conf,  /* create main configuration */
+    ngx_http_lupin_init_main_conf,    /* init main configuration */
+    NULL,                             /* create server configuration */
+    NULL,                             /* merge server configuration */
+    ngx_http_lupin_create_loc_conf,   /* create location configuration */
+    ngx_http_lupin_merge_loc_conf     /* merge location configuration */
+};
+
+ngx_module_t ngx_http_lupin_module = {NGX_MODULE_V1,
+                                      &ngx_http_lupin_module_ctx,  /* module context */
+                                      ngx_http_lupin_commands,     /* module directives */
+                                      NGX_HTTP_MODULE,             /* module type */
+                                      NULL,                        /* init master */
+                                      NULL,                        /* init module */
+                                      ngx_http_lupin_init_process, /* init process */
+                                      NULL,                        /* init thread */
+                                      NULL,                        /* exit thread */
+                                      ngx_http_lupin_exit_process, /* exit process */
+                                      NULL,                        /* exit master */
+                                      NGX_MODULE_V1_PADDING};
+
+static void *ngx_http_lupin_create_main_conf(ngx_conf_t *cf) {
+  ngx_http_lupin_main_conf_t *mcf = ngx_pcalloc(cf->pool, sizeof(*mcf));
+  if (mcf == NULL) return NULL;
+  mcf->memory_limit = NGX_CONF_UNSET_SIZE;
+  return mcf;
+}
+
+/* A string as the runtime takes it: NUL-terminated, in the pool. */
+static char *ngx_http_lupin_cstr(ngx_pool_t *pool, ngx_str_t *s) {
+  char *p = ngx_pnalloc(pool, s->len + 1);
+  if (p == NULL) return NULL;
+  ngx_memcpy(p, s->data, s->len);
+  p[s->len] = '\0';
+  return p;
+}
+
+static char *ngx_http_lupin_init_main_conf(ngx_conf_t *cf, void *conf) {
+  ngx_http_lupin_main_conf_t *mcf = conf;
+  ngx_conf_init_size_value(mcf->memory_limit, 0);
+  if (mcf->home.len == 0) {
+    /* nginx clears the workers' environment: the master's $LUPIN_HOME is
+     * kept here for them */
+    const char *env = getenv("LUPIN_HOME");
+    if (env != NULL) {
+      mcf->home.len = ngx_strlen(env);
+      mcf->home.data = (u_char *)env;
+    }
+  } else if (ngx_conf_full_name(cf->cycle, &mcf->home, 0) != NGX_OK) {
+    return NGX_CONF_ERROR;
+  }
+  if (mcf->home.len && !(mcf->home.data = (u_char *)ngx_http_lupin_cstr(cf->pool, &mcf->home)))
+    return NGX_CONF_ERROR;
+  return NGX_CONF_OK;
+}
+
+static void *ngx_http_lupin_create_loc_conf(ngx_conf_t *cf) {
+  ngx_http_lupin_loc_conf_t *lcf = ngx_pcalloc(cf->pool, sizeof(*lcf));
+  if (lcf == NULL) return NULL;
+  lcf->schedule = NGX_CONF_UNSET;
+  return lcf;
+}
+
+static char *ngx_http_lupin_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child) {
+  ngx_http_lupin_loc_conf_t *prev = parent, *conf = child;
+  (void)cf;
+  ngx_conf_merge_value(conf->schedule, prev->schedule, 0);
+  return NGX_CONF_OK;
+}
+
+static char *ngx_http_lupin_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+  ngx_http_lupin_main_conf_t *mcf = conf;
+  ngx_str_t *value = cf->args->elts;
+  (void)cmd;
+  if (mcf->config.len) return "is duplicate";
+  mcf->config = value[1];
+  if (ngx_conf_full_name(cf->cycle, &mcf->config, 1) != NGX_OK) return NGX_CONF_ERROR;
+  if (!(mcf->config.data = (u_char *)ngx_http_lupin_cstr(cf->pool, &mcf->config)))
+    return NGX_CONF_ERROR;
+  return NGX_CONF_OK;
+}
+
+/* The runtime's log lines, into nginx's error log. */
+static void ngx_http_lupin_log(void *ud, int level, const char *msg) {
+  static const ngx_uint_t levels[] = {NGX_LOG_ERR, NGX_LOG_WARN, NGX_LOG_INFO, NGX_LOG_DEBUG};
+  ngx_log_t *log = ud;
+  ngx_log_error(levels[level & 3], log, 0, "lupin: %s", msg);
+}
+
+static int ngx_http_lupin_log_level(ngx_log_t *log) {
+  if (log->log_level >= NGX_LOG_DEBUG) return LUPIN_LOG_DEBUG;
+  if (log->log_level >= NGX_LOG_INFO) return LUPIN_LOG_INFO;
+  if (log->log_level >= NGX_LOG_WARN) return LUPIN_LOG_WARN;
+  return LUPIN_LOG_ERROR;
+}
+
+/* A runtime with the config loaded; NULL with the reason in err. */
+static lupin_runtime *ngx_http_lupin_open(ngx_http_lupin_main_conf_t *mcf, ngx_log_t *log,
+                                          char *err, size_t errlen) {
+  lupin_options opts = {.home = mcf->home.len ? (const char *)mcf->home.data : NULL,
+                        .memory_limit = mcf->memory_limit,
+                        .log = ngx_http_lupin_log,
+                        .log_ud = log,
+                        .log_level = ngx_http_lupin_log_level(log)};
+  lupin_runtime *rt = lupin_runtime_new(&opts, err, errlen);
+  if (rt == NULL) return NULL;
+  if (lupin_runtime_load(rt, (const char *)mcf->config.data, err, errlen) != 0) {
+    lupin_runtime_free(rt);
+    return NULL;
+  }
+  return rt;
+}
+
+/* nginx -t, and every parse of nginx.conf: the config loads, or nginx
+ * refuses it with lupin's message. */
+static ngx_int_t ngx_http_lupin_postconfiguration(ngx_conf_t *cf) {
+  ngx_http_lupin_main_conf_t *mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_lupin_module);
+  if (ngx_http_lupin_schedule_init(cf) != NGX_OK || ngx_http_lupin_filters_init(cf) != NGX_OK)
+    return NGX_ERROR;
+  if (mcf->config.len == 0) return NGX_OK;
+  char err[2048];
+  lupin_runtime *rt = ngx_http_lupin_open(mcf, cf->log, err, sizeof err);
+  if (rt == NULL) {
+    ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "lupin_config \"%V\": %s", &mcf->config, err);
+    return NGX_ERROR;
+  }
+  lupin_runtime_free(rt);
+  return NGX_OK;
+}
+
+typedef struct {
+  ngx_cycle_t *cycle;
+  char *err;
+  size_t errlen;
+  int failed;
+} ngx_http_lupin_reading_t;
+
+/* An endpoint of the config: into the runtime's pool, its address resolved
+ * now (a name is looked up once, when the worker starts). */
+static void ngx_http_lupin_add_endpoint(void *ud, const lupin_endpoint_desc *d) {
+  ngx_http_lupin_reading_t *rd = ud;
+  ngx_http_lupin_worker_t *w = &ngx_http_lupin_worker;
+  if (rd->failed) return;
+  if (lupin_endpoint_upsert(w->rt, d, rd->err, rd->errlen) != 0) {
+    rd->failed = 1;
+    return;
+  }
+  ngx_url_t u;
+  ngx_memzero(&u, sizeof u);
+  u.url.data = ngx_pnalloc(rd->cycle->pool, ngx_strlen(d->address) + 16);
+  if (u.url.data == NULL) goto nomem;
+  int ipv6 = strchr(d->address, ':') != NULL;
+  u.url.len = ngx_sprintf(u.url.data, ipv6 ? "[%s]:%d" : "%s:%d", d->address, d->port) - u.url.data;
+  u.default_port = (in_port_t)d->port;
+  if (ngx_parse_url(rd->cycle->pool, &u) != NGX_OK || u.naddrs == 0) {
+    lh_errf(rd->err, rd->errlen, "endpoint %s: %s: %s", d->name, d->address,
+            u.err ? u.err : "no address");
+    rd->failed = 1;
+    return;
+  }
+  ngx_http_lupin_endpoint_t *e = ngx_array_push(&w->endpoints);
+  if (e == NULL) goto nomem;
+  e->name = strdup(d->name);
+  if (e->name == NULL) goto nomem;
+  e->sockaddr = u.addrs[0].sockaddr;
+  e->socklen = u.addrs[0].socklen;
+  e->text = u.addrs[0].name;
+  return;
+nomem:
+  lh_errf(rd->err, rd->errlen, "out of memory");
+  rd->failed = 1;
+}
+
+static void ngx_http_lupin_add_route(void *ud, const char *path) {
+  ngx_http_lupin_reading_t *rd = ud;
+  char **slot = ngx_array_push(&ngx_http_lupin_worker.routes);
+  if (slot == NULL || !(*slot = strdup(path))) rd->failed = 1;
+}
+
+ngx_http_lupin_endpoint_t *ngx_http_lupin_endpoint(const char *name) {
+  ngx_http_lupin_endpoint_t *e = ngx_http_lupin_worker.endpoints.elts;
+  for (ngx_uint_t i = 0; i < ngx_http_lupin_worker.endpoints.nelts; i++)
+    if (strcmp(e[i].name, name) == 0) return &e[i];
+  return NULL;
+}
+
+static ngx_int_t ngx_http_lupin_init_process(ngx_cycle_t *cycle) {
+  ngx_http_lupin_main_conf_t *mcf =
+      ngx_http_cycle_get_module_main_conf(cycle, ngx_http_lupin_module);
+  ngx_http_lupin_worker_t *w = &ngx_http_lupin_worker;
+  if (mcf == NULL || mcf->config.len == 0) return NGX_OK;
+  char err[2048];
+  ngx_http_lupin_reading_t rd = {.cycle = cycle, .err = err, .errlen = sizeof err};
+  if (ngx_array_init(&w->endpoints, cycle->pool, 8, sizeof(ngx_http_lupin_endpoint_t)) != NGX_OK ||
+      ngx_array_init(&w->routes, cycle->pool, 16, sizeof(char *)) != NGX_OK)
+    return NGX_ERROR;
+  w->rt = ngx_http_lupin_open(mcf, cycle->log, err, sizeof err);
+  if (w->rt == NULL) {
+    ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "lupin_config \"%V\": %s", &mcf->config, err);
+    return NGX_ERROR;
+  }
+  if (lupin_runtime_read_endpoints(w->rt, NULL, ngx_http_lupin_add_endpoint, &rd, err,
+                                   sizeof err) != 0)
+    rd.failed = 1;
+  if (!rd.failed) lupin_runtime_routes(w->rt, ngx_http_lupin_add_route, &rd);
+  if (rd.failed) {
+    ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "lupin_config \"%V\": %s", &mcf->config, err);
+    lupin_runtime_free(w->rt);
+    w->rt = NULL;
+    return NGX_ERROR;
+  }
+  ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
+                "lupin: worker runtime on \"%V\": %ui endpoints, %ui API routes", &mcf->config,
+                w->endpoints.nelts, w->routes.nelts);
+  return NGX_OK;
+}
+
+static void ngx_http_lupin_exit_process(ngx_cycle_t *cycle) {
+  ngx_http_lupin_worker_t *w = &ngx_http_lupin_worker;
+  (void)cycle;
+  if (w->rt == NULL) return;
+  /* requests still alive are ended as cancelled by the runtime; their pool
+   * cleanups, should they run later, find no runtime */
+  lupin_runtime_free(w->rt);
+  w->rt = NULL;
+}
