@@ -1,0 +1,312 @@
+-- ngx_http_lupin_module (issue 42, docs/nginx.md) in Debian's nginx, in
+-- front of lupin-sim: real nginx, real sockets, curl.  Pending when the
+-- module is not built (make nginx-module needs nginx-dev).
+local P = require "e2e.procs"
+local S = require "support"
+local json = P.json
+
+local MODULE = S.ROOT .. "/" .. S.BUILD .. "/ngx_http_lupin_module.so"
+local NGINX = "/usr/sbin/nginx"
+
+local function exists(path)
+  local f = io.open(path)
+  if f then
+    f:close()
+  end
+  return f ~= nil
+end
+
+local function config(endpoints, extra)
+  local cfg = {
+    kind = "EndpointPickerConfig",
+    pluginDirs = { S.FIXTURES },
+    plugins = { { type = "queue-scorer" },
+      { type = "max-score-picker", parameters = { maxNumOfEndpoints = 2 } },
+      -- journals each request and logs the journal from finish, once
+      { type = "e2e-recorder" } },
+    schedulingProfiles = { { name = "default", plugins = {
+      { pluginRef = "queue-scorer", weight = 1 }, { pluginRef = "max-score-picker" } } } },
+    endpoints = endpoints,
+  }
+  for k, v in pairs(extra or {}) do
+    cfg[k] = v
+  end
+  return cfg
+end
+
+local ROOT_USER = (P.run("id -u")) == "0\n"
+
+-- nginx.conf for a prefix dir: everything nginx writes stays in it
+local function nginx_conf(dir, port)
+  return ([[
+load_module %s;
+daemon off;
+master_process on;
+worker_processes 1;
+%s
+pid %s/nginx.pid;
+error_log %s/error.log info;
+events { worker_connections 256; }
+http {
+  access_log %s/access.log;
+  client_body_temp_path %s/body;
+  proxy_temp_path %s/proxy;
+  fastcgi_temp_path %s/fastcgi;
+  uwsgi_temp_path %s/uwsgi;
+  scgi_temp_path %s/scgi;
+  lupin_home %s;
+  lupin_config lupin.json;
+  upstream llm { lupin; }
+  server {
+    listen 127.0.0.1:%d;
+    location /v1/ {
+      lupin_schedule on;
+      proxy_pass http://llm;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+    location = /lupin_status { lupin_status; }
+  }
+}
+]]):format(MODULE, ROOT_USER and "user root;" or "", dir, dir, dir, dir, dir, dir, dir, dir,
+    S.ROOT, port)
+end
+
+local seq = 0
+
+-- nginx with lupin_config = cfg on a random free port (nginx reports no
+-- port it picked: a taken one makes it exit, and another is tried)
+local function start_nginx(cfg)
+  for _ = 1, 10 do
+    seq = seq + 1
+    local dir = ("%s/nginx-%d"):format(P.dir, seq)
+    os.execute("mkdir -p " .. dir)
+    local port = math.random(20000, 40000)
+    S.write(dir .. "/lupin.json", json.encode(cfg))
+    S.write(dir .. "/nginx.conf", nginx_conf(dir, port))
+    local p = P.start(("%s -p %s -c %s/nginx.conf"):format(NGINX, dir, dir))
+    p.dir, p.base = dir, "http://127.0.0.1:" .. port
+    local up = P.poll(function()
+      if P.read(p.rc) then
+        return "exited"
+      end
+      local code = P.get(p.base .. "/lupin_status", "--max-time 1")
+      return code == 200 and "up"
+    end, "nginx to listen")
+    if up == "up" then
+      return p
+    end
+    local log = P.read(dir .. "/error.log") or ""
+    assert(log:find("Address already in use", 1, true), "nginx did not start: " .. log
+      .. (P.read(p.err) or ""))
+  end
+  error("nginx did not start")
+end
+
+local function stop_nginx(p)
+  if p and not P.read(p.rc) then
+    P.signal(p, "QUIT") -- graceful: the workers finish and free their runtimes
+    P.wait(p)
+  end
+end
+
+-- a sample of /lupin_status by its series text
+local function status(ngx, series, args)
+  local _, _, text = P.get(ngx.base .. "/lupin_status" .. (args or ""))
+  for line in text:gmatch("[^\n]+") do
+    local name, v = line:match("^(.-) (%S+)$")
+    if name == series then
+      return tonumber(v)
+    end
+  end
+end
+
+-- the journals the recorder logged from finish for request id
+local function journals(ngx, id)
+  local found = {}
+  local pat = "request " .. id:gsub("%-", "%%-") .. " %[e2e%-recorder%] journal ([^\n]*)"
+  for j in (P.read(ngx.dir .. "/error.log") or ""):gmatch(pat) do
+    found[#found + 1] = j
+  end
+  return found
+end
+
+local function journal(ngx, id)
+  P.poll(function()
+    return #journals(ngx, id) > 0
+  end, "the journal of " .. id)
+  return journals(ngx, id)
+end
+
+local COMPLETION = { model = "m", prompt = "hello from nginx", max_tokens = 4 }
+local CHAT = { model = "m", messages = { { role = "user", content = "hi" } }, max_tokens = 4 }
+
+describe("nginx with ngx_http_lupin_module", function()
+  if not exists(MODULE) or not exists(NGINX) then
+    pending("no " .. MODULE .. " (make nginx-module, with nginx-dev installed)")
+    return
+  end
+
+  local sim, ngx
+
+  setup(function()
+    sim = P.sim("--model m --itl-ms 20", 2)
+    ngx = start_nginx(config(P.sim_endpoints(sim)))
+  end)
+
+  teardown(function()
+    stop_nginx(ngx)
+    P.stop(sim)
+  end)
+
+  local function send(path, body, id, extra)
+    return P.post(ngx.base, path, body, ("-H 'x-request-id: %s' %s"):format(id, extra or ""))
+  end
+
+  it("a completion and a chat completion reach the endpoint lupin picked", function()
+    for _, case in ipairs({ { "/v1/completions", COMPLETION, "text_completion" },
+      { "/v1/chat/completions", CHAT, "chat.completion" } }) do
+      local id = "ok-" .. case[3]
+      local code, h, body = send(case[1], case[2], id)
+      assert.equal(200, code, body)
+      assert.equal(case[3], json.decode(body).object)
+      -- lupin-sim echoes the x-gateway-destination-endpoint it received
+      assert.truthy(h["x-sim-endpoint"])
+      assert.equal(h["x-sim-endpoint"], h["x-sim-destination"])
+      assert.equal("yes", h["x-recorded"]) -- a plugin's response header
+      assert.same({ "admit:m prepare pre_request:" .. (h["x-sim-endpoint"] == sim.hostports[1]
+        and "sim-1" or "sim-2") .. " response_header:200 response_complete chunks:some finish:ok" },
+        journal(ngx, id))
+    end
+  end)
+
+  it("the x-gateway-destination-endpoint-subset hint is honored", function()
+    for i, hp in ipairs(sim.hostports) do
+      local code, h = send("/v1/completions", COMPLETION, "subset-" .. i,
+        "-H 'x-gateway-destination-endpoint-subset: " .. hp .. "'")
+      assert.equal(200, code)
+      assert.equal(hp, h["x-sim-endpoint"])
+    end
+  end)
+
+  it("passes a stream through as server-sent events", function()
+    local body = { model = "m", prompt = "stream me", max_tokens = 5, stream = true }
+    local code, h, text = send("/v1/completions", body, "stream-1")
+    assert.equal(200, code)
+    assert.matches("^text/event%-stream", h["content-type"])
+    local events = 0
+    for line in text:gmatch("[^\n]+") do
+      if line:find("^data: {") then
+        events = events + 1
+      end
+    end
+    assert.equal(5, events)
+    assert.truthy(text:find("data: [DONE]", 1, true))
+    assert.matches("chunks:some finish:ok$", journal(ngx, "stream-1")[1])
+  end)
+
+  it("answers a bad body with lupin's 400 in the OpenAI error shape", function()
+    local code, h, body = send("/v1/completions", '{"model": "m", "prompt": ', "bad-json")
+    assert.equal(400, code)
+    assert.matches("^application/json", h["content-type"])
+    local err = json.decode(body).error
+    assert.equal("invalid_request_error", err.type)
+    assert.matches("not valid JSON", err.message)
+
+    code, h, body = send("/v1/completions", { prompt = "no model" }, "no-model")
+    assert.equal(400, code)
+    assert.matches("^application/json", h["content-type"])
+    err = json.decode(body).error
+    assert.equal("invalid_request_error", err.type)
+    assert.equal("model", err.param)
+    -- no plugin saw either
+    assert.same({}, journals(ngx, "bad-json"))
+    assert.same({}, journals(ngx, "no-model"))
+  end)
+
+  it("runs finish exactly once per request, a client gone mid-stream included", function()
+    local long = { model = "m", prompt = "a long answer", max_tokens = 400, stream = true }
+    local ids = {}
+    for i = 1, 3 do
+      ids[i] = "abort-" .. i
+      -- 400 tokens at 20 ms: 8 s; curl leaves after 0.5 s
+      local code = P.post(ngx.base, "/v1/completions", long,
+        ("-H 'x-request-id: %s' --max-time 0.5"):format(ids[i]))
+      assert.equal(200, code) -- the header came; curl's exit tells the timeout
+    end
+    for i = 1, 3 do
+      ids[#ids + 1] = "after-" .. i
+      assert.equal(200, (send("/v1/completions", COMPLETION, ids[#ids])))
+    end
+    for _, id in ipairs(ids) do
+      local js = journal(ngx, id)
+      assert.equal(1, #js, id)
+      assert.matches(id:find("^abort") and "finish:cancelled$" or "finish:ok$", js[1])
+    end
+    -- nothing left behind: no live request, and no request table once collected
+    P.poll(function()
+      return status(ngx, "lupin_live_requests") == 0
+    end, "no live request")
+    assert.equal(0, status(ngx, "lupin_live_request_tables", "?collect"))
+    assert.is_true(status(ngx, 'lupin_request_outcomes_total{outcome="cancelled"}') >= 3)
+    assert.is_true(status(ngx, 'lupin_request_outcomes_total{outcome="invalid_request"}') >= 2)
+    assert.equal(1, status(ngx, "lupin_generation"))
+    assert.equal(2, status(ngx, "lupin_endpoints"))
+  end)
+end)
+
+describe("nginx with ngx_http_lupin_module, an endpoint down", function()
+  if not exists(MODULE) or not exists(NGINX) then
+    pending("no " .. MODULE)
+    return
+  end
+
+  local sim, ngx
+
+  setup(function()
+    sim = P.sim("--model m --instant", 1)
+    local eps = P.sim_endpoints(sim)
+    -- a port nothing listens on (lupin-sim's next one: it listens on one)
+    eps[2] = { name = "dead", address = "127.0.0.1", port = sim.ports[1] + 1 }
+    ngx = start_nginx(config(eps))
+  end)
+
+  teardown(function()
+    stop_nginx(ngx)
+    P.stop(sim)
+  end)
+
+  it("a refused connect goes to the next pick (proxy_next_upstream)", function()
+    for i = 1, 6 do
+      local code, h = P.post(ngx.base, "/v1/completions", COMPLETION,
+        "-H 'x-request-id: failover-" .. i .. "'")
+      assert.equal(200, code)
+      assert.equal(sim.hostports[1], h["x-sim-endpoint"])
+    end
+  end)
+end)
+
+describe("nginx -t with ngx_http_lupin_module", function()
+  if not exists(MODULE) or not exists(NGINX) then
+    pending("no " .. MODULE)
+    return
+  end
+
+  it("refuses a broken lupin config naming its file, line and field", function()
+    local dir = P.dir .. "/nginx-t"
+    os.execute("mkdir -p " .. dir)
+    S.write(dir .. "/lupin.json", table.concat({
+      "{",
+      '  "kind": "EndpointPickerConfig",',
+      '  "plugins": [{"type": "queue-scorer", "parameters": {"nope": 1}}],',
+      '  "endpoints": []',
+      "}" }, "\n"))
+    S.write(dir .. "/nginx.conf", nginx_conf(dir, 1))
+    local out, rc = P.run(("%s -t -p %s -c %s/nginx.conf 2>&1"):format(NGINX, dir, dir))
+    assert.is_not.equal(0, rc)
+    assert.matches("lupin_config \"" .. dir:gsub("%p", "%%%0") .. "/lupin.json\": "
+      .. dir:gsub("%p", "%%%0") .. "/lupin.json:3: ", out)
+    assert.matches("nope", out)
+    assert.matches("test failed", out)
+  end)
+end)
