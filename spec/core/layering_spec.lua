@@ -17,8 +17,14 @@ end
 describe("layering", function()
   it("the gateway includes lupin.h, never the runtime's internals or Lua", function()
     assert.same({}, grep('#include [<"](internal\\.h|lua\\.h|lauxlib\\.h|lualib\\.h|luajit\\.h)',
-      "gateway host cli"))
+      "gateway host cli nginx"))
     assert.truthy(#grep('#include "lupin\\.h"', "gateway") > 0)
+  end)
+
+  it("the nginx module includes lupin.h and lupin_host.h, nothing of the gateway", function()
+    assert.same({}, grep('#include [<"](gateway\\.h|uv\\.h|http_parser\\.h|internal\\.h)|gateway/',
+      "nginx"))
+    assert.truthy(#grep('#include "lupin_host\\.h"', "nginx") > 0)
   end)
 
   it("the host library includes lupin.h from the core, no loop and no gateway", function()

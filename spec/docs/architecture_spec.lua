@@ -5,7 +5,7 @@
 -- (`core/shared.c`, `prefix_shared.c`).
 local S = require "support"
 
-local SOURCES = "core host gateway cli lua -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.lua'"
+local SOURCES = "core host gateway cli nginx lua -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.lua'"
 
 local function sources()
   local p = io.popen(("cd %s && find %s | sort"):format(S.ROOT, SOURCES))
