@@ -189,6 +189,17 @@ describe("nginx with ngx_http_lupin_module", function()
     end
   end)
 
+  it("schedules a body nginx spooled to a temporary file", function()
+    -- 64 KB: past client_body_buffer_size (16 KB), read back from the file
+    local big = { model = "m", prompt = ("lorem ipsum "):rep(5500), max_tokens = 2 }
+    local code, h, body = send("/v1/completions", big, "big-body")
+    assert.equal(200, code, body)
+    assert.equal(h["x-sim-endpoint"], h["x-sim-destination"])
+    assert.matches("finish:ok$", journal(ngx, "big-body")[1])
+    assert.truthy((P.read(ngx.dir .. "/error.log") or ""):find("buffered to a temporary file", 1,
+      true))
+  end)
+
   it("passes a stream through as server-sent events", function()
     local body = { model = "m", prompt = "stream me", max_tokens = 5, stream = true }
     local code, h, text = send("/v1/completions", body, "stream-1")
