@@ -184,7 +184,8 @@ static size_t ngx_http_lupin_subset(char *text, const char **out, size_t max) {
 }
 
 /* Begins and schedules the request: NGX_DECLINED to go on to the content
- * handler with the picks stored, NGX_DONE when answered here. */
+ * handler with the picks stored, NGX_DONE when answered here (the request,
+ * its pool and ctx may be freed by then: the caller touches neither). */
 static ngx_int_t ngx_http_lupin_begin(ngx_http_request_t *r, ngx_http_lupin_ctx_t *ctx) {
   ngx_http_lupin_worker_t *w = &ngx_http_lupin_worker;
   lupin_header headers[NGX_HTTP_LUPIN_HEADERS];
@@ -227,6 +228,7 @@ static ngx_int_t ngx_http_lupin_begin(ngx_http_request_t *r, ngx_http_lupin_ctx_
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0, "lupin: request %s refused: %d %s",
                   lupin_request_id(ctx->req), status,
                   ctx->result.message ? ctx->result.message : "");
+    ctx->status = NGX_DONE; /* answered: not begun again should the phase run again */
     ngx_http_finalize_request(r, ngx_http_lupin_refuse(r, &ctx->result));
     return NGX_DONE;
   }
@@ -280,6 +282,10 @@ static ngx_int_t ngx_http_lupin_handler(ngx_http_request_t *r) {
     }
   }
   if (!ctx->body_read) return NGX_DONE;
-  if (ctx->status == NGX_AGAIN) ctx->status = ngx_http_lupin_begin(r, ctx);
-  return ctx->status;
+  if (ctx->status != NGX_AGAIN) return ctx->status;
+  /* a refusal finalizes the request inside begin, which may free its pool
+   * and ctx with it (AddressSanitizer found the store into ctx after it) */
+  ngx_int_t rc = ngx_http_lupin_begin(r, ctx);
+  if (rc != NGX_DONE) ctx->status = rc;
+  return rc;
 }
