@@ -1,6 +1,8 @@
 -- ngx_http_lupin_module (issue 42, docs/nginx.md) in Debian's nginx, in
 -- front of lupin-sim: real nginx, real sockets, curl.  Pending when the
--- module is not built (make nginx-module needs nginx-dev).
+-- module is not built (make nginx-module needs nginx-dev).  Under make
+-- test-asan (LUPIN_ASAN=1) the same specs run the module built with ASan and
+-- UBSan in Debian's nginx, the sanitizers' runtime preloaded.
 local P = require "e2e.procs"
 local S = require "support"
 local json = P.json
@@ -35,6 +37,27 @@ local function config(endpoints, extra)
 end
 
 local ROOT_USER = (P.run("id -u")) == "0\n"
+
+-- Under LUPIN_ASAN=1 (make test-asan) the module is built with ASan and
+-- UBSan, Debian's nginx is not: the runtime spec/run preloads is given back
+-- to nginx (P.start and P.run drop it for what they start), and the reports
+-- go to files in nginx's prefix dir, which stop_clean reads.  Leaks are
+-- checked but for what nginx's own allocator gave (spec/nginx-lsan.supp).
+local ASAN = os.getenv("LUPIN_ASAN") == "1"
+local LSAN_SUPP = S.ROOT .. "/spec/nginx-lsan.supp"
+
+local function nginx_cmd(dir, args)
+  local cmd = ("%s -p %s -c %s/nginx.conf %s"):format(NGINX, dir, dir, args or "")
+  if not ASAN then
+    return cmd
+  end
+  local log = "log_path=" .. dir .. "/sanitizer"
+  return ("env LD_PRELOAD=%s ASAN_OPTIONS=%s LSAN_OPTIONS=%s UBSAN_OPTIONS=%s %s"):format(
+    P.quote(os.getenv("LD_PRELOAD")),
+    P.quote("detect_leaks=1:exitcode=23:" .. log),
+    P.quote("suppressions=" .. LSAN_SUPP .. ":print_suppressions=0"),
+    P.quote("print_stacktrace=1:halt_on_error=1:" .. log), cmd)
+end
 
 -- nginx.conf for a prefix dir: everything nginx writes stays in it
 local function nginx_conf(dir, port)
@@ -84,7 +107,7 @@ local function start_nginx(cfg)
     local port = math.random(20000, 40000)
     S.write(dir .. "/lupin.json", json.encode(cfg))
     S.write(dir .. "/nginx.conf", nginx_conf(dir, port))
-    local p = P.start(("%s -p %s -c %s/nginx.conf"):format(NGINX, dir, dir))
+    local p = P.start(nginx_cmd(dir))
     p.dir, p.base = dir, "http://127.0.0.1:" .. port
     local up = P.poll(function()
       if P.read(p.rc) then
@@ -108,6 +131,28 @@ local function stop_nginx(p)
     P.signal(p, "QUIT") -- graceful: the workers finish and free their runtimes
     P.wait(p)
   end
+end
+
+-- What went wrong in nginx's processes, once stopped: its exit status, a
+-- worker the master saw die or exit with a failure (a sanitizer's exitcode
+-- 23), and the sanitizers' reports.  Empty when all is well.
+local function stop_clean(p)
+  stop_nginx(p)
+  local problems = {}
+  local rc = tonumber((P.read(p.rc) or ""):match("%d+"))
+  if rc ~= 0 then
+    problems[#problems + 1] = "nginx exited with " .. tostring(rc)
+  end
+  for line in (P.read(p.dir .. "/error.log") or ""):gmatch("[^\n]+") do
+    if line:find("exited on signal", 1, true) or line:find("exited with code [1-9]") then
+      problems[#problems + 1] = line
+    end
+  end
+  local reports = P.run(("cat %s/sanitizer.* 2>/dev/null"):format(p.dir))
+  if reports ~= "" then
+    problems[#problems + 1] = reports
+  end
+  return table.concat(problems, "\n")
 end
 
 -- a sample of /lupin_status by its series text
@@ -264,6 +309,10 @@ describe("nginx with ngx_http_lupin_module", function()
     assert.equal(1, status(ngx, "lupin_generation"))
     assert.equal(2, status(ngx, "lupin_endpoints"))
   end)
+
+  it("stops clean: nginx exits 0, no worker lost, no sanitizer report", function()
+    assert.equal("", stop_clean(ngx))
+  end)
 end)
 
 describe("nginx with ngx_http_lupin_module, an endpoint down", function()
@@ -295,6 +344,10 @@ describe("nginx with ngx_http_lupin_module, an endpoint down", function()
       assert.equal(sim.hostports[1], h["x-sim-endpoint"])
     end
   end)
+
+  it("stops clean: nginx exits 0, no worker lost, no sanitizer report", function()
+    assert.equal("", stop_clean(ngx))
+  end)
 end)
 
 describe("nginx -t with ngx_http_lupin_module", function()
@@ -313,11 +366,13 @@ describe("nginx -t with ngx_http_lupin_module", function()
       '  "endpoints": []',
       "}" }, "\n"))
     S.write(dir .. "/nginx.conf", nginx_conf(dir, 1))
-    local out, rc = P.run(("%s -t -p %s -c %s/nginx.conf 2>&1"):format(NGINX, dir, dir))
+    local out, rc = P.run(nginx_cmd(dir, "-t 2>&1"))
     assert.is_not.equal(0, rc)
     assert.matches("lupin_config \"" .. dir:gsub("%p", "%%%0") .. "/lupin.json\": "
       .. dir:gsub("%p", "%%%0") .. "/lupin.json:3: ", out)
     assert.matches("nope", out)
     assert.matches("test failed", out)
+    -- nginx -t loads the config in its one process: no sanitizer report there
+    assert.equal("", P.run(("cat %s/sanitizer.* 2>/dev/null"):format(dir)))
   end)
 end)
