@@ -183,6 +183,26 @@ static size_t ngx_http_lupin_subset(char *text, const char **out, size_t max) {
   return n;
 }
 
+/* The picks' "ip:port", primary first, comma-separated, in the request's
+ * pool; NULL when a pick is none of lupin_config's endpoints. */
+static char *ngx_http_lupin_destination(ngx_http_request_t *r, const lupin_result *res) {
+  size_t len = 1;
+  for (size_t i = 0; i < res->n_picks; i++) {
+    ngx_http_lupin_endpoint_t *e = ngx_http_lupin_endpoint(res->picks[i].name);
+    if (e == NULL) return NULL;
+    len += e->text.len + 1;
+  }
+  u_char *dest = ngx_pnalloc(r->pool, len), *q = dest;
+  if (dest == NULL) return NULL;
+  for (size_t i = 0; i < res->n_picks; i++) {
+    ngx_http_lupin_endpoint_t *e = ngx_http_lupin_endpoint(res->picks[i].name);
+    if (i) *q++ = ',';
+    q = ngx_cpymem(q, e->text.data, e->text.len);
+  }
+  *q = '\0';
+  return (char *)dest;
+}
+
 /* Begins and schedules the request: NGX_DECLINED to go on to the content
  * handler with the picks stored, NGX_DONE when answered here (the request,
  * its pool and ctx may be freed by then: the caller touches neither). */
@@ -235,10 +255,11 @@ static ngx_int_t ngx_http_lupin_begin(ngx_http_request_t *r, ngx_http_lupin_ctx_
   ctx->scheduled = 1;
 
   /* what the upstream request carries: the plugins' pre_request headers and
-   * the destination the endpoint picker protocol names */
-  const lupin_pick *p = &ctx->result.picks[0];
-  ngx_http_lupin_endpoint_t *e = ngx_http_lupin_endpoint(p->name);
-  char *dest = e ? ngx_http_lupin_str(r, &e->text) : NULL;
+   * the destination as the endpoint picker protocol gives it, every pick in
+   * order ("ip:port,ip:port", lupin epp's value): proxy_pass builds the
+   * upstream request once, before the first attempt, so one value has to
+   * hold for the primary and for a retry on the next pick alike */
+  char *dest = ngx_http_lupin_destination(r, &ctx->result);
   if (dest == NULL || ngx_http_lupin_set_header(r, "x-gateway-destination-endpoint", dest))
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
   for (size_t i = 0; i < ctx->result.n_headers; i++)

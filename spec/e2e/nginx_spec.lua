@@ -215,9 +215,12 @@ describe("nginx with ngx_http_lupin_module", function()
       local code, h, body = send(case[1], case[2], id)
       assert.equal(200, code, body)
       assert.equal(case[3], json.decode(body).object)
-      -- lupin-sim echoes the x-gateway-destination-endpoint it received
+      -- lupin-sim echoes the x-gateway-destination-endpoint it received:
+      -- every pick, the one that answered (the primary) first
       assert.truthy(h["x-sim-endpoint"])
-      assert.equal(h["x-sim-endpoint"], h["x-sim-destination"])
+      local other = h["x-sim-endpoint"] == sim.hostports[1] and sim.hostports[2]
+        or sim.hostports[1]
+      assert.equal(h["x-sim-endpoint"] .. "," .. other, h["x-sim-destination"])
       assert.equal("yes", h["x-recorded"]) -- a plugin's response header
       assert.same({ "admit:m prepare pre_request:" .. (h["x-sim-endpoint"] == sim.hostports[1]
         and "sim-1" or "sim-2") .. " response_header:200 response_complete chunks:some finish:ok" },
@@ -231,6 +234,7 @@ describe("nginx with ngx_http_lupin_module", function()
         "-H 'x-gateway-destination-endpoint-subset: " .. hp .. "'")
       assert.equal(200, code)
       assert.equal(hp, h["x-sim-endpoint"])
+      assert.equal(hp, h["x-sim-destination"]) -- the one candidate, the one pick
     end
   end)
 
@@ -239,7 +243,7 @@ describe("nginx with ngx_http_lupin_module", function()
     local big = { model = "m", prompt = ("lorem ipsum "):rep(5500), max_tokens = 2 }
     local code, h, body = send("/v1/completions", big, "big-body")
     assert.equal(200, code, body)
-    assert.equal(h["x-sim-endpoint"], h["x-sim-destination"])
+    assert.equal(h["x-sim-endpoint"], h["x-sim-destination"]:match("^[^,]+"))
     assert.matches("finish:ok$", journal(ngx, "big-body")[1])
     assert.truthy((P.read(ngx.dir .. "/error.log") or ""):find("buffered to a temporary file", 1,
       true))
@@ -337,12 +341,24 @@ describe("nginx with ngx_http_lupin_module, an endpoint down", function()
   end)
 
   it("a refused connect goes to the next pick (proxy_next_upstream)", function()
-    for i = 1, 6 do
+    local live, dead = sim.hostports[1], "127.0.0.1:" .. (sim.ports[1] + 1)
+    local retried = 0
+    -- the two tie (no metrics): the picker orders them at random; 20
+    -- requests put the dead one first at least once but for 2^-20
+    for i = 1, 20 do
       local code, h = P.post(ngx.base, "/v1/completions", COMPLETION,
         "-H 'x-request-id: failover-" .. i .. "'")
       assert.equal(200, code)
-      assert.equal(sim.hostports[1], h["x-sim-endpoint"])
+      assert.equal(live, h["x-sim-endpoint"])
+      -- the header names every pick in order, so it holds for the retry
+      -- too: the endpoint that answered a retry finds itself second
+      local dest = h["x-sim-destination"]
+      assert.is_true(dest == live .. "," .. dead or dest == dead .. "," .. live, dest)
+      if dest == dead .. "," .. live then
+        retried = retried + 1
+      end
     end
+    assert.is_true(retried > 0)
   end)
 
   it("stops clean: nginx exits 0, no worker lost, no sanitizer report", function()
