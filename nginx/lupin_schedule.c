@@ -183,8 +183,29 @@ static size_t ngx_http_lupin_subset(char *text, const char **out, size_t max) {
   return n;
 }
 
+/* The picks' "ip:port", primary first, comma-separated, in the request's
+ * pool; NULL when a pick is none of lupin_config's endpoints. */
+static char *ngx_http_lupin_destination(ngx_http_request_t *r, const lupin_result *res) {
+  size_t len = 1;
+  for (size_t i = 0; i < res->n_picks; i++) {
+    ngx_http_lupin_endpoint_t *e = ngx_http_lupin_endpoint(res->picks[i].name);
+    if (e == NULL) return NULL;
+    len += e->text.len + 1;
+  }
+  u_char *dest = ngx_pnalloc(r->pool, len), *q = dest;
+  if (dest == NULL) return NULL;
+  for (size_t i = 0; i < res->n_picks; i++) {
+    ngx_http_lupin_endpoint_t *e = ngx_http_lupin_endpoint(res->picks[i].name);
+    if (i) *q++ = ',';
+    q = ngx_cpymem(q, e->text.data, e->text.len);
+  }
+  *q = '\0';
+  return (char *)dest;
+}
+
 /* Begins and schedules the request: NGX_DECLINED to go on to the content
- * handler with the picks stored, NGX_DONE when answered here. */
+ * handler with the picks stored, NGX_DONE when answered here (the request,
+ * its pool and ctx may be freed by then: the caller touches neither). */
 static ngx_int_t ngx_http_lupin_begin(ngx_http_request_t *r, ngx_http_lupin_ctx_t *ctx) {
   ngx_http_lupin_worker_t *w = &ngx_http_lupin_worker;
   lupin_header headers[NGX_HTTP_LUPIN_HEADERS];
@@ -227,16 +248,18 @@ static ngx_int_t ngx_http_lupin_begin(ngx_http_request_t *r, ngx_http_lupin_ctx_
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0, "lupin: request %s refused: %d %s",
                   lupin_request_id(ctx->req), status,
                   ctx->result.message ? ctx->result.message : "");
+    ctx->status = NGX_DONE; /* answered: not begun again should the phase run again */
     ngx_http_finalize_request(r, ngx_http_lupin_refuse(r, &ctx->result));
     return NGX_DONE;
   }
   ctx->scheduled = 1;
 
   /* what the upstream request carries: the plugins' pre_request headers and
-   * the destination the endpoint picker protocol names */
-  const lupin_pick *p = &ctx->result.picks[0];
-  ngx_http_lupin_endpoint_t *e = ngx_http_lupin_endpoint(p->name);
-  char *dest = e ? ngx_http_lupin_str(r, &e->text) : NULL;
+   * the destination as the endpoint picker protocol gives it, every pick in
+   * order ("ip:port,ip:port", lupin epp's value): proxy_pass builds the
+   * upstream request once, before the first attempt, so one value has to
+   * hold for the primary and for a retry on the next pick alike */
+  char *dest = ngx_http_lupin_destination(r, &ctx->result);
   if (dest == NULL || ngx_http_lupin_set_header(r, "x-gateway-destination-endpoint", dest))
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
   for (size_t i = 0; i < ctx->result.n_headers; i++)
@@ -280,6 +303,10 @@ static ngx_int_t ngx_http_lupin_handler(ngx_http_request_t *r) {
     }
   }
   if (!ctx->body_read) return NGX_DONE;
-  if (ctx->status == NGX_AGAIN) ctx->status = ngx_http_lupin_begin(r, ctx);
-  return ctx->status;
+  if (ctx->status != NGX_AGAIN) return ctx->status;
+  /* a refusal finalizes the request inside begin, which may free its pool
+   * and ctx with it (AddressSanitizer found the store into ctx after it) */
+  ngx_int_t rc = ngx_http_lupin_begin(r, ctx);
+  if (rc != NGX_DONE) ctx->status = rc;
+  return rc;
 }

@@ -226,6 +226,21 @@ ngx_http_lupin_endpoint_t *ngx_http_lupin_endpoint(const char *name) {
   return NULL;
 }
 
+/* The runtime, and the names and routes copied out of it (malloc'ed: the
+ * cycle's pool outlives exit_process, LeakSanitizer counts them). */
+static void ngx_http_lupin_worker_free(ngx_http_lupin_worker_t *w) {
+  ngx_http_lupin_endpoint_t *e = w->endpoints.elts;
+  for (ngx_uint_t i = 0; i < w->endpoints.nelts; i++)
+    free(e[i].name);
+  w->endpoints.nelts = 0;
+  char **route = w->routes.elts;
+  for (ngx_uint_t i = 0; i < w->routes.nelts; i++)
+    free(route[i]);
+  w->routes.nelts = 0;
+  if (w->rt) lupin_runtime_free(w->rt);
+  w->rt = NULL;
+}
+
 static ngx_int_t ngx_http_lupin_init_process(ngx_cycle_t *cycle) {
   ngx_http_lupin_main_conf_t *mcf =
       ngx_http_cycle_get_module_main_conf(cycle, ngx_http_lupin_module);
@@ -247,8 +262,7 @@ static ngx_int_t ngx_http_lupin_init_process(ngx_cycle_t *cycle) {
   if (!rd.failed) lupin_runtime_routes(w->rt, ngx_http_lupin_add_route, &rd);
   if (rd.failed) {
     ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "lupin_config \"%V\": %s", &mcf->config, err);
-    lupin_runtime_free(w->rt);
-    w->rt = NULL;
+    ngx_http_lupin_worker_free(w);
     return NGX_ERROR;
   }
   ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
@@ -263,6 +277,5 @@ static void ngx_http_lupin_exit_process(ngx_cycle_t *cycle) {
   if (w->rt == NULL) return;
   /* requests still alive are ended as cancelled by the runtime; their pool
    * cleanups, should they run later, find no runtime */
-  lupin_runtime_free(w->rt);
-  w->rt = NULL;
+  ngx_http_lupin_worker_free(w);
 }
