@@ -5,6 +5,7 @@
  * swaps in for the EPP's. */
 #include "cli.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,18 +41,10 @@ static int level_of(const char *s) {
   return -1;
 }
 
-/* --flag=value or --flag value: the value, or NULL (usage error). */
-static const char *value_of(int argc, char **argv, int *i, const char *name) {
-  size_t n = strlen(name);
-  if (strncmp(argv[*i], name, n)) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] || *i + 1 >= argc) return NULL;
-  return argv[++*i];
-}
-
 typedef struct epp_args {
   gw_options o;
   const char *config_text, *bind, *grpc_port, *health_port, *metrics_port;
+  const char *log_level, *log_format, *secure_serving, *workers;
   char grpc[128], health[128], admin[128], config_dir[4096], config_file[4200];
 } epp_args;
 
@@ -63,93 +56,80 @@ static int port_ok(const char *flag, const char *v) {
   return 0;
 }
 
+/* Where a flag's value goes; NULL: no such flag. */
+static const char **slot(epp_args *a, const char *flag) {
+  static const struct {
+    const char *flag;
+    size_t at;
+  } flags[] = {
+      {"--config-file", offsetof(epp_args, o.config)},
+      {"--config-text", offsetof(epp_args, config_text)},
+      {"--endpoints", offsetof(epp_args, o.endpoints_file)},
+      {"--pool-name", offsetof(epp_args, o.k8s_pool)},
+      {"--pool-namespace", offsetof(epp_args, o.k8s_namespace)},
+      {"--pool-group", offsetof(epp_args, o.k8s_group)},
+      {"--kubeconfig", offsetof(epp_args, o.kubeconfig)},
+      {"--grpc-port", offsetof(epp_args, grpc_port)},
+      {"--grpc-health-port", offsetof(epp_args, health_port)},
+      {"--metrics-port", offsetof(epp_args, metrics_port)},
+      {"--bind-address", offsetof(epp_args, bind)},
+      {"--admin-token", offsetof(epp_args, o.admin_token)},
+      {"--max-lua-memory", offsetof(epp_args, o.max_lua_memory)},
+      {"--log-level", offsetof(epp_args, log_level)},
+      {"--log-format", offsetof(epp_args, log_format)},
+      {"--secure-serving", offsetof(epp_args, secure_serving)},
+      {"--workers", offsetof(epp_args, workers)},
+  };
+  for (size_t k = 0; k < sizeof flags / sizeof *flags; k++)
+    if (!strcmp(flag, flags[k].flag)) return (const char **)((char *)a + flags[k].at);
+  return NULL;
+}
+
 static int parse(int argc, char **argv, epp_args *a) {
-  static const char *const names[] = {
-      "--config-file",    "--config-text",    "--endpoints",   "--grpc-port", "--grpc-health-port",
-      "--metrics-port",   "--bind-address",   "--admin-token", "--log-level", "--log-format",
-      "--max-lua-memory", "--secure-serving", "--workers",     "--pool-name", "--pool-namespace",
-      "--pool-group",     "--kubeconfig"};
   for (int i = 2; i < argc; i++) {
-    const char *arg = argv[i], *v = NULL;
-    if (!strcmp(arg, "--no-watch")) {
+    if (!strcmp(argv[i], "--no-watch")) {
       a->o.no_watch = 1;
       continue;
     }
-    if (!strcmp(arg, "--admin-insecure")) {
+    if (!strcmp(argv[i], "--admin-insecure")) {
       a->o.admin_insecure = 1;
       continue;
     }
-    size_t k = 0;
-    for (; k < sizeof names / sizeof *names; k++)
-      if ((v = value_of(argc, argv, &i, names[k]))) break;
+    char flag[64];
+    const char *eq = strchr(argv[i], '=');
+    snprintf(flag, sizeof flag, "%.*s", eq ? (int)(eq - argv[i]) : (int)strlen(argv[i]), argv[i]);
+    const char **dst = slot(a, flag);
+    const char *v = !dst ? NULL : eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) {
-      fprintf(stderr, "lupin epp: bad argument %s\n\n%s", arg, gw_epp_usage);
+      fprintf(stderr, "lupin epp: bad argument %s\n\n%s", argv[i], gw_epp_usage);
       return -1;
     }
-    switch (k) {
-    case 0:
-      a->o.config = v;
-      break;
-    case 1:
-      a->config_text = v;
-      break;
-    case 2:
-      a->o.endpoints_file = v;
-      break;
-    case 3:
-      a->grpc_port = v;
-      break;
-    case 4:
-      a->health_port = v;
-      break;
-    case 5:
-      a->metrics_port = v;
-      break;
-    case 6:
-      a->bind = v;
-      break;
-    case 7:
-      a->o.admin_token = v;
-      break;
-    case 8:
-      a->o.log_level = level_of(v);
-      break;
-    case 9:
-      a->o.log_json = !strcmp(v, "json");
-      break;
-    case 10:
-      a->o.max_lua_memory = v;
-      break;
-    case 12:
-      if (strcmp(v, "1") && strcmp(v, "auto"))
-        fprintf(stderr, "lupin epp: --workers %s: lupin epp runs one event loop\n", v);
-      break;
-    case 13:
-      a->o.k8s_pool = v;
-      break;
-    case 14:
-      a->o.k8s_namespace = v;
-      break;
-    case 15:
-      a->o.k8s_group = v;
-      break;
-    case 16:
-      a->o.kubeconfig = v;
-      break;
-    default:
-      if (strcmp(v, "false")) {
-        fprintf(stderr,
-                "lupin epp: --secure-serving %s: lupin epp serves ext_proc in plaintext "
-                "for now; pass --secure-serving=false (docs/epp-compatibility.md)\n",
-                v);
-        return -1;
-      }
-    }
-    if (a->o.log_level < 0) {
-      fprintf(stderr, "lupin epp: --log-level %s: give error, warn, info or debug\n", v);
-      return -1;
-    }
+    i += !eq;
+    *dst = v;
   }
+  return 0;
+}
+
+/* The values that are words, not strings to pass on. */
+static int read_words(epp_args *a) {
+  if (a->log_level && (a->o.log_level = level_of(a->log_level)) < 0) {
+    fprintf(stderr, "lupin epp: --log-level %s: give error, warn, info or debug\n", a->log_level);
+    return -1;
+  }
+  if (a->log_format && strcmp(a->log_format, "text") && strcmp(a->log_format, "json")) {
+    fprintf(stderr, "lupin epp: --log-format %s: give text or json\n", a->log_format);
+    return -1;
+  }
+  a->o.log_json = a->log_format && !strcmp(a->log_format, "json");
+  if (a->secure_serving && strcmp(a->secure_serving, "false")) {
+    fprintf(stderr,
+            "lupin epp: --secure-serving %s: lupin epp serves ext_proc in plaintext for now; "
+            "pass --secure-serving=false (docs/epp-compatibility.md)\n",
+            a->secure_serving);
+    return -1;
+  }
+  if (a->workers && strcmp(a->workers, "1") && strcmp(a->workers, "auto"))
+    fprintf(stderr, "lupin epp: --workers %s: lupin epp runs one event loop\n", a->workers);
   return 0;
 }
 
@@ -212,7 +192,7 @@ int gw_epp_main(int argc, char **argv) {
                 .grpc_port = "9002",
                 .health_port = "9003",
                 .metrics_port = "9090"};
-  if (parse(argc, argv, &a) || check_args(&a)) return GW_EXIT_USAGE;
+  if (parse(argc, argv, &a) || read_words(&a) || check_args(&a)) return GW_EXIT_USAGE;
   lupin_gateway gw;
   char err[2048];
   int rc = gw_open(&gw, &a.o, err, sizeof err);

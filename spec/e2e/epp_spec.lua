@@ -600,3 +600,44 @@ describe("lupin epp and the endpoints' health", function()
     P.stop(sim)
   end)
 end)
+
+describe("lupin epp's command line", function()
+  local function run(args)
+    return P.run(("%s epp %s 2>&1"):format(P.LUPIN, args))
+  end
+
+  it("refuses a bad flag, value or combination with exit 2 and what to do", function()
+    local cases = {
+      { "--config-file x --bogus 1", "bad argument --bogus" },
+      { "--config-file x --grpc-port=70000", "--grpc-port 70000: give a port number" },
+      { "--config-file x --log-level loud", "--log-level loud: give error, warn, info or debug" },
+      { "--config-file x --log-format xml", "--log-format xml: give text or json" },
+      { "--config-file x --secure-serving=true", "pass --secure-serving=false" },
+      { "--grpc-port 1", "give one of --config-file FILE and --config-text TEXT" },
+      { "--config-file x --config-text y", "give one of --config-file FILE and --config-text TEXT" },
+      { "--config-file x --pool-group g", "go with --pool-name" },
+    }
+    for _, c in ipairs(cases) do
+      local out, rc = run(c[1])
+      assert.equal(2, rc, c[1] .. ": " .. out)
+      assert.truthy(out:find(c[2], 1, true), c[1] .. ": " .. out)
+    end
+  end)
+
+  it("takes the EPP's --flag=value form and an inline config (--config-text)", function()
+    local sim = P.sim(SIM, 1)
+    local cfg = json.encode(config(eps(sim)))
+    local p = P.start(("%s epp --config-text=%s --bind-address=127.0.0.1 --grpc-port=0"
+      .. " --grpc-health-port=0 --metrics-port=0 --secure-serving=false"):format(P.LUPIN,
+      P.quote(cfg)))
+    local grpc = P.poll(function()
+      return (P.read(p.out) or ""):match("listening on grpc://(%S+)") or P.read(p.rc)
+    end, "lupin epp to listen")
+    assert.truthy(grpc:match(":%d+$"), P.read(p.err))
+    local r = P.envoy(grpc, "request", "--body-file " .. body_file(COMPLETION))
+    assert.equal(200, r.status, json.encode(r))
+    P.signal(p, "TERM")
+    assert.equal(0, P.wait(p))
+    P.stop(sim)
+  end)
+end)
