@@ -108,6 +108,23 @@ static void targets(stream *s, lh_buf *out) {
   }
 }
 
+/* A Struct of one field, built in f (the caller's). */
+typedef struct one_field {
+  Google__Protobuf__Struct st;
+  Google__Protobuf__Struct__FieldsEntry entry, *entries[1];
+} one_field;
+
+static Google__Protobuf__Struct *struct_of(one_field *f, const char *key, pb_value *value) {
+  f->entry = (Google__Protobuf__Struct__FieldsEntry)GOOGLE__PROTOBUF__STRUCT__FIELDS_ENTRY__INIT;
+  f->entry.key = (char *)key;
+  f->entry.value = value;
+  f->entries[0] = &f->entry;
+  f->st = (Google__Protobuf__Struct)GOOGLE__PROTOBUF__STRUCT__INIT;
+  f->st.n_fields = 1;
+  f->st.fields = f->entries;
+  return &f->st;
+}
+
 static void send_pick(stream *s) {
   gw_exchange *x = s->x;
   lh_buf dest = {0};
@@ -146,31 +163,19 @@ static void send_pick(stream *s) {
       ENVOY__SERVICE__EXT_PROC__V3__HEADERS_RESPONSE__INIT;
   headers.response = &common;
 
+  /* {"envoy.lb": {"x-gateway-destination-endpoint": dest}} */
   pb_value dest_value = GOOGLE__PROTOBUF__VALUE__INIT;
   dest_value.kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
   dest_value.string_value = dest.data ? dest.data : (char *)"";
-  Google__Protobuf__Struct__FieldsEntry dest_entry = GOOGLE__PROTOBUF__STRUCT__FIELDS_ENTRY__INIT;
-  dest_entry.key = (char *)DEST_KEY;
-  dest_entry.value = &dest_value;
-  Google__Protobuf__Struct__FieldsEntry *dest_entries[] = {&dest_entry};
-  Google__Protobuf__Struct lb = GOOGLE__PROTOBUF__STRUCT__INIT;
-  lb.n_fields = 1;
-  lb.fields = dest_entries;
+  one_field lb, meta;
   pb_value lb_value = GOOGLE__PROTOBUF__VALUE__INIT;
   lb_value.kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE;
-  lb_value.struct_value = &lb;
-  Google__Protobuf__Struct__FieldsEntry ns_entry = GOOGLE__PROTOBUF__STRUCT__FIELDS_ENTRY__INIT;
-  ns_entry.key = (char *)DEST_NS;
-  ns_entry.value = &lb_value;
-  Google__Protobuf__Struct__FieldsEntry *ns_entries[] = {&ns_entry};
-  Google__Protobuf__Struct meta = GOOGLE__PROTOBUF__STRUCT__INIT;
-  meta.n_fields = 1;
-  meta.fields = ns_entries;
+  lb_value.struct_value = struct_of(&lb, DEST_KEY, &dest_value);
 
   proc_response m = ENVOY__SERVICE__EXT_PROC__V3__PROCESSING_RESPONSE__INIT;
   m.response_case = ENVOY__SERVICE__EXT_PROC__V3__PROCESSING_RESPONSE__RESPONSE_REQUEST_HEADERS;
   m.request_headers = &headers;
-  m.dynamic_metadata = &meta;
+  m.dynamic_metadata = struct_of(&meta, DEST_NS, &lb_value);
   send_response(s, &m);
   lh_buf_free(&dest);
 }
