@@ -7,188 +7,14 @@ local P = require "e2e.procs"
 local S = require "support"
 local json = P.json
 
-local MODULE = S.ROOT .. "/" .. S.BUILD .. "/ngx_http_lupin_module.so"
-local NGINX = "/usr/sbin/nginx"
-
-local function exists(path)
-  local f = io.open(path)
-  if f then
-    f:close()
-  end
-  return f ~= nil
-end
-
-local function config(endpoints, extra)
-  local cfg = {
-    kind = "EndpointPickerConfig",
-    pluginDirs = { S.FIXTURES },
-    plugins = { { type = "queue-scorer" },
-      { type = "max-score-picker", parameters = { maxNumOfEndpoints = 2 } },
-      -- journals each request and logs the journal from finish, once
-      { type = "e2e-recorder" } },
-    schedulingProfiles = { { name = "default", plugins = {
-      { pluginRef = "queue-scorer", weight = 1 }, { pluginRef = "max-score-picker" } } } },
-    endpoints = endpoints,
-  }
-  for k, v in pairs(extra or {}) do
-    cfg[k] = v
-  end
-  return cfg
-end
-
-local ROOT_USER = (P.run("id -u")) == "0\n"
-
--- Under LUPIN_ASAN=1 (make test-asan) the module is built with ASan and
--- UBSan, Debian's nginx is not: the runtime spec/run preloads is given back
--- to nginx (P.start and P.run drop it for what they start), and the reports
--- go to files in nginx's prefix dir, which stop_clean reads.  Leaks are
--- checked but for what nginx's own allocator gave (spec/nginx-lsan.supp).
-local ASAN = os.getenv("LUPIN_ASAN") == "1"
-local LSAN_SUPP = S.ROOT .. "/spec/nginx-lsan.supp"
-
-local function nginx_cmd(dir, args)
-  local cmd = ("%s -p %s -c %s/nginx.conf %s"):format(NGINX, dir, dir, args or "")
-  if not ASAN then
-    return cmd
-  end
-  local log = "log_path=" .. dir .. "/sanitizer"
-  return ("env LD_PRELOAD=%s ASAN_OPTIONS=%s LSAN_OPTIONS=%s UBSAN_OPTIONS=%s %s"):format(
-    P.quote(os.getenv("LD_PRELOAD")),
-    P.quote("detect_leaks=1:exitcode=23:" .. log),
-    P.quote("suppressions=" .. LSAN_SUPP .. ":print_suppressions=0"),
-    P.quote("print_stacktrace=1:halt_on_error=1:" .. log), cmd)
-end
-
--- nginx.conf for a prefix dir: everything nginx writes stays in it
-local function nginx_conf(dir, port)
-  return ([[
-load_module %s;
-daemon off;
-master_process on;
-worker_processes 1;
-%s
-pid %s/nginx.pid;
-error_log %s/error.log info;
-events { worker_connections 256; }
-http {
-  access_log %s/access.log;
-  client_body_temp_path %s/body;
-  proxy_temp_path %s/proxy;
-  fastcgi_temp_path %s/fastcgi;
-  uwsgi_temp_path %s/uwsgi;
-  scgi_temp_path %s/scgi;
-  lupin_home %s;
-  lupin_config lupin.json;
-  upstream llm { lupin; }
-  server {
-    listen 127.0.0.1:%d;
-    location /v1/ {
-      lupin_schedule on;
-      proxy_pass http://llm;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-    }
-    location = /lupin_status { lupin_status; }
-  }
-}
-]]):format(MODULE, ROOT_USER and "user root;" or "", dir, dir, dir, dir, dir, dir, dir, dir,
-    S.ROOT, port)
-end
-
-local seq = 0
-
--- nginx with lupin_config = cfg on a random free port (nginx reports no
--- port it picked: a taken one makes it exit, and another is tried)
-local function start_nginx(cfg)
-  for _ = 1, 10 do
-    seq = seq + 1
-    local dir = ("%s/nginx-%d"):format(P.dir, seq)
-    os.execute("mkdir -p " .. dir)
-    local port = math.random(20000, 40000)
-    S.write(dir .. "/lupin.json", json.encode(cfg))
-    S.write(dir .. "/nginx.conf", nginx_conf(dir, port))
-    local p = P.start(nginx_cmd(dir))
-    p.dir, p.base = dir, "http://127.0.0.1:" .. port
-    local up = P.poll(function()
-      if P.read(p.rc) then
-        return "exited"
-      end
-      local code = P.get(p.base .. "/lupin_status", "--max-time 1")
-      return code == 200 and "up"
-    end, "nginx to listen")
-    if up == "up" then
-      return p
-    end
-    local log = P.read(dir .. "/error.log") or ""
-    assert(log:find("Address already in use", 1, true), "nginx did not start: " .. log
-      .. (P.read(p.err) or ""))
-  end
-  error("nginx did not start")
-end
-
-local function stop_nginx(p)
-  if p and not P.read(p.rc) then
-    P.signal(p, "QUIT") -- graceful: the workers finish and free their runtimes
-    P.wait(p)
-  end
-end
-
--- What went wrong in nginx's processes, once stopped: its exit status, a
--- worker the master saw die or exit with a failure (a sanitizer's exitcode
--- 23), and the sanitizers' reports.  Empty when all is well.
-local function stop_clean(p)
-  stop_nginx(p)
-  local problems = {}
-  local rc = tonumber((P.read(p.rc) or ""):match("%d+"))
-  if rc ~= 0 then
-    problems[#problems + 1] = "nginx exited with " .. tostring(rc)
-  end
-  for line in (P.read(p.dir .. "/error.log") or ""):gmatch("[^\n]+") do
-    if line:find("exited on signal", 1, true) or line:find("exited with code [1-9]") then
-      problems[#problems + 1] = line
-    end
-  end
-  local reports = P.run(("cat %s/sanitizer.* 2>/dev/null"):format(p.dir))
-  if reports ~= "" then
-    problems[#problems + 1] = reports
-  end
-  return table.concat(problems, "\n")
-end
-
--- a sample of /lupin_status by its series text
-local function status(ngx, series, args)
-  local _, _, text = P.get(ngx.base .. "/lupin_status" .. (args or ""))
-  for line in text:gmatch("[^\n]+") do
-    local name, v = line:match("^(.-) (%S+)$")
-    if name == series then
-      return tonumber(v)
-    end
-  end
-end
-
--- the journals the recorder logged from finish for request id
-local function journals(ngx, id)
-  local found = {}
-  local pat = "request " .. id:gsub("%-", "%%-") .. " %[e2e%-recorder%] journal ([^\n]*)"
-  for j in (P.read(ngx.dir .. "/error.log") or ""):gmatch(pat) do
-    found[#found + 1] = j
-  end
-  return found
-end
-
-local function journal(ngx, id)
-  P.poll(function()
-    return #journals(ngx, id) > 0
-  end, "the journal of " .. id)
-  return journals(ngx, id)
-end
+local N = require "e2e.nginx"
 
 local COMPLETION = { model = "m", prompt = "hello from nginx", max_tokens = 4 }
 local CHAT = { model = "m", messages = { { role = "user", content = "hi" } }, max_tokens = 4 }
 
 describe("nginx with ngx_http_lupin_module", function()
-  if not exists(MODULE) or not exists(NGINX) then
-    pending("no " .. MODULE .. " (make nginx-module, with nginx-dev installed)")
+  if not N.available() then
+    pending("no " .. N.MODULE .. " (make nginx-module, with nginx-dev installed)")
     return
   end
 
@@ -196,11 +22,11 @@ describe("nginx with ngx_http_lupin_module", function()
 
   setup(function()
     sim = P.sim("--model m --itl-ms 20", 2)
-    ngx = start_nginx(config(P.sim_endpoints(sim)))
+    ngx = N.start(N.config(P.sim_endpoints(sim)))
   end)
 
   teardown(function()
-    stop_nginx(ngx)
+    N.stop(ngx)
     P.stop(sim)
   end)
 
@@ -224,7 +50,7 @@ describe("nginx with ngx_http_lupin_module", function()
       assert.equal("yes", h["x-recorded"]) -- a plugin's response header
       assert.same({ "admit:m prepare pre_request:" .. (h["x-sim-endpoint"] == sim.hostports[1]
         and "sim-1" or "sim-2") .. " response_header:200 response_complete chunks:some finish:ok" },
-        journal(ngx, id))
+        N.journal(ngx, id))
     end
   end)
 
@@ -244,7 +70,7 @@ describe("nginx with ngx_http_lupin_module", function()
     local code, h, body = send("/v1/completions", big, "big-body")
     assert.equal(200, code, body)
     assert.equal(h["x-sim-endpoint"], h["x-sim-destination"]:match("^[^,]+"))
-    assert.matches("finish:ok$", journal(ngx, "big-body")[1])
+    assert.matches("finish:ok$", N.journal(ngx, "big-body")[1])
     assert.truthy((P.read(ngx.dir .. "/error.log") or ""):find("buffered to a temporary file", 1,
       true))
   end)
@@ -262,7 +88,7 @@ describe("nginx with ngx_http_lupin_module", function()
     end
     assert.equal(5, events)
     assert.truthy(text:find("data: [DONE]", 1, true))
-    assert.matches("chunks:some finish:ok$", journal(ngx, "stream-1")[1])
+    assert.matches("chunks:some finish:ok$", N.journal(ngx, "stream-1")[1])
   end)
 
   it("answers a bad body with lupin's 400 in the OpenAI error shape", function()
@@ -280,8 +106,8 @@ describe("nginx with ngx_http_lupin_module", function()
     assert.equal("invalid_request_error", err.type)
     assert.equal("model", err.param)
     -- no plugin saw either
-    assert.same({}, journals(ngx, "bad-json"))
-    assert.same({}, journals(ngx, "no-model"))
+    assert.same({}, N.journals(ngx, "bad-json"))
+    assert.same({}, N.journals(ngx, "no-model"))
   end)
 
   it("runs finish exactly once per request, a client gone mid-stream included", function()
@@ -299,29 +125,29 @@ describe("nginx with ngx_http_lupin_module", function()
       assert.equal(200, (send("/v1/completions", COMPLETION, ids[#ids])))
     end
     for _, id in ipairs(ids) do
-      local js = journal(ngx, id)
+      local js = N.journal(ngx, id)
       assert.equal(1, #js, id)
       assert.matches(id:find("^abort") and "finish:cancelled$" or "finish:ok$", js[1])
     end
     -- nothing left behind: no live request, and no request table once collected
     P.poll(function()
-      return status(ngx, "lupin_live_requests") == 0
+      return N.status(ngx, "lupin_live_requests") == 0
     end, "no live request")
-    assert.equal(0, status(ngx, "lupin_live_request_tables", "?collect"))
-    assert.is_true(status(ngx, 'lupin_request_outcomes_total{outcome="cancelled"}') >= 3)
-    assert.is_true(status(ngx, 'lupin_request_outcomes_total{outcome="invalid_request"}') >= 2)
-    assert.equal(1, status(ngx, "lupin_generation"))
-    assert.equal(2, status(ngx, "lupin_endpoints"))
+    assert.equal(0, N.status(ngx, "lupin_live_request_tables", "?collect"))
+    assert.is_true(N.status(ngx, 'lupin_request_outcomes_total{outcome="cancelled"}') >= 3)
+    assert.is_true(N.status(ngx, 'lupin_request_outcomes_total{outcome="invalid_request"}') >= 2)
+    assert.equal(1, N.status(ngx, "lupin_generation"))
+    assert.equal(2, N.status(ngx, "lupin_endpoints"))
   end)
 
   it("stops clean: nginx exits 0, no worker lost, no sanitizer report", function()
-    assert.equal("", stop_clean(ngx))
+    assert.equal("", N.stop_clean(ngx))
   end)
 end)
 
 describe("nginx with ngx_http_lupin_module, an endpoint down", function()
-  if not exists(MODULE) or not exists(NGINX) then
-    pending("no " .. MODULE)
+  if not N.available() then
+    pending("no " .. N.MODULE)
     return
   end
 
@@ -332,11 +158,11 @@ describe("nginx with ngx_http_lupin_module, an endpoint down", function()
     local eps = P.sim_endpoints(sim)
     -- a port nothing listens on (lupin-sim's next one: it listens on one)
     eps[2] = { name = "dead", address = "127.0.0.1", port = sim.ports[1] + 1 }
-    ngx = start_nginx(config(eps))
+    ngx = N.start(N.config(eps))
   end)
 
   teardown(function()
-    stop_nginx(ngx)
+    N.stop(ngx)
     P.stop(sim)
   end)
 
@@ -362,13 +188,13 @@ describe("nginx with ngx_http_lupin_module, an endpoint down", function()
   end)
 
   it("stops clean: nginx exits 0, no worker lost, no sanitizer report", function()
-    assert.equal("", stop_clean(ngx))
+    assert.equal("", N.stop_clean(ngx))
   end)
 end)
 
 describe("nginx -t with ngx_http_lupin_module", function()
-  if not exists(MODULE) or not exists(NGINX) then
-    pending("no " .. MODULE)
+  if not N.available() then
+    pending("no " .. N.MODULE)
     return
   end
 
@@ -381,8 +207,8 @@ describe("nginx -t with ngx_http_lupin_module", function()
       '  "plugins": [{"type": "queue-scorer", "parameters": {"nope": 1}}],',
       '  "endpoints": []',
       "}" }, "\n"))
-    S.write(dir .. "/nginx.conf", nginx_conf(dir, 1))
-    local out, rc = P.run(nginx_cmd(dir, "-t 2>&1"))
+    S.write(dir .. "/nginx.conf", N.conf(dir, 1))
+    local out, rc = P.run(N.cmd(dir, "-t 2>&1"))
     assert.is_not.equal(0, rc)
     assert.matches("lupin_config \"" .. dir:gsub("%p", "%%%0") .. "/lupin.json\": "
       .. dir:gsub("%p", "%%%0") .. "/lupin.json:3: ", out)
