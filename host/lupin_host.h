@@ -10,6 +10,7 @@
  *                       exposition
  *   health.c            endpoint health and ejection, Envoy's outlier
  *                       detection: the decisions, the time passed in
+ *   settings.c          the config's "gateway" section, declared and read
  *   log.c               diagnostic and access log lines, the admin token's
  *                       comparison
  *   openai_error.c      the OpenAI error body a refused request is answered with
@@ -299,6 +300,32 @@ int lh_health_warn_due(lh_health *h, double now);
 int lh_health_evaluate(lh_health *h, const lh_health_policy *p, double scraped_at, double now);
 /* Seconds the metrics have been missing, as the stale line says. */
 double lh_health_metrics_age(const lh_health *h, double scraped_at, double now);
+
+/* --- the config's "gateway" section (settings.c) --------------------------- */
+
+/* Declared by every host, so one config serves them all; each uses what
+ * means something to it (docs/gateway.md lists them). */
+typedef struct lh_settings {
+  uint64_t max_body_bytes, max_header_bytes;
+  uint64_t header_timeout_ms, connect_timeout_ms, first_byte_timeout_ms, idle_timeout_ms;
+  uint64_t refresh_interval_ms, scrape_timeout_ms, metrics_staleness_ms;
+  uint64_t pool_size, drain_timeout_ms, resolve_interval_ms;
+  uint64_t max_lua_memory_bytes, max_requests_in_flight, max_buffered_body_bytes;
+  /* retries and endpoint health */
+  uint64_t pool_idle_ms, retry_non_idempotent, retry_budget_percent, retry_budget_min;
+  uint64_t consecutive_errors, base_ejection_time_ms, max_ejection_time_ms;
+  uint64_t max_ejection_percent, stale_ejection_ms;
+  uint64_t explain_without_token; /* x-lupin-explain without the admin token */
+  uint64_t allow_empty_endpoints; /* an empty endpoints list empties the pool */
+  uint64_t workers;               /* event loops (threads), 0: one per core */
+} lh_settings;
+
+/* Declares the section: before lupin_runtime_load. */
+int lh_settings_declare(lupin_runtime *rt, char *err, size_t errlen);
+/* The current generation's values (defaults for what the config omits). */
+int lh_settings_read(lupin_runtime *rt, lh_settings *out, char *err, size_t errlen);
+/* Outlier detection's part of them. */
+lh_health_policy lh_settings_health(const lh_settings *s);
 
 /* --- log lines (log.c) ----------------------------------------------------- */
 

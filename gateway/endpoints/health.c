@@ -31,11 +31,7 @@ const char *gw_failure_name(gw_upstream_error e) {
 
 void gw_health_init(gw_endpoint *ep) { lh_health_init(&ep->health, lupin_now()); }
 
-static lh_health_policy policy(const lupin_gateway *gw) {
-  return (lh_health_policy){gw->set.consecutive_errors, gw->set.base_ejection_time_ms,
-                            gw->set.max_ejection_time_ms, gw->set.max_ejection_percent,
-                            gw->set.stale_ejection_ms};
-}
+static lh_health_policy policy(const lupin_gateway *gw) { return lh_settings_health(&gw->set); }
 
 static size_t count_state(lupin_gateway *gw, lh_health_state s) {
   size_t n = 0;

@@ -78,20 +78,8 @@ int gw_write_kept(uv_stream_t *s, const uv_buf_t *parts, unsigned n, gw_written_
 
 /* --- settings (the config's "gateway" section, lua/lupin/config/) ------------- */
 
-typedef struct gw_settings {
-  uint64_t max_body_bytes, max_header_bytes;
-  uint64_t header_timeout_ms, connect_timeout_ms, first_byte_timeout_ms, idle_timeout_ms;
-  uint64_t refresh_interval_ms, scrape_timeout_ms, metrics_staleness_ms;
-  uint64_t pool_size, drain_timeout_ms, resolve_interval_ms;
-  uint64_t max_lua_memory_bytes, max_requests_in_flight, max_buffered_body_bytes;
-  /* retries and endpoint health (health.c, proxy.c) */
-  uint64_t pool_idle_ms, retry_non_idempotent, retry_budget_percent, retry_budget_min;
-  uint64_t consecutive_errors, base_ejection_time_ms, max_ejection_time_ms;
-  uint64_t max_ejection_percent, stale_ejection_ms;
-  uint64_t explain_without_token; /* x-lupin-explain without the admin token */
-  uint64_t allow_empty_endpoints; /* an empty endpoints list empties the pool */
-  uint64_t workers;               /* event loops (threads), 0: one per core */
-} gw_settings;
+/* the host library's (host/settings.c), every setting a uint64_t */
+typedef lh_settings gw_settings;
 
 /* --- the gateway object (gateway.c) --------------------------------------- */
 
