@@ -240,7 +240,7 @@ $(NGX_OBJS)/Makefile: nginx/config
 	  { echo "nginx-module: no $(NGX_SRC_DIR): apt-get install -y nginx-dev (make deps)"; exit 1; }
 	@mkdir -p $(NGX_OBJS)
 	cd $(NGX_SRC_DIR) && LUPIN_INCS="$(CURDIR)/core $(CURDIR)/host" \
-	  LUPIN_LIBS="$(abspath $(B))/liblupin-host.a $(abspath $(B))/liblupin.a $(HOST_LINK_LIBS)" \
+	  LUPIN_LIBS="$(abspath $(B))/liblupin-host.a $(abspath $(B))/liblupin.a $(HOST_LINK_LIBS) -lhttp_parser" \
 	  bash -c '. ./conf_flags && ./configure \
 	    --with-cc-opt="$$(dpkg-buildflags --get CFLAGS) -fPIC $$(dpkg-buildflags --get CPPFLAGS) $(NGX_SANITIZE)" \
 	    --with-ld-opt="$$(dpkg-buildflags --get LDFLAGS) -fPIC $(NGX_SANITIZE)" "$${NGX_CONF_FLAGS[@]}" \

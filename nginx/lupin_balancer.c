@@ -53,6 +53,7 @@ static ngx_int_t ngx_http_lupin_init_peer(ngx_http_request_t *r, ngx_http_upstre
     return NGX_ERROR;
   }
   ngx_http_upstream_t *u = r->upstream;
+  ctx->r = r;
   u->peer.data = ctx;
   u->peer.get = ngx_http_lupin_get_peer;
   u->peer.free = ngx_http_lupin_free_peer;
@@ -82,10 +83,11 @@ static ngx_int_t ngx_http_lupin_get_peer(ngx_peer_connection_t *pc, void *data) 
   }
   ctx->attempt++;
   ngx_http_lupin_endpoint_t *e = ngx_http_lupin_endpoint(p->name);
-  if (e == NULL) { /* not one of lupin_config's endpoints: none is added later yet */
+  if (e == NULL) { /* a reload dropped it since */
     ngx_log_error(NGX_LOG_ERR, pc->log, 0, "lupin: pick \"%s\" is not a known endpoint", p->name);
     return NGX_BUSY;
   }
+  ctx->endpoint = e;
   pc->sockaddr = e->sockaddr;
   pc->socklen = e->socklen;
   pc->name = &e->text;
@@ -94,11 +96,18 @@ static ngx_int_t ngx_http_lupin_get_peer(ngx_peer_connection_t *pc, void *data) 
   return NGX_OK;
 }
 
+/* An attempt's end: its endpoint's health told (a failure, a 5xx answer,
+ * or a success that ends a run of failures). */
 static void ngx_http_lupin_free_peer(ngx_peer_connection_t *pc, void *data, ngx_uint_t state) {
   ngx_http_lupin_ctx_t *ctx = data;
-  if (state & NGX_PEER_FAILED) {
+  ngx_uint_t failed = (state & NGX_PEER_FAILED) != 0;
+  if (failed) {
     ctx->failed = 1;
     ngx_http_lupin_worker.attempts_failed++;
+  }
+  if (ctx->endpoint) {
+    ngx_http_lupin_endpoint_attempt(ctx->endpoint, failed, ctx->r->upstream->headers_in.status_n);
+    ctx->endpoint = NULL;
   }
   if (pc->tries) pc->tries--;
 }

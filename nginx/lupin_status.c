@@ -58,6 +58,7 @@ static void ngx_http_lupin_exposition(lh_buf *b) {
   ngx_http_lupin_gauge(&e, LH_M_GENERATION, st.generation);
   ngx_http_lupin_gauge(&e, LH_M_GENERATIONS_ALIVE, st.generations_alive);
   ngx_http_lupin_gauge(&e, LH_M_ENDPOINTS, st.endpoints);
+  ngx_http_lupin_endpoints_expo(&e);
 }
 
 static ngx_int_t ngx_http_lupin_status_handler(ngx_http_request_t *r) {

@@ -7,6 +7,8 @@
  *                            the request ended from the pool's cleanup
  *   lupin_balancer.c         `lupin;` in upstream {}: the peers are the picks,
  *                            then the runtime's fallbacks
+ *   lupin_endpoints.c        the config's endpoints: their addresses, their
+ *                            metrics scraped on nginx timers, their health
  *   lupin_filters.c          the response's header and body, to the runtime
  *   lupin_status.c           `lupin_status;`: Prometheus text
  *
@@ -34,23 +36,46 @@ typedef struct {
   ngx_flag_t schedule; /* lupin_schedule */
 } ngx_http_lupin_loc_conf_t;
 
-/* An endpoint of the config, its address resolved when the worker started. */
-typedef struct {
-  char *name;
+/* An endpoint of the config, its address resolved when it was added.  An
+ * endpoint a reload drops is marked removed and kept until the worker
+ * exits: a request's upstream may still name its address. */
+typedef struct ngx_http_lupin_endpoint_s ngx_http_lupin_endpoint_t;
+typedef struct ngx_http_lupin_scrape_s ngx_http_lupin_scrape_t;
+struct ngx_http_lupin_endpoint_s {
+  ngx_http_lupin_endpoint_t *next;
+  char *name, *address; /* malloc'ed */
+  int port;
+  ngx_pool_t *pool; /* its resolved address */
   struct sockaddr *sockaddr;
   socklen_t socklen;
-  ngx_str_t text; /* "address:port", the peer's name in nginx's logs */
-} ngx_http_lupin_endpoint_t;
+  ngx_str_t text;                  /* "address:port", the peer's name in nginx's logs */
+  ngx_event_t tick;                /* the next scrape */
+  ngx_http_lupin_scrape_t *scrape; /* the one in flight, NULL: none */
+  lupin_metrics metrics;
+  char *running_lora, *waiting_lora; /* as last scraped (malloc'ed) */
+  double scraped_at;                 /* lupin_now() of the last good scrape, 0: never */
+  uint64_t scrapes, scrape_errors;
+  lh_health health;
+  unsigned removed : 1; /* dropped by a reload */
+  unsigned seen : 1;    /* listed by the config being applied */
+};
 
 /* The worker's runtime and what it counts: one per worker process. */
 typedef struct {
   lupin_runtime *rt;
-  ngx_array_t endpoints;    /* ngx_http_lupin_endpoint_t */
-  ngx_array_t routes;       /* char *, sorted: the runtime's API routes */
-  uint64_t outcomes[16];    /* requests ended, by lupin_outcome */
-  uint64_t by_status[600];  /* requests begun, by the status answered */
-  uint64_t attempts_failed; /* upstream attempts that failed */
-  uint64_t fallbacks_tried; /* attempts sent to a fallback */
+  lh_settings set;                      /* the config's "gateway" section */
+  ngx_http_lupin_endpoint_t *endpoints; /* newest first, removed ones too */
+  ngx_uint_t n_endpoints;               /* not removed */
+  ngx_event_t health_tick;              /* ejections' ends, staleness, flow TTLs */
+  ngx_uint_t ticks;                     /* of health_tick */
+  ngx_log_t scrape_log;                 /* the error log, crit only */
+  ngx_uint_t no_healthy;                /* "no healthy endpoint" was logged */
+  uint64_t ended_at_gc;                 /* requests ended at the last idle collection */
+  ngx_array_t routes;                   /* char *, sorted: the runtime's API routes */
+  uint64_t outcomes[16];                /* requests ended, by lupin_outcome */
+  uint64_t by_status[600];              /* requests begun, by the status answered */
+  uint64_t attempts_failed;             /* upstream attempts that failed */
+  uint64_t fallbacks_tried;             /* attempts sent to a fallback */
 } ngx_http_lupin_worker_t;
 
 extern ngx_http_lupin_worker_t ngx_http_lupin_worker;
@@ -58,18 +83,20 @@ extern ngx_http_lupin_worker_t ngx_http_lupin_worker;
 /* One request's part: kept in the module's ctx and as the data of the pool
  * cleanup that ends it. */
 typedef struct {
+  ngx_http_request_t *r;
   lupin_request *req;
   lupin_result result;
   const lupin_pick *fallbacks;
   size_t n_fallbacks;
-  ngx_uint_t attempt;     /* attempts begun: picks first, then fallbacks */
-  ngx_int_t status;       /* the precontent handler's answer once decided */
-  unsigned body_read : 1; /* the client body is in */
-  unsigned waiting : 1;   /* the handler returned NGX_DONE for the body */
-  unsigned scheduled : 1; /* status 200: the balancer has picks */
-  unsigned answered : 1;  /* the upstream's response header reached us */
-  unsigned completed : 1; /* its last buffer too */
-  unsigned failed : 1;    /* an attempt failed */
+  ngx_http_lupin_endpoint_t *endpoint; /* the current attempt's */
+  ngx_uint_t attempt;                  /* attempts begun: picks first, then fallbacks */
+  ngx_int_t status;                    /* the precontent handler's answer once decided */
+  unsigned body_read : 1;              /* the client body is in */
+  unsigned waiting : 1;                /* the handler returned NGX_DONE for the body */
+  unsigned scheduled : 1;              /* status 200: the balancer has picks */
+  unsigned answered : 1;               /* the upstream's response header reached us */
+  unsigned completed : 1;              /* its last buffer too */
+  unsigned failed : 1;                 /* an attempt failed */
 } ngx_http_lupin_ctx_t;
 
 extern ngx_module_t ngx_http_lupin_module;
@@ -77,8 +104,19 @@ extern ngx_module_t ngx_http_lupin_module;
 /* lupin_schedule.c */
 ngx_int_t ngx_http_lupin_schedule_init(ngx_conf_t *cf);
 
-/* ngx_http_lupin_module.c: lupin_config's endpoint of that name, or NULL */
+/* lupin_endpoints.c: the config's endpoints (at start and after a reload)
+ * into the runtime and the worker's list, their scrapes started; the
+ * settings read again.  Stop: every timer and scrape ended, all freed. */
+ngx_int_t ngx_http_lupin_endpoints_sync(ngx_log_t *log, char *err, size_t errlen);
+void ngx_http_lupin_endpoints_stop(void);
+/* The endpoint of that name, or NULL (none, or removed). */
 ngx_http_lupin_endpoint_t *ngx_http_lupin_endpoint(const char *name);
+/* An attempt's end, for outlier detection: failed (nginx gave up on the
+ * peer: connect refused, reset, timeout) or the status it answered. */
+void ngx_http_lupin_endpoint_attempt(ngx_http_lupin_endpoint_t *e, ngx_uint_t failed,
+                                     ngx_uint_t status);
+/* The endpoint families of /lupin_status. */
+void ngx_http_lupin_endpoints_expo(lh_expo *e);
 
 /* lupin_balancer.c */
 char *ngx_http_lupin_upstream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

@@ -146,7 +146,9 @@ static lupin_runtime *ngx_http_lupin_open(ngx_http_lupin_main_conf_t *mcf, ngx_l
                         .log_level = ngx_http_lupin_log_level(log)};
   lupin_runtime *rt = lupin_runtime_new(&opts, err, errlen);
   if (rt == NULL) return NULL;
-  if (lupin_runtime_load(rt, (const char *)mcf->config.data, err, errlen) != 0) {
+  /* the "gateway" section lupin serve reads: one config serves both */
+  if (lh_settings_declare(rt, err, errlen) != 0 ||
+      lupin_runtime_load(rt, (const char *)mcf->config.data, err, errlen) != 0) {
     lupin_runtime_free(rt);
     return NULL;
   }
@@ -170,69 +172,16 @@ static ngx_int_t ngx_http_lupin_postconfiguration(ngx_conf_t *cf) {
   return NGX_OK;
 }
 
-typedef struct {
-  ngx_cycle_t *cycle;
-  char *err;
-  size_t errlen;
-  int failed;
-} ngx_http_lupin_reading_t;
-
-/* An endpoint of the config: into the runtime's pool, its address resolved
- * now (a name is looked up once, when the worker starts). */
-static void ngx_http_lupin_add_endpoint(void *ud, const lupin_endpoint_desc *d) {
-  ngx_http_lupin_reading_t *rd = ud;
-  ngx_http_lupin_worker_t *w = &ngx_http_lupin_worker;
-  if (rd->failed) return;
-  if (lupin_endpoint_upsert(w->rt, d, rd->err, rd->errlen) != 0) {
-    rd->failed = 1;
-    return;
-  }
-  ngx_url_t u;
-  ngx_memzero(&u, sizeof u);
-  u.url.data = ngx_pnalloc(rd->cycle->pool, ngx_strlen(d->address) + 16);
-  if (u.url.data == NULL) goto nomem;
-  int ipv6 = strchr(d->address, ':') != NULL;
-  u.url.len = ngx_sprintf(u.url.data, ipv6 ? "[%s]:%d" : "%s:%d", d->address, d->port) - u.url.data;
-  u.default_port = (in_port_t)d->port;
-  if (ngx_parse_url(rd->cycle->pool, &u) != NGX_OK || u.naddrs == 0) {
-    lh_errf(rd->err, rd->errlen, "endpoint %s: %s: %s", d->name, d->address,
-            u.err ? u.err : "no address");
-    rd->failed = 1;
-    return;
-  }
-  ngx_http_lupin_endpoint_t *e = ngx_array_push(&w->endpoints);
-  if (e == NULL) goto nomem;
-  e->name = strdup(d->name);
-  if (e->name == NULL) goto nomem;
-  e->sockaddr = u.addrs[0].sockaddr;
-  e->socklen = u.addrs[0].socklen;
-  e->text = u.addrs[0].name;
-  return;
-nomem:
-  lh_errf(rd->err, rd->errlen, "out of memory");
-  rd->failed = 1;
-}
-
 static void ngx_http_lupin_add_route(void *ud, const char *path) {
-  ngx_http_lupin_reading_t *rd = ud;
+  int *failed = ud;
   char **slot = ngx_array_push(&ngx_http_lupin_worker.routes);
-  if (slot == NULL || !(*slot = strdup(path))) rd->failed = 1;
-}
-
-ngx_http_lupin_endpoint_t *ngx_http_lupin_endpoint(const char *name) {
-  ngx_http_lupin_endpoint_t *e = ngx_http_lupin_worker.endpoints.elts;
-  for (ngx_uint_t i = 0; i < ngx_http_lupin_worker.endpoints.nelts; i++)
-    if (strcmp(e[i].name, name) == 0) return &e[i];
-  return NULL;
+  if (slot == NULL || !(*slot = strdup(path))) *failed = 1;
 }
 
 /* The runtime, and the names and routes copied out of it (malloc'ed: the
  * cycle's pool outlives exit_process, LeakSanitizer counts them). */
 static void ngx_http_lupin_worker_free(ngx_http_lupin_worker_t *w) {
-  ngx_http_lupin_endpoint_t *e = w->endpoints.elts;
-  for (ngx_uint_t i = 0; i < w->endpoints.nelts; i++)
-    free(e[i].name);
-  w->endpoints.nelts = 0;
+  ngx_http_lupin_endpoints_stop();
   char **route = w->routes.elts;
   for (ngx_uint_t i = 0; i < w->routes.nelts; i++)
     free(route[i]);
@@ -247,27 +196,27 @@ static ngx_int_t ngx_http_lupin_init_process(ngx_cycle_t *cycle) {
   ngx_http_lupin_worker_t *w = &ngx_http_lupin_worker;
   if (mcf == NULL || mcf->config.len == 0) return NGX_OK;
   char err[2048];
-  ngx_http_lupin_reading_t rd = {.cycle = cycle, .err = err, .errlen = sizeof err};
-  if (ngx_array_init(&w->endpoints, cycle->pool, 8, sizeof(ngx_http_lupin_endpoint_t)) != NGX_OK ||
-      ngx_array_init(&w->routes, cycle->pool, 16, sizeof(char *)) != NGX_OK)
-    return NGX_ERROR;
+  int failed = 0;
+  if (ngx_array_init(&w->routes, cycle->pool, 16, sizeof(char *)) != NGX_OK) return NGX_ERROR;
   w->rt = ngx_http_lupin_open(mcf, cycle->log, err, sizeof err);
   if (w->rt == NULL) {
     ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "lupin_config \"%V\": %s", &mcf->config, err);
     return NGX_ERROR;
   }
-  if (lupin_runtime_read_endpoints(w->rt, NULL, ngx_http_lupin_add_endpoint, &rd, err,
-                                   sizeof err) != 0)
-    rd.failed = 1;
-  if (!rd.failed) lupin_runtime_routes(w->rt, ngx_http_lupin_add_route, &rd);
-  if (rd.failed) {
+  if (ngx_http_lupin_endpoints_sync(cycle->log, err, sizeof err) != NGX_OK) {
+    failed = 1;
+  } else {
+    lupin_runtime_routes(w->rt, ngx_http_lupin_add_route, &failed);
+    if (failed) lh_errf(err, sizeof err, "out of memory");
+  }
+  if (failed) {
     ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "lupin_config \"%V\": %s", &mcf->config, err);
     ngx_http_lupin_worker_free(w);
     return NGX_ERROR;
   }
   ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
                 "lupin: worker runtime on \"%V\": %ui endpoints, %ui API routes", &mcf->config,
-                w->endpoints.nelts, w->routes.nelts);
+                w->n_endpoints, w->routes.nelts);
   return NGX_OK;
 }
 

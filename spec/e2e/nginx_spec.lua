@@ -158,7 +158,9 @@ describe("nginx with ngx_http_lupin_module, an endpoint down", function()
     local eps = P.sim_endpoints(sim)
     -- a port nothing listens on (lupin-sim's next one: it listens on one)
     eps[2] = { name = "dead", address = "127.0.0.1", port = sim.ports[1] + 1 }
-    ngx = N.start(N.config(eps))
+    -- outlier detection off, so that the dead one stays a candidate
+    -- (spec/e2e/nginx_endpoints_spec.lua ejects it)
+    ngx = N.start(N.config(eps, { gateway = { consecutiveErrors = 0, staleEjectionMs = 0 } }))
   end)
 
   teardown(function()
