@@ -14,6 +14,7 @@
  *   log.c               diagnostic and access log lines, the admin token's
  *                       comparison
  *   openai_error.c      the OpenAI error body a refused request is answered with
+ *   model_rewrite.c     the model-name rewrite of a forwarded body
  *   admin_json.c        the admin API's JSON answers: endpoints, requests in
  *                       flight, generations, a reload's result, leaks
  *   flows_json.c        flow control's queue as the admin API shows it, summed
@@ -354,6 +355,14 @@ int lh_openai_error(lh_buf *b, int status, const char *message, const char *para
 /* The error's "type" for a status: rate_limit_error, authentication_error,
  * invalid_request_error (other 4xx), server_error (5xx). */
 const char *lh_openai_error_type(int status);
+
+/* --- the model-name rewrite (model_rewrite.c) ------------------------------ */
+
+/* Replaces the model a request body names (a JSON object's "model", or a
+ * multipart/form-data body's "model" field, by content_type) with model,
+ * every other byte unchanged; *was gets the name replaced (malloc'd).  -1
+ * when the body names none. */
+int lh_model_rewrite(lh_buf *body, const char *content_type, const char *model, char **was);
 
 /* --- the admin API's JSON answers (admin_json.c) --------------------------- */
 

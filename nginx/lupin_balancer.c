@@ -5,6 +5,9 @@
  * the next pick, then to the runtime's ranked fallbacks
  * (lupin_request_fallbacks); when none is left nginx answers 502.
  *
+ * A request lupin does not schedule (a GET: /v1/models) goes to the healthy
+ * endpoints in turn.
+ *
  * nginx's own rule keeps a generation request from being replayed silently:
  * a POST is not sent again once it reached an endpoint unless
  * proxy_next_upstream says non_idempotent (lupin serve's policy: docs/nginx.md). */
@@ -44,11 +47,15 @@ static ngx_int_t ngx_http_lupin_init_upstream(ngx_conf_t *cf, ngx_http_upstream_
 
 static ngx_int_t ngx_http_lupin_init_peer(ngx_http_request_t *r, ngx_http_upstream_srv_conf_t *us) {
   ngx_http_lupin_ctx_t *ctx = ngx_http_get_module_ctx(r, ngx_http_lupin_module);
-  (void)us;
-  if (ctx == NULL || !ctx->scheduled) {
+  if (ctx == NULL && (r->method & (NGX_HTTP_GET | NGX_HTTP_HEAD))) {
+    /* not scheduled (GET /v1/models): any healthy endpoint answers */
+    ctx = ngx_pcalloc(r->pool, sizeof(*ctx));
+    if (ctx == NULL) return NGX_ERROR;
+    ngx_http_set_ctx(r, ctx, ngx_http_lupin_module);
+  } else if (ctx == NULL || !ctx->scheduled) {
     ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                   "lupin: upstream \"%V\" reached without a scheduled request: "
-                  "its location needs lupin_schedule on (and a POST)",
+                  "its location needs lupin_schedule on",
                   &us->host);
     return NGX_ERROR;
   }
@@ -61,7 +68,32 @@ static ngx_int_t ngx_http_lupin_init_peer(ngx_http_request_t *r, ngx_http_upstre
    * none is left); proxy_next_upstream_tries bounds them too */
   u->peer.tries = NGX_MAX_INT32_VALUE;
   /* a streamed answer goes to the client as it comes (SSE) */
-  if (lupin_request_stream(ctx->req)) u->buffering = 0;
+  if (ctx->scheduled && lupin_request_stream(ctx->req)) u->buffering = 0;
+  return NGX_OK;
+}
+
+/* The next healthy endpoint in turn for a request lupin did not schedule;
+ * each is tried once. */
+static ngx_http_lupin_endpoint_t *ngx_http_lupin_any(ngx_http_lupin_ctx_t *ctx) {
+  ngx_http_lupin_worker_t *w = &ngx_http_lupin_worker;
+  ngx_uint_t healthy = 0;
+  for (ngx_http_lupin_endpoint_t *e = w->endpoints; e; e = e->next)
+    healthy += !e->removed && e->health.state == LH_HEALTHY;
+  if (ctx->attempt >= healthy) return NULL;
+  ngx_uint_t k = (w->turn++) % healthy;
+  for (ngx_http_lupin_endpoint_t *e = w->endpoints; e; e = e->next)
+    if (!e->removed && e->health.state == LH_HEALTHY && k-- == 0) return e;
+  return NULL;
+}
+
+static ngx_int_t ngx_http_lupin_connect(ngx_peer_connection_t *pc, ngx_http_lupin_ctx_t *ctx,
+                                        ngx_http_lupin_endpoint_t *e) {
+  ctx->endpoint = e;
+  pc->sockaddr = e->sockaddr;
+  pc->socklen = e->socklen;
+  pc->name = &e->text;
+  pc->cached = 0;
+  pc->connection = NULL;
   return NGX_OK;
 }
 
@@ -69,6 +101,15 @@ static ngx_int_t ngx_http_lupin_get_peer(ngx_peer_connection_t *pc, void *data) 
   ngx_http_lupin_ctx_t *ctx = data;
   const lupin_pick *p;
   ngx_uint_t k = ctx->attempt;
+  if (!ctx->scheduled) {
+    ngx_http_lupin_endpoint_t *e = ngx_http_lupin_any(ctx);
+    if (e == NULL) {
+      pc->name = NULL;
+      return NGX_BUSY;
+    }
+    ctx->attempt++;
+    return ngx_http_lupin_connect(pc, ctx, e);
+  }
   if (k < ctx->result.n_picks) {
     p = &ctx->result.picks[k];
   } else {
@@ -87,13 +128,7 @@ static ngx_int_t ngx_http_lupin_get_peer(ngx_peer_connection_t *pc, void *data) 
     ngx_log_error(NGX_LOG_ERR, pc->log, 0, "lupin: pick \"%s\" is not a known endpoint", p->name);
     return NGX_BUSY;
   }
-  ctx->endpoint = e;
-  pc->sockaddr = e->sockaddr;
-  pc->socklen = e->socklen;
-  pc->name = &e->text;
-  pc->cached = 0;
-  pc->connection = NULL;
-  return NGX_OK;
+  return ngx_http_lupin_connect(pc, ctx, e);
 }
 
 /* An attempt's end: its endpoint's health told (a failure, a 5xx answer,

@@ -98,35 +98,48 @@ static int ngx_http_lupin_is_route(const char *path) {
          NULL;
 }
 
-/* Sets a header of the request as the upstream will get it (proxy_pass
- * forwards the request's headers): any the client sent by that name go. */
-static ngx_int_t ngx_http_lupin_set_header(ngx_http_request_t *r, const char *name,
-                                           const char *value) {
+/* Whether a header of the request is named name (without case). */
+static int ngx_http_lupin_named(ngx_table_elt_t *h, const char *name, size_t nlen) {
+  return h->key.len == nlen && ngx_strncasecmp(h->key.data, (u_char *)name, nlen) == 0;
+}
+
+/* Drops the request's headers of that name: proxy_pass forwards the
+ * request's headers, and these are not the upstream's to see. */
+static ngx_int_t ngx_http_lupin_drop_header(ngx_http_request_t *r, const char *name) {
   size_t nlen = ngx_strlen(name);
   ngx_list_t *list = &r->headers_in.headers;
   int present = 0;
   for (ngx_list_part_t *part = &list->part; part && !present; part = part->next) {
     ngx_table_elt_t *h = part->elts;
     for (ngx_uint_t i = 0; i < part->nelts; i++)
-      if (h[i].key.len == nlen && ngx_strncasecmp(h[i].key.data, (u_char *)name, nlen) == 0)
-        present = 1;
+      present |= ngx_http_lupin_named(&h[i], name, nlen);
   }
-  if (present) { /* an ngx_list_t has no removal: the list is made again */
-    ngx_list_t fresh;
-    if (ngx_list_init(&fresh, r->pool, 20, sizeof(ngx_table_elt_t)) != NGX_OK) return NGX_ERROR;
-    for (ngx_list_part_t *part = &list->part; part; part = part->next) {
-      ngx_table_elt_t *h = part->elts;
-      for (ngx_uint_t i = 0; i < part->nelts; i++) {
-        if (h[i].key.len == nlen && ngx_strncasecmp(h[i].key.data, (u_char *)name, nlen) == 0)
-          continue;
-        ngx_table_elt_t *copy = ngx_list_push(&fresh);
-        if (copy == NULL) return NGX_ERROR;
-        *copy = h[i];
-      }
+  if (!present) return NGX_OK;
+  /* an ngx_list_t has no removal: the list is made again */
+  ngx_list_t fresh;
+  if (ngx_list_init(&fresh, r->pool, 20, sizeof(ngx_table_elt_t)) != NGX_OK) return NGX_ERROR;
+  for (ngx_list_part_t *part = &list->part; part; part = part->next) {
+    ngx_table_elt_t *h = part->elts;
+    for (ngx_uint_t i = 0; i < part->nelts; i++) {
+      if (ngx_http_lupin_named(&h[i], name, nlen)) continue;
+      ngx_table_elt_t *copy = ngx_list_push(&fresh);
+      if (copy == NULL) return NGX_ERROR;
+      *copy = h[i];
     }
-    *list = fresh;
   }
-  ngx_table_elt_t *h = ngx_list_push(list);
+  *list = fresh;
+  /* a list of one part points at its own part: the copy's, not the stack's */
+  if (fresh.last == &fresh.part) list->last = &list->part;
+  return NGX_OK;
+}
+
+/* Sets a header of the request as the upstream will get it: any the client
+ * sent by that name go. */
+static ngx_int_t ngx_http_lupin_set_header(ngx_http_request_t *r, const char *name,
+                                           const char *value) {
+  if (ngx_http_lupin_drop_header(r, name) != NGX_OK) return NGX_ERROR;
+  size_t nlen = ngx_strlen(name);
+  ngx_table_elt_t *h = ngx_list_push(&r->headers_in.headers);
   if (h == NULL) return NGX_ERROR;
   h->key.len = nlen;
   h->key.data = (u_char *)name;
@@ -203,6 +216,48 @@ static char *ngx_http_lupin_destination(ngx_http_request_t *r, const lupin_resul
   return (char *)dest;
 }
 
+/* The EPP's model-name rewrite (x-llm-d-model-name-rewrite, or GIE's
+ * x-gateway-model-name-rewrite): when the runtime scheduled the request for
+ * that model, the body proxy_pass forwards names it (lh_model_rewrite: the
+ * one value replaced, every other byte the client's). */
+static ngx_int_t ngx_http_lupin_rewrite(ngx_http_request_t *r, ngx_http_lupin_ctx_t *ctx,
+                                        const char *to, const char *body, size_t len) {
+  const char *model = lupin_request_model(ctx->req);
+  if (*to == '\0' || model == NULL || strcmp(model, to) != 0) return NGX_OK;
+  const char *type = NULL;
+  if (r->headers_in.content_type) type = ngx_http_lupin_str(r, &r->headers_in.content_type->value);
+  lh_buf b = {0};
+  char *was = NULL;
+  if (lh_buf_append(&b, body, len) || lh_model_rewrite(&b, type, to, &was)) {
+    lh_buf_free(&b);
+    return NGX_OK; /* a body it cannot follow goes unchanged, as in lupin serve */
+  }
+  free(was);
+  ngx_buf_t *out = ngx_create_temp_buf(r->pool, b.len ? b.len : 1);
+  ngx_chain_t *cl = ngx_alloc_chain_link(r->pool);
+  if (out == NULL || cl == NULL) {
+    lh_buf_free(&b);
+    return NGX_ERROR;
+  }
+  out->last = ngx_cpymem(out->pos, b.data, b.len);
+  out->last_buf = 1;
+  lh_buf_free(&b);
+  cl->buf = out;
+  cl->next = NULL;
+  r->request_body->bufs = cl;
+  r->request_body->buf = out;
+  /* proxy_pass sends the length of the body it forwards from here */
+  r->headers_in.content_length_n = out->last - out->pos;
+  if (r->headers_in.content_length) {
+    u_char *v = ngx_pnalloc(r->pool, NGX_OFF_T_LEN);
+    if (v == NULL) return NGX_ERROR;
+    r->headers_in.content_length->value.data = v;
+    r->headers_in.content_length->value.len =
+        ngx_sprintf(v, "%O", r->headers_in.content_length_n) - v;
+  }
+  return NGX_OK;
+}
+
 /* Begins and schedules the request: NGX_DECLINED to go on to the content
  * handler with the picks stored, NGX_DONE when answered here (the request,
  * its pool and ctx may be freed by then: the caller touches neither). */
@@ -211,6 +266,7 @@ static ngx_int_t ngx_http_lupin_begin(ngx_http_request_t *r, ngx_http_lupin_ctx_
   lupin_header headers[NGX_HTTP_LUPIN_HEADERS];
   const char *subset[256];
   lupin_request_desc d = {.headers = headers};
+  const char *rewrite = NULL;
   char *path = ngx_http_lupin_str(r, &r->uri);
   if (path == NULL || ngx_http_lupin_body(r, &d.body, &d.body_len) != NGX_OK)
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -223,6 +279,9 @@ static ngx_int_t ngx_http_lupin_begin(ngx_http_request_t *r, ngx_http_lupin_ctx_
       if (name == NULL || value == NULL) return NGX_HTTP_INTERNAL_SERVER_ERROR;
       headers[d.n_headers++] = (lupin_header){name, value};
       if (strcasecmp(name, "x-request-id") == 0) d.id = value;
+      if (strcasecmp(name, "x-llm-d-model-name-rewrite") == 0 ||
+          (!rewrite && strcasecmp(name, "x-gateway-model-name-rewrite") == 0))
+        rewrite = value;
       if (strcasecmp(name, "x-gateway-destination-endpoint-subset") == 0) {
         char *copy = ngx_http_lupin_str(r, &h[i].value); /* strtok_r writes in it */
         if (copy == NULL) return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -242,6 +301,10 @@ static ngx_int_t ngx_http_lupin_begin(ngx_http_request_t *r, ngx_http_lupin_ctx_
   }
   cln->handler = ngx_http_lupin_cleanup;
   *(ngx_http_lupin_cleanup_t *)cln->data = (ngx_http_lupin_cleanup_t){r, ctx};
+  if (rewrite && (ngx_http_lupin_rewrite(r, ctx, rewrite, d.body, d.body_len) != NGX_OK ||
+                  ngx_http_lupin_drop_header(r, "x-llm-d-model-name-rewrite") != NGX_OK ||
+                  ngx_http_lupin_drop_header(r, "x-gateway-model-name-rewrite") != NGX_OK))
+    return NGX_HTTP_INTERNAL_SERVER_ERROR;
 
   int status = lupin_request_schedule(ctx->req, &ctx->result);
   if (status != 200) { /* LUPIN_QUEUED needs a dispatch callback: none is set */
@@ -288,7 +351,8 @@ static ngx_int_t ngx_http_lupin_handler(ngx_http_request_t *r) {
       ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "lupin_schedule: no lupin_config");
       return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-    /* only requests with a body are scheduled (GET /v1/models is not yet) */
+    /* only requests with a body are scheduled: a GET (/v1/models) goes to
+     * any healthy endpoint (lupin_balancer.c) */
     if (r->method != NGX_HTTP_POST) return NGX_DECLINED;
     ctx = ngx_pcalloc(r->pool, sizeof(*ctx));
     if (ctx == NULL) return NGX_HTTP_INTERNAL_SERVER_ERROR;

@@ -68,6 +68,7 @@ typedef struct {
   ngx_uint_t n_endpoints;               /* not removed */
   ngx_event_t health_tick;              /* ejections' ends, staleness, flow TTLs */
   ngx_uint_t ticks;                     /* of health_tick */
+  ngx_uint_t turn;                      /* the next endpoint for a GET (round robin) */
   ngx_log_t scrape_log;                 /* the error log, crit only */
   ngx_uint_t no_healthy;                /* "no healthy endpoint" was logged */
   uint64_t ended_at_gc;                 /* requests ended at the last idle collection */

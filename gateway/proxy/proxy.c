@@ -662,7 +662,7 @@ static char *rewrite_model(gw_http_request *http, const char *model) {
   if (!to) to = lh_headers_get(&http->headers, "x-gateway-model-name-rewrite");
   char *was = NULL;
   if (to && *to && model && !strcmp(model, to))
-    gw_rewrite_model(&http->body, lh_headers_get(&http->headers, "content-type"), to, &was);
+    lh_model_rewrite(&http->body, lh_headers_get(&http->headers, "content-type"), to, &was);
   return was;
 }
 

@@ -1,5 +1,5 @@
 /* proxy.h -- the OpenAI routes of lupin serve: the proxied request and its
- * retries (proxy.c), the model-name rewrite (rewrite.c), flow control's view
+ * retries and the model-name rewrite (proxy.c), flow control's view
  * (flow.c), /v1/models merged (models.c), the EPP's per-model series
  * (objective.c) and explain records (explain.c). */
 #ifndef LUPIN_GW_PROXY_H
@@ -9,12 +9,6 @@
 
 /* Merges /v1/models answers (models.c); returns a malloc'd JSON text. */
 char *gw_models_merge(const lh_buf *bodies, size_t n);
-
-/* Replaces the model a request body names (a JSON object's "model", or a
- * multipart/form-data body's "model" field, by content_type) with model,
- * every other byte unchanged (rewrite.c); *was gets the name replaced
- * (malloc'd).  -1 when the body names none. */
-int gw_rewrite_model(lh_buf *body, const char *content_type, const char *model, char **was);
 
 /* --- the EPP's per-model request series (objective.c) --------------------- */
 

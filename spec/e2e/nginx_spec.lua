@@ -64,6 +64,23 @@ describe("nginx with ngx_http_lupin_module", function()
     end
   end)
 
+  it("replaces a destination header the client sent with lupin's", function()
+    -- a few headers (nginx's list in one part) and many (several parts)
+    local many = {}
+    for i = 1, 40 do
+      many[i] = ("-H 'x-filler-%d: %d'"):format(i, i)
+    end
+    for _, extra in ipairs({ "", table.concat(many, " ") }) do
+      local code, h = send("/v1/completions", COMPLETION, "spoofed",
+        "-H 'x-gateway-destination-endpoint: 10.9.9.9:1' " .. extra)
+      assert.equal(200, code)
+      assert.equal(h["x-sim-endpoint"], (h["x-sim-destination"] or ""):match("^[^,]+"))
+      assert.falsy(h["x-sim-destination"]:find("10.9.9.9", 1, true))
+    end
+    -- the worker lives on: the next request is answered
+    assert.equal(200, (send("/v1/completions", COMPLETION, "after-spoofed")))
+  end)
+
   it("schedules a body nginx spooled to a temporary file", function()
     -- 64 KB: past client_body_buffer_size (16 KB), read back from the file
     local big = { model = "m", prompt = ("lorem ipsum "):rep(5500), max_tokens = 2 }
@@ -187,6 +204,56 @@ describe("nginx with ngx_http_lupin_module, an endpoint down", function()
       end
     end
     assert.is_true(retried > 0)
+  end)
+
+  it("stops clean: nginx exits 0, no worker lost, no sanitizer report", function()
+    assert.equal("", N.stop_clean(ngx))
+  end)
+end)
+
+describe("nginx with ngx_http_lupin_module, the model-name rewrite and GET", function()
+  if not N.available() then
+    pending("no " .. N.MODULE)
+    return
+  end
+
+  local up, ngx
+
+  setup(function()
+    up = P.upstream("--name A --model m") -- echoes what it received
+    ngx = N.start(N.config({ { name = "a", address = "127.0.0.1", port = up.port } }))
+  end)
+
+  teardown(function()
+    N.stop(ngx)
+    P.stop(up)
+  end)
+
+  it("forwards the body with the rewritten model, every other byte the client's", function()
+    local text = '{"model":"m","prompt":"hi","temperature":0.7,"top_p":1e-3,"max_tokens":2}'
+    for _, name in ipairs({ "x-gateway-model-name-rewrite", "x-llm-d-model-name-rewrite" }) do
+      local code, _, body = P.post(ngx.base, "/v1/completions", text, "-H '" .. name
+        .. ": lora-two'")
+      assert.equal(200, code, body)
+      local r = json.decode(body)
+      assert.equal("lora-two", r.model)
+      assert.equal(#text + #"lora-two" - #"m", r.received.body_bytes) -- nothing reformatted
+      assert.equal(tostring(r.received.body_bytes), r.received["content-length"])
+      assert.is_nil(r.received[name]) -- consumed
+    end
+    -- llm-d's name wins over GIE's older one, whatever their order
+    local _, _, body = P.post(ngx.base, "/v1/completions", text,
+      "-H 'x-gateway-model-name-rewrite: old' -H 'x-llm-d-model-name-rewrite: new'")
+    assert.equal("new", json.decode(body).model)
+    -- without the header the body goes as sent
+    _, _, body = P.post(ngx.base, "/v1/completions", text)
+    assert.equal(#text, json.decode(body).received.body_bytes)
+  end)
+
+  it("sends GET /v1/models to a healthy endpoint", function()
+    local code, _, body = P.get(ngx.base .. "/v1/models")
+    assert.equal(200, code, body)
+    assert.equal("m", json.decode(body).data[1].id)
   end)
 
   it("stops clean: nginx exits 0, no worker lost, no sanitizer report", function()

@@ -1,6 +1,7 @@
 /* The EPP's model-name rewrite (x-llm-d-model-name-rewrite, formerly
  * x-gateway-model-name-rewrite): the body forwarded names the model the
- * request was scheduled for, not the one the client sent.
+ * request was scheduled for, not the one the client sent.  Every host
+ * forwarding a body does it the same way (lupin serve, the nginx module).
  *
  * The model's value is replaced where it stands and every other byte is the
  * client's: decoding and encoding the JSON again would reformat its numbers
@@ -8,7 +9,7 @@
  * already checked the body as strict JSON (lupin_request_desc.check_body),
  * so the scan below tracks structure only; a body it cannot follow is
  * forwarded unchanged. */
-#include "proxy/proxy.h"
+#include "lupin_host.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -149,7 +150,7 @@ static int find_form_model(const char *text, size_t len, const char *content_typ
   return -1;
 }
 
-int gw_rewrite_model(lh_buf *body, const char *content_type, const char *model, char **was) {
+int lh_model_rewrite(lh_buf *body, const char *content_type, const char *model, char **was) {
   size_t at = 0, n = 0; /* set by the find on success; -O1 cannot tell */
   int form = content_type && !strncasecmp(content_type, "multipart/form-data", 19);
   if (!body->data || (form ? find_form_model(body->data, body->len, content_type, &at, &n)
