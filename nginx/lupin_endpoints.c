@@ -166,6 +166,7 @@ static void ngx_http_lupin_health_tick(ngx_event_t *ev) {
   for (ngx_http_lupin_endpoint_t *e = w->endpoints; e; e = e->next)
     if (!e->removed) ngx_http_lupin_evaluate(e, now);
   lupin_runtime_tick(w->rt);
+  ngx_http_lupin_prefix_zone_drain(w->shared); /* an idle worker keeps up with the ring */
   if (++w->ticks % (1000 / NGX_HTTP_LUPIN_TICK_MS) == 0) ngx_http_lupin_collect_when_idle();
   if (!ngx_exiting) ngx_add_timer(ev, NGX_HTTP_LUPIN_TICK_MS);
 }

@@ -306,6 +306,7 @@ static ngx_int_t ngx_http_lupin_begin(ngx_http_request_t *r, ngx_http_lupin_ctx_
                   ngx_http_lupin_drop_header(r, "x-gateway-model-name-rewrite") != NGX_OK))
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
 
+  ngx_http_lupin_prefix_zone_drain(w->shared); /* what the other workers learnt */
   int status = lupin_request_schedule(ctx->req, &ctx->result);
   if (status != 200) { /* LUPIN_QUEUED needs a dispatch callback: none is set */
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0, "lupin: request %s refused: %d %s",

@@ -2,7 +2,7 @@
  * written through the host library's registry (host/metrics.c), so the
  * families carry the names, types and help lupin serve's /metrics gives
  * them.  Each worker answers for itself: with several workers a scrape sees
- * the one that took the connection (docs/nginx.md). */
+ * the one that took the connection, named in X-Lupin-Worker (docs/nginx.md). */
 #include "ngx_http_lupin.h"
 
 #include <stdio.h>
@@ -59,6 +59,12 @@ static void ngx_http_lupin_exposition(lh_buf *b) {
   ngx_http_lupin_gauge(&e, LH_M_GENERATIONS_ALIVE, st.generations_alive);
   ngx_http_lupin_gauge(&e, LH_M_ENDPOINTS, st.endpoints);
   ngx_http_lupin_endpoints_expo(&e);
+  if (w->prefix_zone) { /* the prefix records shared with the other workers */
+    ngx_http_lupin_gauge(&e, LH_M_REPLICA_PUBLISHED, w->prefix_published);
+    ngx_http_lupin_gauge(&e, LH_M_REPLICA_APPLIED, w->prefix_applied);
+    ngx_http_lupin_gauge(&e, LH_M_REPLICA_IGNORED, w->prefix_ignored);
+    ngx_http_lupin_gauge(&e, LH_M_REPLICA_DROPPED, w->prefix_dropped + w->prefix_too_long);
+  }
 }
 
 static ngx_int_t ngx_http_lupin_status_handler(ngx_http_request_t *r) {
@@ -83,6 +89,15 @@ static ngx_int_t ngx_http_lupin_status_handler(ngx_http_request_t *r) {
   b->last_in_chain = 1;
   lh_buf_free(&text);
 
+  /* which worker answered: each answers for itself */
+  ngx_table_elt_t *h = ngx_list_push(&r->headers_out.headers);
+  u_char *pid = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+  if (h == NULL || pid == NULL) return NGX_HTTP_INTERNAL_SERVER_ERROR;
+  h->hash = 1;
+  ngx_str_set(&h->key, "X-Lupin-Worker");
+  h->value.data = pid;
+  h->value.len = ngx_sprintf(pid, "%P", ngx_pid) - pid;
+  h->lowcase_key = NULL;
   r->headers_out.status = NGX_HTTP_OK;
   r->headers_out.content_length_n = b->last - b->pos;
   ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4; charset=utf-8");

@@ -9,6 +9,7 @@
  *                            then the runtime's fallbacks
  *   lupin_endpoints.c        the config's endpoints: their addresses, their
  *                            metrics scraped on nginx timers, their health
+ *   lupin_prefix_zone.c      the workers' prefix records through shared memory
  *   lupin_filters.c          the response's header and body, to the runtime
  *   lupin_status.c           `lupin_status;`: Prometheus text
  *
@@ -29,6 +30,8 @@ typedef struct {
   ngx_str_t config; /* lupin_config: full path, NUL-terminated; empty: none */
   ngx_str_t home;   /* lupin_home, else $LUPIN_HOME when nginx -t/start ran */
   size_t memory_limit;
+  size_t prefix_zone_size;     /* lupin_prefix_zone; 0: off */
+  ngx_shm_zone_t *prefix_zone; /* NULL: none */
 } ngx_http_lupin_main_conf_t;
 
 /* location{} */
@@ -63,6 +66,7 @@ struct ngx_http_lupin_endpoint_s {
 /* The worker's runtime and what it counts: one per worker process. */
 typedef struct {
   lupin_runtime *rt;
+  lupin_shared *shared;                 /* the runtime's: the prefix records' hook is on it */
   lh_settings set;                      /* the config's "gateway" section */
   ngx_http_lupin_endpoint_t *endpoints; /* newest first, removed ones too */
   ngx_uint_t n_endpoints;               /* not removed */
@@ -77,6 +81,10 @@ typedef struct {
   uint64_t by_status[600];              /* requests begun, by the status answered */
   uint64_t attempts_failed;             /* upstream attempts that failed */
   uint64_t fallbacks_tried;             /* attempts sent to a fallback */
+  /* prefix records shared with the other workers (lupin_prefix_zone.c) */
+  ngx_shm_zone_t *prefix_zone; /* NULL: not shared (one worker, or off) */
+  uint64_t prefix_cursor;      /* the last record of the ring seen */
+  uint64_t prefix_published, prefix_applied, prefix_ignored, prefix_dropped, prefix_too_long;
 } ngx_http_lupin_worker_t;
 
 extern ngx_http_lupin_worker_t ngx_http_lupin_worker;
@@ -118,6 +126,14 @@ void ngx_http_lupin_endpoint_attempt(ngx_http_lupin_endpoint_t *e, ngx_uint_t fa
                                      ngx_uint_t status);
 /* The endpoint families of /lupin_status. */
 void ngx_http_lupin_endpoints_expo(lh_expo *e);
+
+/* lupin_prefix_zone.c: the zone added while nginx.conf is read; opened
+ * in a worker (the hook set when there are several workers), drained
+ * before each schedule and on the health tick, closed at exit. */
+ngx_int_t ngx_http_lupin_prefix_zone_add(ngx_conf_t *cf, size_t size);
+void ngx_http_lupin_prefix_zone_open(ngx_cycle_t *cycle, lupin_shared *shared);
+void ngx_http_lupin_prefix_zone_drain(lupin_shared *shared);
+void ngx_http_lupin_prefix_zone_close(lupin_shared *shared);
 
 /* lupin_balancer.c */
 char *ngx_http_lupin_upstream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

@@ -17,6 +17,7 @@ static char *ngx_http_lupin_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_lupin_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_lupin_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
 static char *ngx_http_lupin_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *ngx_http_lupin_prefix_zone_size(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static ngx_int_t ngx_http_lupin_postconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_lupin_init_process(ngx_cycle_t *cycle);
 static void ngx_http_lupin_exit_process(ngx_cycle_t *cycle);
@@ -28,6 +29,8 @@ static ngx_command_t ngx_http_lupin_commands[] = {
      NGX_HTTP_MAIN_CONF_OFFSET, offsetof(ngx_http_lupin_main_conf_t, home), NULL},
     {ngx_string("lupin_memory_limit"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, ngx_conf_set_size_slot,
      NGX_HTTP_MAIN_CONF_OFFSET, offsetof(ngx_http_lupin_main_conf_t, memory_limit), NULL},
+    {ngx_string("lupin_prefix_zone"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
+     ngx_http_lupin_prefix_zone_size, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
     {ngx_string("lupin_schedule"),
      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
      ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET,
@@ -65,6 +68,7 @@ static void *ngx_http_lupin_create_main_conf(ngx_conf_t *cf) {
   ngx_http_lupin_main_conf_t *mcf = ngx_pcalloc(cf->pool, sizeof(*mcf));
   if (mcf == NULL) return NULL;
   mcf->memory_limit = NGX_CONF_UNSET_SIZE;
+  mcf->prefix_zone_size = NGX_CONF_UNSET_SIZE;
   return mcf;
 }
 
@@ -80,6 +84,7 @@ static char *ngx_http_lupin_cstr(ngx_pool_t *pool, ngx_str_t *s) {
 static char *ngx_http_lupin_init_main_conf(ngx_conf_t *cf, void *conf) {
   ngx_http_lupin_main_conf_t *mcf = conf;
   ngx_conf_init_size_value(mcf->memory_limit, 0);
+  ngx_conf_init_size_value(mcf->prefix_zone_size, 8 * 1024 * 1024);
   if (mcf->home.len == 0) {
     /* nginx clears the workers' environment: the master's $LUPIN_HOME is
      * kept here for them */
@@ -122,6 +127,23 @@ static char *ngx_http_lupin_config(ngx_conf_t *cf, ngx_command_t *cmd, void *con
   return NGX_CONF_OK;
 }
 
+/* lupin_prefix_zone SIZE | off */
+static char *ngx_http_lupin_prefix_zone_size(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+  ngx_http_lupin_main_conf_t *mcf = conf;
+  ngx_str_t *value = cf->args->elts;
+  (void)cmd;
+  if (mcf->prefix_zone_size != NGX_CONF_UNSET_SIZE) return "is duplicate";
+  if (ngx_strcmp(value[1].data, "off") == 0) {
+    mcf->prefix_zone_size = 0;
+    return NGX_CONF_OK;
+  }
+  ssize_t size = ngx_parse_size(&value[1]);
+  if (size == NGX_ERROR || size < (ssize_t)(256 * 1024))
+    return "needs a size of 256k or more, or off";
+  mcf->prefix_zone_size = (size_t)size;
+  return NGX_CONF_OK;
+}
+
 /* The runtime's log lines, into nginx's error log. */
 static void ngx_http_lupin_log(void *ud, int level, const char *msg) {
   static const ngx_uint_t levels[] = {NGX_LOG_ERR, NGX_LOG_WARN, NGX_LOG_INFO, NGX_LOG_DEBUG};
@@ -138,8 +160,9 @@ static int ngx_http_lupin_log_level(ngx_log_t *log) {
 
 /* A runtime with the config loaded; NULL with the reason in err. */
 static lupin_runtime *ngx_http_lupin_open(ngx_http_lupin_main_conf_t *mcf, ngx_log_t *log,
-                                          char *err, size_t errlen) {
+                                          lupin_shared *shared, char *err, size_t errlen) {
   lupin_options opts = {.home = mcf->home.len ? (const char *)mcf->home.data : NULL,
+                        .shared = shared,
                         .memory_limit = mcf->memory_limit,
                         .log = ngx_http_lupin_log,
                         .log_ud = log,
@@ -163,12 +186,14 @@ static ngx_int_t ngx_http_lupin_postconfiguration(ngx_conf_t *cf) {
     return NGX_ERROR;
   if (mcf->config.len == 0) return NGX_OK;
   char err[2048];
-  lupin_runtime *rt = ngx_http_lupin_open(mcf, cf->log, err, sizeof err);
+  lupin_runtime *rt = ngx_http_lupin_open(mcf, cf->log, NULL, err, sizeof err);
   if (rt == NULL) {
     ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "lupin_config \"%V\": %s", &mcf->config, err);
     return NGX_ERROR;
   }
   lupin_runtime_free(rt);
+  if (mcf->prefix_zone_size && ngx_http_lupin_prefix_zone_add(cf, mcf->prefix_zone_size) != NGX_OK)
+    return NGX_ERROR;
   return NGX_OK;
 }
 
@@ -186,8 +211,11 @@ static void ngx_http_lupin_worker_free(ngx_http_lupin_worker_t *w) {
   for (ngx_uint_t i = 0; i < w->routes.nelts; i++)
     free(route[i]);
   w->routes.nelts = 0;
+  ngx_http_lupin_prefix_zone_close(w->shared);
   if (w->rt) lupin_runtime_free(w->rt);
   w->rt = NULL;
+  if (w->shared) lupin_shared_free(w->shared);
+  w->shared = NULL;
 }
 
 static ngx_int_t ngx_http_lupin_init_process(ngx_cycle_t *cycle) {
@@ -198,11 +226,14 @@ static ngx_int_t ngx_http_lupin_init_process(ngx_cycle_t *cycle) {
   char err[2048];
   int failed = 0;
   if (ngx_array_init(&w->routes, cycle->pool, 16, sizeof(char *)) != NGX_OK) return NGX_ERROR;
-  w->rt = ngx_http_lupin_open(mcf, cycle->log, err, sizeof err);
+  w->shared = lupin_shared_new(1, err, sizeof err);
+  if (w->shared) w->rt = ngx_http_lupin_open(mcf, cycle->log, w->shared, err, sizeof err);
   if (w->rt == NULL) {
     ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "lupin_config \"%V\": %s", &mcf->config, err);
+    ngx_http_lupin_worker_free(w);
     return NGX_ERROR;
   }
+  ngx_http_lupin_prefix_zone_open(cycle, w->shared);
   if (ngx_http_lupin_endpoints_sync(cycle->log, err, sizeof err) != NGX_OK) {
     failed = 1;
   } else {

@@ -68,8 +68,8 @@ function M.cmd(dir, args)
 end
 
 --- nginx.conf for a prefix dir (everything nginx writes stays in it).
---- opts: workers (1), http, server, location: lines added at that level
---- (location: the scheduled /v1/ one).
+--- opts: workers (1), listen (parameters of the listen line), http, server,
+--- location: lines added at that level (location: the scheduled /v1/ one).
 function M.conf(dir, port, opts)
   opts = opts or {}
   return ([[
@@ -93,7 +93,7 @@ http {
   upstream llm { lupin; }
   %s
   server {
-    listen 127.0.0.1:%d;
+    listen 127.0.0.1:%d %s;
     location /v1/ {
       lupin_schedule on;
       proxy_pass http://llm;
@@ -106,7 +106,8 @@ http {
   }
 }
 ]]):format(M.MODULE, opts.workers or 1, ROOT_USER and "user root;" or "", dir, dir, dir, dir,
-    dir, dir, dir, dir, S.ROOT, opts.http or "", port, opts.location or "", opts.server or "")
+    dir, dir, dir, dir, S.ROOT, opts.http or "", port, opts.listen or "", opts.location or "",
+    opts.server or "")
 end
 
 local seq = 0

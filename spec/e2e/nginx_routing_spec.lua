@@ -57,6 +57,62 @@ describe("nginx module with the default config", function()
   end)
 end)
 
+describe("nginx module with two workers", function()
+  if not N.available() then
+    pending("no " .. N.MODULE)
+    return
+  end
+
+  local sim, ngx
+
+  setup(function()
+    sim = P.sim("--model m --instant", 4)
+    -- reuseport: the kernel spreads the connections over both workers
+    ngx = N.start(default_config(P.sim_endpoints(sim)), { workers = 2, listen = "reuseport" })
+  end)
+
+  teardown(function()
+    N.stop(ngx)
+    P.stop(sim)
+  end)
+
+  -- a series of /lupin_status by worker: each scrape answers for the worker
+  -- that took it (X-Lupin-Worker), so several are read
+  local function per_worker(series)
+    local seen = {}
+    for _ = 1, 40 do
+      local _, h, text = P.get(ngx.base .. "/lupin_status")
+      seen[h["x-lupin-worker"]] = tonumber(text:match("\n" .. series:gsub("%p", "%%%0") .. " (%S+)"))
+    end
+    return seen
+  end
+
+  it("share what their prefix indexes learn: a prefix goes home from either", function()
+    local homes = {}
+    for c = 1, 6 do
+      local context = ("shared context %d: "):format(c) .. ("lorem ipsum %d dolor "):format(c):rep(180)
+      for q = 1, 4 do
+        local code, h = P.post(ngx.base, "/v1/completions", { model = "m", max_tokens = 2,
+          prompt = context .. "question " .. q })
+        assert.equal(200, code)
+        homes[c] = homes[c] or h["x-sim-endpoint"]
+        assert.equal(homes[c], h["x-sim-endpoint"], "context " .. c .. " question " .. q)
+      end
+    end
+    -- both workers took requests, and each applied the other's records
+    local workers = 0
+    for _, applied in pairs(per_worker("lupin_replica_sync_applied_total")) do
+      workers = workers + 1
+      assert.is_true(applied > 0)
+    end
+    assert.equal(2, workers)
+  end)
+
+  it("stops clean: nginx exits 0, no worker lost, no sanitizer report", function()
+    assert.equal("", N.stop_clean(ngx))
+  end)
+end)
+
 local SPIN = [[
 return {
   type = "spin-scorer",
