@@ -33,6 +33,7 @@ start_lupin_nginx() {
   module=$PWD/${B:-build}/ngx_http_lupin_module.so
   [ -f "$module" ] || { echo "no $module (make nginx-module)" >&2; return 1; }
   mkdir -p "$dir/tmp"
+  dir=$(cd "$dir" && pwd) # nginx takes a relative -c as under its prefix
   lupin_nginx_config "$config" "$eps" "$dir/lupin.json"
   [ "$(id -u)" = 0 ] && user="user root;"
   sed -e "s|@USER@|$user|; s|@MODULE@|$module|; s|@WORK@|$dir|g; s|@HOME@|$PWD|" \
