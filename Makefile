@@ -413,9 +413,12 @@ bench-openresty: bench-deps $(B)/lupin $(B)/lupin-sim
 # lupin inside nginx (ngx_http_lupin_module, docs/nginx.md) against lupin
 # serve, the OpenResty peer and plain nginx round-robin, per CPU second, one
 # worker and two, plain and streaming, interleaved (bench/nginx/run.sh:
-# DURATION, REPS, CONNS, WORKERS; ~10 min).
-bench-nginx: bench-deps $(B)/lupin $(B)/lupin-sim nginx-module
+# DURATION, REPS, CONNS, WORKERS; ~10 min); then the prefix and chat routing
+# families through the module against lupin serve, alternated
+# (bench/nginx/routing.sh: RUNS, FAMILIES, CONFIGS, QUICK; ~6 min).
+bench-nginx: bench-deps $(B)/lupin $(B)/lupin-sim nginx-module $(B)/bench-routing-client
 	B=$(B) bash bench/nginx/run.sh
+	B=$(B) bash bench/nginx/routing.sh
 
 # lupin serve under wrk for SOAK_SECONDS (600): RSS and Lua heap every 10 s.
 bench-soak-gateway: bench-deps $(B)/lupin $(B)/lupin-sim
