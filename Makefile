@@ -26,7 +26,7 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
             protobuf-compiler python3-grpcio python3-protobuf openssl libyaml-dev \
             nginx nginx-dev
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
-BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox
+BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox jq
 
 CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/collector.c core/endpoint.c core/flow.c core/generation.c core/guard.c core/host.c \
             core/prefix_index.c core/prefix_shared.c core/prefix_sync.c core/request.c core/runtime.c core/shared.c \
