@@ -26,7 +26,7 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
             protobuf-compiler python3-grpcio python3-protobuf openssl libyaml-dev \
             nginx nginx-dev
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
-BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox
+BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox jq
 
 CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/collector.c core/endpoint.c core/flow.c core/generation.c core/guard.c core/host.c \
             core/prefix_index.c core/prefix_shared.c core/prefix_sync.c core/request.c core/runtime.c core/shared.c \
@@ -410,6 +410,16 @@ bench-openresty: bench-deps $(B)/lupin $(B)/lupin-sim
 	B=$(B) WORKERS=1 bash bench/openresty/run.sh
 	B=$(B) WORKERS=2 CHECK=0 bash bench/openresty/run.sh
 
+# lupin inside nginx (ngx_http_lupin_module, docs/nginx.md) against lupin
+# serve, the OpenResty peer and plain nginx round-robin, per CPU second, one
+# worker and two, plain and streaming, interleaved (bench/nginx/run.sh:
+# DURATION, REPS, CONNS, WORKERS; ~10 min); then the prefix and chat routing
+# families through the module against lupin serve, alternated
+# (bench/nginx/routing.sh: RUNS, FAMILIES, CONFIGS, QUICK; ~6 min).
+bench-nginx: bench-deps $(B)/lupin $(B)/lupin-sim nginx-module $(B)/bench-routing-client
+	B=$(B) bash bench/nginx/run.sh
+	B=$(B) bash bench/nginx/routing.sh
+
 # lupin serve under wrk for SOAK_SECONDS (600): RSS and Lua heap every 10 s.
 bench-soak-gateway: bench-deps $(B)/lupin $(B)/lupin-sim
 	B=$(B) bash bench/gateway/soak.sh
@@ -470,7 +480,7 @@ clean:
 	rm -rf build build-asan build-tsan build-fuzz
 
 help:
-	@echo "make deps | all | nginx-module | run | run-epp | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | format | format-check | plugin-docs | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-soak-gateway | bench-routing | bench-replicas | bench-reload | bench-flow | bench-epp | install PREFIX=... | clean"
+	@echo "make deps | all | nginx-module | run | run-epp | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | format | format-check | plugin-docs | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-nginx | bench-soak-gateway | bench-routing | bench-replicas | bench-reload | bench-flow | bench-epp | install PREFIX=... | clean"
 
 .PHONY: FORCE all nginx-module deps bench-deps bench-all bench-lifecycle bench-epp run run-epp demo run-embed test test-asan test-tsan test-fresh lint format format-check plugin-docs fuzz fuzz-replay bench bench-core bench-prefix \
-        bench-soak bench-gateway bench-workers bench-openresty bench-soak-gateway bench-routing bench-replicas bench-reload bench-flow install clean help
+        bench-soak bench-gateway bench-workers bench-openresty bench-nginx bench-soak-gateway bench-routing bench-replicas bench-reload bench-flow install clean help

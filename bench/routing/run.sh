@@ -11,6 +11,9 @@
 #   FRONT=epp: `lupin epp` behind spec/fixtures/epp/envoy.py's proxy (Envoy's
 #     ext_proc filter played in Python) instead of `lupin serve`; configs are
 #     named CONFIG@epp in the results
+#   FRONT=nginx: Debian's nginx with ngx_http_lupin_module (docs/nginx.md), one
+#     worker (the prefix index is per worker), instead of `lupin serve`; the
+#     config with the endpoints in it (bench/nginx/lib.sh); CONFIG@nginx
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-build}
@@ -41,7 +44,17 @@ PYTHON=${PYTHON:-/usr/bin/python3} # Debian's: python3-grpcio, python3-protobuf
 case $FRONT in
 serve) AT="" ;;
 epp) AT=@epp ;;
-*) echo "FRONT=$FRONT: serve or epp" >&2; exit 2 ;;
+nginx)
+  AT=@nginx
+  [ "${WORKERS:-1}" = 1 ] ||
+    { echo "FRONT=nginx runs one worker (its prefix index is per worker): no WORKERS" >&2; exit 2; }
+  for t in nginx jq; do
+    command -v "$t" > /dev/null || { echo "FRONT=nginx: $t not found (make deps)" >&2; exit 1; }
+  done
+  [ -f "$B/ngx_http_lupin_module.so" ] || { echo "FRONT=nginx: no $B/ngx_http_lupin_module.so (make nginx-module)" >&2; exit 1; }
+  source bench/nginx/lib.sh # start_lupin_nginx
+  ;;
+*) echo "FRONT=$FRONT: serve, epp or nginx" >&2; exit 2 ;;
 esac
 LORAS=lora-0,lora-1,lora-2,lora-3
 
@@ -197,8 +210,16 @@ run_one() { # family level config -> one results line
   local log="$OUT/gateway-$fam-${level#*:}-$cfg.log"
   rm -f "$OUT"/sim*.log
   start_sims
+  local ready_url="http://127.0.0.1:$ADMIN_PORT/readyz"
   if [ "$FRONT" = epp ]; then
     start_epp "$cfgfile" "$log"
+  elif [ "$FRONT" = nginx ]; then
+    # its prefix dir (conf, lupin.json, error.log) beside the run's other files
+    rm -rf "${log%.log}.nginx"
+    start_lupin_nginx "${log%.log}.nginx" "$GW_PORT" 1 "0-$(($(nproc) - 1))" "$cfgfile" \
+      "$OUT/endpoints.json" pids || exit 1
+    ready_url="http://127.0.0.1:$GW_PORT/lupin_status"
+    log=${log%.log}.nginx/error.log
   else
     "$B/lupin" serve --config "$cfgfile" --endpoints "$OUT/endpoints.json" \
       --listen "127.0.0.1:$GW_PORT" --admin "127.0.0.1:$ADMIN_PORT" --log-level warn \
@@ -207,7 +228,7 @@ run_one() { # family level config -> one results line
   fi
   local ready=
   for _ in $(seq 200); do
-    if curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" > /dev/null 2>&1; then ready=1; break; fi
+    if curl -sf "$ready_url" > /dev/null 2>&1; then ready=1; break; fi
     sleep 0.05
   done
   [ -n "$ready" ] || { echo "gateway not ready ($cfg); see $log" >&2; exit 1; }
