@@ -35,6 +35,14 @@ static ngx_command_t ngx_http_lupin_commands[] = {
     {ngx_string("lupin"), NGX_HTTP_UPS_CONF | NGX_CONF_NOARGS, ngx_http_lupin_upstream, 0, 0, NULL},
     {ngx_string("lupin_status"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS, ngx_http_lupin_status, 0, 0,
      NULL},
+    {ngx_string("lupin_admin"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS, ngx_http_lupin_admin,
+     NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
+    {ngx_string("lupin_explain"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
+     ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(ngx_http_lupin_loc_conf_t, explain),
+     NULL},
+    {ngx_string("lupin_config_watch"), NGX_HTTP_MAIN_CONF | NGX_CONF_FLAG, ngx_conf_set_flag_slot,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(ngx_http_lupin_main_conf_t, watch), NULL},
     ngx_null_command};
 
 static ngx_http_module_t ngx_http_lupin_module_ctx = {
@@ -65,6 +73,7 @@ static void *ngx_http_lupin_create_main_conf(ngx_conf_t *cf) {
   ngx_http_lupin_main_conf_t *mcf = ngx_pcalloc(cf->pool, sizeof(*mcf));
   if (mcf == NULL) return NULL;
   mcf->memory_limit = NGX_CONF_UNSET_SIZE;
+  mcf->watch = NGX_CONF_UNSET;
   return mcf;
 }
 
@@ -80,6 +89,7 @@ static char *ngx_http_lupin_cstr(ngx_pool_t *pool, ngx_str_t *s) {
 static char *ngx_http_lupin_init_main_conf(ngx_conf_t *cf, void *conf) {
   ngx_http_lupin_main_conf_t *mcf = conf;
   ngx_conf_init_size_value(mcf->memory_limit, 0);
+  ngx_conf_init_value(mcf->watch, 0);
   if (mcf->home.len == 0) {
     /* nginx clears the workers' environment: the master's $LUPIN_HOME is
      * kept here for them */
@@ -100,6 +110,7 @@ static void *ngx_http_lupin_create_loc_conf(ngx_conf_t *cf) {
   ngx_http_lupin_loc_conf_t *lcf = ngx_pcalloc(cf->pool, sizeof(*lcf));
   if (lcf == NULL) return NULL;
   lcf->schedule = NGX_CONF_UNSET;
+  lcf->explain = NGX_CONF_UNSET;
   return lcf;
 }
 
@@ -107,6 +118,7 @@ static char *ngx_http_lupin_merge_loc_conf(ngx_conf_t *cf, void *parent, void *c
   ngx_http_lupin_loc_conf_t *prev = parent, *conf = child;
   (void)cf;
   ngx_conf_merge_value(conf->schedule, prev->schedule, 0);
+  ngx_conf_merge_value(conf->explain, prev->explain, 0);
   return NGX_CONF_OK;
 }
 
@@ -119,6 +131,7 @@ static char *ngx_http_lupin_config(ngx_conf_t *cf, ngx_command_t *cmd, void *con
   if (ngx_conf_full_name(cf->cycle, &mcf->config, 1) != NGX_OK) return NGX_CONF_ERROR;
   if (!(mcf->config.data = (u_char *)ngx_http_lupin_cstr(cf->pool, &mcf->config)))
     return NGX_CONF_ERROR;
+  if (ngx_http_lupin_reload_zone(cf, mcf) != NGX_OK) return NGX_CONF_ERROR;
   return NGX_CONF_OK;
 }
 
@@ -268,14 +281,48 @@ static ngx_int_t ngx_http_lupin_init_process(ngx_cycle_t *cycle) {
   ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
                 "lupin: worker runtime on \"%V\": %ui endpoints, %ui API routes", &mcf->config,
                 w->endpoints.nelts, w->routes.nelts);
-  return NGX_OK;
+  return ngx_http_lupin_reload_start(cycle);
 }
 
 static void ngx_http_lupin_exit_process(ngx_cycle_t *cycle) {
   ngx_http_lupin_worker_t *w = &ngx_http_lupin_worker;
   (void)cycle;
   if (w->rt == NULL) return;
+  ngx_http_lupin_reload_stop();
   /* requests still alive are ended as cancelled by the runtime; their pool
    * cleanups, should they run later, find no runtime */
   ngx_http_lupin_worker_free(w);
+}
+
+/* MINIMAL, until nginx/lupin_endpoints.c lands (its version replaces this
+ * one): the current generation's endpoints upserted into the runtime, those
+ * the worker's table lacks added to it, the address of those it has taken
+ * again.  An endpoint the config no longer lists stays. */
+typedef struct {
+  ngx_http_lupin_reading_t rd;
+  ngx_log_t *log;
+} ngx_http_lupin_sync_t;
+
+static void ngx_http_lupin_sync_one(void *ud, const lupin_endpoint_desc *d) {
+  ngx_http_lupin_sync_t *s = ud;
+  ngx_http_lupin_worker_t *w = &ngx_http_lupin_worker;
+  ngx_http_lupin_endpoint_t *e = ngx_http_lupin_endpoint(d->name);
+  ngx_uint_t at = e ? (ngx_uint_t)(e - (ngx_http_lupin_endpoint_t *)w->endpoints.elts) : 0;
+  ngx_uint_t n = w->endpoints.nelts;
+  ngx_http_lupin_add_endpoint(&s->rd, d);
+  if (e == NULL || s->rd.failed || w->endpoints.nelts == n) return;
+  /* known: its new address in its old place (the balancer's names point there) */
+  e = w->endpoints.elts;
+  free(e[at].name);
+  e[at] = e[n];
+  w->endpoints.nelts = n;
+}
+
+ngx_int_t ngx_http_lupin_endpoints_sync(ngx_log_t *log, char *err, size_t errlen) {
+  ngx_http_lupin_sync_t s = {{(ngx_cycle_t *)ngx_cycle, err, errlen, 0}, log};
+  if (lupin_runtime_read_endpoints(ngx_http_lupin_worker.rt, NULL, ngx_http_lupin_sync_one, &s, err,
+                                   errlen) != 0 ||
+      s.rd.failed)
+    return NGX_ERROR;
+  return NGX_OK;
 }
