@@ -69,7 +69,9 @@ end
 
 --- nginx.conf for a prefix dir (everything nginx writes stays in it).
 --- opts: workers (1), http, server, location: lines added at that level
---- (location: the scheduled /v1/ one).
+--- (location: the scheduled /v1/ one); listen: the listen line's parameters
+--- ("reuseport": each worker its own socket, new connections spread over
+--- the workers by the kernel).
 function M.conf(dir, port, opts)
   opts = opts or {}
   return ([[
@@ -93,7 +95,7 @@ http {
   upstream llm { lupin; }
   %s
   server {
-    listen 127.0.0.1:%d;
+    listen 127.0.0.1:%d %s;
     location /v1/ {
       lupin_schedule on;
       proxy_pass http://llm;
@@ -106,7 +108,8 @@ http {
   }
 }
 ]]):format(M.MODULE, opts.workers or 1, ROOT_USER and "user root;" or "", dir, dir, dir, dir,
-    dir, dir, dir, dir, S.ROOT, opts.http or "", port, opts.location or "", opts.server or "")
+    dir, dir, dir, dir, S.ROOT, opts.http or "", port, opts.listen or "", opts.location or "",
+    opts.server or "")
 end
 
 local seq = 0
