@@ -24,9 +24,22 @@ typedef struct {
   ngx_int_t (*run)(ngx_http_request_t *r, ngx_str_t *rest);
 } ngx_http_lupin_admin_op_t;
 
+/* Each worker answers for itself: x-lupin-worker says which one did. */
+static ngx_int_t ngx_http_lupin_admin_worker(ngx_http_request_t *r) {
+  ngx_table_elt_t *h = ngx_list_push(&r->headers_out.headers);
+  u_char *v = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+  if (h == NULL || v == NULL) return NGX_ERROR;
+  h->hash = 1;
+  ngx_str_set(&h->key, "x-lupin-worker");
+  h->value.data = v;
+  h->value.len = ngx_sprintf(v, "%ui", ngx_worker) - v;
+  h->lowcase_key = NULL;
+  return NGX_OK;
+}
+
 ngx_int_t ngx_http_lupin_admin_json(ngx_http_request_t *r, ngx_uint_t status, lh_buf *b) {
   ngx_buf_t *out = b->data ? ngx_create_temp_buf(r->pool, b->len) : NULL;
-  if (out == NULL) {
+  if (out == NULL || ngx_http_lupin_admin_worker(r) != NGX_OK) {
     lh_buf_free(b);
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
   }

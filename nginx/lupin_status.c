@@ -41,6 +41,12 @@ static void ngx_http_lupin_exposition(lh_buf *b) {
   for (int o = LUPIN_OK; o <= LUPIN_SHED; o++)
     lh_expo_sample(&e, (const char *[]){lupin_outcome_name(o)}, (double)w->outcomes[o]);
 
+  lh_expo_family(&e, LH_M_RELOADS); /* this worker's: lupin_reload.c */
+  lh_expo_sample(&e, (const char *[]){"ok"}, (double)w->admin.reloads[0]);
+  lh_expo_sample(&e, (const char *[]){"error"}, (double)w->admin.reloads[1]);
+  lh_expo_family(&e, LH_M_RELOAD_LAST);
+  lh_expo_sample(&e, NULL, w->admin.last_seconds);
+
   static const lh_family_id plugin_ids[] = {LH_M_PLUGIN_CALLS, LH_M_PLUGIN_ERRORS,
                                             LH_M_PLUGIN_SECONDS, LH_M_PLUGIN_CUTS};
   for (size_t k = 0; k < sizeof plugin_ids / sizeof plugin_ids[0]; k++) {

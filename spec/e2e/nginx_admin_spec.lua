@@ -47,10 +47,11 @@ end
 local function every_worker(ngx, n, ok, what)
   local seen, count = {}, 0
   P.poll(function()
-    local code, _, body = admin(ngx, "GET", "generations")
+    local code, h, body = admin(ngx, "GET", "generations")
     assert.equal(200, code, body)
     local g = json.decode(body)
     local w = g.workers[1].worker
+    assert.equal(tostring(w), h["x-lupin-worker"])
     if ok(g) and not seen[w] then
       seen[w], count = g, count + 1
     end
@@ -278,20 +279,25 @@ describe("nginx's lupin_admin, two workers", function()
   it("leaks nothing after the traffic: POST leaks in every worker", function()
     local seen, count = {}, 0
     P.poll(function()
-      local code, _, body = admin(ngx, "POST", "leaks")
+      local code, h, body = admin(ngx, "POST", "leaks")
       assert.equal(200, code, body)
       local l = json.decode(body)
       assert.equal(0, l.leaked, l.report)
-      local _, _, g = admin(ngx, "GET", "generations")
-      -- the leak answer has no worker: count distinct answers by poll
-      if l.live_requests == 0 and l.live_request_tables == 0 then
-        local w = json.decode(g).workers[1].worker
-        if not seen[w] then
-          seen[w], count = true, count + 1
-        end
+      local w = h["x-lupin-worker"]
+      if l.live_requests == 0 and l.live_request_tables == 0 and not seen[w] then
+        seen[w], count = true, count + 1
       end
       return count == 2
     end, "no live request or table in either worker")
+    -- and each counted its reloads: the 12 that worked, the one that failed
+    -- in the worker that took it
+    local ok, failed = 0, 0
+    for _ = 1, 20 do
+      ok = ok + (N.status(ngx, 'lupin_reloads_total{result="ok"}') == 12 and 1 or 0)
+      failed = failed + N.status(ngx, 'lupin_reloads_total{result="error"}')
+    end
+    assert.equal(20, ok)
+    assert.is_true(failed > 0 and failed < 20)
   end)
 
   it("stops clean: nginx exits 0, no worker lost, no sanitizer report", function()
