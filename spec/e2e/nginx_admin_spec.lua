@@ -172,6 +172,36 @@ describe("nginx's lupin_admin, two workers", function()
     every_worker(ngx, 2, function(a) return a.current == 3 end, "both workers at 3")
   end)
 
+  it("keeps a request in flight on its generation; new ones take the new one", function()
+    -- 300 tokens at 5 ms: 1.5 s in flight
+    local long = P.send(ngx, "pinned-1", { max_tokens = 300 })
+    local pinned
+    P.poll(function()
+      local _, _, body = admin(ngx, "GET", "generations")
+      local g = json.decode(body).generations
+      pinned = #g == 1 and g[1].pinned == 1
+      return pinned
+    end, "the request pinned to generation 3")
+    local code, _, body = admin(ngx, "POST", "reload")
+    assert.equal(200, code, body)
+    local seen = every_worker(ngx, 2, function(a) return a.current == 4 end, "both at 4")
+    local held = false
+    for _, a in pairs(seen) do
+      if #a.generations == 2 then
+        -- current first, then the old one its request still holds
+        assert.same({ 4, true, 0 }, { a.generations[1].number, a.generations[1].current,
+          a.generations[1].pinned })
+        assert.same({ 3, false, 1 }, { a.generations[2].number, a.generations[2].current,
+          a.generations[2].pinned })
+        held = true
+      end
+    end
+    assert.is_true(held, "a worker holding generation 3")
+    local c, b = P.result(long)
+    assert.equal(200, c, b)
+    every_worker(ngx, 2, function(a) return #a.generations == 1 end, "generation 3 released")
+  end)
+
   it("reloads ten times under load without a failed request", function()
     -- two clients, each a loop of curl (a new connection per request) for
     -- 4 s, writing each status on a line; streamed answers of 20 tokens at
@@ -256,11 +286,20 @@ describe("nginx's lupin_admin, two workers", function()
     assert.equal(1, #rec.gateway.attempts)
     assert.equal("pick", rec.gateway.attempts[1].via)
     assert.equal(rec.picks[1], rec.gateway.attempts[1].name)
+    -- a refusal carries them too: no endpoint by that name, 503
+    local c2, h2, b2 = P.post(ngx.base, "/v1/completions", COMPLETION,
+      "-H 'x-request-id: explained-2' -H 'x-lupin-explain: 1'"
+      .. " -H 'x-gateway-destination-endpoint-subset: nowhere'")
+    assert.equal(503, c2, b2)
+    assert.matches("^status=503; outcome=no_endpoint; ", h2["x-lupin-explain"])
+    assert.equal("/lupin/explain/explained-2", h2["x-lupin-explain-record"])
     -- and the list of that worker names it
     P.poll(function()
       local _, _, b = admin(ngx, "GET", "explain")
-      local ids = json.decode(b).ids
-      return ids[1] == "explained-1"
+      local list = json.decode(b)
+      assert.equal(64, list.kept)
+      -- newest first: explained-2 went to the same worker or the other
+      return list.ids[1] == "explained-1" or list.ids[2] == "explained-1"
     end, "the id in a worker's list")
   end)
 
@@ -289,11 +328,11 @@ describe("nginx's lupin_admin, two workers", function()
       end
       return count == 2
     end, "no live request or table in either worker")
-    -- and each counted its reloads: the 12 that worked, the one that failed
+    -- and each counted its reloads: the 13 that worked, the one that failed
     -- in the worker that took it
     local ok, failed = 0, 0
     for _ = 1, 20 do
-      ok = ok + (N.status(ngx, 'lupin_reloads_total{result="ok"}') == 12 and 1 or 0)
+      ok = ok + (N.status(ngx, 'lupin_reloads_total{result="ok"}') == 13 and 1 or 0)
       failed = failed + N.status(ngx, 'lupin_reloads_total{result="error"}')
     end
     assert.equal(20, ok)
