@@ -80,7 +80,8 @@ describe("nginx's lupin_admin, two workers", function()
     sim = P.sim("--model m --itl-ms 5", 2)
     cfg = N.config(P.sim_endpoints(sim))
     ngx = N.start(cfg, { workers = 2, listen = "reuseport", server = ADMIN,
-      location = "lupin_explain on;" })
+      -- what proxy_pass forwards of the request's x-lupin-explain: none
+      location = 'lupin_explain on; add_header x-forwarded-explain "[$http_x_lupin_explain]";' })
   end)
 
   teardown(function()
@@ -266,6 +267,7 @@ describe("nginx's lupin_admin, two workers", function()
     assert.equal(200, code, body)
     assert.matches("^profile=default; picks=sim%-%d,sim%-%d; ", h["x-lupin-explain"])
     assert.equal("/lupin/explain/explained-1", h["x-lupin-explain-record"])
+    assert.equal("[]", h["x-forwarded-explain"]) -- consumed
     -- the worker that served it keeps the record; the other says it has none
     local rec, missing
     P.poll(function()
