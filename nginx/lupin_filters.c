@@ -24,6 +24,7 @@ static ngx_http_lupin_ctx_t *ngx_http_lupin_response_ctx(ngx_http_request_t *r) 
 }
 
 static ngx_int_t ngx_http_lupin_header_filter(ngx_http_request_t *r) {
+  if (ngx_http_lupin_explain_headers(r) != NGX_OK) return NGX_ERROR;
   ngx_http_lupin_ctx_t *ctx = ngx_http_lupin_response_ctx(r);
   if (ctx == NULL || r->upstream == NULL || r->upstream->headers_in.status_n == 0)
     return ngx_http_next_header_filter(r);

@@ -52,12 +52,13 @@ static void ngx_http_lupin_cleanup(void *data) {
   w->outcomes[o & 15]++;
   ngx_uint_t status = c->r->headers_out.status;
   if (status < 600) w->by_status[status]++;
+  ngx_http_lupin_explain_ended(c->r, c->ctx, o);
   lupin_request_end(c->ctx->req, o);
   c->ctx->req = NULL;
 }
 
 /* The body in one piece: nginx's buffers, or its temp file read back. */
-static ngx_int_t ngx_http_lupin_body(ngx_http_request_t *r, const char **body, size_t *len) {
+ngx_int_t ngx_http_lupin_body(ngx_http_request_t *r, const char **body, size_t *len) {
   ngx_http_request_body_t *rb = r->request_body;
   *body = "";
   *len = 0;
@@ -272,6 +273,7 @@ static ngx_int_t ngx_http_lupin_begin(ngx_http_request_t *r, ngx_http_lupin_ctx_
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
   d.path = path;
   d.check_body = ngx_http_lupin_is_route(path);
+  ngx_http_lupin_explain_begin(r, ctx, &d);
   for (ngx_list_part_t *part = &r->headers_in.headers.part; part; part = part->next) {
     ngx_table_elt_t *h = part->elts;
     for (ngx_uint_t i = 0; i < part->nelts && d.n_headers < NGX_HTTP_LUPIN_HEADERS; i++) {
@@ -308,6 +310,7 @@ static ngx_int_t ngx_http_lupin_begin(ngx_http_request_t *r, ngx_http_lupin_ctx_
 
   ngx_http_lupin_prefix_zone_drain(w->shared); /* what the other workers learnt */
   int status = lupin_request_schedule(ctx->req, &ctx->result);
+  ngx_http_lupin_explain_scheduled(r, ctx);
   if (status != 200) { /* LUPIN_QUEUED needs a dispatch callback: none is set */
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0, "lupin: request %s refused: %d %s",
                   lupin_request_id(ctx->req), status,

@@ -2,7 +2,7 @@
  * written through the host library's registry (host/metrics.c), so the
  * families carry the names, types and help lupin serve's /metrics gives
  * them.  Each worker answers for itself: with several workers a scrape sees
- * the one that took the connection, named in X-Lupin-Worker (docs/nginx.md). */
+ * the one that took the connection, named in x-lupin-worker (docs/nginx.md). */
 #include "ngx_http_lupin.h"
 
 #include <stdio.h>
@@ -40,6 +40,12 @@ static void ngx_http_lupin_exposition(lh_buf *b) {
   lh_expo_family(&e, LH_M_OUTCOMES);
   for (int o = LUPIN_OK; o <= LUPIN_SHED; o++)
     lh_expo_sample(&e, (const char *[]){lupin_outcome_name(o)}, (double)w->outcomes[o]);
+
+  lh_expo_family(&e, LH_M_RELOADS); /* this worker's: lupin_reload.c */
+  lh_expo_sample(&e, (const char *[]){"ok"}, (double)w->admin.reloads[0]);
+  lh_expo_sample(&e, (const char *[]){"error"}, (double)w->admin.reloads[1]);
+  lh_expo_family(&e, LH_M_RELOAD_LAST);
+  lh_expo_sample(&e, NULL, w->admin.last_seconds);
 
   static const lh_family_id plugin_ids[] = {LH_M_PLUGIN_CALLS, LH_M_PLUGIN_ERRORS,
                                             LH_M_PLUGIN_SECONDS, LH_M_PLUGIN_CUTS};
@@ -89,15 +95,7 @@ static ngx_int_t ngx_http_lupin_status_handler(ngx_http_request_t *r) {
   b->last_in_chain = 1;
   lh_buf_free(&text);
 
-  /* which worker answered: each answers for itself */
-  ngx_table_elt_t *h = ngx_list_push(&r->headers_out.headers);
-  u_char *pid = ngx_pnalloc(r->pool, NGX_INT64_LEN);
-  if (h == NULL || pid == NULL) return NGX_HTTP_INTERNAL_SERVER_ERROR;
-  h->hash = 1;
-  ngx_str_set(&h->key, "X-Lupin-Worker");
-  h->value.data = pid;
-  h->value.len = ngx_sprintf(pid, "%P", ngx_pid) - pid;
-  h->lowcase_key = NULL;
+  if (ngx_http_lupin_worker_header(r) != NGX_OK) return NGX_HTTP_INTERNAL_SERVER_ERROR;
   r->headers_out.status = NGX_HTTP_OK;
   r->headers_out.content_length_n = b->last - b->pos;
   ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4; charset=utf-8");

@@ -12,6 +12,12 @@
  *   lupin_prefix_zone.c      the workers' prefix records through shared memory
  *   lupin_filters.c          the response's header and body, to the runtime
  *   lupin_status.c           `lupin_status;`: Prometheus text
+ *   lupin_admin.c            `lupin_admin;`: the admin operations as JSON
+ *   lupin_reload.c           a reload through lupin's generations, in every
+ *                            worker (a shared sequence number), and the
+ *                            config file's watch
+ *   lupin_explain.c          explain records: the live request's header,
+ *                            the worker's ring, the dry run
  *
  * The module embeds liblupin through core/lupin.h and liblupin-host.a
  * through host/lupin_host.h, nothing else of lupin (docs/nginx.md). */
@@ -32,11 +38,15 @@ typedef struct {
   size_t memory_limit;
   size_t prefix_zone_size;     /* lupin_prefix_zone; 0: off */
   ngx_shm_zone_t *prefix_zone; /* NULL: none */
+  ngx_flag_t watch;            /* lupin_config_watch */
+  ngx_str_t admin;             /* the first lupin_admin location's name, empty: none */
+  ngx_shm_zone_t *shm;         /* the reload sequence number, with lupin_config */
 } ngx_http_lupin_main_conf_t;
 
 /* location{} */
 typedef struct {
   ngx_flag_t schedule; /* lupin_schedule */
+  ngx_flag_t explain;  /* lupin_explain */
 } ngx_http_lupin_loc_conf_t;
 
 /* An endpoint of the config, its address resolved when it was added.  An
@@ -63,6 +73,24 @@ struct ngx_http_lupin_endpoint_s {
   unsigned seen : 1;    /* listed by the config being applied */
 };
 
+/* explain records a worker keeps (lupin serve's ring holds as many) */
+#define NGX_HTTP_LUPIN_EXPLAIN_KEPT 64
+
+/* The worker's part of reloads (lupin_reload.c) and explain records
+ * (lupin_explain.c). */
+typedef struct {
+  ngx_event_t timer;      /* the shared sequence and the file, looked at */
+  ngx_atomic_t *seq;      /* in the zone: reloads asked for, all workers */
+  ngx_atomic_uint_t seen; /* the last of them this worker followed */
+  ngx_file_uniq_t ino;    /* lupin_config's file as last loaded... */
+  struct timespec mtime;
+  off_t size;
+  ngx_uint_t changed;  /* ...and ticks it has looked changed and settled */
+  uint64_t reloads[2]; /* by result: ok, error */
+  double last_seconds;
+  lh_explain_ring *ring;
+} ngx_http_lupin_admin_t;
+
 /* The worker's runtime and what it counts: one per worker process. */
 typedef struct {
   lupin_runtime *rt;
@@ -85,6 +113,7 @@ typedef struct {
   ngx_shm_zone_t *prefix_zone; /* NULL: not shared (one worker, or off) */
   uint64_t prefix_cursor;      /* the last record of the ring seen */
   uint64_t prefix_published, prefix_applied, prefix_ignored, prefix_dropped, prefix_too_long;
+  ngx_http_lupin_admin_t admin;
 } ngx_http_lupin_worker_t;
 
 extern ngx_http_lupin_worker_t ngx_http_lupin_worker;
@@ -106,12 +135,16 @@ typedef struct {
   unsigned answered : 1;               /* the upstream's response header reached us */
   unsigned completed : 1;              /* its last buffer too */
   unsigned failed : 1;                 /* an attempt failed */
+  unsigned explain : 2;                /* x-lupin-explain: 1 asked; 1 kept, 2 refused */
+  char *explain_summary;               /* the one line, in the request's pool */
 } ngx_http_lupin_ctx_t;
 
 extern ngx_module_t ngx_http_lupin_module;
 
-/* lupin_schedule.c */
+/* lupin_schedule.c; the client body in one piece (read back from nginx's
+ * temporary file, else in place) */
 ngx_int_t ngx_http_lupin_schedule_init(ngx_conf_t *cf);
+ngx_int_t ngx_http_lupin_body(ngx_http_request_t *r, const char **body, size_t *len);
 
 /* lupin_endpoints.c: the config's endpoints (at start and after a reload)
  * into the runtime and the worker's list, their scrapes started; the
@@ -143,5 +176,40 @@ ngx_int_t ngx_http_lupin_filters_init(ngx_conf_t *cf);
 
 /* lupin_status.c */
 char *ngx_http_lupin_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+
+/* lupin_admin.c; x-lupin-worker, the worker that answered */
+char *ngx_http_lupin_admin(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+ngx_int_t ngx_http_lupin_worker_header(ngx_http_request_t *r);
+
+/* lupin_reload.c: the zone made with lupin_config; the worker's timer and
+ * file stamp from init_process (after its runtime opened), gone in
+ * exit_process; a reload of this worker's runtime (why: for the log),
+ * shared: the other workers follow it */
+ngx_int_t ngx_http_lupin_reload_zone(ngx_conf_t *cf, ngx_http_lupin_main_conf_t *mcf);
+ngx_int_t ngx_http_lupin_reload_start(ngx_cycle_t *cycle);
+void ngx_http_lupin_reload_stop(void);
+ngx_int_t ngx_http_lupin_reload(ngx_log_t *log, const char *why, int shared, char *err,
+                                size_t errlen);
+
+/* lupin_explain.c: x-lupin-explain on a scheduled location (the desc's
+ * flag, the summary once scheduled, the response's headers, the record
+ * kept at the end), and the admin's explain routes (rest: after "explain") */
+void ngx_http_lupin_explain_begin(ngx_http_request_t *r, ngx_http_lupin_ctx_t *ctx,
+                                  lupin_request_desc *d);
+void ngx_http_lupin_explain_scheduled(ngx_http_request_t *r, ngx_http_lupin_ctx_t *ctx);
+ngx_int_t ngx_http_lupin_explain_headers(ngx_http_request_t *r);
+void ngx_http_lupin_explain_ended(ngx_http_request_t *r, ngx_http_lupin_ctx_t *ctx,
+                                  lupin_outcome o);
+ngx_int_t ngx_http_lupin_explain_admin(ngx_http_request_t *r, ngx_str_t *rest);
+
+/* lupin_admin.c: an admin answer, b's JSON (freed) or the OpenAI error
+ * shape; what to finalize r with */
+ngx_int_t ngx_http_lupin_admin_json(ngx_http_request_t *r, ngx_uint_t status, lh_buf *b);
+ngx_int_t ngx_http_lupin_admin_error(ngx_http_request_t *r, ngx_uint_t status, const char *msg,
+                                     const char *param);
+
+/* The endpoints of the current generation's config applied to the worker's
+ * table and runtime, after a reload (lupin_endpoints.c). */
+ngx_int_t ngx_http_lupin_endpoints_sync(ngx_log_t *log, char *err, size_t errlen);
 
 #endif

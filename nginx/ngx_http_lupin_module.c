@@ -38,6 +38,14 @@ static ngx_command_t ngx_http_lupin_commands[] = {
     {ngx_string("lupin"), NGX_HTTP_UPS_CONF | NGX_CONF_NOARGS, ngx_http_lupin_upstream, 0, 0, NULL},
     {ngx_string("lupin_status"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS, ngx_http_lupin_status, 0, 0,
      NULL},
+    {ngx_string("lupin_admin"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS, ngx_http_lupin_admin,
+     NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
+    {ngx_string("lupin_explain"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
+     ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(ngx_http_lupin_loc_conf_t, explain),
+     NULL},
+    {ngx_string("lupin_config_watch"), NGX_HTTP_MAIN_CONF | NGX_CONF_FLAG, ngx_conf_set_flag_slot,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(ngx_http_lupin_main_conf_t, watch), NULL},
     ngx_null_command};
 
 static ngx_http_module_t ngx_http_lupin_module_ctx = {
@@ -69,6 +77,7 @@ static void *ngx_http_lupin_create_main_conf(ngx_conf_t *cf) {
   if (mcf == NULL) return NULL;
   mcf->memory_limit = NGX_CONF_UNSET_SIZE;
   mcf->prefix_zone_size = NGX_CONF_UNSET_SIZE;
+  mcf->watch = NGX_CONF_UNSET;
   return mcf;
 }
 
@@ -85,6 +94,7 @@ static char *ngx_http_lupin_init_main_conf(ngx_conf_t *cf, void *conf) {
   ngx_http_lupin_main_conf_t *mcf = conf;
   ngx_conf_init_size_value(mcf->memory_limit, 0);
   ngx_conf_init_size_value(mcf->prefix_zone_size, 8 * 1024 * 1024);
+  ngx_conf_init_value(mcf->watch, 0);
   if (mcf->home.len == 0) {
     /* nginx clears the workers' environment: the master's $LUPIN_HOME is
      * kept here for them */
@@ -105,6 +115,7 @@ static void *ngx_http_lupin_create_loc_conf(ngx_conf_t *cf) {
   ngx_http_lupin_loc_conf_t *lcf = ngx_pcalloc(cf->pool, sizeof(*lcf));
   if (lcf == NULL) return NULL;
   lcf->schedule = NGX_CONF_UNSET;
+  lcf->explain = NGX_CONF_UNSET;
   return lcf;
 }
 
@@ -112,6 +123,7 @@ static char *ngx_http_lupin_merge_loc_conf(ngx_conf_t *cf, void *parent, void *c
   ngx_http_lupin_loc_conf_t *prev = parent, *conf = child;
   (void)cf;
   ngx_conf_merge_value(conf->schedule, prev->schedule, 0);
+  ngx_conf_merge_value(conf->explain, prev->explain, 0);
   return NGX_CONF_OK;
 }
 
@@ -124,6 +136,7 @@ static char *ngx_http_lupin_config(ngx_conf_t *cf, ngx_command_t *cmd, void *con
   if (ngx_conf_full_name(cf->cycle, &mcf->config, 1) != NGX_OK) return NGX_CONF_ERROR;
   if (!(mcf->config.data = (u_char *)ngx_http_lupin_cstr(cf->pool, &mcf->config)))
     return NGX_CONF_ERROR;
+  if (ngx_http_lupin_reload_zone(cf, mcf) != NGX_OK) return NGX_CONF_ERROR;
   return NGX_CONF_OK;
 }
 
@@ -248,13 +261,14 @@ static ngx_int_t ngx_http_lupin_init_process(ngx_cycle_t *cycle) {
   ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
                 "lupin: worker runtime on \"%V\": %ui endpoints, %ui API routes", &mcf->config,
                 w->n_endpoints, w->routes.nelts);
-  return NGX_OK;
+  return ngx_http_lupin_reload_start(cycle);
 }
 
 static void ngx_http_lupin_exit_process(ngx_cycle_t *cycle) {
   ngx_http_lupin_worker_t *w = &ngx_http_lupin_worker;
   (void)cycle;
   if (w->rt == NULL) return;
+  ngx_http_lupin_reload_stop();
   /* requests still alive are ended as cancelled by the runtime; their pool
    * cleanups, should they run later, find no runtime */
   ngx_http_lupin_worker_free(w);

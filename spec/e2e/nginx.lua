@@ -68,8 +68,10 @@ function M.cmd(dir, args)
 end
 
 --- nginx.conf for a prefix dir (everything nginx writes stays in it).
---- opts: workers (1), listen (parameters of the listen line), http, server,
---- location: lines added at that level (location: the scheduled /v1/ one).
+--- opts: workers (1), http, server, location: lines added at that level
+--- (location: the scheduled /v1/ one); listen: the listen line's parameters
+--- ("reuseport": each worker its own socket, new connections spread over
+--- the workers by the kernel).
 function M.conf(dir, port, opts)
   opts = opts or {}
   return ([[
