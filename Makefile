@@ -99,7 +99,7 @@ $(B)/liblupin-host.a: $(HOST_OBJ)
 # a program on liblupin-host.a and liblupin.a alone, linked without libuv
 # or http_parser (spec/host/host_spec.lua runs it)
 HOST_LINK_LIBS = $(shell pkg-config --libs luajit libxxhash libutf8proc simdjson 2>/dev/null) \
-                 -lstdc++ -lm -lpthread -ldl
+                 -lmimalloc -lstdc++ -lm -lpthread -ldl
 $(B)/host-link: spec/host/host_link.c $(B)/liblupin-host.a $(B)/liblupin.a $(HOST_HDR)
 	$(CC) $(XCFLAGS) -Icore -Ihost -o $@ $< $(B)/liblupin-host.a $(B)/liblupin.a $(HOST_LINK_LIBS)
 

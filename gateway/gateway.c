@@ -478,7 +478,7 @@ static int open_runtime(lupin_gateway *gw, char *err, size_t errlen) {
                      .log_level = gw->opts.log_level,
                      .seed = seed ? seed : 1,
                      .shared = gw->shared,
-                     .allocator = gw_lua_alloc,
+                     .allocator = lh_lua_alloc,
                      .host_paces_collector = 1};
   gw->rt = lupin_runtime_new(&o, err, errlen);
   if (!gw->rt) return -1;

@@ -11,6 +11,7 @@
  *   health.c            endpoint health and ejection, Envoy's outlier
  *                       detection: the decisions, the time passed in
  *   settings.c          the config's "gateway" section, declared and read
+ *   lua_heap.c          the Lua heaps on mimalloc
  *   log.c               diagnostic and access log lines, the admin token's
  *                       comparison
  *   openai_error.c      the OpenAI error body a refused request is answered with
@@ -327,6 +328,15 @@ int lh_settings_declare(lupin_runtime *rt, char *err, size_t errlen);
 int lh_settings_read(lupin_runtime *rt, lh_settings *out, char *err, size_t errlen);
 /* Outlier detection's part of them. */
 lh_health_policy lh_settings_health(const lh_settings *s);
+
+/* --- the Lua heap's allocator (lua_heap.c) -------------------------------- */
+
+/* lupin_options.allocator on mimalloc (link -lmimalloc): each runtime on
+ * one thread. */
+void *lh_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize);
+/* Gives back to the system what the heaps freed: on an idle runtime's
+ * thread, after a full collection. */
+void lh_heap_release(void);
 
 /* --- log lines (log.c) ----------------------------------------------------- */
 

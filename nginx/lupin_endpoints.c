@@ -157,6 +157,7 @@ static void ngx_http_lupin_collect_when_idle(void) {
   if (st.live_requests || ended == w->ended_at_gc) return;
   w->ended_at_gc = ended;
   lupin_runtime_collect(w->rt);
+  lh_heap_release(); /* what the ended requests held, back to the system */
 }
 
 static void ngx_http_lupin_health_tick(ngx_event_t *ev) {

@@ -55,6 +55,7 @@ static void ngx_http_lupin_cleanup(void *data) {
   ngx_http_lupin_explain_ended(c->r, c->ctx, o);
   lupin_request_end(c->ctx->req, o);
   c->ctx->req = NULL;
+  ngx_http_lupin_collect_later();
 }
 
 /* The body in one piece: nginx's buffers, or its temp file read back. */
@@ -310,6 +311,7 @@ static ngx_int_t ngx_http_lupin_begin(ngx_http_request_t *r, ngx_http_lupin_ctx_
 
   ngx_http_lupin_prefix_zone_drain(w->shared); /* what the other workers learnt */
   int status = lupin_request_schedule(ctx->req, &ctx->result);
+  ngx_http_lupin_collect_later();
   ngx_http_lupin_explain_scheduled(r, ctx);
   if (status != 200) { /* LUPIN_QUEUED needs a dispatch callback: none is set */
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0, "lupin: request %s refused: %d %s",

@@ -101,6 +101,7 @@ typedef struct {
   ngx_event_t health_tick;              /* ejections' ends, staleness, flow TTLs */
   ngx_uint_t ticks;                     /* of health_tick */
   ngx_uint_t turn;                      /* the next endpoint for a GET (round robin) */
+  ngx_event_t collect;                  /* the Lua collector's step, posted */
   ngx_log_t scrape_log;                 /* the error log, crit only */
   ngx_uint_t no_healthy;                /* "no healthy endpoint" was logged */
   uint64_t ended_at_gc;                 /* requests ended at the last idle collection */
@@ -145,6 +146,10 @@ extern ngx_module_t ngx_http_lupin_module;
  * temporary file, else in place) */
 ngx_int_t ngx_http_lupin_schedule_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_lupin_body(ngx_http_request_t *r, const char **body, size_t *len);
+
+/* ngx_http_lupin_module.c: the Lua collector's owed work, done once the
+ * events at hand are handled (lupin_options.host_paces_collector) */
+void ngx_http_lupin_collect_later(void);
 
 /* lupin_endpoints.c: the config's endpoints (at start and after a reload)
  * into the runtime and the worker's list, their scrapes started; the

@@ -176,6 +176,11 @@ static lupin_runtime *ngx_http_lupin_open(ngx_http_lupin_main_conf_t *mcf, ngx_l
                                           lupin_shared *shared, char *err, size_t errlen) {
   lupin_options opts = {.home = mcf->home.len ? (const char *)mcf->home.data : NULL,
                         .shared = shared,
+                        /* lupin serve's choices: mimalloc under the Lua heap,
+                         * and the collector's steps between requests
+                         * (lupin_schedule.c posts them), not inside them */
+                        .allocator = lh_lua_alloc,
+                        .host_paces_collector = 1,
                         .memory_limit = mcf->memory_limit,
                         .log = ngx_http_lupin_log,
                         .log_ud = log,
@@ -216,9 +221,25 @@ static void ngx_http_lupin_add_route(void *ud, const char *path) {
   if (slot == NULL || !(*slot = strdup(path))) *failed = 1;
 }
 
+static void ngx_http_lupin_collect_step(ngx_event_t *ev) {
+  (void)ev;
+  if (ngx_http_lupin_worker.rt) lupin_runtime_collect_step(ngx_http_lupin_worker.rt);
+}
+
+void ngx_http_lupin_collect_later(void) {
+  ngx_event_t *ev = &ngx_http_lupin_worker.collect;
+  if (!ev->posted && ev->handler) {
+    ngx_post_event(ev, &ngx_posted_events);
+  }
+}
+
 /* The runtime, and the names and routes copied out of it (malloc'ed: the
  * cycle's pool outlives exit_process, LeakSanitizer counts them). */
 static void ngx_http_lupin_worker_free(ngx_http_lupin_worker_t *w) {
+  if (w->collect.posted) { /* a macro of several statements */
+    ngx_delete_posted_event(&w->collect);
+  }
+  w->collect.handler = NULL;
   ngx_http_lupin_endpoints_stop();
   char **route = w->routes.elts;
   for (ngx_uint_t i = 0; i < w->routes.nelts; i++)
@@ -247,6 +268,8 @@ static ngx_int_t ngx_http_lupin_init_process(ngx_cycle_t *cycle) {
     return NGX_ERROR;
   }
   ngx_http_lupin_prefix_zone_open(cycle, w->shared);
+  w->collect.handler = ngx_http_lupin_collect_step;
+  w->collect.log = cycle->log;
   if (ngx_http_lupin_endpoints_sync(cycle->log, err, sizeof err) != NGX_OK) {
     failed = 1;
   } else {

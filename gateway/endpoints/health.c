@@ -238,7 +238,7 @@ static void tick(uv_timer_t *t) {
   if (++gw->health_ticks % (1000 / TICK_MS) == 0) collect_when_idle(gw);
   if (gw->heap_releases && !gw->n_exchanges) {
     gw->heap_releases--;
-    gw_heap_release();
+    lh_heap_release();
   }
 }
 

@@ -239,13 +239,6 @@ int gw_addr_list(const struct addrinfo *ai, int port, struct sockaddr_storage *o
 int gw_addr_pinned(const gw_options *o, const char *host, int port, struct sockaddr_storage *out,
                    int max);
 
-/* --- the Lua heap's allocator (lua_heap.c) -------------------------------- */
-
-/* lupin_options.allocator for the gateway's runtimes: mimalloc. */
-void *gw_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize);
-/* Returns the memory the heaps freed to the system (lua_heap.c). */
-void gw_heap_release(void);
-
 /* --- the workers' inboxes (inbox.c, docs/workers.md) ------------------------ */
 
 /* A task run on a worker's loop thread. */

@@ -1,15 +1,16 @@
-/* The Lua heaps of `lupin serve` on mimalloc (lupin_options.allocator).
+/* The Lua heaps of lupin's hosts on mimalloc (lupin_options.allocator).
  * A request makes and drops some thirty-five small Lua objects, and the
  * allocator's malloc and free for them were the largest single cost inside
  * LuaJIT per request; mimalloc's thread-local free lists take about half
  * the instructions LuaJIT's own allocator did (docs/performance.md, "The
- * Lua heap's allocator").  Each worker's runtime is made and used on
- * its own thread, as mimalloc's fast path wants. */
-#include "loop/loop.h"
+ * Lua heap's allocator").  A runtime is made and used on one thread (a
+ * worker of lupin serve, an nginx worker process), as mimalloc's fast path
+ * wants. */
+#include "lupin_host.h"
 
 #include <mimalloc.h>
 
-void *gw_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+void *lh_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   (void)ud;
   (void)osize;
   if (!nsize) {
@@ -29,4 +30,4 @@ void *gw_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
  * bodies' buffers, their prompts decoded in the Lua heap).  Called on the
  * worker's own thread (mimalloc's heaps are per thread) when it is idle,
  * after a full collection: at most once a second. */
-void gw_heap_release(void) { mi_collect(true); }
+void lh_heap_release(void) { mi_collect(true); }
