@@ -24,6 +24,8 @@ lupin_nginx_config() {
 # with the module on 127.0.0.1:PORT, WORKERS worker processes, pinned to
 # CPUS (taskset's list), its prefix, conf, lupin.json and logs in DIR;
 # lupin's config CONFIG (JSON) with the endpoints of the file ENDPOINTS.
+# LUPIN_NGINX_LISTEN: more parameters of the listen line ("reuseport": the
+# kernel spreads connections over the workers).
 # Sets LUPIN_NGINX_PID (the master: its workers are its children) and
 # appends it at once to the caller's array of pids to stop, named ARRAY
 # (PIDS); returns once /lupin_status answers.
@@ -37,7 +39,8 @@ start_lupin_nginx() {
   lupin_nginx_config "$config" "$eps" "$dir/lupin.json"
   [ "$(id -u)" = 0 ] && user="user root;"
   sed -e "s|@USER@|$user|; s|@MODULE@|$module|; s|@WORK@|$dir|g; s|@HOME@|$PWD|" \
-      -e "s|@WORKERS@|$workers|; s|@PORT@|$port|" bench/nginx/nginx.conf.in >"$dir/nginx.conf"
+      -e "s|@WORKERS@|$workers|; s|@PORT@|$port|; s|@LISTEN@|${LUPIN_NGINX_LISTEN:-}|" \
+      bench/nginx/nginx.conf.in >"$dir/nginx.conf"
   : >"$dir/error.log"
   taskset -c "$cpus" nginx -c "$dir/nginx.conf" -p "$dir" -g 'daemon off;' >"$dir/stdout.log" 2>&1 &
   LUPIN_NGINX_PID=$!; pids_+=("$LUPIN_NGINX_PID")

@@ -11,9 +11,11 @@
 #   FRONT=epp: `lupin epp` behind spec/fixtures/epp/envoy.py's proxy (Envoy's
 #     ext_proc filter played in Python) instead of `lupin serve`; configs are
 #     named CONFIG@epp in the results
-#   FRONT=nginx: Debian's nginx with ngx_http_lupin_module (docs/nginx.md), one
-#     worker (the prefix index is per worker), instead of `lupin serve`; the
-#     config with the endpoints in it (bench/nginx/lib.sh); CONFIG@nginx
+#   FRONT=nginx: Debian's nginx with ngx_http_lupin_module (docs/nginx.md)
+#     instead of `lupin serve`, WORKERS worker processes (1; more share their
+#     prefix records through lupin_prefix_zone, connections spread by
+#     reuseport); the config with the endpoints in it (bench/nginx/lib.sh);
+#     CONFIG@nginx
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-build}
@@ -46,8 +48,6 @@ serve) AT="" ;;
 epp) AT=@epp ;;
 nginx)
   AT=@nginx
-  [ "${WORKERS:-1}" = 1 ] ||
-    { echo "FRONT=nginx runs one worker (its prefix index is per worker): no WORKERS" >&2; exit 2; }
   for t in nginx jq; do
     command -v "$t" > /dev/null || { echo "FRONT=nginx: $t not found (make deps)" >&2; exit 1; }
   done
@@ -216,8 +216,8 @@ run_one() { # family level config -> one results line
   elif [ "$FRONT" = nginx ]; then
     # its prefix dir (conf, lupin.json, error.log) beside the run's other files
     rm -rf "${log%.log}.nginx"
-    start_lupin_nginx "${log%.log}.nginx" "$GW_PORT" 1 "0-$(($(nproc) - 1))" "$cfgfile" \
-      "$OUT/endpoints.json" pids || exit 1
+    LUPIN_NGINX_LISTEN=reuseport start_lupin_nginx "${log%.log}.nginx" "$GW_PORT" \
+      "${WORKERS:-1}" "0-$(($(nproc) - 1))" "$cfgfile" "$OUT/endpoints.json" pids || exit 1
     ready_url="http://127.0.0.1:$GW_PORT/lupin_status"
     log=${log%.log}.nginx/error.log
   else
