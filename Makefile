@@ -457,6 +457,13 @@ bench-reload: all
 	B=$(B) bash bench/reload.sh
 
 # --- install ----------------------------------------------------------------
+# The nginx module into nginx's modules folder (Debian's; docs/nginx.md):
+# `load_module modules/ngx_http_lupin_module.so;` finds it there.
+NGX_MODULES_DIR ?= /usr/lib/nginx/modules
+install-nginx-module: nginx-module
+	install -d $(DESTDIR)$(NGX_MODULES_DIR)
+	install -m 644 $(B)/ngx_http_lupin_module.so $(DESTDIR)$(NGX_MODULES_DIR)/
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 	  $(DESTDIR)$(PREFIX)/share/lupin/lua/lupin $(DESTDIR)$(PREFIX)/share/lupin/plugins \
@@ -480,7 +487,7 @@ clean:
 	rm -rf build build-asan build-tsan build-fuzz
 
 help:
-	@echo "make deps | all | nginx-module | run | run-epp | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | format | format-check | plugin-docs | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-nginx | bench-soak-gateway | bench-routing | bench-replicas | bench-reload | bench-flow | bench-epp | install PREFIX=... | clean"
+	@echo "make deps | all | nginx-module | run | run-epp | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | format | format-check | plugin-docs | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-nginx | bench-soak-gateway | bench-routing | bench-replicas | bench-reload | bench-flow | bench-epp | install PREFIX=... | install-nginx-module | clean"
 
-.PHONY: FORCE all nginx-module deps bench-deps bench-all bench-lifecycle bench-epp run run-epp demo run-embed test test-asan test-tsan test-fresh lint format format-check plugin-docs fuzz fuzz-replay bench bench-core bench-prefix \
+.PHONY: FORCE all nginx-module install-nginx-module deps bench-deps bench-all bench-lifecycle bench-epp run run-epp demo run-embed test test-asan test-tsan test-fresh lint format format-check plugin-docs fuzz fuzz-replay bench bench-core bench-prefix \
         bench-soak bench-gateway bench-workers bench-openresty bench-nginx bench-soak-gateway bench-routing bench-replicas bench-reload bench-flow install clean help
