@@ -25,7 +25,8 @@ lupin_nginx_config() {
 # CPUS (taskset's list), its prefix, conf, lupin.json and logs in DIR;
 # lupin's config CONFIG (JSON) with the endpoints of the file ENDPOINTS.
 # LUPIN_NGINX_LISTEN: more parameters of the listen line ("reuseport": the
-# kernel spreads connections over the workers).
+# kernel spreads connections over the workers); LUPIN_NGINX_HTTP: more
+# directives in http {} ("lupin_prefix_zone off;").
 # Sets LUPIN_NGINX_PID (the master: its workers are its children) and
 # appends it at once to the caller's array of pids to stop, named ARRAY
 # (PIDS); returns once /lupin_status answers.
@@ -40,6 +41,7 @@ start_lupin_nginx() {
   [ "$(id -u)" = 0 ] && user="user root;"
   sed -e "s|@USER@|$user|; s|@MODULE@|$module|; s|@WORK@|$dir|g; s|@HOME@|$PWD|" \
       -e "s|@WORKERS@|$workers|; s|@PORT@|$port|; s|@LISTEN@|${LUPIN_NGINX_LISTEN:-}|" \
+      -e "s|@HTTP@|${LUPIN_NGINX_HTTP:-}|" \
       bench/nginx/nginx.conf.in >"$dir/nginx.conf"
   : >"$dir/error.log"
   taskset -c "$cpus" nginx -c "$dir/nginx.conf" -p "$dir" -g 'daemon off;' >"$dir/stdout.log" 2>&1 &

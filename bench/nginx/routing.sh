@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The routing half of `make bench-nginx`: does lupin inside nginx route as
 # `lupin serve` does?  bench/routing/run.sh with FRONT=serve, then FRONT=nginx
-# (the module in one nginx worker), RUNS times alternated, on the same seeded
+# (the module; WORKERS worker processes each, 1), RUNS times alternated, on the same seeded
 # workloads; each run's results.tsv is kept in bench/routing/out/fronts/.
 # Prints per family, load and config the means over the runs of each front
 # (hit rate, max/mean requests per endpoint, TTFT p50 and p90) and the runs'
@@ -52,5 +52,5 @@ done | awk -F'\t' '
         spread(k, "nginx"), m(imb, k, "serve"), m(imb, k, "nginx"), m(p50, k, "serve"),
         m(p50, k, "nginx"), m(p90, k, "serve"), m(p90, k, "nginx"), bad[k, "serve"], bad[k, "nginx"] } }'
 echo
-echo "bench/routing/run.sh, FRONT=serve then FRONT=nginx (ngx_http_lupin_module, one worker), $RUNS time(s)"
+echo "bench/routing/run.sh, FRONT=serve then FRONT=nginx (ngx_http_lupin_module), ${WORKERS:-1} worker(s) each,, $RUNS time(s)"
 echo "alternated; means over the runs, hit rate's range in brackets; each run: $OUT/"
