@@ -503,6 +503,11 @@ int lupin_request_response_header(lupin_request *req, int status, const lupin_he
  * by now; valid until lupin_request_end. */
 size_t lupin_request_client_headers(const lupin_request *req, const lupin_header **out);
 int lupin_request_response_chunk(lupin_request *req, const char *data, size_t len);
+/* Whether a plugin of the request's generation observes the response's
+ * chunks: 0 makes lupin_request_response_chunk a no-op, so a host that must
+ * work to have the bytes (nginx reading back a body it spooled to a file)
+ * asks first. */
+int lupin_request_wants_chunks(const lupin_request *req);
 int lupin_request_response_complete(lupin_request *req);
 /* Where to send a scheduled request when its picks fail: the other
  * candidates of the primary profile (those its filters kept), best profile

@@ -607,6 +607,10 @@ int lupin_request_response_chunk(lupin_request *req, const char *data, size_t le
   return call_request(req, 1);
 }
 
+int lupin_request_wants_chunks(const lupin_request *req) {
+  return (req->gen->flags & LUPIN_GEN_OBSERVES_CHUNKS) != 0;
+}
+
 int lupin_request_response_complete(lupin_request *req) {
   if (!(req->gen->flags & LUPIN_GEN_OBSERVES_COMPLETE)) return 0;
   push_call(req, LUPIN_HOOK_RESPONSE_COMPLETE);

@@ -877,6 +877,11 @@ static int l_response_chunk(lua_State *L) {
   return 1;
 }
 
+static int l_wants_chunks(lua_State *L) {
+  lua_pushboolean(L, lupin_request_wants_chunks(check_req(L)->req));
+  return 1;
+}
+
 static int l_response_complete(lua_State *L) {
   lua_pushboolean(L, lupin_request_response_complete(check_req(L)->req) == 0);
   return 1;
@@ -969,6 +974,7 @@ static const luaL_Reg req_methods[] = {
     {"explain", l_explain},
     {"response_header", l_response_header},
     {"response_chunk", l_response_chunk},
+    {"wants_chunks", l_wants_chunks},
     {"response_complete", l_response_complete},
     {"finish", l_end},
     {NULL, NULL},

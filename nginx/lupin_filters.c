@@ -6,9 +6,9 @@
  *
  * The module is loaded after nginx's own filters, so its filters run first:
  * they see the upstream's bytes before gzip or chunked framing.  Buffers
- * that nginx spooled to a temporary file (a large buffered answer) are not
- * passed as chunks yet; a streamed request is not buffered at all
- * (lupin_balancer.c). */
+ * that nginx spooled to a temporary file (a large buffered answer) are read
+ * back when a plugin observes chunks; a streamed request is not buffered at
+ * all (lupin_balancer.c). */
 #include "ngx_http_lupin.h"
 
 static ngx_http_output_header_filter_pt ngx_http_next_header_filter;
@@ -68,6 +68,26 @@ static ngx_int_t ngx_http_lupin_header_filter(ngx_http_request_t *r) {
   return ngx_http_next_header_filter(r);
 }
 
+/* A part of the answer nginx spooled to its temporary file (a buffered
+ * answer past proxy_buffers), read back for the plugins that observe
+ * chunks: the bytes they would have had in memory. */
+static ngx_int_t ngx_http_lupin_file_chunks(ngx_http_request_t *r, ngx_http_lupin_ctx_t *ctx,
+                                            ngx_buf_t *b) {
+  u_char piece[16384];
+  for (off_t at = b->file_pos; at < b->file_last;) {
+    size_t n = (size_t)ngx_min(b->file_last - at, (off_t)sizeof piece);
+    ssize_t got = ngx_read_file(b->file, piece, n, at);
+    if (got <= 0) {
+      ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                    "lupin: reading back the answer's temporary file failed");
+      return NGX_ERROR;
+    }
+    lupin_request_response_chunk(ctx->req, (const char *)piece, (size_t)got);
+    at += got;
+  }
+  return NGX_OK;
+}
+
 static ngx_int_t ngx_http_lupin_body_filter(ngx_http_request_t *r, ngx_chain_t *in) {
   ngx_http_lupin_ctx_t *ctx = ngx_http_lupin_response_ctx(r);
   if (ctx == NULL || !ctx->answered || ctx->completed) return ngx_http_next_body_filter(r, in);
@@ -75,6 +95,9 @@ static ngx_int_t ngx_http_lupin_body_filter(ngx_http_request_t *r, ngx_chain_t *
     ngx_buf_t *b = cl->buf;
     if (ngx_buf_in_memory(b) && b->last > b->pos)
       lupin_request_response_chunk(ctx->req, (const char *)b->pos, b->last - b->pos);
+    else if (b->in_file && b->file_last > b->file_pos && lupin_request_wants_chunks(ctx->req) &&
+             ngx_http_lupin_file_chunks(r, ctx, b) != NGX_OK)
+      return NGX_ERROR;
     if (b->last_buf) {
       ctx->completed = 1;
       lupin_request_response_complete(ctx->req);

@@ -73,6 +73,22 @@ describe("request lifecycle", function()
     }, journal(rt, "r1"))
   end)
 
+  it("tells the host whether a plugin observes the response's chunks", function()
+    -- the observer has response_chunk; the same profile without it has none
+    for _, case in ipairs({ { config(), true }, { { plugins = { { type = "test-scorer", name = "s" },
+      { type = "test-picker", name = "p" } }, schedulingProfiles = { { name = "default",
+      plugins = { { pluginRef = "s" }, { pluginRef = "p" } } } } }, false } }) do
+      rt = S.loaded(case[1])
+      S.endpoints(rt, 2)
+      local req = rt:begin({ id = "w", body = '{"model":"m","prompt":"hi"}' })
+      assert.equal(200, req:schedule().status)
+      assert.equal(case[2], req:wants_chunks())
+      req:finish("ok")
+      rt:free()
+      rt = nil
+    end
+  end)
+
   local paths = {
     { name = "scheduled and completed", outcome = "ok", want = "ok", status = 200 },
     { name = "rejected by admit", cfg = { observer = { reject = true } }, want = "rejected",

@@ -261,6 +261,48 @@ describe("nginx with ngx_http_lupin_module, the model-name rewrite and GET", fun
   end)
 end)
 
+describe("nginx with ngx_http_lupin_module, an answer past proxy_buffers", function()
+  if not N.available() then
+    pending("no " .. N.MODULE)
+    return
+  end
+
+  local sim, ngx
+
+  setup(function()
+    sim = P.sim("--model m --instant", 1)
+    -- buffers of 1 KB and nginx sending slowly: it spools to its file
+    ngx = N.start(N.config(P.sim_endpoints(sim)), { location = [[
+      limit_rate 32k;
+      proxy_buffers 2 1k;
+      proxy_buffer_size 1k;
+      proxy_busy_buffers_size 1k;
+      proxy_temp_file_write_size 1k;]] })
+  end)
+
+  teardown(function()
+    N.stop(ngx)
+    P.stop(sim)
+  end)
+
+  it("passes an answer nginx spooled to a temporary file to the plugins' chunks", function()
+    -- a 30 KB answer at 32 KB/s: about a second
+    local body = { model = "m", prompt = "a long one", max_tokens = 6000 }
+    local code, _, text = P.post(ngx.base, "/v1/completions", body,
+      "-H 'x-request-id: spooled'")
+    assert.equal(200, code)
+    assert.is_true(#text > 20000, #text)
+    assert.matches("finish:ok$", N.journal(ngx, "spooled")[1])
+    local log = P.read(ngx.dir .. "/error.log")
+    assert.truthy(log:find("an upstream response is buffered to a temporary file", 1, true))
+    assert.equal(#text, tonumber(log:match("request spooled %[e2e%-recorder%] chunk bytes (%d+)")))
+  end)
+
+  it("stops clean: nginx exits 0, no worker lost, no sanitizer report", function()
+    assert.equal("", N.stop_clean(ngx))
+  end)
+end)
+
 describe("nginx -t with ngx_http_lupin_module", function()
   if not N.available() then
     pending("no " .. N.MODULE)
