@@ -39,24 +39,11 @@ ngx_int_t ngx_http_lupin_worker_header(ngx_http_request_t *r) {
 }
 
 ngx_int_t ngx_http_lupin_admin_json(ngx_http_request_t *r, ngx_uint_t status, lh_buf *b) {
-  ngx_buf_t *out = b->data ? ngx_create_temp_buf(r->pool, b->len) : NULL;
-  if (out == NULL || ngx_http_lupin_worker_header(r) != NGX_OK) {
+  if (ngx_http_lupin_worker_header(r) != NGX_OK) {
     lh_buf_free(b);
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
   }
-  out->last = ngx_cpymem(out->pos, b->data, b->len);
-  out->last_buf = (r == r->main);
-  out->last_in_chain = 1;
-  lh_buf_free(b);
-  r->headers_out.status = status;
-  r->headers_out.content_length_n = out->last - out->pos;
-  ngx_str_set(&r->headers_out.content_type, "application/json");
-  r->headers_out.content_type_len = r->headers_out.content_type.len;
-  r->headers_out.content_type_lowcase = NULL;
-  ngx_int_t rc = ngx_http_send_header(r);
-  if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) return rc;
-  ngx_chain_t cl = {out, NULL};
-  return ngx_http_output_filter(r, &cl);
+  return ngx_http_lupin_send(r, status, "application/json", b);
 }
 
 ngx_int_t ngx_http_lupin_admin_error(ngx_http_request_t *r, ngx_uint_t status, const char *msg,

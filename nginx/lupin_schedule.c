@@ -160,24 +160,7 @@ static ngx_int_t ngx_http_lupin_refuse(ngx_http_request_t *r, const lupin_result
     lh_buf_free(&b);
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
   }
-  ngx_buf_t *out = ngx_create_temp_buf(r->pool, b.len);
-  if (out == NULL) {
-    lh_buf_free(&b);
-    return NGX_HTTP_INTERNAL_SERVER_ERROR;
-  }
-  out->last = ngx_cpymem(out->pos, b.data, b.len);
-  out->last_buf = (r == r->main);
-  out->last_in_chain = 1;
-  lh_buf_free(&b);
-  r->headers_out.status = res->status;
-  r->headers_out.content_length_n = out->last - out->pos;
-  ngx_str_set(&r->headers_out.content_type, "application/json");
-  r->headers_out.content_type_len = r->headers_out.content_type.len;
-  r->headers_out.content_type_lowcase = NULL;
-  ngx_int_t rc = ngx_http_send_header(r);
-  if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) return rc;
-  ngx_chain_t cl = {out, NULL};
-  return ngx_http_output_filter(r, &cl);
+  return ngx_http_lupin_send(r, (ngx_uint_t)res->status, "application/json", &b);
 }
 
 /* A C string of an ngx_str_t, in the request's pool. */

@@ -83,27 +83,10 @@ static ngx_int_t ngx_http_lupin_status_handler(ngx_http_request_t *r) {
   if (r->args.len == 7 && ngx_strncmp(r->args.data, "collect", 7) == 0)
     lupin_runtime_collect(ngx_http_lupin_worker.rt);
 
+  if (ngx_http_lupin_worker_header(r) != NGX_OK) return NGX_HTTP_INTERNAL_SERVER_ERROR;
   lh_buf text = {0};
   ngx_http_lupin_exposition(&text);
-  ngx_buf_t *b = ngx_create_temp_buf(r->pool, text.len ? text.len : 1);
-  if (b == NULL || text.data == NULL) {
-    lh_buf_free(&text);
-    return NGX_HTTP_INTERNAL_SERVER_ERROR;
-  }
-  b->last = ngx_cpymem(b->pos, text.data, text.len);
-  b->last_buf = (r == r->main);
-  b->last_in_chain = 1;
-  lh_buf_free(&text);
-
-  if (ngx_http_lupin_worker_header(r) != NGX_OK) return NGX_HTTP_INTERNAL_SERVER_ERROR;
-  r->headers_out.status = NGX_HTTP_OK;
-  r->headers_out.content_length_n = b->last - b->pos;
-  ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4; charset=utf-8");
-  r->headers_out.content_type_len = r->headers_out.content_type.len;
-  rc = ngx_http_send_header(r);
-  if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) return rc;
-  ngx_chain_t out = {b, NULL};
-  return ngx_http_output_filter(r, &out);
+  return ngx_http_lupin_send(r, NGX_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", &text);
 }
 
 char *ngx_http_lupin_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {

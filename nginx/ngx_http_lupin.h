@@ -142,6 +142,11 @@ typedef struct {
 
 extern ngx_module_t ngx_http_lupin_module;
 
+/* ngx_http_lupin_module.c: text (freed here) as the whole answer, with
+ * its status and content type; what a handler returns */
+ngx_int_t ngx_http_lupin_send(ngx_http_request_t *r, ngx_uint_t status, const char *type,
+                              lh_buf *text);
+
 /* lupin_schedule.c; the client body in one piece (read back from nginx's
  * temporary file, else in place) */
 ngx_int_t ngx_http_lupin_schedule_init(ngx_conf_t *cf);

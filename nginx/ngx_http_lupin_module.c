@@ -221,6 +221,29 @@ static void ngx_http_lupin_add_route(void *ud, const char *path) {
   if (slot == NULL || !(*slot = strdup(path))) *failed = 1;
 }
 
+ngx_int_t ngx_http_lupin_send(ngx_http_request_t *r, ngx_uint_t status, const char *type,
+                              lh_buf *text) {
+  ngx_buf_t *out = text->data ? ngx_create_temp_buf(r->pool, text->len ? text->len : 1) : NULL;
+  if (out == NULL) {
+    lh_buf_free(text);
+    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+  }
+  out->last = ngx_cpymem(out->pos, text->data, text->len);
+  out->last_buf = (r == r->main);
+  out->last_in_chain = 1;
+  lh_buf_free(text);
+  r->headers_out.status = status;
+  r->headers_out.content_length_n = out->last - out->pos;
+  r->headers_out.content_type.data = (u_char *)type;
+  r->headers_out.content_type.len = ngx_strlen(type);
+  r->headers_out.content_type_len = r->headers_out.content_type.len;
+  r->headers_out.content_type_lowcase = NULL;
+  ngx_int_t rc = ngx_http_send_header(r);
+  if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) return rc;
+  ngx_chain_t cl = {out, NULL};
+  return ngx_http_output_filter(r, &cl);
+}
+
 static void ngx_http_lupin_collect_step(ngx_event_t *ev) {
   (void)ev;
   if (ngx_http_lupin_worker.rt) lupin_runtime_collect_step(ngx_http_lupin_worker.rt);
