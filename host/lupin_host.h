@@ -226,6 +226,18 @@ void lh_expo_histogram(lh_expo *e, const char *const *values, const lh_histogram
 /* Same from bucket counts kept elsewhere (n_bounds + 1, not cumulative). */
 void lh_expo_buckets(lh_expo *e, const char *const *values, const uint64_t *buckets, double sum);
 
+/* An endpoint's sample of one of the families LH_M_EP_WAITING ..
+ * LH_M_EP_RESTORATIONS, from what a host keeps of it: its metrics as
+ * scraped, the lupin_now() of its last good scrape (0: never), its failed
+ * scrapes and its health (NULL: healthy). */
+typedef struct lh_endpoint_state {
+  const lupin_metrics *metrics;
+  double scraped_at;
+  uint64_t scrape_errors;
+  const struct lh_health *health;
+} lh_endpoint_state;
+double lh_endpoint_sample(lh_family_id id, const lh_endpoint_state *s, double now);
+
 /* --- an engine's metrics page (endpoint_metrics.c) ------------------------- */
 
 /* vLLM's names (current and legacy): what a runtime without a data layer

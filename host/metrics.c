@@ -474,3 +474,30 @@ void lh_expo_buckets(lh_expo *e, const char *const *values, const uint64_t *buck
 void lh_expo_histogram(lh_expo *e, const char *const *values, const lh_histogram *h) {
   lh_expo_buckets(e, values, h->buckets, h->sum);
 }
+
+double lh_endpoint_sample(lh_family_id id, const lh_endpoint_state *s, double now) {
+  const lupin_metrics *m = s->metrics;
+  const lh_health *h = s->health;
+  switch (id) {
+  case LH_M_EP_WAITING:
+    return m->waiting_queue_size;
+  case LH_M_EP_RUNNING:
+    return m->running_requests;
+  case LH_M_EP_KV:
+    return m->kv_cache_usage;
+  case LH_M_EP_MAX_LORA:
+    return m->max_lora;
+  case LH_M_EP_SCRAPE_AGE:
+    return s->scraped_at ? now - s->scraped_at : -1;
+  case LH_M_EP_SCRAPE_ERRORS:
+    return (double)s->scrape_errors;
+  case LH_M_EP_HEALTHY:
+    return !h || h->state == LH_HEALTHY;
+  case LH_M_EP_EJECTIONS:
+    return h ? (double)h->ejections : 0;
+  case LH_M_EP_RESTORATIONS:
+    return h ? (double)h->restorations : 0;
+  default:
+    return 0;
+  }
+}

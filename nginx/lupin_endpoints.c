@@ -511,18 +511,9 @@ void ngx_http_lupin_endpoints_expo(lh_expo *x) {
     lh_expo_family(x, id);
     for (ngx_http_lupin_endpoint_t *e = ngx_http_lupin_worker.endpoints; e; e = e->next) {
       if (e->removed) continue;
-      const lupin_metrics *m = &e->metrics;
-      const lh_health *h = &e->health;
-      double v = id == LH_M_EP_WAITING         ? m->waiting_queue_size
-                 : id == LH_M_EP_RUNNING       ? m->running_requests
-                 : id == LH_M_EP_KV            ? m->kv_cache_usage
-                 : id == LH_M_EP_MAX_LORA      ? m->max_lora
-                 : id == LH_M_EP_SCRAPE_AGE    ? (e->scraped_at ? now - e->scraped_at : -1)
-                 : id == LH_M_EP_SCRAPE_ERRORS ? (double)e->scrape_errors
-                 : id == LH_M_EP_HEALTHY       ? h->state == LH_HEALTHY
-                 : id == LH_M_EP_EJECTIONS     ? (double)h->ejections
-                                               : (double)h->restorations;
-      if (id == LH_M_EP_HEALTHY) healthy += h->state == LH_HEALTHY;
+      lh_endpoint_state s = {&e->metrics, e->scraped_at, e->scrape_errors, &e->health};
+      double v = lh_endpoint_sample(id, &s, now);
+      if (id == LH_M_EP_HEALTHY) healthy += v != 0;
       lh_expo_sample(x, (const char *[]){e->name}, v);
     }
   }

@@ -102,18 +102,8 @@ static void per_endpoint(lupin_gateway *gw, lh_expo *e, lh_family_id id) {
   double now = lupin_now();
   lh_expo_family(e, id);
   for (gw_endpoint *ep = gw->endpoints; ep; ep = ep->next) {
-    const lupin_metrics *m = &ep->metrics;
-    const lh_health *h = &ep->health;
-    double v = id == LH_M_EP_WAITING         ? m->waiting_queue_size
-               : id == LH_M_EP_RUNNING       ? m->running_requests
-               : id == LH_M_EP_KV            ? m->kv_cache_usage
-               : id == LH_M_EP_MAX_LORA      ? m->max_lora
-               : id == LH_M_EP_SCRAPE_AGE    ? (ep->scraped_at ? now - ep->scraped_at : -1)
-               : id == LH_M_EP_SCRAPE_ERRORS ? (double)ep->scrape_errors
-               : id == LH_M_EP_HEALTHY       ? h->state == LH_HEALTHY
-               : id == LH_M_EP_EJECTIONS     ? (double)h->ejections
-                                             : (double)h->restorations;
-    lh_expo_sample(e, (const char *[]){ep->name}, v);
+    lh_endpoint_state s = {&ep->metrics, ep->scraped_at, ep->scrape_errors, &ep->health};
+    lh_expo_sample(e, (const char *[]){ep->name}, lh_endpoint_sample(id, &s, now));
   }
 }
 
