@@ -122,7 +122,7 @@ function M.start(cfg, opts)
     seq = seq + 1
     local dir = ("%s/nginx-%d"):format(P.dir, seq)
     os.execute("mkdir -p " .. dir)
-    local port = math.random(20000, 40000)
+    local port = P.port()
     S.write(dir .. "/lupin.json", json.encode(cfg))
     S.write(dir .. "/nginx.conf", M.conf(dir, port, opts))
     local p = P.start(M.cmd(dir))

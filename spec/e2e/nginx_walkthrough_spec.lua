@@ -52,10 +52,8 @@ describe("docs/nginx.md's walkthrough", function()
 
   local root, sim, ngx, base, config
 
-  setup(function()
-    root = S.tmpdir()
-    sim = P.sim("--model meta-llama/Llama-3.1-8B-Instruct --instant", 2)
-    local port = math.random(20000, 40000)
+  -- the page's files under root, listening on port
+  local function lay_out(port)
     base = "http://127.0.0.1:" .. port
     local list = files()
     assert.equal(4, #list)
@@ -69,6 +67,12 @@ describe("docs/nginx.md's walkthrough", function()
       os.execute("mkdir -p " .. P.quote((root .. f.path):match("^(.*)/")))
       S.write(root .. f.path, text)
     end
+  end
+
+  setup(function()
+    root = S.tmpdir()
+    sim = P.sim("--model meta-llama/Llama-3.1-8B-Instruct --instant", 2)
+    lay_out(P.port())
     config = root .. "/etc/nginx/lupin/lupin.yaml"
     S.write(root .. "/nginx.conf", debian_conf(root))
   end)
@@ -85,12 +89,22 @@ describe("docs/nginx.md's walkthrough", function()
   end)
 
   it("serves through the page's plugin", function()
-    ngx = P.start(N.cmd(root))
-    ngx.dir = root
-    P.poll(function()
-      assert(not P.read(ngx.rc), "nginx exited: " .. (P.read(root .. "/error.log") or ""))
-      return P.get(base .. "/lupin_status", "--max-time 1") == 200
-    end, "nginx to listen")
+    -- nginx cannot listen on port 0: a port taken meanwhile is another try
+    for _ = 1, 10 do
+      ngx = P.start(N.cmd(root))
+      ngx.dir = root
+      local up = P.poll(function()
+        return P.read(ngx.rc) and "exited"
+          or P.get(base .. "/lupin_status", "--max-time 1") == 200 and "up"
+      end, "nginx to listen")
+      if up == "up" then
+        break
+      end
+      local log = P.read(root .. "/error.log") or ""
+      assert(log:find("Address already in use", 1, true), "nginx exited: " .. log)
+      os.remove(root .. "/error.log")
+      lay_out(P.port())
+    end
     local code, h, body = P.post(base, "/v1/completions",
       { model = "meta-llama/Llama-3.1-8B-Instruct", prompt = "hello", max_tokens = 4 })
     assert.equal(200, code, body)

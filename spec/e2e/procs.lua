@@ -144,6 +144,14 @@ M.SIM = support.ROOT .. "/" .. BUILD .. "/lupin-sim"
 
 math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 100000)
 
+--- A random port for a server that cannot listen on port 0 and report it,
+--- with room for n in a row: below the kernel's ephemeral ports (32768 up),
+--- so no outgoing connection of a concurrent spec holds it.  It may still
+--- be taken by another server: callers try another when the bind fails.
+function M.port(n)
+  return math.random(20000, 32000 - (n or 1))
+end
+
 --- lupin-sim with n endpoints on a random free port range (it has no port 0
 --- for a range: a taken port makes it exit, and another range is tried).
 --- Returns the process with ports[i] and hostports[i].  host: the listen
@@ -153,7 +161,7 @@ function M.sim(args, n, host)
   host = host or "127.0.0.1"
   local shown = host:find(":", 1, true) and "[" .. host .. "]" or host
   for _ = 1, 10 do
-    local base = math.random(20000, 40000)
+    local base = M.port(n)
     local p = M.start(("%s --port %d --endpoints %d --host %s %s"):format(M.SIM, base, n, host,
       args or ""))
     local last = ("endpoint %d listening on %s:%d"):format(n - 1, shown, base + n - 1)

@@ -12,7 +12,7 @@ local MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 -- is tried).  Returns the process with its port.
 local function redis(port)
   for _ = 1, 10 do
-    local p_ = port or math.random(41000, 60000)
+    local p_ = port or P.port()
     local p = P.start(("redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no"):format(
       p_))
     local up = P.poll(function()

@@ -53,7 +53,7 @@ local live = {}
 local function start(args, n)
   n = n or 1
   for _ = 1, 10 do
-    local port = math.random(20000, 40000)
+    local port = math.random(20000, 32000 - n) -- below the kernel's ephemeral ports
     local base = os.tmpname()
     os.execute(("( %s --port %d --endpoints %d %s >%s.log 2>&1 & echo $! >%s.pid; wait $!; echo $? >%s.rc )"
       .. " >/dev/null 2>&1 &"):format(BIN, port, n, args or "", base, base, base))
