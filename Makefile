@@ -24,7 +24,7 @@ DEB_PKGS  = build-essential pkg-config libluajit2-5.1-dev luajit2 libuv1-dev lua
             redis-server libhiredis-dev libmimalloc-dev \
             libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libssl-dev \
             protobuf-compiler python3-grpcio python3-protobuf openssl libyaml-dev \
-            nginx nginx-dev
+            nginx nginx-dev libzmq3-dev libmsgpack-dev lua-messagepack
 # What only the benchmarks need: `make bench-deps` (run by the bench targets).
 BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox jq
 
