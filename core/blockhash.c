@@ -13,6 +13,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH64_state_t on the stack: no malloc per block */
 #include "internal.h"
 
+#include <limits.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -67,4 +68,89 @@ long lupin_block_hashes(const lupin_hash_input *in, uint64_t *out, size_t cap) {
     out[i] = h;
   }
   return (long)n;
+}
+
+/* --- token-id blocks ---------------------------------------------------------
+ *
+ * The same chain over a prompt's token ids, the key the engines' KV-cache
+ * events can be mapped to (docs/prefix-index.md): an event carries the token
+ * ids of the block it stored, so lupin hashes them itself instead of trusting
+ * the engine's random-seeded hash.
+ *
+ *   seed  = xxh64("lupin-tokens\0" ‖ le64(len) hash_seed ‖ le64(len) lora ‖ le64(len) salt)
+ *   h[i]  = xxh64(le32(id) … of block i ‖ le64(h[i-1])),  h[-1] = prev
+ *
+ * The tag keeps a token chain from ever meeting a character chain; the
+ * lengths keep ("ab", "c") apart from ("a", "bc"). */
+
+static const char TOKEN_TAG[] = "lupin-tokens"; /* hashed with its NUL */
+
+static void update_field(XXH64_state_t *st, const char *p, size_t n) {
+  unsigned char len[8];
+  le64(len, (uint64_t)n);
+  XXH64_update(st, len, 8);
+  if (n) XXH64_update(st, p, n);
+}
+
+uint64_t lupin_token_seed(const char *hash_seed, size_t hash_seed_len, const char *lora,
+                          size_t lora_len, const char *salt, size_t salt_len) {
+  XXH64_state_t st;
+  XXH64_reset(&st, 0);
+  XXH64_update(&st, TOKEN_TAG, sizeof TOKEN_TAG);
+  update_field(&st, hash_seed, hash_seed ? hash_seed_len : 0);
+  update_field(&st, lora, lora ? lora_len : 0);
+  update_field(&st, salt, salt ? salt_len : 0);
+  return XXH64_digest(&st);
+}
+
+/* Token blocks up to this many ids go through one buffer on the stack (the
+ * engines' 16-64 token blocks); longer ones through the streaming state. */
+#define SMALL_TOKENS 128
+
+static void le32s(unsigned char *out, const uint32_t *ids, size_t n) {
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  for (size_t i = 0; i < n; i++) {
+    uint32_t v = __builtin_bswap32(ids[i]);
+    memcpy(out + 4 * i, &v, 4);
+  }
+#else
+  memcpy(out, ids, n * 4);
+#endif
+}
+
+static uint64_t token_chain_small(const uint32_t *ids, size_t n, uint64_t prev) {
+  unsigned char buf[SMALL_TOKENS * 4 + 8];
+  le32s(buf, ids, n);
+  le64(buf + n * 4, prev);
+  return XXH64(buf, n * 4 + 8, 0);
+}
+
+static uint64_t token_chain_stream(const uint32_t *ids, size_t n, uint64_t prev) {
+  unsigned char buf[SMALL_TOKENS * 4];
+  XXH64_state_t st;
+  XXH64_reset(&st, 0);
+  for (size_t i = 0; i < n; i += SMALL_TOKENS) {
+    size_t k = n - i < SMALL_TOKENS ? n - i : SMALL_TOKENS;
+    le32s(buf, ids + i, k);
+    XXH64_update(&st, buf, k * 4);
+  }
+  le64(buf, prev);
+  XXH64_update(&st, buf, 8);
+  return XXH64_digest(&st);
+}
+
+long lupin_token_block_hashes(uint64_t prev, const uint32_t *ids, size_t n, size_t block_size,
+                              uint64_t *out, size_t cap) {
+  if (block_size == 0 || (n && !ids) || (cap && !out)) return -1;
+  size_t blocks = n / block_size;
+  if (blocks > cap) blocks = cap;
+  if (blocks > LONG_MAX) blocks = LONG_MAX;
+  uint64_t h = prev;
+  for (size_t i = 0; i < blocks; i++) {
+    const uint32_t *block = ids + i * block_size;
+    h = block_size <= SMALL_TOKENS ? token_chain_small(block, block_size, h)
+                                   : token_chain_stream(block, block_size, h);
+    out[i] = h;
+  }
+  return (long)blocks;
 }

@@ -147,6 +147,8 @@ size_t lupin_prefix_memory(const lupin_prefix_index *x);
 /* The ids of the endpoints holding hash (at most cap written); returns how
  * many hold it. */
 size_t lupin_prefix_holders(const lupin_prefix_index *x, uint64_t hash, uint32_t *ids, size_t cap);
+/* Drops id's entries of hashes[0..n) (those it holds); returns how many. */
+size_t lupin_prefix_remove(lupin_prefix_index *x, uint32_t id, const uint64_t *hashes, size_t n);
 /* Purges id from the runtime's indexes and from its lupin_shared's. */
 void lupin__prefix_purge_all(lupin_runtime *rt, uint32_t id);
 
@@ -156,6 +158,7 @@ void lupin__prefix_purge_all(lupin_runtime *rt, uint32_t id);
 typedef struct lupin_prefix_shared lupin_prefix_shared;
 typedef struct lupin_prefix_view lupin_prefix_view;
 typedef struct lupin_dict lupin_dict;
+typedef struct lupin_token_cache lupin_token_cache;
 
 typedef struct lupin_shared_store {
   pthread_mutex_t lock;
@@ -170,6 +173,7 @@ typedef struct lupin_shared_store {
    * run, read without the lock */
   lupin_prefix_record_fn on_record;
   void *on_record_ud;
+  lupin_token_cache *tokens; /* token_cache.c, under its own lock */
 } lupin_shared_store;
 
 lupin_shared_store *lupin__shared_store(lupin_shared *s);
@@ -275,9 +279,30 @@ typedef struct lupin_capi_shared {
   /* on: flow control keeps idle state (flows, bands) to drop at a tick,
    * so ticks reach it while no request does */
   void (*flow_keep)(lupin_runtime *rt, int on);
+  /* token-id block hashes (blockhash.c; here, not beside block_hashes, so
+   * that lupin_capi keeps its layout) and the token cache of the runtime's
+   * lupin_shared (token_cache.c) */
+  uint64_t (*token_seed)(const char *hash_seed, size_t hash_seed_len, const char *lora,
+                         size_t lora_len, const char *salt, size_t salt_len);
+  long (*token_block_hashes)(uint64_t prev, const uint32_t *ids, size_t n, size_t block_size,
+                             uint64_t *out, size_t cap);
+  int (*tokens_put)(lupin_runtime *rt, uint64_t key, const uint32_t *ids, size_t n);
+  long (*tokens_hashes)(lupin_runtime *rt, uint64_t key, uint64_t prev, size_t block_size,
+                        uint64_t *out, size_t cap);
+  long (*tokens_count)(lupin_runtime *rt, uint64_t key);
+  int (*tokens_want)(lupin_runtime *rt, const lupin_tokenize_job *job);
 } lupin_capi_shared;
 
 extern const lupin_capi_shared lupin__capi_shared;
+
+/* token_cache.c: made and freed with its lupin_shared; the capi's calls. */
+lupin_token_cache *lupin__tokens_new(void);
+void lupin__tokens_free(lupin_token_cache *c);
+int lupin__tokens_put(lupin_runtime *rt, uint64_t key, const uint32_t *ids, size_t n);
+long lupin__tokens_hashes(lupin_runtime *rt, uint64_t key, uint64_t prev, size_t block_size,
+                          uint64_t *out, size_t cap);
+long lupin__tokens_count(lupin_runtime *rt, uint64_t key);
+int lupin__tokens_want(lupin_runtime *rt, const lupin_tokenize_job *job);
 
 /* What a generation's plugins can observe (lua/lupin/runtime/engine.lua's flags):
  * without them the core skips the calls into Lua. */

@@ -134,11 +134,102 @@ typedef void (*lupin_prefix_record_fn)(void *ud, const char *key, const char *en
 void lupin_shared_on_prefix_record(lupin_shared *s, lupin_prefix_record_fn fn, void *ud);
 /* Records hashes[0..n) for the endpoint named `endpoint` in the keyed index
  * of `key`, as if a runtime of s had, without calling the hook (no echo).
- * Thread-safe.  1: applied; 0: ignored (no index has that key now, or no
- * runtime of s has an endpoint of that name); -1: bad arguments or out of
+ * Thread-safe, from any thread, one that runs no runtime too (a host's
+ * subscriber thread).  1: applied; 0: ignored (no index has that key now, or
+ * no runtime of s has an endpoint of that name); -1: bad arguments or out of
  * memory. */
 int lupin_shared_prefix_apply(lupin_shared *s, const char *key, const char *endpoint,
                               const uint64_t *hashes, size_t n);
+/* The endpoint named `endpoint` no longer holds hashes[0..n) in the keyed
+ * index of `key` (an engine evicted those blocks); hashes it did not hold are
+ * skipped.  As lupin_shared_prefix_apply: no hook, any thread, 1 applied, 0
+ * ignored, -1 bad arguments. */
+int lupin_shared_prefix_remove(lupin_shared *s, const char *key, const char *endpoint,
+                               const uint64_t *hashes, size_t n);
+/* Drops everything the endpoint named `endpoint` holds in the keyed index of
+ * `key` (an engine restarted or cleared its cache).  The same conventions. */
+int lupin_shared_prefix_purge(lupin_shared *s, const char *key, const char *endpoint);
+
+/* --- block hashes of token ids (docs/prefix-index.md) ---------------------
+ *
+ * The key of a KV-cache block by the token ids it holds, so that what an
+ * engine reports it stored (token ids, in its events) and what a request will
+ * need (its prompt's token ids) meet on one key lupin computes itself. */
+
+/* The chain's start for one model adapter and tenant: hash_seed is the
+ * config's hashSeed, lora the LoRA adapter's name ("" or NULL: the base
+ * model), salt the request's cache_salt. */
+uint64_t lupin_token_seed(const char *hash_seed, size_t hash_seed_len, const char *lora,
+                          size_t lora_len, const char *salt, size_t salt_len);
+/* Chained xxh64 of the full blocks of ids[0..n), block_size ids each:
+ *   h[i] = xxh64(le32 bytes of block i's ids ‖ le64(h[i-1])),  h[-1] = prev
+ * (prev: a seed, or a stored block's hash to continue its chain).  Writes at
+ * most cap; returns how many, -1 on bad arguments.  Allocates nothing. */
+long lupin_token_block_hashes(uint64_t prev, const uint32_t *ids, size_t n, size_t block_size,
+                              uint64_t *out, size_t cap);
+
+/* --- the token cache (docs/prefix-index.md) -------------------------------
+ *
+ * The token ids of prompt prefixes, under a key the caller chooses (a plugin
+ * uses its character-chain hash of the prefix), shared by every runtime of s,
+ * bounded in bytes (least recently used out first).  Thread-safe.  Ids come
+ * from a tokenizer the host calls: a plugin asks for them with
+ * lupin_shared_tokens_want (through lupin.tokens), the host's hook receives
+ * the job and later answers with lupin_shared_tokens_put, or with
+ * lupin_shared_tokens_failed. */
+
+/* Caches ids[0..n) under key, replacing what it held (and ending a pending
+ * job for it).  0: cached; -1: bad arguments, more than the cache's limit,
+ * or out of memory. */
+int lupin_shared_tokens_put(lupin_shared *s, uint64_t key, const uint32_t *ids, size_t n);
+/* lupin_token_block_hashes(prev, ...) of the ids cached under key, computed
+ * under the cache's lock (no copy to the caller); the entry becomes the most
+ * recently used.  The number written, or -1 when key is not cached (or bad
+ * arguments).  Counts a hit or a miss. */
+long lupin_shared_tokens_hashes(lupin_shared *s, uint64_t key, uint64_t prev, size_t block_size,
+                                uint64_t *out, size_t cap);
+/* How many ids are cached under key, -1: none are.  Counts nothing. */
+long lupin_shared_tokens_count(lupin_shared *s, uint64_t key);
+/* The cache's bound in bytes (ids and bookkeeping; default 64 MiB): a lower
+ * one evicts at once. */
+void lupin_shared_tokens_limit(lupin_shared *s, size_t bytes);
+/* How long a job asked for stays pending (default 5 s): a key is not asked
+ * for again meanwhile, and is once it expired (a job the host lost).  Set it
+ * above the host's tokenizer timeout. */
+void lupin_shared_tokens_pending_seconds(lupin_shared *s, double seconds);
+
+typedef struct lupin_token_cache_stats {
+  uint64_t entries, bytes, limit;  /* now */
+  uint64_t pending;                /* jobs asked for, not answered nor expired */
+  uint64_t hits, misses;           /* lupin_shared_tokens_hashes */
+  uint64_t evictions;              /* entries dropped for room */
+  uint64_t asked, failed, expired; /* jobs given to the hook, failed, expired */
+} lupin_token_cache_stats;
+void lupin_shared_tokens_stats(lupin_shared *s, lupin_token_cache_stats *out);
+
+/* A prompt prefix to tokenize.  The pointers are valid during the hook's
+ * call only: copy what you keep. */
+typedef struct lupin_tokenize_job {
+  uint64_t key;         /* answer with lupin_shared_tokens_put(s, key, ...) */
+  const char *endpoint; /* the endpoint to ask, by name, or NULL: any */
+  const char *model;
+  const char *text; /* the prompt's prefix, or with chat a JSON array of messages */
+  size_t text_len;
+  int chat;
+} lupin_tokenize_job;
+/* Called with no lock of s held, on the thread that asked (a runtime's, in a
+ * plugin's call): be quick, hand the job to the thread that tokenizes.  It
+ * may call lupin_shared_tokens_put or _failed at once. */
+typedef void (*lupin_tokenize_fn)(void *ud, const lupin_tokenize_job *job);
+/* Sets the hook (fn NULL: none; jobs are then never asked for). */
+void lupin_shared_on_tokenize(lupin_shared *s, lupin_tokenize_fn fn, void *ud);
+/* Gives job to the hook unless its key is cached or pending already.  1:
+ * asked (the key is now pending); 0: not needed (cached, pending, or no
+ * hook); -1: bad arguments or out of memory. */
+int lupin_shared_tokens_want(lupin_shared *s, const lupin_tokenize_job *job);
+/* The job for key failed: no longer pending (asked for again on the next
+ * want), counted. */
+void lupin_shared_tokens_failed(lupin_shared *s, uint64_t key);
 
 /* Creates a runtime.  opts may be NULL for the defaults. */
 lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t errlen);

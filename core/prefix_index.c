@@ -471,6 +471,21 @@ void lupin_prefix_purge(lupin_prefix_index *x, uint32_t id) {
   x->free_eps = i;
 }
 
+size_t lupin_prefix_remove(lupin_prefix_index *x, uint32_t id, const uint64_t *hashes, size_t n) {
+  endpoint *e = x && hashes ? ep_get(x, id) : NULL;
+  if (!e) return 0;
+  uint32_t es = (uint32_t)(e - x->eps);
+  size_t removed = 0;
+  for (size_t i = 0; i < n; i++) {
+    slot *s = tab_find(&x->pairs, hashes[i], es);
+    if (s) {
+      node_remove(x, e, s->val);
+      removed++;
+    }
+  }
+  return removed;
+}
+
 size_t lupin_prefix_count(const lupin_prefix_index *x, uint32_t id) {
   const endpoint *e = x ? ep_get(x, id) : NULL;
   return e ? e->count : 0;

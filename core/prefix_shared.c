@@ -251,18 +251,37 @@ static int record_in(lupin_prefix_view *v, unsigned i, uint32_t id, const uint64
   return rc;
 }
 
-static int record_sharded(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n,
-                          uint32_t capacity) {
-  if (v->ix->n_shards == 1) return record_in(v, 0, id, hashes, n, capacity);
+static int remove_in(lupin_prefix_view *v, unsigned i, uint32_t id, const uint64_t *hashes,
+                     size_t n, uint32_t capacity) {
+  (void)capacity;
+  shard *s = &v->ix->shards[i];
+  pthread_mutex_lock(&s->lock);
+  lupin_prefix_remove(s->x, id, hashes, n);
+  pthread_mutex_unlock(&s->lock);
+  return 0;
+}
+
+typedef int (*shard_op)(lupin_prefix_view *v, unsigned i, uint32_t id, const uint64_t *hashes,
+                        size_t n, uint32_t capacity);
+
+/* op over each shard's share of hashes, one lock at a time. */
+static int each_shard(lupin_prefix_view *v, shard_op op, uint32_t id, const uint64_t *hashes,
+                      size_t n, uint32_t capacity) {
+  if (v->ix->n_shards == 1) return op(v, 0, id, hashes, n, capacity);
   size_t off[MAX_SHARDS + 1];
   if (group_by_shard(v, hashes, n, off)) return -1;
   for (unsigned s = 0; s < v->ix->n_shards; s++) {
     size_t k = 0;
     for (size_t j = off[s]; j < off[s + 1]; j++)
       v->group[k++] = hashes[v->order[j]];
-    if (k && record_in(v, s, id, v->group, k, capacity)) return -1;
+    if (k && op(v, s, id, v->group, k, capacity)) return -1;
   }
   return 0;
+}
+
+static int record_sharded(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n,
+                          uint32_t capacity) {
+  return each_shard(v, record_in, id, hashes, n, capacity);
 }
 
 int lupin_prefix_view_record(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n,
@@ -275,18 +294,27 @@ int lupin_prefix_view_record(lupin_prefix_view *v, uint32_t id, const uint64_t *
   return 0;
 }
 
-/* A remote record (prefix_sync.c): through a view of no runtime, so with
- * its own scratch; the store's lock keeps the index alive meanwhile. */
-int lupin__prefix_shared_record(lupin_shared_store *st, const char *key, uint32_t id,
-                                const uint64_t *hashes, size_t n) {
-  pthread_mutex_lock(&st->lock);
+static lupin_prefix_shared *index_named(lupin_shared_store *st, const char *key) {
   lupin_prefix_shared *ix = st->prefix;
   while (ix && strcmp(ix->key, key) != 0)
     ix = ix->next;
+  return ix;
+}
+
+/* A host's change (prefix_sync.c, and the engines' events): through a view
+ * of no runtime, so on any thread and with its own scratch; the store's
+ * lock keeps the index alive meanwhile.  hashes NULL: purge id. */
+static int apply_named(lupin_shared_store *st, const char *key, shard_op op, uint32_t id,
+                       const uint64_t *hashes, size_t n) {
+  pthread_mutex_lock(&st->lock);
+  lupin_prefix_shared *ix = index_named(st, key);
   int rc = 0;
-  if (ix) {
+  if (ix && !hashes) {
+    index_purge(ix, id);
+    rc = 1;
+  } else if (ix) {
     lupin_prefix_view v = {.ix = ix};
-    rc = record_sharded(&v, id, hashes, n, 0) ? -1 : 1;
+    rc = each_shard(&v, op, id, hashes, n, 0) ? -1 : 1;
     free(v.order);
     free(v.start);
     free(v.len);
@@ -294,6 +322,31 @@ int lupin__prefix_shared_record(lupin_shared_store *st, const char *key, uint32_
   }
   pthread_mutex_unlock(&st->lock);
   return rc;
+}
+
+int lupin__prefix_shared_record(lupin_shared_store *st, const char *key, uint32_t id,
+                                const uint64_t *hashes, size_t n) {
+  return apply_named(st, key, record_in, id, hashes, n);
+}
+
+/* Removals and purges come from the engines' events (lupin.h): the blocks an
+ * engine evicted, the cache it cleared.  Like lupin_shared_prefix_apply, by
+ * the endpoint's name and with no hook (no replica hears of them: each
+ * replica hears the engines itself). */
+int lupin_shared_prefix_remove(lupin_shared *s, const char *key, const char *endpoint,
+                               const uint64_t *hashes, size_t n) {
+  if (!s || !key || !endpoint || (n && !hashes)) return -1;
+  uint32_t id = lupin__shared_endpoint_named(s, endpoint);
+  if (!id) return 0;
+  static const uint64_t none[1];
+  return apply_named(lupin__shared_store(s), key, remove_in, id, n ? hashes : none, n);
+}
+
+int lupin_shared_prefix_purge(lupin_shared *s, const char *key, const char *endpoint) {
+  if (!s || !key || !endpoint) return -1;
+  uint32_t id = lupin__shared_endpoint_named(s, endpoint);
+  if (!id) return 0;
+  return apply_named(lupin__shared_store(s), key, NULL, id, NULL, 0);
 }
 
 /* A match's endpoints are counted in found/fcount.  Most matches find a

@@ -53,6 +53,11 @@ lupin_shared *lupin_shared_new(unsigned threads, char *err, size_t errlen) {
     lupin__errf(err, errlen, "out of memory");
     return NULL;
   }
+  if (!(s->store.tokens = lupin__tokens_new())) {
+    free(s);
+    lupin__errf(err, errlen, "out of memory");
+    return NULL;
+  }
   pthread_mutex_init(&s->lock, NULL);
   pthread_mutex_init(&s->store.lock, NULL);
   s->store.prefix_shards = shards_for(threads);
@@ -78,6 +83,7 @@ void lupin_shared_free(lupin_shared *s) {
   free(s->buckets);
   lupin__prefix_shared_free_all(&s->store);
   lupin__dict_free_all(&s->store);
+  lupin__tokens_free(s->store.tokens);
   pthread_mutex_destroy(&s->store.lock);
   pthread_mutex_destroy(&s->lock);
   free(s);
@@ -193,5 +199,7 @@ const lupin_capi_shared lupin__capi_shared = {
     lupin_prefix_view_count,  lupin_prefix_view_holds, lupin_prefix_view_memory,
     lupin_dict_open,          lupin_dict_get,          lupin_dict_set,
     lupin_dict_incr,          lupin_dict_count,        lupin_dict_max,
-    lupin__flow_add,          lupin__flow_keep,
+    lupin__flow_add,          lupin__flow_keep,        lupin_token_seed,
+    lupin_token_block_hashes, lupin__tokens_put,       lupin__tokens_hashes,
+    lupin__tokens_count,      lupin__tokens_want,
 };

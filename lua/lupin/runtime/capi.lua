@@ -59,6 +59,16 @@ typedef struct lupin_dict_value {
   size_t len;
 } lupin_dict_value;
 
+/* a prompt prefix to tokenize (lupin.tokens.want) */
+typedef struct lupin_tokenize_job {
+  uint64_t key;
+  const char *endpoint;
+  const char *model;
+  const char *text;
+  size_t text_len;
+  int chat;
+} lupin_tokenize_job;
+
 typedef struct lupin_capi_shared {
   lupin_prefix_view *(*prefix_open)(void *rt, const char *key, uint32_t capacity);
   void (*prefix_close)(lupin_prefix_view *v);
@@ -82,6 +92,15 @@ typedef struct lupin_capi_shared {
   size_t (*dict_max)(lupin_dict *d);
   double (*flow_add)(void *rt, int64_t delta);
   void (*flow_keep)(void *rt, int on);
+  uint64_t (*token_seed)(const char *hash_seed, size_t hash_seed_len, const char *lora,
+                         size_t lora_len, const char *salt, size_t salt_len);
+  long (*token_block_hashes)(uint64_t prev, const uint32_t *ids, size_t n, size_t block_size,
+                             uint64_t *out, size_t cap);
+  int (*tokens_put)(void *rt, uint64_t key, const uint32_t *ids, size_t n);
+  long (*tokens_hashes)(void *rt, uint64_t key, uint64_t prev, size_t block_size, uint64_t *out,
+                        size_t cap);
+  long (*tokens_count)(void *rt, uint64_t key);
+  int (*tokens_want)(void *rt, const lupin_tokenize_job *job);
 } lupin_capi_shared;
 
 typedef struct lupin_budget {
@@ -191,7 +210,7 @@ function M.bind(ud, abi)
   M.alloc = M.api.alloc
   M.budget = M.api.budget
   M.budget_poll = M.api.budget_poll
-  M.shared = M.api.shared -- keyed prefix indexes and shared dicts
+  M.shared = M.api.shared -- keyed prefix indexes, shared dicts, token keys and cache
   local clock = M.api.now
   M.clock = clock
   M.now = function()
