@@ -1,7 +1,9 @@
 --- lupin.prefix: prompt block hashes and the prefix index, from C through FFI
---- (core/blockhash.c, core/prefix_index.c), so prefix plugins stay short.
+--- (core/blockhash.c, core/prefix_index.c), so prefix plugins stay short
+--- (docs/prefix-index.md).
 ---
 ---   local h = prefix.hashes(prompt, model, salt, 64, 256)  -- h.n full blocks
+---   local t = prefix.token_hashes(ids, prefix.token_seed(seed, lora, salt), 16, 256)
 ---   local index = prefix.index(31250, key)                 -- capacity per endpoint
 ---   index:record(ep.id, h)            -- ep has cached this prompt
 ---   local matches = index:match(h)    -- { [ep.id] = matched blocks }
@@ -68,6 +70,32 @@ local function list_capacity(n)
   return x + 1
 end
 
+-- A list for n hashes and the view a caller holds: a kept one when there is
+-- one of that capacity, else a new pair.
+local function acquire(n)
+  local cap = list_capacity(n)
+  -- a list and its view stay paired for life: no weak-table entry per call
+  local h = kept[cap]
+  if h then
+    kept[cap] = nil
+    M.counters.reused = M.counters.reused + 1
+    return h, lists[h]
+  end
+  local hs = HASHES(cap)
+  hs.cap = cap
+  h = setmetatable({ n = 0, block_size = 0 }, HASHES_VIEW)
+  lists[h] = hs
+  return h, hs
+end
+
+-- h and its list now hold got hashes of blocks of block_size.
+local function publish(h, hs, got, block_size)
+  M.counters.hashed = M.counters.hashed + 1
+  hs.n, hs.block_size, hs.live = got, block_size, 1
+  h.n, h.block_size = got, block_size
+  return h
+end
+
 --- The chained xxh64 hashes of a prompt's full blocks (at most max_blocks).
 ---@param prompt string
 ---@param model string?
@@ -79,20 +107,7 @@ function M.hashes(prompt, model, salt, block_size, max_blocks)
   assert(block_size >= 1 and block_size % 1 == 0, "block size must be a positive integer")
   model, salt = model or "", salt or ""
   local n = math.max(0, math.min(math.floor(#prompt / block_size), max_blocks))
-  local cap = list_capacity(n)
-  -- a list and its view stay paired for life: no weak-table entry per call
-  local h = kept[cap]
-  local hs
-  if h then
-    kept[cap] = nil
-    hs = lists[h]
-    M.counters.reused = M.counters.reused + 1
-  else
-    hs = HASHES(cap)
-    hs.cap = cap
-    h = setmetatable({ n = 0, block_size = 0 }, HASHES_VIEW)
-    lists[h] = hs
-  end
+  local h, hs = acquire(n)
   input.prompt, input.prompt_len = prompt, #prompt
   input.model, input.model_len = model, #model
   input.salt, input.salt_len = salt, #salt
@@ -102,17 +117,117 @@ function M.hashes(prompt, model, salt, block_size, max_blocks)
   if got < 0 then
     error("block hashing refused its input", 2)
   end
-  M.counters.hashed = M.counters.hashed + 1
-  hs.n, hs.block_size, hs.live = got, block_size, 1
-  h.n, h.block_size = got, block_size
-  return h
+  return publish(h, hs, got, block_size)
+end
+
+-- --- token ids (core/blockhash.c's token chain; docs/prefix-index.md) ------
+
+local U64 = ffi.typeof("uint64_t")
+local I64 = ffi.typeof("int64_t")
+local TWO53 = 2 ^ 53
+
+-- v as a uint64_t: a uint64_t (or int64_t) cdata as it is, an integer
+-- number in 0..2^53 exactly; an error at the caller's caller else.
+local function u64(v, what, level)
+  if type(v) == "number" and v >= 0 and v <= TWO53 and v % 1 == 0 then
+    return U64(v)
+  end
+  if type(v) == "cdata" and (ffi.istype(U64, v) or ffi.istype(I64, v)) then
+    return U64(v)
+  end
+  error(("%s must be a 64-bit key (a uint64_t from lupin.prefix, or an integer number), got %s")
+    :format(what, type(v)), level + 1)
+end
+M._u64 = u64
+
+local ids_buf, ids_cap = nil, 0 -- reused: a runtime is single-threaded
+local UINT32_MAX = 4294967295
+
+-- The ids of a Lua array in a uint32_t buffer (valid until the next call),
+-- and their count; an error naming the first id that is not one.
+local function ids_of(ids, what, level)
+  if type(ids) ~= "table" then
+    error(("%s: ids must be an array of token ids, got %s"):format(what, type(ids)), level + 1)
+  end
+  local n = #ids
+  if n > ids_cap then
+    ids_cap = math.max(n, 2 * ids_cap, 256)
+    ids_buf = ffi.new("uint32_t[?]", ids_cap)
+  end
+  for i = 1, n do
+    local v = ids[i]
+    if type(v) ~= "number" or v < 0 or v > UINT32_MAX or v % 1 ~= 0 then
+      error(("%s: ids[%d] is %s, not an integer in 0..2^32-1"):format(what, i, tostring(v)),
+        level + 1)
+    end
+    ids_buf[i - 1] = v
+  end
+  return ids_buf, n
+end
+M._ids = ids_of
+
+--- The start of a token-id chain: the config's hashSeed, the LoRA adapter
+--- ("" or nil: the base model) and the request's cache_salt.  Pass it to
+--- prefix.token_hashes or lupin.tokens.hashes.
+---@param hash_seed string?
+---@param lora string?
+---@param salt string?
+---@return ffi.cdata* seed a uint64_t
+function M.token_seed(hash_seed, lora, salt)
+  hash_seed, lora, salt = hash_seed or "", lora or "", salt or ""
+  for _, v in ipairs({ hash_seed, lora, salt }) do
+    if type(v) ~= "string" then
+      error(("prefix.token_seed: strings expected, got %s"):format(type(v)), 2)
+    end
+  end
+  return capi.shared.token_seed(hash_seed, #hash_seed, lora, #lora, salt, #salt)
+end
+
+---@alias lupin.TokenSeed ffi.cdata*|integer|{hash_seed: string?, lora: string?, salt: string?}
+
+-- The chain's start: a seed or block hash given as it is, or made from a
+-- table {hash_seed=, lora=, salt=}.
+local function seed_of(seed, what, level)
+  if type(seed) == "table" then
+    return M.token_seed(seed.hash_seed, seed.lora, seed.salt)
+  end
+  return u64(seed, what .. ": the seed", level + 1)
+end
+M._seed = seed_of
+
+--- The chained hashes of the full blocks of a prompt's token ids (at most
+--- max_blocks): the keys an engine's KV-cache events map to.  seed: what
+--- prefix.token_seed returns, a table of its arguments, or a block's hash
+--- (prefix.key) to continue that chain.  h.block_size counts tokens.
+---@param ids integer[] token ids, each in 0..2^32-1
+---@param seed lupin.TokenSeed
+---@param block_size integer tokens per block, ≥ 1
+---@param max_blocks integer
+---@return lupin.Hashes
+function M.token_hashes(ids, seed, block_size, max_blocks)
+  if type(block_size) ~= "number" or block_size < 1 or block_size % 1 ~= 0 then
+    error("prefix.token_hashes: block size must be a positive integer", 2)
+  end
+  local prev = seed_of(seed, "prefix.token_hashes", 2)
+  local buf, k = ids_of(ids, "prefix.token_hashes", 2)
+  local n = math.max(0, math.min(math.floor(k / block_size), max_blocks))
+  local h, hs = acquire(n)
+  local got = tonumber(capi.shared.token_block_hashes(prev, buf, k, block_size, hs.h, n))
+  if got < 0 then
+    hs.live = 1 -- a list never handed out: keep it for the next call
+    M.release(h)
+    error("prefix.token_hashes: hashing refused its input", 2)
+  end
+  return publish(h, hs, got, block_size)
 end
 
 -- The runtime's own (a leading "_": not in a plugin's copy of the module):
--- the C list behind hashes, and hashes made from given values (specs).
+-- the C list behind hashes, and hashes made from given values (specs); a
+-- list to fill and its publication (lupin.tokens).
 function M._list(h)
   return list_of(h)
 end
+M._acquire, M._publish = acquire, publish
 
 function M._from(values)
   local hs = HASHES(math.max(#values, 1))
@@ -272,6 +387,16 @@ local function block(h, i)
     error(("prefix: block %s is not one of the %d hashed"):format(tostring(i), hs.n), 3)
   end
   return hs.h[i]
+end
+
+--- The hash of block i (0-based) of h, as a uint64_t: the key of a prefix in
+--- lupin.tokens (its character chain's hash names it), or the seed that
+--- continues a token chain after block i (prefix.token_hashes).
+---@param h lupin.Hashes
+---@param i integer
+---@return ffi.cdata* key a uint64_t
+function M.key(h, i)
+  return U64(block(h, i))
 end
 
 --- Records that endpoint id has cached the blocks of h (the last block is
