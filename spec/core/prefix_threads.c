@@ -1,10 +1,14 @@
 /* Threads on one lupin_shared (run by spec/core/prefix_threads_spec.lua; built
  * by make as $(B)/prefix-threads): THREADS threads, each with its own
- * runtime, hammer one keyed prefix index with records, matches and purges,
- * and one shared dict with increments.  Checked: no increment is lost (exact
- * totals), a prompt nobody touches keeps matching whole while the others
- * churn, every match is well-formed, capacities hold, a purge empties.  Meant
- * for AddressSanitizer now and ThreadSanitizer too (no sleeps, no timing).
+ * runtime, hammer one keyed prefix index with records, matches, purges and
+ * removals by name, one shared dict with increments, and the token cache
+ * with puts, lookups and jobs; a subscriber thread that runs no runtime
+ * applies, removes and purges by name meanwhile, as a host's KV-event thread
+ * does.  Checked: no increment is lost (exact totals), a prompt nobody
+ * touches keeps matching whole while the others churn, every match is
+ * well-formed, capacities hold, a purge empties, the token cache's counts
+ * add up and its bound holds.  Meant for AddressSanitizer and
+ * ThreadSanitizer (no sleeps, no timing).
  *
  *   prefix-threads [iterations per thread]   exits 0 and prints "ok" lines */
 #include "internal.h"
@@ -20,6 +24,10 @@
 #define MAX_BLOCKS 64
 
 static lupin_shared *shared;
+static int stop_subscriber;            /* __atomic */
+static long hook_calls, token_lookups; /* __atomic */
+#define TOKEN_LIMIT 16384              /* bytes: a few hundred entries, evicting all along */
+#define TOKEN_IDS   64
 static pthread_barrier_t barrier;
 static int failures;
 static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -102,6 +110,65 @@ static void check_match(const uint32_t *ids, const uint32_t *counts, long k, siz
   }
 }
 
+/* The host's tokenize hook: answers at once now and then (it holds no lock
+ * of the cache, or this would deadlock), fails others, forgets the rest. */
+static void tokenize(void *ud, const lupin_tokenize_job *job) {
+  (void)ud;
+  long c = __atomic_add_fetch(&hook_calls, 1, __ATOMIC_RELAXED);
+  CHECK(job->text && job->text_len == strlen(job->text), "job text");
+  uint32_t ids[TOKEN_IDS];
+  for (int i = 0; i < TOKEN_IDS; i++)
+    ids[i] = (uint32_t)(job->key * 31 + (uint64_t)i);
+  if (c % 3 == 0) CHECK(lupin_shared_tokens_put(shared, job->key, ids, TOKEN_IDS) == 0, "put");
+  if (c % 3 == 1) lupin_shared_tokens_failed(shared, job->key);
+}
+
+static void tokens(worker *w) {
+  uint64_t key = (next(w) >> 32) % 512, out[8]; /* high bits: the low ones follow the last draw */
+  uint32_t ids[TOKEN_IDS];
+  for (int i = 0; i < TOKEN_IDS; i++)
+    ids[i] = (uint32_t)(key * 31 + (uint64_t)i);
+  switch (next(w) % 4) {
+  case 0:
+    CHECK(lupin_shared_tokens_put(shared, key, ids, TOKEN_IDS) == 0, "put");
+    break;
+  case 1: {
+    lupin_tokenize_job job = {.key = key, .model = "m", .text = "some text", .text_len = 9};
+    CHECK(lupin_shared_tokens_want(shared, &job) >= 0, "want");
+    break;
+  }
+  default: {
+    __atomic_add_fetch(&token_lookups, 1, __ATOMIC_RELAXED);
+    long k = lupin_shared_tokens_hashes(shared, key, 7, 16, out, 8);
+    CHECK(k == -1 || k == TOKEN_IDS / 16, "tokens_hashes gave %ld", k);
+    uint64_t want[8];
+    if (k > 0) { /* the same ids under a key, whoever put them */
+      lupin_token_block_hashes(7, ids, TOKEN_IDS, 16, want, 8);
+      CHECK(memcmp(want, out, (size_t)k * 8) == 0, "key %llu: other hashes",
+            (unsigned long long)key);
+    }
+  }
+  }
+}
+
+/* A host's event thread: no runtime, endpoints by name. */
+static void *subscriber(void *arg) {
+  worker *w = arg;
+  uint64_t h[MAX_BLOCKS];
+  while (!__atomic_load_n(&stop_subscriber, __ATOMIC_RELAXED)) {
+    size_t n = random_prompt(w, h);
+    char name[16];
+    /* ep3..ep5: not ep6, whose emptiness thread 0 checks while this runs */
+    snprintf(name, sizeof name, "ep%d", 3 + (int)(next(w) % (ENDPOINTS - 3)));
+    CHECK(lupin_shared_prefix_apply(shared, "spec/threads", name, h, n) >= 0, "apply");
+    CHECK(lupin_shared_prefix_remove(shared, "spec/threads", name, h, n / 2) >= 0, "remove");
+    if (next(w) % 32 == 0)
+      CHECK(lupin_shared_prefix_purge(shared, "spec/threads", name) >= 0, "purge");
+    tokens(w);
+  }
+  return NULL;
+}
+
 static void *run(void *arg) {
   worker *w = arg;
   lupin_runtime *rt = runtime();
@@ -130,6 +197,12 @@ static void *run(void *arg) {
     CHECK(k == 1 && ids[0] == id_of(rt, 1) && counts[0] == n_stable,
           "the stable prompt matched %ld endpoints, %u blocks", k, k > 0 ? counts[0] : 0);
     if (it % 64 == 0) lupin_prefix_view_purge(v, id_of(rt, ENDPOINTS));
+    char name[16];
+    snprintf(name, sizeof name, "ep%d", ep);
+    if (it % 8 == 0)
+      CHECK(lupin_shared_prefix_remove(shared, "spec/threads", name, h, n) == 1, "remove");
+    if (it % 97 == 0) CHECK(lupin_shared_prefix_purge(shared, "spec/threads", name) == 1, "purge");
+    tokens(w);
     double total, mine;
     CHECK(lupin_dict_incr(d, "total", 5, 1, 0, 1, &total) == 0, "incr total");
     CHECK(lupin_dict_incr(d, key, strlen(key), 0.5, 0, 1, &mine) == 0, "incr mine");
@@ -165,6 +238,10 @@ int main(int argc, char **argv) {
   shared = lupin_shared_new(THREADS, err, sizeof err);
   if (!shared) return 1;
   pthread_barrier_init(&barrier, NULL, THREADS);
+  lupin_shared_tokens_limit(shared, TOKEN_LIMIT);
+  lupin_shared_on_tokenize(shared, tokenize, NULL);
+  worker sub = {.n = THREADS, .rng = 0x243F6A8885A308D3ull};
+  if (pthread_create(&sub.thread, NULL, subscriber, &sub)) return 1;
   worker w[THREADS];
   for (int i = 0; i < THREADS; i++) {
     w[i] = (worker){.n = i, .iterations = iterations, .rng = 0x9E3779B97F4A7C15ull * (i + 1)};
@@ -172,7 +249,21 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < THREADS; i++)
     pthread_join(w[i].thread, NULL);
+  __atomic_store_n(&stop_subscriber, 1, __ATOMIC_RELAXED);
+  pthread_join(sub.thread, NULL);
   pthread_barrier_destroy(&barrier);
+  lupin_token_cache_stats st;
+  lupin_shared_tokens_stats(shared, &st);
+  CHECK(st.hits + st.misses == (uint64_t)token_lookups, "%llu hits + %llu misses, %ld lookups",
+        (unsigned long long)st.hits, (unsigned long long)st.misses, token_lookups);
+  CHECK(st.asked == (uint64_t)hook_calls, "asked %llu, hook called %ld",
+        (unsigned long long)st.asked, hook_calls);
+  CHECK(st.hits > 0 && st.misses > 0, "no hits or no misses");
+  CHECK(st.bytes <= TOKEN_LIMIT && st.evictions > 0, "%llu bytes, %llu evictions",
+        (unsigned long long)st.bytes, (unsigned long long)st.evictions);
+  printf("ok tokens: %llu entries, %llu hits, %llu misses, %llu evictions, %llu asked\n",
+         (unsigned long long)st.entries, (unsigned long long)st.hits, (unsigned long long)st.misses,
+         (unsigned long long)st.evictions, (unsigned long long)st.asked);
   lupin_shared_free(shared);
   if (failures) {
     fprintf(stderr, "prefix-threads: %d failed checks\n", failures);
