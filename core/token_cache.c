@@ -6,8 +6,9 @@
  * path, so a plugin asks for a prefix's ids once (a job to the host's hook),
  * scores that request without them, and finds them cached for the next
  * requests sharing the prefix.  One entry per key, either cached (ids, in
- * the LRU) or pending (a job asked for, in a FIFO that is also the order of
- * its deadlines, every job getting the same time to live).  One mutex: a
+ * the LRU) or pending (a job asked for, in a FIFO that is also the order in
+ * which they expire: every job gets the time to live the cache has when the
+ * job's age is checked, so a changed one keeps the order).  One mutex: a
  * request makes at most one lookup, and hashing a cached prefix under it
  * costs microseconds. */
 #include "internal.h"
@@ -27,7 +28,7 @@ struct entry {
   uint64_t key;
   entry *chain;       /* in its bucket */
   entry *prev, *next; /* the LRU (most recent first) or the pending FIFO */
-  double deadline;    /* pending: when it expires */
+  double asked;       /* pending: when it was asked for */
   int pending;
   size_t n;
   uint32_t ids[];
@@ -167,7 +168,8 @@ static void evict_to(lupin_token_cache *c, size_t limit) {
 }
 
 static void expire(lupin_token_cache *c, double now) {
-  while (c->pending.head && (c->pending.head->deadline <= now || c->pending.count > MAX_PENDING)) {
+  while (c->pending.head &&
+         (c->pending.head->asked + c->pending_seconds <= now || c->pending.count > MAX_PENDING)) {
     drop(c, c->pending.head);
     c->expired++;
   }
@@ -311,7 +313,7 @@ static int mark_pending(lupin_token_cache *c, uint64_t key, lupin_tokenize_fn *f
     entry *e = malloc(sizeof *e);
     rc = -1;
     if (e) {
-      *e = (entry){.key = key, .pending = 1, .deadline = now + c->pending_seconds};
+      *e = (entry){.key = key, .pending = 1, .asked = now};
       rc = insert(c, e) ? -1 : 1;
       if (rc < 0) free(e);
     }
