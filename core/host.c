@@ -278,3 +278,45 @@ int lupin_runtime_metric_source(lupin_runtime *rt, const char *endpoint, lupin_m
   lua_settop(L, base);
   return 0;
 }
+
+/* A field of the table at t as a string, an integer or a number. */
+static const char *field_text(lua_State *L, int t, const char *k) {
+  lua_getfield(L, t, k);
+  const char *v = lua_tostring(L, -1); /* anchored by the generation's table */
+  lua_pop(L, 1);
+  return v ? v : "";
+}
+
+static double field_number(lua_State *L, int t, const char *k) {
+  lua_getfield(L, t, k);
+  double v = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+int lupin_runtime_kv_events(lupin_runtime *rt, lupin_kv_events *out) {
+  lua_State *L = rt->L;
+  int base = lua_gettop(L);
+  push_op(rt, "kv_events");
+  if (lupin__call(rt, 1, 1, NULL, 0)) {
+    lua_settop(L, base);
+    return -1;
+  }
+  int t = base + 1, rc = lua_istable(L, t) ? 1 : lua_isnil(L, t) ? -1 : 0;
+  if (rc == 1) {
+    *out = (lupin_kv_events){
+        .index = field_text(L, t, "index"),
+        .hash_seed = field_text(L, t, "hash_seed"),
+        .topic = field_text(L, t, "topic"),
+        .bind = field_text(L, t, "bind"),
+        .port = (int)field_number(L, t, "port"),
+        .replay_port = (int)field_number(L, t, "replay_port"),
+        .block_size = (int)field_number(L, t, "block_size"),
+        .max_blocks = (size_t)field_number(L, t, "max_blocks"),
+        .max_pending = (size_t)field_number(L, t, "max_pending"),
+        .unsure_seconds = field_number(L, t, "unsure_seconds"),
+    };
+  }
+  lua_settop(L, base);
+  return rc;
+}

@@ -206,6 +206,14 @@ long lupin_prefix_view_match(lupin_prefix_view *v, const uint64_t *hashes, size_
                              uint32_t *counts, size_t cap);
 void lupin_prefix_view_purge(lupin_prefix_view *v, uint32_t id);
 size_t lupin_prefix_view_count(lupin_prefix_view *v, uint32_t id);
+int lupin_prefix_view_unsure(lupin_prefix_view *v, uint32_t id);
+/* As the matches, an endpoint counting the blocks it holds from the first
+ * without a gap: what an engine's cache can reuse (the precise plugins). */
+long lupin_prefix_match_runs(lupin_prefix_index *x, const uint64_t *hashes, size_t n,
+                             uint32_t *ids, uint32_t *counts, size_t cap);
+long lupin_prefix_view_match_runs(lupin_prefix_view *v, const uint64_t *hashes, size_t n,
+                                  uint32_t *ids, uint32_t *counts, size_t cap);
+int lupin_prefix_view_remove(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n);
 int lupin_prefix_view_holds(lupin_prefix_view *v, uint32_t id, uint64_t hash);
 size_t lupin_prefix_view_memory(lupin_prefix_view *v);
 
@@ -291,6 +299,12 @@ typedef struct lupin_capi_shared {
                         uint64_t *out, size_t cap);
   long (*tokens_count)(lupin_runtime *rt, uint64_t key);
   int (*tokens_want)(lupin_runtime *rt, const lupin_tokenize_job *job);
+  /* a keyed index's endpoint the host cannot vouch for now, and the
+   * removal of blocks through a view (prefix_shared.c) */
+  int (*prefix_unsure)(lupin_prefix_view *v, uint32_t id);
+  int (*prefix_remove)(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n);
+  long (*prefix_match_runs)(lupin_prefix_view *v, const uint64_t *hashes, size_t n, uint32_t *ids,
+                            uint32_t *counts, size_t cap);
 } lupin_capi_shared;
 
 extern const lupin_capi_shared lupin__capi_shared;

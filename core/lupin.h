@@ -149,6 +149,13 @@ int lupin_shared_prefix_remove(lupin_shared *s, const char *key, const char *end
 /* Drops everything the endpoint named `endpoint` holds in the keyed index of
  * `key` (an engine restarted or cleared its cache).  The same conventions. */
 int lupin_shared_prefix_purge(lupin_shared *s, const char *key, const char *endpoint);
+/* The keyed index of `key` cannot vouch for the endpoint named `endpoint`
+ * for `seconds` (0: it can again): a host that purged what an engine's
+ * events had told it, and learns it again, says so; plugins then score the
+ * endpoint otherwise meanwhile (lupin.prefix's index:unsure).  The same
+ * conventions. */
+int lupin_shared_prefix_unsure(lupin_shared *s, const char *key, const char *endpoint,
+                               double seconds);
 
 /* --- block hashes of token ids (docs/prefix-index.md) ---------------------
  *
@@ -484,6 +491,31 @@ typedef struct lupin_metric_source {
  * successful load or reload: a host asks again for each scrape.  -1: no
  * config loaded. */
 int lupin_runtime_metric_source(lupin_runtime *rt, const char *endpoint, lupin_metric_source *out);
+
+/* The engines' KV-cache events the current generation's precise plugins
+ * want (precise-prefix-cache-scorer/-producer's kvEventsConfig and
+ * tokenProcessorConfig; docs/kv-events.md).  A host subscribes to each
+ * endpoint's publisher and applies what it hears to the keyed prefix index
+ * `index` (lupin_shared_prefix_apply, _remove, _purge), keyed by
+ * lupin_token_block_hashes from lupin_token_seed(hash_seed, LoRA, salt). */
+typedef struct lupin_kv_events {
+  const char *index;     /* the keyed prefix index the plugins read */
+  const char *hash_seed; /* tokenProcessorConfig.hashSeed */
+  const char *topic;     /* ZMQ subscription prefix ("": every topic) */
+  const char *bind;      /* a ZMQ endpoint to bind that every engine connects to
+                            (kvEventsConfig.zmqEndpoint); "": the host connects
+                            to each endpoint's address at `port` */
+  int port;              /* the engines' PUB port (vLLM's 5557) */
+  int replay_port;       /* their replay ROUTER port; 0: none */
+  int block_size;        /* tokens a block when an event gives none */
+  size_t max_blocks;     /* an endpoint's blocks kept at most */
+  size_t max_pending;    /* batches queued per endpoint before ZMQ drops (a gap) */
+  double unsure_seconds; /* after a purge, how long the plugins score the
+                            endpoint from the approximate index */
+} lupin_kv_events;
+/* 1: out filled (the strings valid until the next load or reload); 0: the
+ * generation wants no events; -1: no config loaded. */
+int lupin_runtime_kv_events(lupin_runtime *rt, lupin_kv_events *out);
 
 /* Monotonic clock in seconds, the one metrics timestamps use. */
 double lupin_now(void);

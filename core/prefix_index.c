@@ -430,8 +430,11 @@ int lupin_prefix_record(lupin_prefix_index *x, uint32_t id, const uint64_t *hash
   return 0;
 }
 
-long lupin_prefix_match(lupin_prefix_index *x, const uint64_t *hashes, size_t n, uint32_t *ids,
-                        uint32_t *counts, size_t cap) {
+/* runs: an endpoint counts the blocks it holds from the first without a
+ * gap (what an engine can reuse), not every block it holds before the
+ * first block nobody holds (the EPP's approximate count). */
+static long match(lupin_prefix_index *x, const uint64_t *hashes, size_t n, uint32_t *ids,
+                  uint32_t *counts, size_t cap, int runs) {
   if (!x || (n && !hashes) || (cap && (!ids || !counts))) return -1;
   if (++x->epoch == 0) { /* wrapped: forget every stamp once */
     for (uint32_t i = 1; i <= x->n_eps; i++)
@@ -454,10 +457,20 @@ long lupin_prefix_match(lupin_prefix_index *x, const uint64_t *hashes, size_t n,
         }
         found++;
       }
-      if (e->out < cap) counts[e->out]++;
+      if (e->out < cap && (!runs || counts[e->out] == i)) counts[e->out]++;
     }
   }
   return (long)(found < cap ? found : cap);
+}
+
+long lupin_prefix_match(lupin_prefix_index *x, const uint64_t *hashes, size_t n, uint32_t *ids,
+                        uint32_t *counts, size_t cap) {
+  return match(x, hashes, n, ids, counts, cap, 0);
+}
+
+long lupin_prefix_match_runs(lupin_prefix_index *x, const uint64_t *hashes, size_t n,
+                             uint32_t *ids, uint32_t *counts, size_t cap) {
+  return match(x, hashes, n, ids, counts, cap, 1);
 }
 
 void lupin_prefix_purge(lupin_prefix_index *x, uint32_t id) {

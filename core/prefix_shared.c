@@ -26,12 +26,22 @@ typedef struct shard {
   lupin_prefix_index *x;
 } shard;
 
+/* An endpoint the index cannot vouch for until a time (lupin.h,
+ * lupin_shared_prefix_unsure). */
+typedef struct unsure {
+  uint32_t id;
+  double until;
+} unsure;
+
 struct lupin_prefix_shared {
   lupin_prefix_shared *next; /* the store's list */
   char *key;
   size_t refs; /* views open on it, under the store's lock */
   unsigned n_shards, shift;
   shard *shards;
+  pthread_mutex_t unsure_lock;
+  unsure *unsure; /* under unsure_lock; n_unsure read without it first */
+  size_t n_unsure, cap_unsure;
 };
 
 /* One runtime's handle, with the scratch of its sharded calls (a runtime is
@@ -71,6 +81,7 @@ static lupin_prefix_shared *index_new(const char *key, uint32_t capacity, unsign
   ix->shift = 64 - bits;
   ix->key = strdup(key);
   ix->shards = aligned_alloc(_Alignof(shard), ix->n_shards * sizeof(shard));
+  pthread_mutex_init(&ix->unsure_lock, NULL);
   if (!ix->key || !ix->shards) goto fail;
   for (unsigned i = 0; i < ix->n_shards; i++) {
     shard *s = &ix->shards[i];
@@ -89,6 +100,7 @@ fail:
   }
   free(ix->shards);
   free(ix->key);
+  pthread_mutex_destroy(&ix->unsure_lock);
   free(ix);
   return NULL;
 }
@@ -100,6 +112,8 @@ static void index_free(lupin_prefix_shared *ix) {
   }
   free(ix->shards);
   free(ix->key);
+  pthread_mutex_destroy(&ix->unsure_lock);
+  free(ix->unsure);
   free(ix);
 }
 
@@ -342,6 +356,61 @@ int lupin_shared_prefix_remove(lupin_shared *s, const char *key, const char *end
   return apply_named(lupin__shared_store(s), key, remove_in, id, n ? hashes : none, n);
 }
 
+/* Marks id unsure until `until` (0: sure again), dropping marks past. */
+static int mark_unsure(lupin_prefix_shared *ix, uint32_t id, double until, double now) {
+  pthread_mutex_lock(&ix->unsure_lock);
+  size_t kept = 0;
+  for (size_t i = 0; i < ix->n_unsure; i++)
+    if (ix->unsure[i].id != id && ix->unsure[i].until > now) ix->unsure[kept++] = ix->unsure[i];
+  int rc = 0;
+  if (until > now && kept == ix->cap_unsure) {
+    size_t cap = kept ? kept * 2 : 8;
+    unsure *u = realloc(ix->unsure, cap * sizeof *u);
+    if (u) {
+      ix->unsure = u;
+      ix->cap_unsure = cap;
+    } else {
+      rc = -1;
+    }
+  }
+  if (until > now && !rc) ix->unsure[kept++] = (unsure){id, until};
+  __atomic_store_n(&ix->n_unsure, kept, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&ix->unsure_lock);
+  return rc;
+}
+
+int lupin_shared_prefix_unsure(lupin_shared *s, const char *key, const char *endpoint,
+                               double seconds) {
+  if (!s || !key || !endpoint || !(seconds >= 0)) return -1;
+  uint32_t id = lupin__shared_endpoint_named(s, endpoint);
+  if (!id) return 0;
+  lupin_shared_store *st = lupin__shared_store(s);
+  pthread_mutex_lock(&st->lock);
+  lupin_prefix_shared *ix = index_named(st, key);
+  double now = lupin_now();
+  int rc = ix ? (mark_unsure(ix, id, seconds > 0 ? now + seconds : 0, now) ? -1 : 1) : 0;
+  pthread_mutex_unlock(&st->lock);
+  return rc;
+}
+
+int lupin_prefix_view_unsure(lupin_prefix_view *v, uint32_t id) {
+  lupin_prefix_shared *ix = v ? v->ix : NULL;
+  /* mostly none: no lock on a request's path */
+  if (!ix || !__atomic_load_n(&ix->n_unsure, __ATOMIC_ACQUIRE)) return 0;
+  int found = 0;
+  double now = lupin_now();
+  pthread_mutex_lock(&ix->unsure_lock);
+  for (size_t i = 0; i < ix->n_unsure && !found; i++)
+    found = ix->unsure[i].id == id && ix->unsure[i].until > now;
+  pthread_mutex_unlock(&ix->unsure_lock);
+  return found;
+}
+
+int lupin_prefix_view_remove(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n) {
+  if (!v || (n && !hashes)) return -1;
+  return n ? each_shard(v, remove_in, id, hashes, n, 0) : 0;
+}
+
 int lupin_shared_prefix_purge(lupin_shared *s, const char *key, const char *endpoint) {
   if (!s || !key || !endpoint) return -1;
   uint32_t id = lupin__shared_endpoint_named(s, endpoint);
@@ -447,15 +516,17 @@ static int same_holders(const lupin_prefix_view *v, size_t i, size_t j) {
                                           v->len[i] * sizeof *v->holders) == 0;
 }
 
-long lupin_prefix_view_match(lupin_prefix_view *v, const uint64_t *hashes, size_t n, uint32_t *ids,
-                             uint32_t *counts, size_t cap) {
+static long view_match(lupin_prefix_view *v, const uint64_t *hashes, size_t n, uint32_t *ids,
+                       uint32_t *counts, size_t cap, int runs) {
   if (!v || (n && !hashes) || (cap && (!ids || !counts))) return -1;
   lupin_prefix_shared *ix = v->ix;
   if (ix->n_shards == 1) {
     shard *s = &ix->shards[0];
     pthread_mutex_lock(&s->lock);
     size_t need = lupin_prefix_endpoints(s->x);
-    long k = need > cap ? (long)need : lupin_prefix_match(s->x, hashes, n, ids, counts, cap);
+    long k = need > cap ? (long)need
+             : runs     ? lupin_prefix_match_runs(s->x, hashes, n, ids, counts, cap)
+                        : lupin_prefix_match(s->x, hashes, n, ids, counts, cap);
     pthread_mutex_unlock(&s->lock);
     return k;
   }
@@ -474,7 +545,7 @@ long lupin_prefix_view_match(lupin_prefix_view *v, const uint64_t *hashes, size_
         rc = -1;
         break;
       }
-      v->fcount[f - 1] += (uint32_t)(j - i);
+      if (!runs || v->fcount[f - 1] == i) v->fcount[f - 1] += (uint32_t)(j - i);
     }
   }
   for (size_t f = 0; f < n_found; f++) {
@@ -485,6 +556,16 @@ long lupin_prefix_view_match(lupin_prefix_view *v, const uint64_t *hashes, size_
   }
   if (mapped) memset(v->map, 0, (v->map_mask + 1) * sizeof *v->map);
   return rc ? rc : (long)n_found;
+}
+
+long lupin_prefix_view_match(lupin_prefix_view *v, const uint64_t *hashes, size_t n, uint32_t *ids,
+                             uint32_t *counts, size_t cap) {
+  return view_match(v, hashes, n, ids, counts, cap, 0);
+}
+
+long lupin_prefix_view_match_runs(lupin_prefix_view *v, const uint64_t *hashes, size_t n,
+                                  uint32_t *ids, uint32_t *counts, size_t cap) {
+  return view_match(v, hashes, n, ids, counts, cap, 1);
 }
 
 void lupin_prefix_view_purge(lupin_prefix_view *v, uint32_t id) {

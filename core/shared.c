@@ -201,5 +201,6 @@ const lupin_capi_shared lupin__capi_shared = {
     lupin_dict_incr,          lupin_dict_count,        lupin_dict_max,
     lupin__flow_add,          lupin__flow_keep,        lupin_token_seed,
     lupin_token_block_hashes, lupin__tokens_put,       lupin__tokens_hashes,
-    lupin__tokens_count,      lupin__tokens_want,
+    lupin__tokens_count,      lupin__tokens_want,      lupin_prefix_view_unsure,
+    lupin_prefix_view_remove, lupin_prefix_view_match_runs,
 };

@@ -166,14 +166,18 @@ end
 --- prefixMatchInfoProducerName) must name an instance of a type that
 --- produces it: checked at load, as the EPP does, rather than at the first
 --- request.
-local PRODUCERS = { prefixMatchInfoProducerName = { ["approx-prefix-cache-producer"] = true } }
+local PRODUCER_TYPES = { ["approx-prefix-cache-producer"] = true,
+  ["precise-prefix-cache-producer"] = true }
+local PRODUCERS = { prefixMatchInfoProducerName = PRODUCER_TYPES }
+
+local metric_sources -- below
 
 local function check_producers(E, gen)
   -- the EPP runs data producers before anything else: their prepare first,
   -- so a reader's prepare (or the profile handler) finds their data
   local producers, others = {}, {}
   for _, rec in ipairs(gen.points.prepare or {}) do
-    local list = rec.type == "approx-prefix-cache-producer" and producers or others
+    local list = PRODUCER_TYPES[rec.type] and producers or others
     list[#list + 1] = rec
   end
   for _, rec in ipairs(others) do
@@ -184,7 +188,7 @@ local function check_producers(E, gen)
   -- there is, as upstream's "empty selects the default producer"
   local only
   for _, rec in ipairs(gen.instances) do
-    if rec.type == "approx-prefix-cache-producer" then
+    if PRODUCER_TYPES[rec.type] then
       only = only == nil and rec or false
     end
   end
@@ -200,12 +204,38 @@ local function check_producers(E, gen)
         local target = gen.by_name[ref]
         if not target or not types[target.type] then
           return E:at(rec.path .. ".parameters." .. param, "plugin %q (%s): %s %q names no"
-            .. " approx-prefix-cache-producer instance%s", rec.name, rec.type, param, ref,
+            .. " approx- or precise-prefix-cache-producer instance%s", rec.name, rec.type, param, ref,
             target and (" (it is a %s)"):format(target.type) or "")
         end
       end
     end
   end
+end
+
+-- The sources of the data section that are scraped: an
+-- endpoint-notification-source is not (the pool's endpoints are what it
+-- would notify; the precise plugins it feeds subscribe through the host),
+-- but what it names as extractors must be precise plugins.
+local PRECISE = { ["precise-prefix-cache-producer"] = true, ["precise-prefix-cache-scorer"] = true }
+
+metric_sources = function(E, section, gen)
+  local out = {}
+  for _, src in ipairs(section and section.sources or {}) do
+    local rec = gen.by_name[src.ref]
+    if rec and rec.type == "endpoint-notification-source" then
+      for _, x in ipairs(src.extractors) do
+        local xr = gen.by_name[x.ref]
+        if not PRECISE[xr.type] then
+          return nil, E:at(x.path .. ".pluginRef", "plugin %q (%s) cannot read endpoint"
+            .. " notifications; an endpoint-notification-source feeds"
+            .. " precise-prefix-cache-producer or -scorer", xr.name, xr.type)
+        end
+      end
+    else
+      out[#out + 1] = src
+    end
+  end
+  return out
 end
 
 --- The data layer of a generation: the source and the extractor in use,
@@ -220,12 +250,16 @@ function M.build(cfg, gen)
   end
   local source, extractor
   local section = cfg.data
-  if section and #section.sources > 0 then
-    if #section.sources > 1 then
-      return nil, E:at(section.sources[2].path, "lupin scrapes one metrics source per endpoint;"
+  local sources, nerr = metric_sources(E, section, gen)
+  if nerr then
+    return nil, nerr
+  end
+  if #sources > 0 then
+    if #sources > 1 then
+      return nil, E:at(sources[2].path, "lupin scrapes one metrics source per endpoint;"
         .. " keep one entry in %s.sources", section.key)
     end
-    local src = section.sources[1]
+    local src = sources[1]
     source = gen.by_name[src.ref]
     if source.type ~= "metrics-data-source" then
       return nil, E:at(src.path .. ".pluginRef", "plugin %q (%s) is not a data source; lupin's"
@@ -249,11 +283,41 @@ function M.build(cfg, gen)
       end
     end
   end
+  local kv_events, kerr = M.kv_events(E, gen)
+  if kerr then
+    return nil, kerr
+  end
   local x = extractor and extractor.obj
   local engines = x and x.engines or M.engines()
   return { path = source and source.obj.path or M.DEFAULT_PATH, engines = engines,
     default = engines[x and x.default_engine or M.DEFAULT_ENGINE],
-    label_key = x and x.label_key or M.ENGINE_LABEL }
+    label_key = x and x.label_key or M.ENGINE_LABEL, kv_events = kv_events }
+end
+
+--- The engines' KV-cache events the generation's plugins want: what a
+--- precise plugin's instance puts in its `kv_events` field (the host
+--- subscribes once per endpoint, so every instance must want the same).
+--- Returns the settings or nil, or nil and an error at the config's line.
+function M.kv_events(E, gen)
+  local first
+  for _, rec in ipairs(gen.instances) do
+    local want = type(rec.obj) == "table" and rec.obj.kv_events
+    if want then
+      if not first then
+        first = rec
+      else
+        for k, v in pairs(want) do
+          if first.obj.kv_events[k] ~= v then
+            return nil, E:at(rec.path .. ".parameters", "plugin %q (%s) subscribes to the"
+              .. " engines' KV events with %s = %s, plugin %q with %s: a gateway subscribes"
+              .. " once; give both the same kvEventsConfig and tokenProcessorConfig", rec.name,
+              rec.type, k, tostring(v), first.name, tostring(first.obj.kv_events[k]))
+          end
+        end
+      end
+    end
+  end
+  return first and first.obj.kv_events
 end
 
 --- The mapping for an endpoint with these labels: its engine's, else the

@@ -483,6 +483,11 @@ end
 
 --- Bytes of C memory the index holds.
 ---@return integer
+--- A runtime's own index is never fed by a host: always sure.
+function Index.unsure()
+  return false
+end
+
 function Index:memory()
   local st = state_of(self)
   return tonumber(capi.api.prefix_memory(st.x))
@@ -497,19 +502,23 @@ function Shared:record(id, h, capacity)
   end
 end
 
-function Shared:match(h)
+--- runs: each endpoint counts the blocks it holds from the first without a
+--- gap (what an engine can reuse: the precise plugins), rather than every
+--- block it holds up to the first block nobody holds (the EPP's count).
+function Shared:match(h, runs)
   local st, hs = state_of(self), list_of(h)
   M.counters.matched = M.counters.matched + 1
   if hs.n == 0 then
     return {}
   end
   local sh, x = capi.shared, st.x
-  local k = tonumber(sh.prefix_match(x, hs.h, hs.n, st.ids, st.counts, st.cap))
+  local f = runs and sh.prefix_match_runs or sh.prefix_match
+  local k = tonumber(f(x, hs.h, hs.n, st.ids, st.counts, st.cap))
   while k > st.cap do -- more endpoints than room: it says how many
     st.cap = k * 2
     st.ids = ffi.new("uint32_t[?]", st.cap)
     st.counts = ffi.new("uint32_t[?]", st.cap)
-    k = tonumber(sh.prefix_match(x, hs.h, hs.n, st.ids, st.counts, st.cap))
+    k = tonumber(f(x, hs.h, hs.n, st.ids, st.counts, st.cap))
   end
   if k < 0 then
     error("prefix index: out of memory", 2)
@@ -542,6 +551,35 @@ end
 function Shared:memory()
   local st = state_of(self)
   return tonumber(capi.shared.prefix_memory(st.x))
+end
+
+--- Whether the host cannot vouch for what the index says of endpoint id
+--- now: it purged what the engine's events had told it and is learning it
+--- again (lupin_shared_prefix_unsure; docs/kv-events.md).
+---@param id integer
+---@return boolean
+function Shared:unsure(id)
+  local st = state_of(self)
+  return capi.shared.prefix_unsure(st.x, id) ~= 0
+end
+
+--- Endpoint id no longer holds the blocks of h (only block i, 0-based, when
+--- given): an engine evicted them.
+---@param id integer
+---@param h lupin.Hashes
+---@param i integer?
+function Shared:remove(id, h, i)
+  local st, hs = state_of(self), list_of(h)
+  local rc
+  if i ~= nil then
+    local one = ffi.new("uint64_t[1]", block(h, i))
+    rc = capi.shared.prefix_remove(st.x, id, one, 1)
+  else
+    rc = capi.shared.prefix_remove(st.x, id, hs.h, hs.n)
+  end
+  if rc < 0 then
+    error("prefix index: out of memory", 2)
+  end
 end
 
 --- Bytes held by every live prefix index of this runtime (a keyed index

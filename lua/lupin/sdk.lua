@@ -76,6 +76,7 @@
 ---@field type string the plugin type
 ---@field now fun(): number seconds, monotonic
 ---@field log fun(level: lupin.Level, fmt: any, ...: any) logs with the instance's name
+---@field warn fun(field: string, fmt: string, ...: any) warns at a parameter's line of the config ("kvEventsConfig.concurrency")
 ---@field plugin fun(name: string): table?, string? another instance of the config and its type (from init on)
 
 --- A plugin file's table.  Extension points are methods: self is the

@@ -5,7 +5,6 @@
 local M = {}
 
 local LATENCY = "it needs a trained latency predictor (a sidecar model) lupin does not run"
-local KV_EVENTS = "it needs the model servers' KV-cache events (ZMQ) lupin does not subscribe to"
 
 M.TYPES = {
   ["predicted-latency-scorer"] = LATENCY .. "; use load-aware-scorer, or queue-scorer with"
@@ -13,12 +12,6 @@ M.TYPES = {
   ["slo-aware-profile-handler"] = LATENCY .. "; use single-profile-handler (pd-profile-handler"
     .. " for P/D)",
   ["predicted-latency-producer"] = LATENCY .. "; remove it",
-  ["precise-prefix-cache-scorer"] = KV_EVENTS .. "; use prefix-cache-scorer (lupin's own index"
-    .. " of what it sent where)",
-  ["precise-prefix-cache-producer"] = KV_EVENTS .. "; use approx-prefix-cache-producer, or"
-    .. " prefix-cache-scorer alone",
-  ["endpoint-notification-source"] = KV_EVENTS .. " (it feeds the precise producer pod events);"
-    .. " remove it with the precise producer",
   ["slo-request-tracker"] = LATENCY .. "; remove it",
   ["slo-scorer"] = LATENCY .. "; use load-aware-scorer, or queue-scorer with"
     .. " kv-cache-utilization-scorer",

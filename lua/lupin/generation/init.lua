@@ -17,7 +17,7 @@ local points = require "lupin.generation.points"
 -- plugin(ref): another instance of the generation by name, looked up when
 -- called, so a plugin may name one declared after it (upstream's deciders):
 -- call it from init on, not from new.
-local function plugin_env(name, type_, gen)
+local function plugin_env(name, type_, gen, at)
   return {
     name = name,
     type = type_,
@@ -32,6 +32,10 @@ local function plugin_env(name, type_, gen)
     end,
     log = function(level, fmt, ...)
       log.log(level, "[" .. name .. "] " .. tostring(fmt), ...)
+    end,
+    -- a warning at a parameter's line of the config ("kvEventsConfig.concurrency")
+    warn = function(field, fmt, ...)
+      log.warn("%s", at(field, "plugin %q (%s): " .. tostring(fmt), name, type_, ...))
     end,
   }
 end
@@ -123,7 +127,9 @@ function Builder:instantiate(name, type_, raw_params, path, p)
   local obj = { params = params }
   if m.mod.new then
     local ok, res, cut = budget.pcall(budgets.lifecycle_ms / 1000, m.mod.new, params,
-      plugin_env(name, type_, self.gen))
+      plugin_env(name, type_, self.gen, function(param, ...)
+        return self.E:at(path .. ".parameters." .. param, ...)
+      end))
     if cut then
       return nil, self.E:at(path, "plugin %q (%s) failed to start: new exceeded its budget of"
         .. " %g ms", name, type_, budgets.lifecycle_ms)
@@ -166,12 +172,21 @@ local function is_profile_plugin(rec)
   return rec.filter or rec.score or rec.pick
 end
 
+-- A plugin that takes part in no request, or only prepares its data.
+local function is_data_producer(rec)
+  return #rec.points == 0 or (#rec.points == 1 and rec.prepare ~= nil)
+end
+
 function Builder:profile(name, refs, path)
   local E, gen = self.E, self.gen
   local prof = { name = name, filters = {}, scorers = {}, picker = nil, plugins = {} }
   for _, ref in ipairs(refs) do
     local rec = gen.by_name[ref.ref]
-    if not is_profile_plugin(rec) then
+    if not is_profile_plugin(rec) and is_data_producer(rec) then
+      -- upstream lists its data producers (a tokenizer) in profiles too
+      log.warn("%s", E:at(ref.path, "plugin %q (%s) produces data before the profiles run;"
+        .. " its entry in profile %q is ignored", rec.name, rec.type, name))
+    elseif not is_profile_plugin(rec) then
       return nil, E:at(ref.path, "plugin %q (%s) is not a filter, scorer or picker, so it has"
         .. " no place in a profile; remove this entry", rec.name, rec.type)
     end
@@ -188,7 +203,9 @@ function Builder:profile(name, refs, path)
       end
       prof.picker = rec
     end
-    prof.plugins[#prof.plugins + 1] = rec.name
+    if is_profile_plugin(rec) then
+      prof.plugins[#prof.plugins + 1] = rec.name
+    end
   end
   if not prof.picker then
     local rec, err = self:default("max-score-picker")

@@ -101,6 +101,10 @@ typedef struct lupin_capi_shared {
                         size_t cap);
   long (*tokens_count)(void *rt, uint64_t key);
   int (*tokens_want)(void *rt, const lupin_tokenize_job *job);
+  int (*prefix_unsure)(lupin_prefix_view *v, uint32_t id);
+  int (*prefix_remove)(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n);
+  long (*prefix_match_runs)(lupin_prefix_view *v, const uint64_t *hashes, size_t n, uint32_t *ids,
+                            uint32_t *counts, size_t cap);
 } lupin_capi_shared;
 
 typedef struct lupin_budget {

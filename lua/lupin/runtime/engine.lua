@@ -189,11 +189,14 @@ local function notify(r, rec, point, x, y)
   call(r, rec, point, nil, x, y)
 end
 
--- The same, recorded when the request is explained.
+-- The same, recorded when the request is explained, with the `explain`
+-- field of what a data producer published under its name (docs/explain.md).
 local function notify_explained(r, rec, point, x)
   call(r, rec, point, nil, x)
   if r.explain then
-    explain.step(r.explain, rec, point, last_dt)
+    local published = r.shared and r.shared[rec.name]
+    local note = type(published) == "table" and rawget(published, "explain")
+    explain.step(r.explain, rec, point, last_dt, note and { published = note } or nil)
   end
 end
 

@@ -171,6 +171,17 @@ function M.init(ud, opts)
     return gen and gen.data and datalayer.resolve(gen.data, pool.labels_of(name))
   end
 
+  --- The engines' KV-cache events the generation's precise plugins want
+  --- (lupin_runtime_kv_events): their settings, false for none, nil with
+  --- no generation.
+  function host.kv_events()
+    local gen = M.current
+    if not gen then
+      return nil
+    end
+    return gen.data and gen.data.kv_events or false
+  end
+
   function host.plugin_dirs()
     return M.current and M.current.plugin_dirs or {}
   end

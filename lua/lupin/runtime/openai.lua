@@ -134,6 +134,12 @@ local function canonical(v, out)
   return out
 end
 
+--- A value as the prompt of a chat request writes it: JSON, object keys
+--- sorted (lupin.precise finds a prefix's whole messages with it).
+function M.canonical(v)
+  return table.concat(canonical(v, {}))
+end
+
 local function json_of(v)
   if v == nil then
     return ""
