@@ -1,6 +1,7 @@
 -- llm-d-router's token-producer (it renders prompts to token IDs on the model
--- servers or estimates them).  lupin has no tokenizer: its plugins estimate tokens from
--- characters (4 a token), so the plugin loads so configs port, and does
+-- servers or estimates them).  lupin runs no tokenizer: the precise prefix plugins ask
+-- the endpoints' /tokenize, the others estimate tokens from characters (4 a
+-- token), so the plugin loads so configs port, and does
 -- nothing (docs/epp-compatibility.md).
 ---@type lupin.Plugin
 return {
@@ -16,7 +17,8 @@ return {
   },
 
   new = function(_, env)
-    env.log("info", "%s: lupin has no tokenizer; tokens are estimated from characters",
+    env.log("info", "%s: accepted, no effect: the precise prefix plugins tokenize through"
+      .. " the endpoints, the others estimate tokens from characters",
       env.type)
     return {}
   end,

@@ -1,6 +1,7 @@
 -- llm-d's tokenizer PrepareData plugin (token IDs from a local or remote
--- tokenizer).  lupin has no tokenizer: its plugins estimate tokens from
--- characters (4 a token), so the plugin loads so configs port, and does
+-- tokenizer).  lupin runs no tokenizer: the precise prefix plugins ask
+-- the endpoints' /tokenize, the others estimate tokens from characters (4 a
+-- token), so the plugin loads so configs port, and does
 -- nothing (docs/epp-compatibility.md).
 ---@type lupin.Plugin
 return {
@@ -16,7 +17,8 @@ return {
   },
 
   new = function(_, env)
-    env.log("info", "%s: lupin has no tokenizer; tokens are estimated from characters",
+    env.log("info", "%s: accepted, no effect: the precise prefix plugins tokenize through"
+      .. " the endpoints, the others estimate tokens from characters",
       env.type)
     return {}
   end,
