@@ -67,7 +67,7 @@ CORE_OBJ  = $(patsubst core/%.cpp,$(B)/core/%.o,$(CORE_SRC:core/%.c=$(B)/core/%.
 # The model-server simulator: a standalone C program (examples/simulator/README.md).
 SIM_SRC   = $(wildcard examples/simulator/*.c)
 SIM_OBJ   = $(SIM_SRC:examples/simulator/%.c=$(B)/sim/%.o)
-SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson 2>/dev/null) -lhttp_parser -lm
+SIM_LIBS  = $(shell pkg-config --libs libuv libxxhash jansson libzmq 2>/dev/null) -lmsgpackc -lhttp_parser -lm
 
 all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench-lifecycle \
      $(B)/bench-prefix $(B)/bench-soak $(B)/bench-reload $(B)/lupin-sim $(B)/lupin \

@@ -45,6 +45,8 @@ void job_free(job *j) {
   free(j->model);
   free(j->id);
   free(j->hashes);
+  free(j->salt);
+  tok_free(&j->prompt);
   free(j->blocks);
   sb_free(&j->text);
   if (j->timer.loop)
@@ -113,6 +115,11 @@ static uint64_t prefill_delay(const job *j) {
 static void job_start(job *j) {
   endpoint *ep = j->ep;
   const sim_config *cfg = &ep->sim->cfg;
+  /* Hashed now, not at parse, with the engine's seed of now (a restart draws another). */
+  j->nhashes = j->prompt.n / cfg->block_size;
+  j->hashes = malloc(((size_t)j->nhashes + 1) * sizeof *j->hashes);
+  kv_hash_blocks(ep->kv_seed, j->lora >= 0 ? cfg->loras[j->lora] : NULL, j->salt, j->prompt.ids,
+                 j->nhashes, cfg->block_size, j->hashes);
   /* vLLM always computes the prompt's last token, so a fully cached prompt still
    * recomputes its last block: look up only blocks before the last token. */
   int lookup = (j->prompt_tokens - 1) / cfg->block_size;
@@ -125,7 +132,7 @@ static void job_start(job *j) {
 
   j->cap_blocks = blocks_needed(ep, j->prompt_tokens + j->max_tokens);
   j->blocks = malloc((size_t)j->cap_blocks * sizeof *j->blocks);
-  j->nblocks = kv_acquire(ep->kv, j->hashes, j->nhashes, j->blocks);
+  j->nblocks = kv_acquire(ep->kv, j->hashes, j->prompt.ids, j->nhashes, j->lora, j->blocks);
   grow_blocks(j, j->prompt_tokens);
 
   j->state = JOB_RUNNING;

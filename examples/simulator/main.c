@@ -51,6 +51,21 @@ static const flag flags[] = {
     {"engine", F_STRING, OFF(engine),
      "whose /metrics names to serve: vllm, sglang, tgi, triton (TensorRT-LLM backend),"
      " trtllm-serve"},
+    {"kv-hash-seed", F_STRING, OFF(kv_hash_seed),
+     "seed of the KV-cache block hashes: a number (every endpoint the same), or random (each"
+     " endpoint its own, drawn again on restart)"},
+    {"kv-events-port", F_INT, OFF(kv_events_port),
+     "publish vLLM's KV-cache events: endpoint i binds a ZMQ PUB on port+i (0: off)"},
+    {"kv-replay-port", F_INT, OFF(kv_replay_port),
+     "answer vLLM's replay requests: endpoint i binds a ZMQ ROUTER on port+i (0: off)"},
+    {"kv-buffer-steps", F_INT, OFF(kv_buffer_steps), "event batches kept for replay"},
+    {"kv-events-shape", F_STRING, OFF(kv_events_shape),
+     "events as positional arrays (vLLM <= 0.23), as maps with \"type\" (map, vLLM >= 0.26),"
+     " the batch a map too (map-batch): array, map, map-batch"},
+    {"kv-hash-encoding", F_STRING, OFF(kv_hash_encoding),
+     "block hashes as uint64 (vLLM's default) or 32-byte bins (int, bytes)"},
+    {"kv-events-drop-rate", F_DOUBLE, OFF(kv_events_drop_rate),
+     "fraction of event batches not sent (their sequence number still advances)"},
 };
 
 static void config_defaults(sim_config *c) {
@@ -71,6 +86,11 @@ static void config_defaults(sim_config *c) {
   c->slow_factor = 10;
   c->max_body_bytes = 16u << 20;
   c->engine = "vllm";
+  c->kv_hash_seed = "random";
+  c->kv_seed_random = true;
+  c->kv_buffer_steps = 10000;
+  c->kv_events_shape = "array";
+  c->kv_hash_encoding = "int";
 }
 
 static void flag_value(const sim_config *c, const flag *f, char *buf, size_t n) {
@@ -115,7 +135,8 @@ static void usage(FILE *out) {
           "all latencies 0 (prefill and inter-token): for gateway benchmarks");
   fprintf(out, "  --%-22s %s\n", "help, -h", "this text");
   fprintf(out, "  --%-22s %s\n", "version, -V", "print the version");
-  fprintf(out, "\nexit status: 0 stopped by SIGINT/SIGTERM, 1 could not listen, 2 bad flags.\n");
+  fprintf(out, "\nexit status: 0 stopped by SIGINT/SIGTERM, 1 could not listen (HTTP or ZMQ), 2 bad"
+               " flags.\n");
 }
 
 static int set_flag(sim_config *c, const flag *f, const char *v) {
@@ -176,6 +197,43 @@ static int set_slow(sim_config *c, const char *list) {
   return rc;
 }
 
+/* Whether [a, a+n) and [b, b+n) share a port. */
+static bool overlap(int a, int b, int n) { return a < b + n && b < a + n; }
+
+static const char *validate_kv(sim_config *c) {
+  char *end = NULL;
+  c->kv_seed_random = !strcmp(c->kv_hash_seed, "random");
+  if (!c->kv_seed_random) {
+    errno = 0;
+    c->kv_seed = strtoull(c->kv_hash_seed, &end, 10);
+    if (errno || end == c->kv_hash_seed || *end || c->kv_hash_seed[0] == '-')
+      return "--kv-hash-seed must be a number or random";
+  }
+  c->kv_batch_map = !strcmp(c->kv_events_shape, "map-batch");
+  c->kv_shape_map = c->kv_batch_map || !strcmp(c->kv_events_shape, "map");
+  if (!c->kv_shape_map && strcmp(c->kv_events_shape, "array"))
+    return "--kv-events-shape must be array, map or map-batch";
+  c->kv_hash_bytes = !strcmp(c->kv_hash_encoding, "bytes");
+  if (!c->kv_hash_bytes && strcmp(c->kv_hash_encoding, "int"))
+    return "--kv-hash-encoding must be int or bytes";
+  if (c->kv_events_port < 0 || c->kv_events_port + c->endpoints - 1 > 65535)
+    return "--kv-events-port out of range";
+  if (c->kv_replay_port < 0 || c->kv_replay_port + c->endpoints - 1 > 65535)
+    return "--kv-replay-port out of range";
+  if (c->kv_replay_port && !c->kv_events_port) return "--kv-replay-port needs --kv-events-port";
+  if (c->kv_buffer_steps < 1) return "--kv-buffer-steps must be at least 1";
+  if (c->kv_events_drop_rate < 0 || c->kv_events_drop_rate > 1)
+    return "--kv-events-drop-rate must be in [0,1]";
+  int n = c->endpoints;
+  if (c->kv_events_port &&
+      (overlap(c->kv_events_port, c->port, n) ||
+       (c->kv_replay_port && overlap(c->kv_events_port, c->kv_replay_port, n))))
+    return "--kv-events-port: its ports overlap --port's or --kv-replay-port's";
+  if (c->kv_replay_port && overlap(c->kv_replay_port, c->port, n))
+    return "--kv-replay-port: its ports overlap --port's";
+  return NULL;
+}
+
 static int validate(sim_config *c) {
   const char *bad = NULL;
   if (c->endpoints < 1 || c->endpoints > 1024)
@@ -206,6 +264,8 @@ static int validate(sim_config *c) {
     bad = "--slow-factor must be positive";
   else if (!metrics_engine_known(c->engine))
     bad = "--engine must be one of vllm, sglang, tgi, triton, trtllm-serve";
+  else
+    bad = validate_kv(c);
   if (bad) fprintf(stderr, "lupin-sim: %s\n", bad);
   return bad ? -1 : 0;
 }
@@ -287,6 +347,14 @@ void config_free(sim_config *c) {
 
 /* ---- running ------------------------------------------------------------------ */
 
+uint64_t endpoint_kv_seed(const sim *s) {
+  if (!s->cfg.kv_seed_random) return s->cfg.kv_seed;
+  uint64_t seed;
+  if (uv_random(NULL, NULL, &seed, sizeof seed, 0, NULL) < 0) /* not seen on Linux */
+    seed = uv_hrtime() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)uv_os_getpid();
+  return seed;
+}
+
 static void sim_stop(sim *s) {
   if (s->stopping) return;
   s->stopping = true;
@@ -294,6 +362,7 @@ static void sim_stop(sim *s) {
     server_close(&s->eps[i]);
     engine_close(&s->eps[i]);
   }
+  kvev_stop(s);
   uv_close((uv_handle_t *)&s->sigint, NULL);
   uv_close((uv_handle_t *)&s->sigterm, NULL);
 }
@@ -313,7 +382,8 @@ static int sim_start(sim *s) {
     const char *h = s->cfg.host; /* IPv6 in brackets, as a URL has it */
     snprintf(ep->addr, sizeof ep->addr, strchr(h, ':') && h[0] != '[' ? "[%s]:%d" : "%s:%d", h,
              ep->port);
-    ep->kv = kv_new(s->cfg.num_gpu_blocks);
+    ep->kv = kv_new(s->cfg.num_gpu_blocks, s->cfg.block_size);
+    ep->kv_seed = endpoint_kv_seed(s);
     ep->rng = s->cfg.seed * 1000003u + (uint64_t)i;
     metrics_init(&ep->m);
     int rc = server_listen(ep);
@@ -322,7 +392,14 @@ static int sim_start(sim *s) {
               uv_strerror(rc));
       return -1;
     }
-    printf("endpoint %d listening on %s\n", i, ep->addr);
+  }
+  if (kvev_start(s) < 0) return -1;
+  for (int i = 0; i < s->cfg.endpoints; i++) {
+    printf("endpoint %d listening on %s\n", s->eps[i].index, s->eps[i].addr);
+    if (s->cfg.kv_events_port)
+      printf("endpoint %d publishing KV events on port %d\n", i, s->cfg.kv_events_port + i);
+    if (s->cfg.kv_replay_port)
+      printf("endpoint %d answering KV replay on port %d\n", i, s->cfg.kv_replay_port + i);
   }
   fflush(stdout);
   uv_signal_init(s->loop, &s->sigint);
@@ -334,6 +411,7 @@ static int sim_start(sim *s) {
 }
 
 static void sim_free(sim *s) {
+  kvev_free(s);
   for (int i = 0; s->eps && i < s->cfg.endpoints; i++) {
     kv_free(s->eps[i].kv);
     metrics_free(&s->eps[i].m);
@@ -356,6 +434,7 @@ int main(int argc, char **argv) {
     s.stopping = true;
     for (int i = 0; i < s.cfg.endpoints; i++)
       server_close(&s.eps[i]);
+    kvev_stop(&s);
     uv_run(s.loop, UV_RUN_DEFAULT);
     uv_loop_close(s.loop);
     sim_free(&s);

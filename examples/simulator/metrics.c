@@ -189,6 +189,7 @@ static void sim_counters(const endpoint *ep, strbuf *out) {
   sample(out, "lupin_sim_injected_failures_total", labels, (double)ep->m.injected_errors);
   snprintf(labels, sizeof labels, "endpoint=\"%s\",kind=\"drop\"", ep->addr);
   sample(out, "lupin_sim_injected_failures_total", labels, (double)ep->m.injected_drops);
+  kvev_metrics(ep, out);
 }
 
 void metrics_free(counters *c) {

@@ -1,8 +1,8 @@
 /* The OpenAI request and response shapes, as vLLM's server produces them.
  *
  * Parsing validates like vLLM (types, bounds, context length) and turns the
- * prompt into what the engine needs: a token count (characters / 4), the chained
- * block hashes of its full blocks, and a seed for the generated text. */
+ * prompt into what the engine needs: its token ids (tokens.c), the cache salt
+ * and a seed for the generated text. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +33,7 @@ void openai_error(http_reply *r, int status, const char *type, const char *param
   json_decref(o);
 }
 
-static const char *type_name(const json_t *v) {
+const char *openai_type_name(const json_t *v) {
   switch (json_typeof(v)) {
   case JSON_OBJECT:
     return "an object";
@@ -53,121 +53,10 @@ static const char *type_name(const json_t *v) {
   }
 }
 
-static bool bad_type(http_reply *err, const char *param, const char *want, const json_t *v) {
+bool openai_bad_type(http_reply *err, const char *param, const char *want, const json_t *v) {
   openai_error(err, 400, "invalid_request_error", param, NULL, "'%s' must be %s, got %s", param,
-               want, type_name(v));
+               want, openai_type_name(v));
   return false;
-}
-
-/* ---- the prompt ------------------------------------------------------------------ */
-
-/* A token id as four bytes: the prompt's length then counts one token per id
- * (prompt_tokens is a token per four bytes), and the prefix cache sees the
- * same blocks for the same ids. */
-static bool add_token(strbuf *text, const json_t *id, http_reply *err) {
-  if (!json_is_integer(id)) return bad_type(err, "prompt", "a list of token ids (integers)", id);
-  json_int_t v = json_integer_value(id);
-  if (v < 0 || v > (json_int_t)UINT32_MAX) {
-    openai_error(err, 400, "invalid_request_error", "prompt", NULL,
-                 "token id %" JSON_INTEGER_FORMAT " in 'prompt' is out of range: ids are 0 to %lu",
-                 v, (unsigned long)UINT32_MAX);
-    return false;
-  }
-  unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-                        (unsigned char)(v >> 24)};
-  sb_add(text, (const char *)b, sizeof b);
-  return true;
-}
-
-static bool add_tokens(strbuf *text, const json_t *ids, http_reply *err) {
-  size_t i;
-  json_t *id;
-  json_array_foreach(ids, i, id) {
-    if (!add_token(text, id, err)) return false;
-  }
-  return true;
-}
-
-/* vLLM's four shapes: a string, strings, token ids, lists of token ids.  A
- * list is served as one prompt (vLLM would batch its strings or id lists). */
-static bool completion_prompt(json_t *body, strbuf *text, http_reply *err) {
-  static const char want[] = "a string, or a non-empty array of strings, of token ids or of "
-                             "non-empty arrays of token ids";
-  json_t *p = json_object_get(body, "prompt");
-  if (!p) {
-    openai_error(err, 400, "invalid_request_error", "prompt", NULL,
-                 "Missing required parameter 'prompt'");
-    return false;
-  }
-  if (json_is_string(p)) {
-    sb_add(text, json_string_value(p), json_string_length(p));
-    return true;
-  }
-  json_t *first = json_array_get(p, 0); /* NULL unless a non-empty array */
-  if (json_is_integer(first)) return add_tokens(text, p, err);
-  if (!json_is_string(first) && !(json_is_array(first) && json_array_size(first) > 0))
-    return bad_type(err, "prompt", want, first ? first : p);
-  size_t i;
-  json_t *s;
-  json_array_foreach(p, i, s) {
-    if (json_is_string(first) && json_is_string(s)) {
-      sb_add(text, json_string_value(s), json_string_length(s));
-    } else if (json_is_array(first) && json_is_array(s) && json_array_size(s) > 0) {
-      if (!add_tokens(text, s, err)) return false;
-    } else {
-      openai_error(err, 400, "invalid_request_error", "prompt", NULL,
-                   "'prompt' must be %s: prompt[%zu] is %s, prompt[0] %s", want, i,
-                   json_is_array(s) && json_array_size(s) == 0 ? "an empty array" : type_name(s),
-                   type_name(first));
-      return false;
-    }
-  }
-  return true;
-}
-
-/* Content: a string, or an array of parts of which the text parts count. */
-static bool message_content(const json_t *content, strbuf *text, http_reply *err) {
-  if (json_is_string(content)) {
-    sb_add(text, json_string_value(content), json_string_length(content));
-    return true;
-  }
-  if (json_is_null(content) || !content) return true;
-  if (!json_is_array(content))
-    return bad_type(err, "messages", "a list whose contents are strings or arrays", content);
-  size_t i;
-  json_t *part;
-  json_array_foreach(content, i, part) {
-    json_t *t = json_object_get(part, "text");
-    if (json_is_string(t)) sb_add(text, json_string_value(t), json_string_length(t));
-  }
-  return true;
-}
-
-/* A plain chat template: each message as "<|role|>\ncontent\n", then the assistant's turn. */
-static bool chat_prompt(json_t *body, strbuf *text, http_reply *err) {
-  json_t *msgs = json_object_get(body, "messages");
-  if (!msgs) {
-    openai_error(err, 400, "invalid_request_error", "messages", NULL,
-                 "Missing required parameter 'messages'");
-    return false;
-  }
-  if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-    return bad_type(err, "messages", "a non-empty array of messages", msgs);
-  size_t i;
-  json_t *m;
-  json_array_foreach(msgs, i, m) {
-    json_t *role = json_object_get(m, "role");
-    if (!json_is_object(m) || !json_is_string(role)) {
-      openai_error(err, 400, "invalid_request_error", "messages", NULL,
-                   "messages[%zu] must be an object with a string 'role'", i);
-      return false;
-    }
-    sb_printf(text, "<|%s|>\n", json_string_value(role));
-    if (!message_content(json_object_get(m, "content"), text, err)) return false;
-    sb_adds(text, "\n");
-  }
-  sb_adds(text, "<|assistant|>\n");
-  return true;
 }
 
 /* ---- parameters --------------------------------------------------------------- */
@@ -175,7 +64,7 @@ static bool chat_prompt(json_t *body, strbuf *text, http_reply *err) {
 static bool get_bool(json_t *body, const char *key, bool *out, http_reply *err) {
   json_t *v = json_object_get(body, key);
   if (!v || json_is_null(v)) return true;
-  if (!json_is_boolean(v)) return bad_type(err, key, "a boolean", v);
+  if (!json_is_boolean(v)) return openai_bad_type(err, key, "a boolean", v);
   *out = json_is_true(v);
   return true;
 }
@@ -183,7 +72,7 @@ static bool get_bool(json_t *body, const char *key, bool *out, http_reply *err) 
 static bool get_max_tokens(json_t *body, const char *key, int *out, http_reply *err) {
   json_t *v = json_object_get(body, key);
   if (!v || json_is_null(v)) return true;
-  if (!json_is_integer(v)) return bad_type(err, key, "an integer", v);
+  if (!json_is_integer(v)) return openai_bad_type(err, key, "an integer", v);
   json_int_t n = json_integer_value(v);
   if (n < 1) {
     openai_error(err, 400, "invalid_request_error", key, NULL, "'%s' must be at least 1, got %lld",
@@ -199,7 +88,7 @@ static bool get_max_tokens(json_t *body, const char *key, int *out, http_reply *
 static bool get_n(json_t *body, int *out, http_reply *err) {
   json_t *v = json_object_get(body, "n");
   if (!v || json_is_null(v)) return true;
-  if (!json_is_integer(v)) return bad_type(err, "n", "an integer", v);
+  if (!json_is_integer(v)) return openai_bad_type(err, "n", "an integer", v);
   json_int_t n = json_integer_value(v);
   if (n < 1 || n > 128) {
     openai_error(err, 400, "invalid_request_error", "n", NULL,
@@ -214,7 +103,7 @@ static bool stream_flags(json_t *body, job *j, http_reply *err) {
   if (!get_bool(body, "stream", &j->stream, err)) return false;
   json_t *so = json_object_get(body, "stream_options");
   if (!so || json_is_null(so)) return true;
-  if (!json_is_object(so)) return bad_type(err, "stream_options", "an object", so);
+  if (!json_is_object(so)) return openai_bad_type(err, "stream_options", "an object", so);
   if (!j->stream) {
     openai_error(err, 400, "invalid_request_error", "stream_options", NULL,
                  "'stream_options' can only be set when 'stream' is true");
@@ -222,7 +111,7 @@ static bool stream_flags(json_t *body, job *j, http_reply *err) {
   }
   json_t *iu = json_object_get(so, "include_usage");
   if (iu && !json_is_null(iu) && !json_is_boolean(iu))
-    return bad_type(err, "stream_options.include_usage", "a boolean", iu);
+    return openai_bad_type(err, "stream_options.include_usage", "a boolean", iu);
   j->include_usage = json_is_true(iu);
   return true;
 }
@@ -243,7 +132,7 @@ static bool resolve_model(const endpoint *ep, json_t *body, job *j, http_reply *
                  "Missing required parameter 'model'");
     return false;
   }
-  if (!json_is_string(m)) return bad_type(err, "model", "a string", m);
+  if (!json_is_string(m)) return openai_bad_type(err, "model", "a string", m);
   const char *name = json_string_value(m);
   j->lora = model_index(cfg, name);
   if (j->lora == -2) {
@@ -261,24 +150,6 @@ static bool resolve_model(const endpoint *ep, json_t *body, job *j, http_reply *
   return true;
 }
 
-/* vLLM-style chained hashes: each full block's hash covers its parent's hash
- * and its content; the first block's parent covers the model (so the LoRA
- * adapter) and the cache salt. */
-static void hash_blocks(const endpoint *ep, job *j, const strbuf *text, const char *salt) {
-  const sim_config *cfg = &ep->sim->cfg;
-  size_t chars = (size_t)cfg->block_size * 4;
-  XXH64_hash_t parent = XXH64(j->model, strlen(j->model) + 1, 0);
-  if (salt) parent = XXH64(salt, strlen(salt), parent);
-  j->nhashes = j->prompt_tokens / cfg->block_size;
-  j->hashes = malloc(((size_t)j->nhashes + 1) * sizeof *j->hashes);
-  for (int i = 0; i < j->nhashes; i++) {
-    size_t at = (size_t)i * chars;
-    size_t n = at + chars <= text->len ? chars : text->len - at;
-    parent = XXH64(text->data + at, n, parent);
-    j->hashes[i] = parent;
-  }
-}
-
 static bool check_length(const endpoint *ep, job *j, http_reply *err) {
   int limit = ep->sim->cfg.max_model_len;
   if ((long)j->prompt_tokens + j->max_tokens <= limit) return true;
@@ -290,9 +161,10 @@ static bool check_length(const endpoint *ep, job *j, http_reply *err) {
   return false;
 }
 
-static bool parse_body(endpoint *ep, json_t *body, job *j, strbuf *text, http_reply *err) {
+static bool parse_body(endpoint *ep, json_t *body, job *j, http_reply *err) {
   if (!resolve_model(ep, body, j, err)) return false;
-  if (!(j->kind == JOB_CHAT ? chat_prompt(body, text, err) : completion_prompt(body, text, err)))
+  if (!(j->kind == JOB_CHAT ? tok_chat_prompt(body, &j->prompt, err)
+                            : tok_completion_prompt(body, &j->prompt, err)))
     return false;
   if (!stream_flags(body, j, err)) return false;
   j->n = 1;
@@ -303,11 +175,12 @@ static bool parse_body(endpoint *ep, json_t *body, job *j, strbuf *text, http_re
     return false;
   json_t *salt = json_object_get(body, "cache_salt");
   if (salt && !json_is_null(salt) && !json_is_string(salt))
-    return bad_type(err, "cache_salt", "a string", salt);
-  j->prompt_tokens = text->len ? (int)((text->len + 3) / 4) : 1;
+    return openai_bad_type(err, "cache_salt", "a string", salt);
+  if (json_is_string(salt)) j->salt = strdup(json_string_value(salt));
+  j->prompt_tokens = j->prompt.n ? j->prompt.n : 1;
   if (!check_length(ep, j, err)) return false;
-  hash_blocks(ep, j, text, json_string_value(salt));
-  j->text_seed = XXH64(text->data ? text->data : "", text->len, ep->sim->cfg.seed);
+  j->text_seed = XXH64(j->prompt.ids ? (const void *)j->prompt.ids : "",
+                       (size_t)j->prompt.n * sizeof *j->prompt.ids, ep->sim->cfg.seed);
   return true;
 }
 
@@ -322,7 +195,7 @@ job *openai_parse(endpoint *ep, enum job_kind kind, const char *body, size_t len
   }
   if (!json_is_object(root)) {
     openai_error(err, 400, "invalid_request_error", NULL, NULL,
-                 "The request body must be a JSON object, got %s", type_name(root));
+                 "The request body must be a JSON object, got %s", openai_type_name(root));
     json_decref(root);
     return NULL;
   }
@@ -331,9 +204,7 @@ job *openai_parse(endpoint *ep, enum job_kind kind, const char *body, size_t len
   j->ep = ep;
   j->kind = kind;
   j->drop_at = -1;
-  strbuf text = {0};
-  bool ok = parse_body(ep, root, j, &text, err);
-  sb_free(&text);
+  bool ok = parse_body(ep, root, j, err);
   json_decref(root);
   if (!ok) {
     job_free(j);

@@ -1,5 +1,6 @@
 /* The routes that generate no tokens: embeddings, pooling, classify, score,
- * rerank, tokenize, detokenize; and minimal non-streaming answers for the
+ * rerank, tokenize, detokenize, the render routes (the token ids the engine
+ * caches for a body, tokens.c); and minimal non-streaming answers for the
  * Responses API, Anthropic messages and the audio routes.
  *
  * They answer at once, outside the engine (no queue, no KV-cache blocks, not
@@ -20,7 +21,6 @@
 
 #define MAX_DIMENSIONS     4096
 #define DEFAULT_DIMENSIONS 32
-#define VOCAB_SIZE         32000
 
 typedef struct aux_call {
   endpoint *ep;
@@ -301,20 +301,56 @@ static bool classify(aux_call *a) {
   return reply_json(a, o);
 }
 
-/* /tokenize: a token id per four characters, hashed from them. */
+static json_t *ids_json(const token_ids *t) {
+  json_t *arr = json_array();
+  for (int i = 0; i < t->n; i++)
+    json_array_append_new(arr, json_integer((json_int_t)t->ids[i]));
+  return arr;
+}
+
+/* The ids the engine would cache for this body: a chat's rendered messages, or
+ * a completion's prompt(s) one after another (tokens.c). */
+static bool body_ids(aux_call *a, bool chat, token_ids *t) {
+  bool ok = chat ? tok_chat_prompt(a->body, t, a->out) : tok_completion_prompt(a->body, t, a->out);
+  if (!ok) tok_free(t);
+  return ok;
+}
+
+/* /tokenize: vLLM's completion ({prompt}) or chat ({messages}) form. */
 static bool tokenize(aux_call *a) {
-  json_t *p = first_of(a->body, "prompt", "messages", "messages");
-  if (!p) return fail(a, 400, "prompt", "tokenize needs 'prompt' or 'messages'");
-  strbuf t = {0};
-  text_of(p, &t);
-  json_t *tokens = json_array();
-  for (size_t i = 0; i < t.len; i += 4)
-    json_array_append_new(
-        tokens, json_integer((json_int_t)(XXH64(t.data + i, t.len - i < 4 ? t.len - i : 4, 0) %
-                                          VOCAB_SIZE)));
-  sb_free(&t);
-  json_t *o = json_pack("{s:i, s:i, s:o}", "count", (int)json_array_size(tokens), "max_model_len",
-                        a->ep->sim->cfg.max_model_len, "tokens", tokens);
+  bool chat = json_object_get(a->body, "messages") != NULL;
+  if (!chat && !json_object_get(a->body, "prompt"))
+    return fail(a, 400, "prompt", "tokenize needs 'prompt' or 'messages'");
+  token_ids t = {0};
+  if (!body_ids(a, chat, &t)) return false;
+  json_t *o = json_pack("{s:i, s:i, s:o}", "count", t.n, "max_model_len",
+                        a->ep->sim->cfg.max_model_len, "tokens", ids_json(&t));
+  tok_free(&t);
+  return reply_json(a, o);
+}
+
+/* /v1/completions/render: [{"token_ids": [...]}], one per prompt (a list of
+ * strings or of id lists is several; the engine serves them as one, their ids
+ * one after another). */
+static bool render_completion(aux_call *a) {
+  token_ids *items;
+  int n;
+  if (!tok_completion_prompts(a->body, &items, &n, a->out)) return false;
+  json_t *arr = json_array();
+  for (int i = 0; i < n; i++) {
+    json_array_append_new(arr, json_pack("{s:o}", "token_ids", ids_json(&items[i])));
+    tok_free(&items[i]);
+  }
+  free(items);
+  return reply_json(a, arr);
+}
+
+/* /v1/chat/completions/render: {"token_ids": [...]} of the rendered messages. */
+static bool render_chat(aux_call *a) {
+  token_ids t = {0};
+  if (!body_ids(a, true, &t)) return false;
+  json_t *o = json_pack("{s:o}", "token_ids", ids_json(&t));
+  tok_free(&t);
   return reply_json(a, o);
 }
 
@@ -478,6 +514,8 @@ static const aux_route aux_routes[] = {
     {"/v1/rerank", rerank},
     {"/v2/rerank", rerank},
     {"/tokenize", tokenize},
+    {"/v1/completions/render", render_completion},
+    {"/v1/chat/completions/render", render_chat},
     {"/detokenize", detokenize},
     {"/v1/responses", responses},
     {"/v1/messages", messages},

@@ -267,6 +267,18 @@ static void route_request(conn *c) {
     reply_error(c, &err, allow);
     return;
   }
+  if (control_route_known(c->url.data, plen)) {
+    if (strcmp(method, "POST")) {
+      openai_error(&err, 405, "invalid_request_error", NULL, NULL,
+                   "Method %s is not allowed on %.*s: use POST", method, (int)plen, c->url.data);
+      reply_error(c, &err, "allow: POST\r\n");
+      return;
+    }
+    control_serve(c->ep, c->url.data, plen, c->url.data + plen, c->body.data ? c->body.data : "",
+                  c->body.len, &err);
+    reply_error(c, &err, NULL);
+    return;
+  }
   if (aux_route_known(c->url.data, plen)) {
     if (strcmp(method, "POST")) {
       openai_error(&err, 405, "invalid_request_error", NULL, NULL,
@@ -281,7 +293,8 @@ static void route_request(conn *c) {
                "Unknown route %s %.*s: this server serves POST /v1/completions, "
                "POST /v1/chat/completions, GET /v1/models, GET /metrics and GET /health, and "
                "minimally POST /v1/embeddings, /v1/responses, /v1/messages, /v1/audio/*, "
-               "/tokenize, /detokenize, /pooling, /classify, /score, /rerank",
+               "/tokenize, /detokenize, /v1/completions/render, /v1/chat/completions/render, "
+               "/pooling, /classify, /score, /rerank, and POST /sim/reset, /sim/oracle",
                method, (int)plen, c->url.data ? c->url.data : "");
   reply_error(c, &err, NULL);
 }

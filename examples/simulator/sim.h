@@ -4,7 +4,9 @@
  * Each endpoint is a little model server: an HTTP listener (server.c), OpenAI
  * request/response shapes (openai.c), a continuous-batching engine with a
  * waiting queue and per-request timers (engine.c), a prefix cache of hashed
- * blocks (kvcache.c) and vLLM-named Prometheus metrics (metrics.c). */
+ * blocks of token ids (kvcache.c, tokens.c) that can publish vLLM's KV-cache
+ * events over ZMQ (kvevents.c), vLLM-named Prometheus metrics (metrics.c) and
+ * the simulator's own /sim/ routes (control.c). */
 #ifndef LUPIN_SIM_H
 #define LUPIN_SIM_H
 
@@ -42,6 +44,17 @@ typedef struct sim_config {
   size_t max_body_bytes;
   bool log_requests;
   const char *engine; /* whose /metrics names to serve: vllm, sglang, tgi, triton, trtllm-serve */
+  /* KV-cache events (kvevents.c) */
+  const char *kv_hash_seed;     /* "random" or a number, as given */
+  bool kv_seed_random;          /* each endpoint (engine) draws its own seed, again on restart */
+  uint64_t kv_seed;             /* the seed of every endpoint otherwise */
+  int kv_events_port;           /* endpoint i publishes on port + i; 0 off */
+  int kv_replay_port;           /* endpoint i answers replay requests on port + i; 0 off */
+  int kv_buffer_steps;          /* batches kept for replay */
+  double kv_events_drop_rate;   /* batches not sent (their sequence number still advances) */
+  const char *kv_events_shape;  /* "array" or "map" */
+  const char *kv_hash_encoding; /* "int" or "bytes" */
+  bool kv_shape_map, kv_batch_map, kv_hash_bytes;
 } sim_config;
 
 int config_parse(sim_config *cfg, int argc, char **argv); /* 0 ok, 1 help shown, -1 error */
@@ -65,11 +78,56 @@ uint64_t rng_next(uint64_t *state);
 double rng_unit(uint64_t *state); /* uniform in [0,1) */
 double wall_seconds(void);        /* unix time, for timestamps in responses and metrics */
 
+/* ---- token ids (tokens.c) --------------------------------------------------- */
+
+#define VOCAB_SIZE 32000
+
+struct json_t;
+struct http_reply;
+
+/* The engine's unit: a prompt as token ids. */
+typedef struct token_ids {
+  uint32_t *ids;
+  int n, cap;
+} token_ids;
+
+void tok_push(token_ids *t, uint32_t id);
+/* Appends the ids of a text: one per 4 bytes (the last 1-4), hashed, % VOCAB_SIZE. */
+void tok_text(token_ids *t, const char *text, size_t len);
+void tok_free(token_ids *t);
+/* A completion body's `prompt`, each of vLLM's shapes, one token_ids per prompt
+ * (a string or a list of ids is one; a list of strings or of id lists, one each). */
+bool tok_completion_prompts(struct json_t *body, token_ids **out, int *n, struct http_reply *err);
+/* The same as one prompt (the prompts' ids one after another): what the engine serves. */
+bool tok_completion_prompt(struct json_t *body, token_ids *out, struct http_reply *err);
+/* A chat body's `messages` through the chat template (add_generation_prompt,
+ * continue_final_message honoured), as text and as token ids. */
+bool tok_chat_text(struct json_t *body, strbuf *text, struct http_reply *err);
+bool tok_chat_prompt(struct json_t *body, token_ids *out, struct http_reply *err);
+
 /* ---- prefix cache (kvcache.c) --------------------------------------------- */
 
 typedef struct kvcache kvcache;
 
-kvcache *kv_new(int capacity);
+/* What the cache tells its publisher (kvevents.c), as it happens. */
+typedef struct kv_listener {
+  void *ctx;
+  /* Full blocks newly cached: n hashes, their parent's hash (NULL for a
+   * prompt's first block), n * block_size token ids; lora -1 for the base model. */
+  void (*stored)(void *ctx, const uint64_t *hashes, int n, const uint64_t *parent,
+                 const uint32_t *tokens, int lora);
+  void (*removed)(void *ctx, uint64_t hash); /* a cached block evicted */
+  void (*cleared)(void *ctx);                /* every cached block forgotten */
+} kv_listener;
+
+/* The chained hashes of `nblocks` full blocks of `ids`: each covers its
+ * parent's hash (the first's parent is derived from `seed`), its token ids and
+ * the adapter's name, the first one also `salt`. */
+void kv_hash_blocks(uint64_t seed, const char *lora, const char *salt, const uint32_t *ids,
+                    int nblocks, int block_size, uint64_t *out);
+
+kvcache *kv_new(int capacity, int block_size);
+void kv_listen(kvcache *kv, const kv_listener *l); /* NULL: stop telling */
 void kv_free(kvcache *kv);
 int kv_capacity(const kvcache *kv);
 int kv_in_use(const kvcache *kv); /* blocks referenced by a live request */
@@ -77,12 +135,17 @@ int kv_free_count(const kvcache *kv);
 /* Leading blocks of `hashes` already cached (prefix semantics: stops at the first miss). */
 int kv_match(const kvcache *kv, const uint64_t *hashes, int n);
 /* Takes a reference on each hashed block (reusing cached ones, evicting LRU free
- * blocks for the rest); writes block ids to `out`; returns how many it got. */
-int kv_acquire(kvcache *kv, const uint64_t *hashes, int n, int *out);
+ * blocks for the rest); writes block ids to `out`; returns how many it got.
+ * `tokens` holds the n blocks' token ids (for the listener), `lora` the adapter. */
+int kv_acquire(kvcache *kv, const uint64_t *hashes, const uint32_t *tokens, int n, int lora,
+               int *out);
 /* One unhashed block (partial or decode block); -1 when none is free. */
 int kv_acquire_anon(kvcache *kv);
 /* Drops references, last block first, so a prompt's end is evicted before its start. */
 void kv_release(kvcache *kv, const int *blocks, int n);
+/* Forgets every cached block (running requests keep theirs, unhashed);
+ * `announce`: the listener hears it (AllBlocksCleared). */
+void kv_reset(kvcache *kv, bool announce);
 
 /* ---- metrics (metrics.c) --------------------------------------------------- */
 
@@ -154,8 +217,10 @@ typedef struct job {
   int n; /* choices: sampled together, one engine sequence (their tokens differ by seed) */
   int generated;
   int cached_tokens;
-  int drop_at; /* token count after which the connection is dropped; -1 never */
-  uint64_t *hashes;
+  int drop_at;      /* token count after which the connection is dropped; -1 never */
+  token_ids prompt; /* the prompt's token ids (prompt_tokens: their count, at least 1) */
+  char *salt;       /* cache_salt, or NULL */
+  uint64_t *hashes; /* its full blocks' hashes, computed at admission with the endpoint's seed */
   int nhashes;
   int *blocks;
   int nblocks, cap_blocks;
@@ -183,6 +248,10 @@ typedef struct http_reply {
   strbuf body;
 } http_reply;
 
+const char *openai_type_name(const struct json_t *v); /* "an array", "a string", ... */
+/* A 400 naming the parameter: "'param' must be <want>, got <type of v>". Returns false. */
+bool openai_bad_type(http_reply *err, const char *param, const char *want, const struct json_t *v);
+
 /* Parses and validates a completion or chat body. Returns a job, or NULL with
  * `err` holding the status and OpenAI error JSON. */
 job *openai_parse(struct endpoint *ep, enum job_kind kind, const char *body, size_t len,
@@ -202,6 +271,27 @@ bool aux_route_known(const char *path, size_t len);
  * status and JSON in out, the model served appended to model on success. */
 void aux_serve(struct endpoint *ep, const char *path, size_t plen, const char *content_type,
                const char *body, size_t len, http_reply *out, strbuf *model);
+
+/* ---- the simulator's own routes (control.c) -------------------------------- */
+
+bool control_route_known(const char *path, size_t len);
+/* POST /sim/reset[?restart=1], POST /sim/oracle: the status and JSON in out. */
+void control_serve(struct endpoint *ep, const char *path, size_t plen, const char *query,
+                   const char *body, size_t len, http_reply *out);
+
+/* ---- KV-cache events (kvevents.c) ---------------------------------------------- */
+
+typedef struct kv_publisher kv_publisher;
+struct sim;
+
+/* Binds every endpoint's PUB (and ROUTER) socket; -1 with a message on stderr. */
+int kvev_start(struct sim *s);
+void kvev_stop(struct sim *s); /* closes the loop handles (sockets stay until kvev_free) */
+void kvev_free(struct sim *s);
+/* An engine restart: pending events lost, sequence back to 0, replay buffer empty. */
+void kvev_restart(struct endpoint *ep);
+uint64_t kvev_next_seq(const struct endpoint *ep);
+void kvev_metrics(const struct endpoint *ep, strbuf *out);
 
 /* ---- HTTP (server.c) ------------------------------------------------------- */
 
@@ -224,6 +314,8 @@ typedef struct endpoint {
   uv_tcp_t listener;
   bool listening;
   kvcache *kv;
+  uint64_t kv_seed;  /* this engine's hash seed (--kv-hash-seed) */
+  kv_publisher *pub; /* NULL without --kv-events-port */
   job_list waiting, running;
   counters m;
   uint64_t rng;             /* per-endpoint stream for failure injection */
@@ -238,8 +330,13 @@ typedef struct sim {
   endpoint *eps;
   uv_signal_t sigint, sigterm;
   bool stopping;
+  void *zmq;        /* the ZMQ context, with --kv-events-port */
+  uv_check_t flush; /* publishes each endpoint's events once per loop turn */
+  bool flushing;
 } sim;
 
 double endpoint_slowness(const endpoint *ep);
+/* A new hash seed for an engine: --kv-hash-seed's number, or a random one. */
+uint64_t endpoint_kv_seed(const sim *s);
 
 #endif
