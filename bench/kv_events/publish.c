@@ -340,10 +340,11 @@ static int run(const options *o) {
   }
   double secs = mono() - t0;
   printf("sent events=%llu batches=%llu stored_blocks=%llu removed_blocks=%llu cleared=%llu "
-         "resident=%zu first_wall=%.6f seconds=%.3f events_per_s=%.0f\n",
+         "resident=%zu first_wall=%.6f last_wall=%.6f seconds=%.3f events_per_s=%.0f\n",
          (unsigned long long)p.sent, (unsigned long long)p.batches, (unsigned long long)e.stored,
          (unsigned long long)e.removed, (unsigned long long)e.cleared, e.old.n + e.n_chain, w0,
-         secs, secs > 0 ? (double)p.sent / secs : 0);
+         w0 + secs, secs, secs > 0 ? (double)p.sent / secs : 0);
+  fflush(stdout);    /* a script waits for this line, not for the linger below */
   zmq_close(p.sock); /* lingers up to 2 s for what is still queued */
   zmq_ctx_term(p.ctx);
   return 0;
