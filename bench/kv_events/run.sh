@@ -36,10 +36,12 @@ WATCH=(taskset -c "$LOAD_CPU" python3 bench/kv_events/watch.py)
 : >"$OUT/results.jsonl"
 : >"$OUT/commands.txt"
 
-# run CMD...: the command, noted in out/commands.txt as it was run
+# run CMD...: the command, noted in out/commands.txt, run in this shell's
+# place (exec): backgrounded as `run ... &`, $! is then the program's own pid
+# (for /proc and for cleanup's kill); in the foreground, as `(run ...)`.
 run() {
   echo "$*" >>"$OUT/commands.txt"
-  "$@"
+  exec "$@"
 }
 
 SIM_PORT=$(free_ports 1)
@@ -117,8 +119,8 @@ floor() {
     --idle-ms 1000 >"$OUT/floor.txt" &
   local sub=$!
   PIDS+=("$sub")
-  run taskset -c "$LOAD_CPU" "$PUB" --port "$port" --events "$THROUGHPUT_EVENTS" \
-    --events-per-batch 64 --blocks-per-event "$BLOCKS" >"$WORK/floor.pub"
+  (run taskset -c "$LOAD_CPU" "$PUB" --port "$port" --events "$THROUGHPUT_EVENTS" \
+    --events-per-batch 64 --blocks-per-event "$BLOCKS" >"$WORK/floor.pub")
   wait "$sub"
 }
 
@@ -166,7 +168,7 @@ respawn() {
   local common=(--port "$port" --rate "$HEAL_RATE" --events $((HEAL_RATE * 2))
     --events-per-batch 16 --blocks-per-event "$BLOCKS")
   (
-    run taskset -c "$LOAD_CPU" "$PUB" "${common[@]}" >"$WORK/respawn-1.pub"
+    (run taskset -c "$LOAD_CPU" "$PUB" "${common[@]}" >"$WORK/respawn-1.pub")
     run taskset -c "$LOAD_CPU" "$PUB" "${common[@]}" --seed 2 --settle-ms 0 >"$WORK/respawn-2.pub"
   ) &
   PIDS+=($!)
