@@ -387,6 +387,18 @@ bench-soak: $(B)/bench-soak
 bench-flow: $(B)/lupin $(B)/lupin-sim
 	B=$(B) bash bench/flow/run.sh
 
+# The engines' KV-cache events (bench/kv_events/README.md, docs/kv-events.md):
+# a fake vLLM publisher against lupin serve's subscriber: events applied per
+# second and per CPU-second, publish-to-index lag, restart and gap healing
+# (~1 min).  bench-kv-subscribe checks the publisher without lupin.
+$(B)/bench-kv-publish: bench/kv_events/publish.c
+	$(CC) $(XCFLAGS) -o $@ $< -lzmq -lmsgpackc
+$(B)/bench-kv-subscribe: bench/kv_events/subscribe.c
+	$(CC) $(XCFLAGS) -o $@ $< -lzmq -lmsgpackc
+.PHONY: bench-kv-events
+bench-kv-events: $(B)/lupin $(B)/lupin-sim $(B)/bench-kv-publish $(B)/bench-kv-subscribe
+	B=$(B) bash bench/kv_events/run.sh
+
 bench-gateway: bench-deps $(B)/lupin $(B)/lupin-sim
 	B=$(B) bash bench/gateway/run.sh
 	B=$(B) bash bench/gateway/workers.sh
