@@ -57,7 +57,14 @@ CLI_OBJ   = $(CLI_SRC:cli/%.c=$(B)/cli/%.o)
 # gRPC: its two libraries alone (grpc.pc names every library those link,
 # which the binary would then need directly)
 GW_LIBS   = $(shell pkg-config --libs jansson hiredis openssl yaml-0.1 libprotobuf-c 2>/dev/null) \
-            -lgrpc -lgpr -lmimalloc
+            -lgrpc -lgpr -lmimalloc $(MSGPACK_LIBS)
+
+# msgpack-c's C library (host/kv_wire.c): pkg-config "msgpack" in Debian's
+# libmsgpack-dev 4.x (-lmsgpackc), "msgpack-c" where the C library is packaged
+# apart (msgpack-c >= 6); -lmsgpackc when pkg-config knows neither
+MSGPACK_PC   := $(shell pkg-config --exists msgpack-c 2>/dev/null && echo msgpack-c || echo msgpack)
+MSGPACK_LIBS := $(or $(shell pkg-config --libs $(MSGPACK_PC) 2>/dev/null),-lmsgpackc)
+MSGPACK_CFLAGS := $(shell pkg-config --cflags $(MSGPACK_PC) 2>/dev/null)
 
 B ?= build
 # one version, core/lupin.h's: lupin --version, lupin-sim --version, lupin.pc
@@ -73,7 +80,7 @@ all: $(B)/liblupin.a $(B)/liblupin.so $(B)/lupin_native.so $(B)/embed $(B)/bench
      $(B)/bench-prefix $(B)/bench-soak $(B)/bench-reload $(B)/lupin-sim $(B)/lupin \
      $(B)/liblupin-host.a $(B)/host-link $(B)/shared-threads \
      $(B)/prefix-threads $(B)/host-allocator $(B)/request-reuse $(B)/malloc-count.so \
-     $(B)/lupin-faults
+     $(B)/lupin-faults $(B)/kv-wire
 
 # The install prefix is compiled in (the default home): rebuild when it changes.
 $(B)/prefix.stamp: FORCE
@@ -91,7 +98,7 @@ $(B)/core/%.o: core/%.cpp
 
 $(B)/host/%.o: host/%.c $(HOST_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(XCFLAGS) -Icore -c $< -o $@
+	$(CC) $(XCFLAGS) -Icore $(MSGPACK_CFLAGS) -c $< -o $@
 
 $(B)/liblupin-host.a: $(HOST_OBJ)
 	$(AR) rcs $@ $^
@@ -99,8 +106,13 @@ $(B)/liblupin-host.a: $(HOST_OBJ)
 # a program on liblupin-host.a and liblupin.a alone, linked without libuv
 # or http_parser (spec/host/host_spec.lua runs it)
 HOST_LINK_LIBS = $(shell pkg-config --libs luajit libxxhash libutf8proc simdjson 2>/dev/null) \
-                 -lmimalloc -lstdc++ -lm -lpthread -ldl
+                 -lmimalloc -lstdc++ -lm -lpthread -ldl $(MSGPACK_LIBS)
 $(B)/host-link: spec/host/host_link.c $(B)/liblupin-host.a $(B)/liblupin.a $(HOST_HDR)
+	$(CC) $(XCFLAGS) -Icore -Ihost -o $@ $< $(B)/liblupin-host.a $(B)/liblupin.a $(HOST_LINK_LIBS)
+
+# vLLM's KV-event payloads decoded and printed as JSON (host/kv_wire.c;
+# spec/host/kv_wire_spec.lua runs it)
+$(B)/kv-wire: spec/host/kv_wire.c $(B)/liblupin-host.a $(B)/liblupin.a $(HOST_HDR)
 	$(CC) $(XCFLAGS) -Icore -Ihost -o $@ $< $(B)/liblupin-host.a $(B)/liblupin.a $(HOST_LINK_LIBS)
 
 $(B)/gw/%.o: gateway/%.c $(GW_HDR) $(B)/proto/.stamp
@@ -304,7 +316,7 @@ test-fresh:
 # build-fuzz/) for FUZZ_SECONDS; `make fuzz-replay` runs the seeds and saved
 # crashes through the same harnesses built with gcc and replay.c's main()
 # under ASan/UBSan (build-asan/, no libFuzzer needed; seconds).
-FUZZ_TARGETS ?= request upstream prometheus config admin
+FUZZ_TARGETS ?= request upstream prometheus config admin kv_wire
 FUZZ_SECONDS ?= 60
 # Findings reported and not fixed yet (docs/bad-input.md): `make fuzz` steps
 # over them to find others, their inputs in the corpus still fail
@@ -327,9 +339,11 @@ $(B)/replay-%: spec/fuzz/%.c spec/fuzz/replay.c $(FUZZ_SRC) $(FUZZ_HDR) $(GW_LIB
 	$(CC) $(XCFLAGS) $(FUZZ_CFLAGS) -o $@ $< spec/fuzz/replay.c $(FUZZ_SRC) $(GW_LIB_OBJ) \
 	  $(B)/liblupin-host.a $(B)/liblupin.a $(FUZZ_LIBS)
 
+# -fsanitize-link-c++-runtime: liblupin's json.cpp is C++ built with
+# -fsanitize=undefined (vptr checks), whose runtime the C driver leaves out
 $(B)/fuzz-%: spec/fuzz/%.c $(FUZZ_SRC) $(FUZZ_HDR) $(GW_LIB_OBJ) $(B)/liblupin-host.a $(B)/liblupin.a
-	$(CC) $(XCFLAGS) -fsanitize=fuzzer $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_SRC) $(GW_LIB_OBJ) \
-	  $(B)/liblupin-host.a $(B)/liblupin.a $(FUZZ_LIBS)
+	$(CC) $(XCFLAGS) -fsanitize=fuzzer -fsanitize-link-c++-runtime $(FUZZ_CFLAGS) -o $@ $< \
+	  $(FUZZ_SRC) $(GW_LIB_OBJ) $(B)/liblupin-host.a $(B)/liblupin.a $(FUZZ_LIBS)
 
 fuzz-replay:
 	$(MAKE) --no-print-directory B=build-asan CFLAGS="-O1 -g $(SANITIZE)" \

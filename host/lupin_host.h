@@ -22,6 +22,8 @@
  *                       over a host's runtimes
  *   explain_ring.c      explain records kept in a ring (one lock, pthreads):
  *                       the ids listed, one record with the host's attempts
+ *   kv_wire.c           vLLM's KV-cache events: one msgpack payload of its
+ *                       ZMQ publisher decoded into flat arrays (msgpack-c)
  *
  * Prefix lh_ ("lupin host"): short like the gateway's gw_, distinct from
  * the core's lupin_ (this library is not the embedding API) and from gw_
@@ -490,5 +492,53 @@ void lh_explain_ids(lh_buf *b, lh_explain_ring *r);
  * (comma-separated, may be NULL); -1 when req has no record. */
 int lh_explain_record(lh_buf *b, lupin_request *req, int status, const char *outcome,
                       double total_ms, const char *attempts, size_t attempts_len);
+
+/* --- vLLM's KV-cache events, decoded (kv_wire.c) ------------------------- */
+
+/* One payload (the third frame of a message) of vLLM's ZMQ KV-event
+ * publisher: a batch [ts, events, dp_rank] or {ts, events,
+ * data_parallel_rank}, its events positional arrays or maps, both shapes
+ * vLLM has sent (kv_wire.c's comment says what each field may be).  Pure
+ * functions, any thread; a program linking them links -lmsgpackc.  An
+ * event's arrays and strings live in the batch's memory; an array of n = 0
+ * may be NULL; strings are NUL-terminated copies (their length counts).
+ * event_shape is LH_KV_SHAPE_ARRAY | LH_KV_SHAPE_MAP when a batch mixes
+ * both.  A batch is one allocation of at most 32 bytes per payload byte and
+ * a few hundred more (msgpack-c's object tree lives in it too): bound the
+ * payload before decoding it (ZMQ_MAXMSGSIZE). */
+// clang-format off
+typedef enum lh_kv_type { LH_KV_STORED = 1, LH_KV_REMOVED = 2, LH_KV_CLEARED = 3 } lh_kv_type;
+typedef struct lh_kv_event {
+  lh_kv_type type;
+  const uint64_t *hashes; size_t n_hashes;     /* engine block hashes as u64 */
+  int has_parent; uint64_t parent;             /* BlockStored's parent_block_hash */
+  const uint32_t *tokens; size_t n_tokens;     /* BlockStored's token_ids */
+  uint32_t block_size;                         /* 0: absent */
+  const char *medium; size_t medium_len;       /* NULL: absent or nil (GPU) */
+  const char *lora_name; size_t lora_name_len; /* NULL: none */
+  const char *salt; size_t salt_len;           /* the first block's cache_salt from extra_keys: NULL none */
+  int other_group; /* group_idx > 0, or kv_cache_spec_kind present and not full attention: not indexed */
+} lh_kv_event;
+enum { LH_KV_SHAPE_ARRAY = 1, LH_KV_SHAPE_MAP = 2 };
+enum { LH_KV_EMSGPACK = -1 /* not msgpack, truncated, trailing bytes */, LH_KV_ESHAPE = -2 /* msgpack of the wrong shape or types */, LH_KV_ENOMEM = -3 };
+typedef struct lh_kv_batch {
+  double ts;
+  int dp_rank;                   /* -1: absent or nil */
+  lh_kv_event *events; size_t n;
+  int batch_shape, event_shape;  /* LH_KV_SHAPE_*: the outer batch's, the events' (0: no events) */
+  size_t skipped;                /* events of an unknown type, skipped (not an error) */
+  void *mem_;                    /* private: what the arrays live in */
+} lh_kv_batch;
+/* Decodes one payload.  0: b filled (free it with lh_kv_batch_free); < 0: an LH_KV_E* code, err says what and where (event index, field), b needs no free. */
+int lh_kv_decode(lh_kv_batch *b, const void *payload, size_t len, char *err, size_t errlen);
+void lh_kv_batch_free(lh_kv_batch *b);
+/* The sequence frame: 8 bytes, big-endian, signed (the replay's end marker is -1).  0 ok, -1 not 8 bytes. */
+int lh_kv_seq(const void *frame, size_t len, int64_t *seq);
+// clang-format on
+/* For the specs and the fuzz harness: the bytes a decoded batch holds, and
+ * whether they are one allocation (0: the estimate from the payload fell
+ * short and the memory grew, a bug); whether [p, p + len) lies in them. */
+size_t lh_kv_batch_mem(const lh_kv_batch *b, int *one_allocation);
+int lh_kv_batch_holds(const lh_kv_batch *b, const void *p, size_t len);
 
 #endif
