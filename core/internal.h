@@ -209,8 +209,8 @@ size_t lupin_prefix_view_count(lupin_prefix_view *v, uint32_t id);
 int lupin_prefix_view_unsure(lupin_prefix_view *v, uint32_t id);
 /* As the matches, an endpoint counting the blocks it holds from the first
  * without a gap: what an engine's cache can reuse (the precise plugins). */
-long lupin_prefix_match_runs(lupin_prefix_index *x, const uint64_t *hashes, size_t n,
-                             uint32_t *ids, uint32_t *counts, size_t cap);
+long lupin_prefix_match_runs(lupin_prefix_index *x, const uint64_t *hashes, size_t n, uint32_t *ids,
+                             uint32_t *counts, size_t cap);
 long lupin_prefix_view_match_runs(lupin_prefix_view *v, const uint64_t *hashes, size_t n,
                                   uint32_t *ids, uint32_t *counts, size_t cap);
 int lupin_prefix_view_remove(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n);

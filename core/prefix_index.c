@@ -468,8 +468,8 @@ long lupin_prefix_match(lupin_prefix_index *x, const uint64_t *hashes, size_t n,
   return match(x, hashes, n, ids, counts, cap, 0);
 }
 
-long lupin_prefix_match_runs(lupin_prefix_index *x, const uint64_t *hashes, size_t n,
-                             uint32_t *ids, uint32_t *counts, size_t cap) {
+long lupin_prefix_match_runs(lupin_prefix_index *x, const uint64_t *hashes, size_t n, uint32_t *ids,
+                             uint32_t *counts, size_t cap) {
   return match(x, hashes, n, ids, counts, cap, 1);
 }
 
