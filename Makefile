@@ -56,7 +56,7 @@ CLI_SRC   = $(wildcard cli/*.c)
 CLI_OBJ   = $(CLI_SRC:cli/%.c=$(B)/cli/%.o)
 # gRPC: its two libraries alone (grpc.pc names every library those link,
 # which the binary would then need directly)
-GW_LIBS   = $(shell pkg-config --libs jansson hiredis openssl yaml-0.1 libprotobuf-c 2>/dev/null) \
+GW_LIBS   = $(shell pkg-config --libs jansson hiredis openssl yaml-0.1 libprotobuf-c libzmq 2>/dev/null) \
             -lgrpc -lgpr -lmimalloc $(MSGPACK_LIBS)
 
 # msgpack-c's C library (host/kv_wire.c): pkg-config "msgpack" in Debian's
@@ -462,7 +462,7 @@ bench-prefix: $(B)/bench-prefix
 # and the baseline configs; one table per family and a plot each (about 15
 # minutes; FAMILIES=... and QUICK=1 run a subset).
 $(B)/bench-routing-client: bench/routing/client.c
-	$(CC) $(XCFLAGS) -o $@ $< $(shell pkg-config --libs libuv 2>/dev/null) -lhttp_parser -lm
+	$(CC) $(XCFLAGS) -o $@ $< $(shell pkg-config --libs libuv jansson 2>/dev/null) -lhttp_parser -lm
 
 # replicas sharing prefix indexes through Redis (docs/replicas.md)
 bench-replicas: all $(B)/bench-routing-client

@@ -115,6 +115,7 @@ void gw_endpoints_apply(lupin_gateway *gw, const lupin_endpoint_desc *d, size_t 
     next = ep->next;
     if (!ep->seen) endpoint_remove(gw, ep);
   }
+  gw_kv_events_sync(gw);
 }
 
 /* A list of endpoints owned: a source's callback lends each one only for
@@ -332,6 +333,7 @@ int gw_reload(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint
          (unsigned long long)n, gw_workers_count(gw), dt * 1e3);
   if (!gw->opts.no_watch) gw_watch_sync(gw); /* pluginDirs may have changed */
   if (config_endpoints(gw) && gw_endpoints_load(gw, err, errlen)) return -1;
+  gw_kv_events_sync(gw); /* the precise plugins' settings may have changed */
   return 0;
 }
 
@@ -361,6 +363,8 @@ static void shutdown_all(lupin_gateway *gw) {
   gw_watch_stop(gw);
   gw_replicas_stop(gw);
   gw_k8s_stop(gw);
+  gw_kv_events_stop(gw);
+  gw_tokenize_stop(gw);
   gw->sigterm = gw->sigint = gw->sighup = NULL;
   gw->drain_timer = gw->rewatch = NULL;
   gw->collector = NULL;
@@ -584,6 +588,7 @@ int gw_open(lupin_gateway *gw, const gw_options *o, char *err, size_t errlen) {
     lh_errf(err, errlen, "out of memory");
     return -2;
   }
+  if (gw_tokenize_start(gw, err, errlen)) return -2;
   if (o->endpoints_file && o->k8s_pool) {
     lh_errf(err, errlen, "--endpoints and --k8s-pool: give one source of endpoints");
     return -1;
@@ -689,6 +694,8 @@ int gw_run(lupin_gateway *gw) {
     if (worst > gw->exit_code) gw->exit_code = worst;
     gw_replicas_free(gw); /* its hook goes before what it hooks */
     gw_k8s_free(gw);
+    gw_kv_events_free(gw);
+    gw_tokenize_free(gw);
     lupin_shared_free(gw->shared);
   }
   gw_explain_free(gw);

@@ -24,6 +24,8 @@
  *                       the ids listed, one record with the host's attempts
  *   kv_wire.c           vLLM's KV-cache events: one msgpack payload of its
  *                       ZMQ publisher decoded into flat arrays (msgpack-c)
+ *   kv_index.c          an endpoint's blocks as its engine's KV events announce
+ *                       them: engine hashes mapped to lupin's keys
  *
  * Prefix lh_ ("lupin host"): short like the gateway's gw_, distinct from
  * the core's lupin_ (this library is not the embedding API) and from gw_
@@ -188,6 +190,11 @@ typedef enum lh_family_id {
   /* replicas sharing prefix records through Redis (replicas.c) */
   LH_M_REPLICA_CONNECTED, LH_M_REPLICA_PUBLISHED, LH_M_REPLICA_APPLIED, LH_M_REPLICA_IGNORED,
   LH_M_REPLICA_DROPPED, LH_M_REPLICA_BAD, LH_M_REPLICA_PENDING, LH_M_REPLICA_LAG,
+  /* the engines' KV-cache events (kv_events.c) */
+  LH_M_KV_BLOCKS_APPLIED, LH_M_KV_BATCHES, LH_M_KV_BAD, LH_M_KV_GAPS, LH_M_KV_LOST,
+  LH_M_KV_REPLAYS, LH_M_KV_RESYNCS, LH_M_KV_RESTARTS, LH_M_KV_BLOCKS, LH_M_KV_STATE, LH_M_KV_LAG,
+  /* the precise plugins' tokenize jobs and token cache (tokenize.c) */
+  LH_M_TOKENIZE, LH_M_TOKEN_CACHE_ENTRIES, LH_M_TOKEN_CACHE_BYTES, LH_M_TOKEN_CACHE_LOOKUPS,
   /* endpoints from a Kubernetes InferencePool (k8s_pool.c) */
   LH_M_K8S_SYNCED, LH_M_K8S_ENDPOINTS, LH_M_K8S_RESTARTS, LH_M_K8S_ERRORS,
   LH_FAMILIES
@@ -540,5 +547,37 @@ int lh_kv_seq(const void *frame, size_t len, int64_t *seq);
  * short and the memory grew, a bug); whether [p, p + len) lies in them. */
 size_t lh_kv_batch_mem(const lh_kv_batch *b, int *one_allocation);
 int lh_kv_batch_holds(const lh_kv_batch *b, const void *p, size_t len);
+
+/* --- an endpoint's blocks from its engine's events (kv_index.c) ----------- */
+
+/* Engine hash -> lupin key for one endpoint, feeding the keyed prefix index
+ * `key` of `shared` with lupin's own keys (lupin_token_block_hashes over the
+ * events' token ids, from lupin_token_seed(hash_seed, LoRA, salt)): what a
+ * request's token ids look up.  Not thread-safe: one thread per endpoint. */
+typedef struct lh_kv_index lh_kv_index;
+typedef struct lh_kv_target {
+  lupin_shared *shared;
+  const char *key;       /* the keyed index the precise plugins open */
+  const char *endpoint;  /* the endpoint's name */
+  const char *hash_seed; /* the config's hashSeed ("" or NULL: none) */
+  size_t block_size;     /* tokens a block, when an event gives none */
+} lh_kv_target;
+typedef struct lh_kv_counts {
+  uint64_t stored, removed, cleared; /* blocks (cleared: events) */
+  uint64_t ignored;                  /* events of another tier or attention group */
+  uint64_t orphans;                  /* stored blocks whose parent is unknown: not chained */
+  uint64_t unknown;                  /* removed blocks never seen stored */
+  uint64_t malformed;                /* stored events whose tokens are not their blocks' */
+} lh_kv_counts;
+/* max_blocks: the map's bound (0: none); past it apply fails. */
+lh_kv_index *lh_kv_index_new(size_t max_blocks);
+void lh_kv_index_free(lh_kv_index *x);
+/* Applies a decoded batch, adding to c.  -1: the map is full or out of
+ * memory; the index is then partial and the caller clears it (a resync). */
+int lh_kv_index_apply(lh_kv_index *x, const lh_kv_target *t, const lh_kv_batch *b, lh_kv_counts *c);
+/* Forgets every block, and purges the endpoint from the index (t NULL: the
+ * map only). */
+void lh_kv_index_clear(lh_kv_index *x, const lh_kv_target *t);
+size_t lh_kv_index_blocks(const lh_kv_index *x);
 
 #endif

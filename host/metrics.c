@@ -36,6 +36,8 @@ static const double epp_response_size_bounds[] = {1,    8,    16,   32,   64,   
                                                   1024, 2048, 4096, 8192, 16384, 32778, 65536};
 
 /* the EPP's flow-control wait buckets */
+static const double kv_lag_bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                       0.01,   0.025,   0.05,   0.1,   0.25,   1};
 static const double fc_wait_bounds[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
                                         0.25,   0.5,    1.0,   2.5,   5.0,  10.0,  30.0, 60.0};
 
@@ -355,6 +357,78 @@ const lh_family lh_families[LH_FAMILIES] = {
                           "From a record on another replica to its applying here, for the "
                           "last record applied.",
                           {NULL}},
+    [LH_M_KV_BLOCKS_APPLIED] = {"lupin_kv_events_blocks_total",
+                                LH_COUNTER,
+                                "Blocks of an endpoint's KV-cache events: stored and removed as "
+                                "applied to the precise index, cleared (AllBlocksCleared events), "
+                                "ignored (another tier or attention group), orphan (stored under a "
+                                "parent never seen), unknown (removed, never seen stored), "
+                                "malformed (tokens not matching the blocks).",
+                                {"endpoint", "type"}},
+    [LH_M_KV_BATCHES] = {"lupin_kv_events_batches_total",
+                         LH_COUNTER,
+                         "Event batches received from an endpoint's engine and applied.",
+                         {"endpoint"}},
+    [LH_M_KV_BAD] = {"lupin_kv_events_bad_total",
+                     LH_COUNTER,
+                     "Messages or batches from an endpoint's engine skipped as not understood "
+                     "(frames, sequence or payload).",
+                     {"endpoint"}},
+    [LH_M_KV_GAPS] = {"lupin_kv_events_gaps_total",
+                      LH_COUNTER,
+                      "Holes in an endpoint's sequence numbers: batches lost on the way or "
+                      "dropped at the high-water mark.",
+                      {"endpoint"}},
+    [LH_M_KV_LOST] = {"lupin_kv_events_lost_batches_total",
+                      LH_COUNTER,
+                      "Batches the holes in an endpoint's sequence numbers skipped.",
+                      {"endpoint"}},
+    [LH_M_KV_REPLAYS] = {"lupin_kv_events_replays_total",
+                         LH_COUNTER,
+                         "Holes filled from the engine's replay socket (ok) or not (failed: "
+                         "too old for its buffer, or no answer in time).",
+                         {"endpoint", "result"}},
+    [LH_M_KV_RESYNCS] = {"lupin_kv_events_resyncs_total",
+                         LH_COUNTER,
+                         "Times an endpoint's blocks were purged to be learnt again: a hole "
+                         "not replayed, a failed replay or more blocks than maxBlocks.",
+                         {"endpoint"}},
+    [LH_M_KV_RESTARTS] = {"lupin_kv_events_restarts_total",
+                          LH_COUNTER,
+                          "Engine restarts seen (its sequence numbers going back): its blocks "
+                          "purged.",
+                          {"endpoint"}},
+    [LH_M_KV_BLOCKS] = {"lupin_kv_events_index_blocks",
+                        LH_GAUGE,
+                        "Blocks an endpoint's engine holds now, as its events say.",
+                        {"endpoint"}},
+    [LH_M_KV_STATE] = {"lupin_kv_events_subscription_state",
+                       LH_GAUGE,
+                       "1 for the state an endpoint's subscription is in: waiting (no batch "
+                       "yet), live, replaying, or unsure (purged lately: scored approximately).",
+                       {"endpoint", "state"}},
+    [LH_M_KV_LAG] = {"lupin_kv_events_lag_seconds",
+                     LH_HISTOGRAM,
+                     "From a batch's timestamp on the engine to its blocks applied here.",
+                     {NULL},
+                     HIST(kv_lag_bounds)},
+    [LH_M_TOKENIZE] = {"lupin_tokenize_requests_total",
+                       LH_COUNTER,
+                       "Tokenize jobs of the precise prefix plugins: answered with token ids "
+                       "(ok), failed (no answer, not 200, no ids) or refused (the queue full).",
+                       {"result"}},
+    [LH_M_TOKEN_CACHE_ENTRIES] = {"lupin_token_cache_entries",
+                                  LH_GAUGE,
+                                  "Prompt prefixes whose token ids the token cache holds.",
+                                  {NULL}},
+    [LH_M_TOKEN_CACHE_BYTES] = {"lupin_token_cache_bytes",
+                                LH_GAUGE,
+                                "Bytes the token cache holds.",
+                                {NULL}},
+    [LH_M_TOKEN_CACHE_LOOKUPS] = {"lupin_token_cache_lookups_total",
+                                  LH_COUNTER,
+                                  "Token cache lookups of the precise prefix plugins, by result.",
+                                  {"result"}},
     [LH_M_K8S_SYNCED] = {"lupin_kubernetes_pool_synced",
                          LH_GAUGE,
                          "1 when the InferencePool and its pods are listed and watched without "

@@ -43,21 +43,21 @@ return {
       description = "score the matches this approx-prefix-cache-producer found (newer EPPs'"
         .. " producer/scorer split) instead of hashing here" },
     mode = { type = "string", description = "\"approximate\" only (lupin's own index)" },
-    kvEventsConfig = { type = "any", description = "not supported: KV events" },
-    indexerConfig = { type = "any", description = "not supported: KV events" },
+    kvEventsConfig = { type = "any", description = "refused: precise-prefix-cache-scorer's" },
+    indexerConfig = { type = "any", description = "refused: precise-prefix-cache-scorer's" },
   },
 
   new = function(p, env)
     for _, k in ipairs({ "kvEventsConfig", "indexerConfig" }) do
       if p[k] ~= nil then
-        error(("%s is not supported: precise prefix matching needs the model servers' KV-cache"
-          .. " events, which lupin does not subscribe to; remove it (lupin's prefix-cache-scorer"
-          .. " is the approximate mode)"):format(k), 0)
+        error(("%s is not supported here: lupin's prefix-cache-scorer is the approximate mode;"
+          .. " for the engines' KV-cache events use precise-prefix-cache-scorer"
+          .. " (docs/kv-events.md)"):format(k), 0)
       end
     end
     if p.mode ~= nil and p.mode ~= "approximate" then
-      error(("mode %q is not supported: lupin has no KV-event index; use mode \"approximate\""
-        .. " (the default here)"):format(p.mode), 0)
+      error(("mode %q is not supported here: use mode \"approximate\" (the default), or"
+        .. " precise-prefix-cache-scorer for the engines' KV-cache events"):format(p.mode), 0)
     end
     if p.prefixMatchInfoProducerName then
       return { name = env.name, producer = p.prefixMatchInfoProducerName, scores = {} }

@@ -16,8 +16,12 @@
  *
  * Each request is a streamed POST /v1/completions on its own connection (so
  * the gateway sees independent clients), carrying `x-bench-group` (read only
- * by the oracle picker).  TTFT is taken at the first SSE `data:` line of the
- * response body, with the monotonic clock; latency at the end of the response.
+ * by the oracle picker).  With --oracle host:port (a lupin-sim), each request
+ * first asks the simulator which endpoint's cache holds the most of its
+ * prompt now (POST /sim/oracle, knowledge no router has) and names that
+ * endpoint in x-gateway-destination-endpoint-subset: the resident oracle.  TTFT is taken at the
+ * first SSE `data:` line of the response body, with the monotonic clock; latency at the end of the
+ * response.
  *
  * Prints one line per request on --out (id group conv turn status ttft_ms
  * latency_ms endpoint) and a summary on stdout as key=value pairs, including
@@ -29,7 +33,12 @@
  * Built on libuv and http_parser, as the gateway and the simulator are.
  */
 #define _GNU_SOURCE /* memmem */
+#include <arpa/inet.h>
 #include <http_parser.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include <math.h>
@@ -53,6 +62,7 @@ typedef struct {
   char **loras;
   int nloras;
   const char *out;
+  const char *oracle; /* host:port of a lupin-sim answering /sim/oracle */
 } options;
 
 typedef struct req {
@@ -369,18 +379,84 @@ static void on_connect(uv_connect_t *c, int status) {
   uv_read_start((uv_stream_t *)&r->tcp, on_alloc, on_read);
 }
 
+/* --- the resident oracle (--oracle) -------------------------------------- */
+/* One blocking exchange with the simulator: it answers in well under a
+ * millisecond on loopback, and the bench's clock starts after it. */
+static char *oracle_call(const char *body, size_t blen) {
+  static struct sockaddr_in sa;
+  if (!sa.sin_port) {
+    char host[64] = "127.0.0.1";
+    const char *c = strrchr(opt.oracle, ':');
+    if (c && (size_t)(c - opt.oracle) < sizeof host) {
+      memcpy(host, opt.oracle, (size_t)(c - opt.oracle));
+      host[c - opt.oracle] = 0;
+    }
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)atoi(c ? c + 1 : opt.oracle));
+    inet_pton(AF_INET, host, &sa.sin_addr);
+  }
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+    if (fd >= 0) close(fd);
+    return NULL;
+  }
+  char head[256];
+  int hl = snprintf(head, sizeof head,
+                    "POST /sim/oracle HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                    "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                    opt.oracle, blen);
+  size_t cap = 1 << 16, n = 0;
+  char *out = malloc(cap);
+  if (write(fd, head, (size_t)hl) != hl || write(fd, body, blen) != (ssize_t)blen) n = 0;
+  for (ssize_t k; (k = read(fd, out + n, cap - n - 1)) > 0;) {
+    n += (size_t)k;
+    if (n + 1 == cap) out = realloc(out, cap *= 2);
+  }
+  close(fd);
+  out[n] = 0;
+  return out;
+}
+
+/* The endpoint holding the most of the prompt now (ties: the least busy),
+ * as "127.0.0.1:PORT", or 0 when the oracle did not answer. */
+static int oracle_pick(const char *body, size_t blen, char *dst, size_t cap) {
+  char *answer = oracle_call(body, blen);
+  const char *json = answer ? strstr(answer, "\r\n\r\n") : NULL;
+  json_t *root = json ? json_loads(json + 4, 0, NULL) : NULL;
+  json_t *eps = json_object_get(root, "endpoints");
+  long best_port = 0, best_cached = -1, best_busy = 0;
+  for (size_t i = 0; i < json_array_size(eps); i++) {
+    json_t *e = json_array_get(eps, i);
+    long port = (long)json_integer_value(json_object_get(e, "port"));
+    long cached = (long)json_integer_value(json_object_get(e, "cached_tokens"));
+    long busy = (long)(json_integer_value(json_object_get(e, "running")) +
+                       json_integer_value(json_object_get(e, "waiting")));
+    if (cached > best_cached || (cached == best_cached && busy < best_busy))
+      best_port = port, best_cached = cached, best_busy = busy;
+  }
+  json_decref(root);
+  free(answer);
+  if (!best_port) return 0;
+  snprintf(dst, cap, "127.0.0.1:%ld", best_port);
+  return 1;
+}
+
 static void send_req(req *r) {
   size_t cap = r->prompt_len + 1024;
   char *body = malloc(cap);
   int blen = snprintf(body, cap,
                       "{\"model\":\"%s\",\"stream\":true,\"max_tokens\":%d,\"prompt\":\"%.*s\"}",
                       r->model, opt.max_tokens, (int)r->prompt_len, r->prompt);
+  char subset[160] = "";
+  char pick[64];
+  if (opt.oracle && oracle_pick(body, (size_t)blen, pick, sizeof pick))
+    snprintf(subset, sizeof subset, "x-gateway-destination-endpoint-subset: %s\r\n", pick);
   r->wbuf = malloc((size_t)blen + 512);
   r->wlen = (size_t)sprintf(r->wbuf,
                             "POST /v1/completions HTTP/1.1\r\nHost: %s:%d\r\n"
                             "Content-Type: application/json\r\nContent-Length: %d\r\n"
-                            "x-bench-group: %d\r\nConnection: close\r\n\r\n",
-                            opt.host, opt.port, blen, r->group);
+                            "x-bench-group: %d\r\n%sConnection: close\r\n\r\n",
+                            opt.host, opt.port, blen, r->group, subset);
   memcpy(r->wbuf + r->wlen, body, (size_t)blen);
   r->wlen += (size_t)blen;
   free(body);
@@ -430,7 +506,8 @@ static void usage(void) {
                   "  [--burst ON_MS,OFF_MS] [--concurrency C] [--groups G] [--questions Q]\n"
                   "  [--turns T] [--system-tokens N] [--context-tokens N] [--question-tokens N]\n"
                   "  [--answer-tokens N] [--max-tokens N] [--block-size N] [--seed N] [--model M]\n"
-                  "  [--loras a,b,...] [--out per-request-file] [--dry-run]\n");
+                  "  [--loras a,b,...] [--out per-request-file] [--oracle host:port]\n"
+                  "  [--dry-run]\n");
   exit(2);
 }
 

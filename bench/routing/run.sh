@@ -23,7 +23,7 @@ export LUPIN_HOME=$PWD
 OUT=bench/routing/out
 mkdir -p "$OUT"
 
-ALL_FAMILIES="prefix chat docqa nosharing bursty hetero lora pd"
+ALL_FAMILIES="prefix chat docqa nosharing bursty hetero lora pd tenants"
 FAMILIES=${FAMILIES:-$ALL_FAMILIES}
 CONFIGS=${CONFIGS:-random round-robin load-only epp default}
 SEED=${SEED:-1}
@@ -41,6 +41,10 @@ SIM_PORT=${SIM_PORT:-18101}
 GW_PORT=${GW_PORT:-18180}
 ADMIN_PORT=${ADMIN_PORT:-18190}
 MODEL=meta-llama/Llama-3.1-8B-Instruct
+# the simulators' KV events (vLLM's ZMQ publisher) and replay sockets: endpoint
+# i publishes on EVENTS_PORT + i, answers replays on REPLAY_PORT + i
+EVENTS_PORT=${EVENTS_PORT:-18201}
+REPLAY_PORT=${REPLAY_PORT:-18221}
 FRONT=${FRONT:-serve}
 PYTHON=${PYTHON:-/usr/bin/python3} # Debian's: python3-grpcio, python3-protobuf
 case $FRONT in
@@ -61,7 +65,7 @@ LORAS=lora-0,lora-1,lora-2,lora-3
 # family -> what it runs.  LEVELS: light then saturating, rate:R (open-loop
 # Poisson, req/s) or conc:C (closed loop, C in flight); QUICK=1 keeps the last.
 family() {
-  SIM_EXTRA="" SPLIT="" PD="" ORACLE=""
+  SIM_EXTRA="" SPLIT="" PD="" ORACLE="" EXTRA_CONFIGS=""
   case $1 in
   prefix) # inference-perf's shared_prefix shape, scaled down
     WORKLOAD="--groups 24 --questions 8 --system-tokens 1000 --question-tokens 100"
@@ -96,6 +100,11 @@ family() {
     WORKLOAD="--groups 24 --questions 8 --system-tokens 1000 --question-tokens 100"
     LEVELS="rate:15 rate:35" PD=1
     DESC="the prefix workload; endpoints 0-3 prefill, 4-7 decode (imbalance over decode)" ;;
+  tenants) # private long contexts whose total exceeds the fleet's cache
+    WORKLOAD="--groups ${TENANTS:-48} --questions 6 --turns 2 --system-tokens ${CONTEXT_TOKENS:-3000}
+      --question-tokens 100 --answer-tokens 32"
+    LEVELS="rate:8 rate:16" EXTRA_CONFIGS="precise resident-oracle"
+    DESC="${TENANTS:-48} tenants x 6 users x 2 turns, a ${CONTEXT_TOKENS:-3000}-token private context per tenant ($((${TENANTS:-48} * ${CONTEXT_TOKENS:-3000})) tokens; the fleet caches $((ENDPOINTS * BLOCKS * BLOCK_SIZE)))" ;;
   *) echo "unknown family $1 (known: $ALL_FAMILIES)" >&2; exit 2 ;;
   esac
   if [ -n "${QUICK:-}" ]; then LEVELS=${LEVELS##* }; fi
@@ -120,12 +129,16 @@ endpoints_file() {
     printf '['
     for ((i = 0; i < ENDPOINTS; i++)); do
       [ "$i" -gt 0 ] && printf ','
-      local labels=""
+      # every endpoint's own KV events and replay sockets (they share 127.0.0.1)
+      local labels="\"lupin.io/kv-events\":\"tcp://127.0.0.1:$((EVENTS_PORT + i))\""
+      labels="$labels,\"lupin.io/kv-replay\":\"tcp://127.0.0.1:$((REPLAY_PORT + i))\""
       if [ -n "$PD" ]; then
-        labels=$([ "$i" -lt $((ENDPOINTS / 2)) ] && echo prefill || echo decode)
-        labels=",\"labels\":{\"llm-d.ai/role\":\"$labels\"}"
+        local role
+        role=$([ "$i" -lt $((ENDPOINTS / 2)) ] && echo prefill || echo decode)
+        labels="\"llm-d.ai/role\":\"$role\",$labels"
       fi
-      printf '{"name":"sim-%d","address":"127.0.0.1","port":%d%s}' "$i" $((SIM_PORT + i)) "$labels"
+      printf '{"name":"sim-%d","address":"127.0.0.1","port":%d,"labels":{%s}}' "$i" \
+        $((SIM_PORT + i)) "$labels"
     done
     printf ']\n'
   } > "$OUT/endpoints.json"
@@ -161,10 +174,12 @@ start_sims() {
     --max-num-seqs "$MAX_NUM_SEQS" --seed "$SEED")
   # shellcheck disable=SC2086
   "$B/lupin-sim" --endpoints "$n" --port "$SIM_PORT" --num-gpu-blocks "$BLOCKS" "${common[@]}" \
+    --kv-events-port "$EVENTS_PORT" --kv-replay-port "$REPLAY_PORT" \
     $SIM_EXTRA > "$OUT/sim.log" 2>&1 &
   pids+=($!)
   if [ -n "$SPLIT" ]; then # the last endpoint, with a small KV cache
     "$B/lupin-sim" --endpoints 1 --port $((SIM_PORT + n)) --num-gpu-blocks "$SPLIT" "${common[@]}" \
+      --kv-events-port $((EVENTS_PORT + n)) --kv-replay-port $((REPLAY_PORT + n)) \
       > "$OUT/sim2.log" 2>&1 &
     pids+=($!)
   fi
@@ -239,7 +254,10 @@ run_one() { # family level config -> one results line
   conc:*) load="--concurrency ${level#conc:} --rate 1" ;;
   esac
   # shellcheck disable=SC2086
-  summary=$("$B/bench-routing-client" --target "127.0.0.1:$GW_PORT" $load $WORKLOAD \
+  local oracle="" # the simulator's knowledge of every cache, asked before each send
+  [ "$3" = resident-oracle ] && oracle="--oracle 127.0.0.1:$SIM_PORT"
+  # shellcheck disable=SC2086
+  summary=$("$B/bench-routing-client" --target "127.0.0.1:$GW_PORT" $load $WORKLOAD $oracle \
     --max-tokens "$MAX_TOKENS" --block-size "$BLOCK_SIZE" --seed "$SEED" --model "$MODEL" \
     --out "$OUT/requests-$fam-${level#*:}-$cfg.txt") ||
     echo "warning: $fam $level $cfg: some requests failed (see $log)" >&2
@@ -354,8 +372,9 @@ echo "routing matrix: $ENDPOINTS lupin-sim endpoints ($BLOCKS blocks of $BLOCK_S
 for fam in $FAMILIES; do
   family "$fam"
   endpoints_file
-  cfgs=$CONFIGS
+  cfgs="$CONFIGS ${EXTRA_CONFIGS/resident-oracle/}"
   [ -n "$ORACLE" ] && [ -z "${NO_ORACLE:-}" ] && cfgs="$cfgs oracle"
+  [[ $EXTRA_CONFIGS == *resident-oracle* ]] && [ -z "${NO_ORACLE:-}" ] && cfgs="$cfgs resident-oracle"
   for level in $LEVELS; do
     for cfg in $cfgs; do
       run_one "$fam" "$level" "$cfg" >> "$results"

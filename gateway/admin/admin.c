@@ -247,6 +247,8 @@ static void metrics_of(lupin_gateway *gw, void *texts) {
   metrics_pool(gw, &e);
   gw_flow_metrics(gw, &e);
   gw_replicas_metrics(gw, &e);
+  gw_kv_events_metrics(gw, &e);
+  gw_tokenize_metrics(gw, &e);
   gw_k8s_metrics(gw, &e);
 }
 
@@ -425,6 +427,7 @@ static const admin_route routes[] = {
     {HTTP_GET, "/admin/generations", 0, generations, NULL},
     {HTTP_GET, "/admin/flows", 0, gw_flow_admin, NULL},
     {HTTP_GET, "/admin/replicas", 0, gw_replicas_admin, NULL},
+    {HTTP_GET, "/admin/kv-events", 0, gw_kv_events_admin, NULL},
     {HTTP_POST, "/admin/reload", 0, reload, NULL},
     {HTTP_POST, "/admin/leaks", 0, leaks, NULL},
     {-1, "/admin/explain", 1, NULL, explain},

@@ -1,7 +1,9 @@
 /* endpoints.h -- lupin serve's view of its endpoints: the registry's
  * entries (endpoint.c), their addresses (resolve.c), upstream pools and
  * exchanges (upstream.c), scrapes (scrape.c), health (health.c), the
- * prefix records shared with other replicas (replicas.c), and the
+ * prefix records shared with other replicas (replicas.c), the engines'
+ * KV-cache events (kv_events.c) and the tokenize jobs of the precise
+ * plugins (tokenize.c), and the
  * endpoints read from Kubernetes (k8s_config.c, k8s_client.c, k8s_pool.c). */
 #ifndef LUPIN_GW_ENDPOINTS_H
 #define LUPIN_GW_ENDPOINTS_H
@@ -167,6 +169,33 @@ void gw_replicas_free(lupin_gateway *gw);
 void gw_replicas_metrics(lupin_gateway *gw, lh_expo *e);
 /* GET /admin/replicas */
 void gw_replicas_admin(lupin_gateway *gw, gw_conn *c);
+
+/* --- the engines' KV-cache events (kv_events.c) ---------------------------- */
+
+typedef struct gw_kv_events gw_kv_events;
+/* The leader, after every load or reload and every change of the
+ * endpoints: subscribes to what the current generation's precise plugins
+ * ask for (lupin_runtime_kv_events) on each endpoint, through a thread of
+ * its own started the first time. */
+void gw_kv_events_sync(lupin_gateway *gw);
+/* Joins the thread (shutdown); free once every worker has stopped. */
+void gw_kv_events_stop(lupin_gateway *gw);
+void gw_kv_events_free(lupin_gateway *gw);
+void gw_kv_events_metrics(lupin_gateway *gw, lh_expo *e);
+/* GET /admin/kv-events */
+void gw_kv_events_admin(lupin_gateway *gw, gw_conn *c);
+
+/* --- tokenize jobs of the precise plugins (tokenize.c) ----------------------- */
+
+typedef struct gw_tokenize gw_tokenize;
+/* The leader, at open: hooks the runtime's tokenize jobs and answers them
+ * on its loop.  -1 with err. */
+int gw_tokenize_start(lupin_gateway *gw, char *err, size_t errlen);
+/* Refuses new jobs and closes the queue's handle (shutdown); free once
+ * every worker has stopped. */
+void gw_tokenize_stop(lupin_gateway *gw);
+void gw_tokenize_free(lupin_gateway *gw);
+void gw_tokenize_metrics(lupin_gateway *gw, lh_expo *e);
 
 /* --- endpoints from Kubernetes: an InferencePool's ready pods ------------ */
 

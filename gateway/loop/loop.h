@@ -197,9 +197,11 @@ struct lupin_gateway {
   void (*check_drained)(lupin_gateway *gw);
   int (*reload)(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint64_t *generation,
                 double *seconds);
-  struct gw_replicas *replicas; /* replicas.c: the leader's, NULL when off */
-  struct gw_epp *epp;           /* epp/rpc.c: lupin epp's gRPC server, NULL for serve */
-  struct gw_k8s *k8s;           /* k8s_pool.c: the leader's, NULL when off */
+  struct gw_replicas *replicas;   /* replicas.c: the leader's, NULL when off */
+  struct gw_epp *epp;             /* epp/rpc.c: lupin epp's gRPC server, NULL for serve */
+  struct gw_k8s *k8s;             /* k8s_pool.c: the leader's, NULL when off */
+  struct gw_kv_events *kv_events; /* kv_events.c: the leader's, NULL until asked for */
+  struct gw_tokenize *tokenize;   /* tokenize.c: the leader's */
 };
 
 /* Called when a request or a connection ends: a drain waits for the last. */
