@@ -6,6 +6,8 @@
 ---@type lupin.Plugin
 return {
   type = "token-producer",
+  -- upstream lists it in profiles: its entry there is skipped with a warning
+  data_producer = true,
   schema = {
     modelName = { type = "string", description = "accepted, ignored" },
     backend = { type = "string", description = "accepted, ignored" },

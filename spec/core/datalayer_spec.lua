@@ -317,7 +317,7 @@ end)
 
 describe("plugin types refused on purpose", function()
   for _, t in ipairs({ "predicted-latency-scorer", "slo-aware-profile-handler",
-    "precise-prefix-cache-scorer" }) do
+    "slo-scorer" }) do
     it(t, function()
       local err = fails(BASE .. "- type: " .. t .. "\n", "cfg.yaml:3:", "plugins[1].type",
         ('plugin type "%s" is not supported:'):format(t), "; use ")

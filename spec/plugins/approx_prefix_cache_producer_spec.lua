@@ -99,7 +99,7 @@ describe("approx-prefix-cache-producer", function()
     assert.is_nil(ok)
     assert.matches('^cfg.json:1: plugins%[0%]%.parameters%.prefixMatchInfoProducerName: plugin '
       .. '"prefix%-cache%-scorer" %(prefix%-cache%-scorer%): prefixMatchInfoProducerName "nope" '
-      .. "names no approx%-prefix%-cache%-producer instance$", err)
+      .. "names no approx%- or precise%-prefix%-cache%-producer instance$", err)
   end)
 end)
 

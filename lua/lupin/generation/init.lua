@@ -172,9 +172,10 @@ local function is_profile_plugin(rec)
   return rec.filter or rec.score or rec.pick
 end
 
--- A plugin that takes part in no request, or only prepares its data.
+-- A plugin upstream runs as a data producer (its module says so), which
+-- upstream's configs list in profiles too.
 local function is_data_producer(rec)
-  return #rec.points == 0 or (#rec.points == 1 and rec.prepare ~= nil)
+  return type(rec.module) == "table" and rawget(rec.module, "data_producer") == true
 end
 
 function Builder:profile(name, refs, path)
