@@ -567,6 +567,8 @@ int main(int argc, char **argv) {
       opt.block_size = atoi(v);
     else if (!strcmp(a, "--seed"))
       opt.seed = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--oracle"))
+      opt.oracle = v;
     else if (!strcmp(a, "--model"))
       opt.model = v;
     else if (!strcmp(a, "--out"))

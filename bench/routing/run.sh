@@ -25,6 +25,7 @@ mkdir -p "$OUT"
 
 ALL_FAMILIES="prefix chat docqa nosharing bursty hetero lora pd tenants"
 FAMILIES=${FAMILIES:-$ALL_FAMILIES}
+CONFIGS_GIVEN=${CONFIGS+1} # a family's own configs run only when CONFIGS is not given
 CONFIGS=${CONFIGS:-random round-robin load-only epp default}
 SEED=${SEED:-1}
 # 8 endpoints of 640 blocks x 16 tokens: a family's shared prefixes cannot all
@@ -103,7 +104,7 @@ family() {
   tenants) # private long contexts whose total exceeds the fleet's cache
     WORKLOAD="--groups ${TENANTS:-48} --questions 6 --turns 2 --system-tokens ${CONTEXT_TOKENS:-3000}
       --question-tokens 100 --answer-tokens 32"
-    LEVELS="rate:8 rate:16" EXTRA_CONFIGS="precise resident-oracle"
+    LEVELS="rate:8 rate:16" EXTRA_CONFIGS="precise precise-bounded resident-oracle"
     DESC="${TENANTS:-48} tenants x 6 users x 2 turns, a ${CONTEXT_TOKENS:-3000}-token private context per tenant ($((${TENANTS:-48} * ${CONTEXT_TOKENS:-3000})) tokens; the fleet caches $((ENDPOINTS * BLOCKS * BLOCK_SIZE)))" ;;
   *) echo "unknown family $1 (known: $ALL_FAMILIES)" >&2; exit 2 ;;
   esac
@@ -372,9 +373,11 @@ echo "routing matrix: $ENDPOINTS lupin-sim endpoints ($BLOCKS blocks of $BLOCK_S
 for fam in $FAMILIES; do
   family "$fam"
   endpoints_file
-  cfgs="$CONFIGS ${EXTRA_CONFIGS/resident-oracle/}"
+  cfgs=$CONFIGS
+  [ -z "$CONFIGS_GIVEN" ] && cfgs="$cfgs ${EXTRA_CONFIGS/resident-oracle/}"
   [ -n "$ORACLE" ] && [ -z "${NO_ORACLE:-}" ] && cfgs="$cfgs oracle"
-  [[ $EXTRA_CONFIGS == *resident-oracle* ]] && [ -z "${NO_ORACLE:-}" ] && cfgs="$cfgs resident-oracle"
+  [[ $EXTRA_CONFIGS == *resident-oracle* ]] && [ -z "$CONFIGS_GIVEN" ] && [ -z "${NO_ORACLE:-}" ] &&
+    cfgs="$cfgs resident-oracle"
   for level in $LEVELS; do
     for cfg in $cfgs; do
       run_one "$fam" "$level" "$cfg" >> "$results"

@@ -283,6 +283,16 @@ local function speculative(self, h, now)
   return e and e.expires > now and e.id or nil
 end
 
+-- Why endpoint id is scored from the approximate index.
+local function why_approximate(self, st, h, held, id)
+  if not h then
+    return st.waiting and "tokens asked for" or "no prefix shared yet"
+  elseif held then
+    return "no engine holds it"
+  end
+  return self.index:unsure(id) and "events unsure" or "no events from it yet"
+end
+
 --- Matches the request once: ctx.plugin keeps the hashes, and the match
 --- info { block_size, total, matches, prompt_length, precise, ... } (the
 --- shape prefix-cache-scorer reads from a producer) is returned, with
@@ -303,22 +313,29 @@ function M.match(self, ctx, endpoints)
   local matches, notes = {}, {}
   local precise = h and h.n > 0 and self.index:match(h, true)
   local spec = speculative(self, h, self.now())
+  -- the blocks each engine holds, as its events say (nil: they cannot tell)
+  local held, anyone = {}, false
   for i = 1, #endpoints do
     local id = endpoints[i].id
-    local a = (approx[id] or 0) * CHAR_BLOCK
     if precise and not self.index:unsure(id) and self.index:count(id) > 0 then
-      local blocks = precise[id] or 0
-      if spec == id then
-        blocks = h.n
-      end
-      matches[id] = math.floor(blocks / h.n * covered)
-      notes[endpoints[i].name] = { how = spec == id and "speculative" or "precise",
-        blocks = blocks, of = h.n, chars = matches[id], approximate_chars = a }
+      held[i] = spec == id and h.n or precise[id] or 0
+      anyone = anyone or held[i] > 0
+    end
+  end
+  for i = 1, #endpoints do
+    local ep = endpoints[i]
+    local a = (approx[ep.id] or 0) * CHAR_BLOCK
+    -- When no engine holds any of it, where it was sent before decides: the
+    -- prompt goes back where its next requests will look for it, rather
+    -- than to a fresh engine whose cache it would crowd.
+    if held[i] and anyone then
+      matches[ep.id] = math.floor(held[i] / h.n * covered)
+      notes[ep.name] = { how = spec == ep.id and "speculative" or "precise", blocks = held[i],
+        of = h.n, chars = matches[ep.id], approximate_chars = a }
     else
-      matches[id] = a
-      notes[endpoints[i].name] = { how = "approximate", chars = a, why = not h
-        and (st.waiting and "tokens asked for" or "no prefix shared yet")
-        or (self.index:unsure(id) and "events unsure" or "no events from it yet") }
+      matches[ep.id] = a
+      notes[ep.name] = { how = "approximate", chars = a, why = why_approximate(self, st, h,
+        held[i], ep.id) }
     end
   end
   st.info = { block_size = 1, total = #req.prompt, matches = matches,

@@ -154,6 +154,19 @@ describe("precise-prefix-cache-scorer", function()
       assert.near(512 / #(context .. "question three?"), scores[other], 1e-9)
     end)
 
+  it("while one engine holds a part, an endpoint that only was sent it scores nothing", function()
+    local rt = runtime()
+    finally(function() rt:free() end)
+    stored(rt, "ep1", ids(16, 5000)) -- ep1 and ep2 publish, ep3 does not
+    stored(rt, "ep2", ids(16))
+    local _, first = send(rt, { model = "m", prompt = ids(64) })
+    assert.equal("ep2", first)
+    -- ep2's engine holds the first block: ep1, sent nothing, scores 0 precisely
+    local scores, _, note = send(rt, { model = "m", prompt = ids(64) })
+    assert.same({ "precise", "precise" }, { note.ep1.how, note.ep2.how })
+    assert.equal(0, scores.ep1)
+  end)
+
   it("an endpoint without events is scored from the approximate index", function()
     local rt = runtime()
     finally(function() rt:free() end)
@@ -177,9 +190,11 @@ describe("precise-prefix-cache-scorer", function()
       assert.equal("speculative", note[went].how)
       local t0 = os.clock()
       repeat until os.clock() - t0 > 0.08
-      local _, _, late = send(rt, { model = "m", prompt = ids(64) })
-      assert.equal("precise", late[went].how)
-      assert.equal(0, late[went].blocks)
+      -- past the TTL no engine holds it: where it was sent decides again
+      local _, back, late = send(rt, { model = "m", prompt = ids(64) })
+      assert.same({ how = "approximate", why = "no engine holds it" },
+        { how = late[went].how, why = late[went].why })
+      assert.equal(went, back)
     end)
 
   it("kvEventsConfig and tokenProcessorConfig become the host's subscription", function()
