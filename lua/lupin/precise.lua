@@ -236,12 +236,12 @@ end
 
 -- The request's token hashes and the characters they cover, or nil while
 -- its tokens are not known (a tokenize job is asked for).
-local function token_hashes(self, ctx, st, approx, endpoints)
+local function token_hashes(self, ctx, st, approx, endpoints, seed)
   local req = ctx.request
   local body = req.body
   local ids = token_prompt(body)
   if ids then
-    return prefix.token_hashes(ids, st.seed, self.block, MAX_CHAR_BLOCKS), #req.prompt
+    return prefix.token_hashes(ids, seed, self.block, MAX_CHAR_BLOCKS), #req.prompt
   end
   -- the shared prefix: the most leading blocks any endpoint was sent
   local j = 0
@@ -257,7 +257,7 @@ local function token_hashes(self, ctx, st, approx, endpoints)
     return nil
   end
   local key = prefix.key(st.chars, j - 1)
-  local h = tokens.hashes(key, st.seed, self.block, MAX_CHAR_BLOCKS)
+  local h = tokens.hashes(key, seed, self.block, MAX_CHAR_BLOCKS)
   if h then
     return h, j * CHAR_BLOCK
   end
@@ -271,6 +271,38 @@ local function token_hashes(self, ctx, st, approx, endpoints)
   end
   st.waiting = true
   return nil
+end
+
+local function most(matches)
+  local m = 0
+  for _, v in pairs(matches) do
+    if v > m then
+      m = v
+    end
+  end
+  return m
+end
+
+-- The request's token hashes and what the engines hold of them.  vLLM keys
+-- a LoRA adapter's blocks with the adapter's name, never the base model's
+-- with its own: a request whose model finds blocks under its name names an
+-- adapter, and those keys are its.
+local function held_blocks(self, ctx, st, approx, endpoints, salt)
+  local h, covered = token_hashes(self, ctx, st, approx, endpoints, st.seed)
+  local precise = h and h.n > 0 and self.index:match(h, true)
+  local model = ctx.request.model
+  if precise and type(model) == "string" and model ~= "" then
+    local seed = prefix.token_seed(self.seed, model, salt)
+    local hl = token_hashes(self, ctx, st, approx, endpoints, seed)
+    local pl = hl and hl.n > 0 and self.index:match(hl, true)
+    if pl and most(pl) > 0 then
+      prefix.release(h)
+      h, precise = hl, pl
+    elseif hl then
+      prefix.release(hl)
+    end
+  end
+  return h, covered, precise
 end
 
 -- A speculative entry of the request's prefix: the endpoint and whether it
@@ -308,10 +340,9 @@ function M.match(self, ctx, endpoints)
   st.seed = prefix.token_seed(self.seed, "", salt)
   st.chars = prefix.hashes(req.prompt, req.model, salt, CHAR_BLOCK, MAX_CHAR_BLOCKS)
   local approx = self.approx:match(st.chars)
-  local h, covered = token_hashes(self, ctx, st, approx, endpoints)
+  local h, covered, precise = held_blocks(self, ctx, st, approx, endpoints, salt)
   st.tokens = h
   local matches, notes = {}, {}
-  local precise = h and h.n > 0 and self.index:match(h, true)
   local spec = speculative(self, h, self.now())
   -- the blocks each engine holds, as its events say (nil: they cannot tell)
   local held, anyone = {}, false

@@ -26,18 +26,18 @@ end
 
 -- What an engine's BlockStored events make the host record: the token
 -- blocks of ids (from the chain's start) on endpoint name.
-local function stored(rt, name, ids, seed)
+local function stored(rt, name, ids, seed, lora)
   S.eval(rt, ([[
     local prefix = require "lupin.prefix"
     local pool = require "lupin.runtime.pool"
     local x = require("lupin.runtime").current.by_name.precise.obj
     local id
     for _, ep in ipairs(pool.list) do if ep.name == %q then id = ep.id end end
-    local h = prefix.token_hashes(%s, prefix.token_seed(%q, "", ""), %d, 4096)
+    local h = prefix.token_hashes(%s, prefix.token_seed(%q, %q, ""), %d, 4096)
     x.index:record(id, h)
     prefix.release(h)
     return "ok"]]):format(name, S.json.encode(ids):gsub("%[", "{"):gsub("%]", "}"),
-    seed or "", BLOCK))
+    seed or "", lora or "", BLOCK))
 end
 
 -- What the host's tokenize answer puts in the token cache: the ids of the
@@ -120,6 +120,18 @@ describe("precise-prefix-cache-scorer", function()
       assert.equal("ep2", went)
       assert.equal(1, note.ep1.blocks)
     end)
+
+  it("a LoRA adapter's blocks, keyed with its name as vLLM does, match its requests", function()
+    local rt = runtime()
+    finally(function() rt:free() end)
+    stored(rt, "ep1", ids(64), "", "adapter-a") -- the adapter's blocks
+    stored(rt, "ep2", ids(64))                  -- the base model's
+    local _, went, note = send(rt, { model = "adapter-a", prompt = ids(64) })
+    assert.equal("ep1", went)
+    assert.equal(4, note.ep1.blocks)
+    local _, base = send(rt, { model = "m", prompt = ids(64) })
+    assert.equal("ep2", base)
+  end)
 
   it("another hashSeed keys other blocks: nothing matches", function()
     local rt = runtime({ tokenProcessorConfig = { blockSize = BLOCK, hashSeed = "42" } })
