@@ -696,20 +696,15 @@ void gw_kv_events_metrics(lupin_gateway *gw, lh_expo *e) {
   gw_kv_events *k = gw->kv_events;
   if (!k || gw->worker != 0) return;
   pthread_mutex_lock(&k->lock);
-  static const struct {
-    lh_family_id id;
-    const char *type;
-  } applied[] = {{LH_M_KV_BLOCKS_APPLIED, "stored"},   {LH_M_KV_BLOCKS_APPLIED, "removed"},
-                 {LH_M_KV_BLOCKS_APPLIED, "cleared"},  {LH_M_KV_BLOCKS_APPLIED, "ignored"},
-                 {LH_M_KV_BLOCKS_APPLIED, "orphan"},   {LH_M_KV_BLOCKS_APPLIED, "unknown"},
-                 {LH_M_KV_BLOCKS_APPLIED, "malformed"}};
+  static const char *const types[] = {"stored", "removed", "cleared",  "ignored",
+                                      "orphan", "unknown", "malformed"};
   lh_expo_family(e, LH_M_KV_BLOCKS_APPLIED);
   for (size_t i = 0; i < k->n_subs; i++) {
     const lh_kv_counts *c = &k->subs[i]->counts;
     const uint64_t v[] = {c->stored,  c->removed, c->cleared,  c->ignored,
                           c->orphans, c->unknown, c->malformed};
-    for (size_t j = 0; j < sizeof applied / sizeof *applied; j++) {
-      const char *labels[] = {k->subs[i]->name, applied[j].type};
+    for (size_t j = 0; j < sizeof types / sizeof *types; j++) {
+      const char *labels[] = {k->subs[i]->name, types[j]};
       lh_expo_sample(e, labels, (double)v[j]);
     }
   }
