@@ -53,21 +53,29 @@ static void job_free(job *j) {
   free(j);
 }
 
-/* {"model": ..., "prompt": ...}: the request's model and the prefix. */
+/* vLLM's /tokenize body: {"model", "prompt"} for a completion's prefix; for
+ * a chat's, {"model", "messages", "add_generation_prompt": false}, the
+ * messages as the runtime gave them (a JSON array it wrote itself), so the
+ * engine renders them with its own template. */
 static char *body_of(const lupin_tokenize_job *tj, size_t *len) {
   lh_buf b = {0};
   lh_buf_str(&b, "{\"model\":");
   lh_buf_json(&b, tj->model ? tj->model : "");
-  lh_buf_str(&b, ",\"prompt\":");
-  /* the text is not NUL-terminated: a copy for lh_buf_json */
-  char *text = malloc(tj->text_len + 1);
+  char *text = malloc(tj->text_len + 1); /* lh_buf_json wants a C string */
   if (text) {
     memcpy(text, tj->text, tj->text_len);
     text[tj->text_len] = 0;
-    lh_buf_json(&b, text);
+    if (tj->chat) {
+      lh_buf_str(&b, ",\"messages\":");
+      lh_buf_append(&b, text, tj->text_len);
+      lh_buf_str(&b, ",\"add_generation_prompt\":false}");
+    } else {
+      lh_buf_str(&b, ",\"prompt\":");
+      lh_buf_json(&b, text);
+      lh_buf_str(&b, ",\"add_special_tokens\":true}");
+    }
     free(text);
   }
-  lh_buf_str(&b, ",\"add_special_tokens\":true}");
   if (!text || !b.data) {
     lh_buf_free(&b);
     return NULL;

@@ -264,12 +264,14 @@ local function token_hashes(self, ctx, st, approx, endpoints, seed)
   local ep = tokenizer(approx, endpoints)
   local text, chat = req.prompt:sub(1, j * CHAR_BLOCK), false
   if type(body.messages) == "table" and body.prompt == nil then
-    text, chat = chat_prefix(body.messages, j * CHAR_BLOCK), true
+    -- the messages that end in the shared blocks or the next one, whose
+    -- start is shared: ids of a tail that differs elsewhere only miss
+    text, chat = chat_prefix(body.messages, (j + 1) * CHAR_BLOCK), true
   end
   if ep and text then
     tokens.want({ key = key, endpoint = ep.name, model = req.model, text = text, chat = chat })
+    st.waiting = true
   end
-  st.waiting = true
   return nil
 end
 
@@ -318,7 +320,7 @@ end
 -- Why endpoint id is scored from the approximate index.
 local function why_approximate(self, st, h, held, id)
   if not h then
-    return st.waiting and "tokens asked for" or "no prefix shared yet"
+    return st.waiting and "tokens asked for" or "no prefix or whole message shared yet"
   elseif held then
     return "no engine holds it"
   end

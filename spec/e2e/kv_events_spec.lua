@@ -69,8 +69,11 @@ local n_sent = 0
 local function complete(gw, prompt)
   n_sent = n_sent + 1
   local id = "kv-" .. n_sent
-  local code, h, body = P.post(gw.base, "/v1/completions",
-    { model = MODEL, prompt = prompt, max_tokens = 2 },
+  local path, body_of = "/v1/completions", { model = MODEL, prompt = prompt, max_tokens = 2 }
+  if type(prompt) == "table" then -- chat messages
+    path, body_of = "/v1/chat/completions", { model = MODEL, messages = prompt, max_tokens = 2 }
+  end
+  local code, h, body = P.post(gw.base, path, body_of,
     ("-H 'x-lupin-explain: 1' -H 'x-request-id: %s'"):format(id))
   assert.equal(200, code, body)
   local _, _, record = P.get(gw.admin .. assert(h["x-lupin-explain-record"], "no record"))
@@ -117,6 +120,15 @@ describe("precise prefix routing from lupin-sim's KV events", function()
     end, "a precise match")
     assert.is_true(note[went].blocks > 0)
     assert.is_true(P.metric(gw, 'lupin_tokenize_requests_total{result="ok"}') >= 1)
+  end)
+
+  it("learns a chat's shared messages: the engine renders them, the keys meet", function()
+    local system = { role = "system", content = CONTEXT }
+    local went, note
+    P.poll(function()
+      went, note = complete(gw, { system, { role = "user", content = "Which chapter? " .. n_sent } })
+      return note and note[went] and note[went].how == "precise" and note[went].blocks > 0
+    end, "a precise match of the system message")
   end)
 
   it("routes by what the engine holds now: a cache cleared is a match lost", function()
