@@ -344,17 +344,20 @@ function M.match(self, ctx, endpoints)
   local approx = self.approx:match(st.chars)
   local h, covered, precise = held_blocks(self, ctx, st, approx, endpoints, salt)
   st.tokens = h
-  local matches, notes = {}, {}
+  local matches = {}
   local spec = speculative(self, h, self.now())
-  -- the blocks each engine holds, as its events say (nil: they cannot tell)
+  -- the blocks each engine holds, as its events say (nil: they cannot tell;
+  -- an engine holding some of them has events, so only the others are asked)
   local held, anyone = {}, false
   for i = 1, #endpoints do
     local id = endpoints[i].id
-    if precise and not self.index:unsure(id) and self.index:count(id) > 0 then
-      held[i] = spec == id and h.n or precise[id] or 0
+    local blocks = precise and precise[id]
+    if precise and not self.index:unsure(id) and (blocks or self.index:count(id) > 0) then
+      held[i] = spec == id and h.n or blocks or 0
       anyone = anyone or held[i] > 0
     end
   end
+  local notes = req.explained and {} or nil
   for i = 1, #endpoints do
     local ep = endpoints[i]
     local a = (approx[ep.id] or 0) * CHAR_BLOCK
@@ -363,12 +366,16 @@ function M.match(self, ctx, endpoints)
     -- than to a fresh engine whose cache it would crowd.
     if held[i] and anyone then
       matches[ep.id] = math.floor(held[i] / h.n * covered)
-      notes[ep.name] = { how = spec == ep.id and "speculative" or "precise", blocks = held[i],
-        of = h.n, chars = matches[ep.id], approximate_chars = a }
+      if notes then
+        notes[ep.name] = { how = spec == ep.id and "speculative" or "precise",
+          blocks = held[i], of = h.n, chars = matches[ep.id], approximate_chars = a }
+      end
     else
       matches[ep.id] = a
-      notes[ep.name] = { how = "approximate", chars = a, why = why_approximate(self, st, h,
-        held[i], ep.id) }
+      if notes then
+        notes[ep.name] = { how = "approximate", chars = a, why = why_approximate(self, st, h,
+          held[i], ep.id) }
+      end
     end
   end
   st.info = { block_size = 1, total = #req.prompt, matches = matches,

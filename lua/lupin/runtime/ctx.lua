@@ -252,6 +252,7 @@ end
 ---@field prompt string what the prefix scorer hashes, by route (lupin.openai.prompt)
 ---@field stream boolean
 ---@field dry_run boolean? true for the synthetic request that checks a new generation before it serves
+---@field explained boolean? true when the request keeps an explain record (what a plugin publishes for it may say more)
 
 local found_len = ffi.new("size_t[1]")
 

@@ -296,6 +296,7 @@ function M.set_flags(r, flags)
     r.request.dry_run = true
   end
   if flags % 2 == EXPLAIN then
+    r.request.explained = true
     r.explain = explain.new(r, now())
   end
 end
