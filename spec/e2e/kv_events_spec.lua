@@ -272,16 +272,25 @@ describe("garbage on the wire", function()
   local mp = require "MessagePack"
   mp.set_array("with_hole") -- vLLM's positional events have nil fields
 
-  it("is counted and logged, never a crash; good batches after it still apply", function()
+  -- A sequence frame: 8 bytes, big-endian.
+  local function seq(n)
+    local b = {}
+    for i = 7, 0, -1 do
+      b[#b + 1] = string.char(math.floor(n / 2 ^ (8 * i)) % 256)
+    end
+    return table.concat(b)
+  end
+
+  -- lupin-sim (for HTTP) and a gateway subscribed to this spec's PUB in the
+  -- sim's place; send(frames) publishes one message.
+  local function fake_engine(params)
     local s = P.sim("--model " .. MODEL .. " --instant", 1)
     s.events = P.port() -- no engine there: this spec publishes instead
-    local port = s.events
     local ctx = zmq.zmq_ctx_new()
     local pub = zmq.zmq_socket(ctx, PUB)
-    local zero = ffi.new("int[1]", 0)
-    zmq.zmq_setsockopt(pub, LINGER, zero, 4)
-    assert.equal(0, zmq.zmq_bind(pub, "tcp://127.0.0.1:" .. port))
-    local gw = P.gateway(config(s))
+    zmq.zmq_setsockopt(pub, LINGER, ffi.new("int[1]", 0), 4)
+    assert.equal(0, zmq.zmq_bind(pub, "tcp://127.0.0.1:" .. s.events))
+    local gw = P.gateway(config(s, params))
     finally(function()
       zmq.zmq_close(pub)
       zmq.zmq_ctx_term(ctx)
@@ -293,13 +302,11 @@ describe("garbage on the wire", function()
         zmq.zmq_send(pub, f, #f, i < #frames and SNDMORE or 0)
       end
     end
-    local function seq(n)
-      local b = {}
-      for i = 7, 0, -1 do
-        b[#b + 1] = string.char(math.floor(n / 2 ^ (8 * i)) % 256)
-      end
-      return table.concat(b)
-    end
+    return gw, send
+  end
+
+  it("is counted and logged, never a crash; good batches after it still apply", function()
+    local gw, send = fake_engine()
     local good = mp.pack({ 1.5, { { "BlockStored", { 11, 12 }, nil, (function()
       local t = {}
       for i = 1, 32 do
@@ -330,29 +337,8 @@ describe("garbage on the wire", function()
 
   it("a publisher that floods is bounded: drops become holes, the endpoint unsure, requests answered",
     function()
-      local s = P.sim("--model " .. MODEL .. " --instant", 1)
-      s.events = P.port()
-      local ctx = zmq.zmq_ctx_new()
-      local pub = zmq.zmq_socket(ctx, PUB)
-      local zero = ffi.new("int[1]", 0)
-      zmq.zmq_setsockopt(pub, LINGER, zero, 4)
-      assert.equal(0, zmq.zmq_bind(pub, "tcp://127.0.0.1:" .. s.events))
-      local cfg = config(s, { tokenProcessorConfig = { blockSize = 16 }, maxPendingBatches = 1,
-        unsureSeconds = 30 })
-      local gw = P.gateway(cfg)
-      finally(function()
-        zmq.zmq_close(pub)
-        zmq.zmq_ctx_term(ctx)
-        P.stop(gw)
-        P.stop(s)
-      end)
-      local function seq(n)
-        local b = {}
-        for i = 7, 0, -1 do
-          b[#b + 1] = string.char(math.floor(n / 2 ^ (8 * i)) % 256)
-        end
-        return table.concat(b)
-      end
+      local gw, send = fake_engine({ tokenProcessorConfig = { blockSize = 16 },
+        maxPendingBatches = 1, unsureSeconds = 30 })
       -- one batch of 256 blocks, packed once: sending it costs the spec a
       -- copy, applying it costs the subscriber far more
       local tokens, hashes = {}, {}
@@ -366,9 +352,7 @@ describe("garbage on the wire", function()
         0 })
       local n = 0
       local function send_one()
-        zmq.zmq_send(pub, "kv@x", 4, SNDMORE)
-        zmq.zmq_send(pub, seq(n), 8, SNDMORE)
-        zmq.zmq_send(pub, payload, #payload, 0)
+        send({ "kv@x", seq(n), payload })
         n = n + 1
       end
       P.poll(function()
