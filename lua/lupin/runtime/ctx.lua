@@ -251,6 +251,7 @@ end
 ---@field body table|false the decoded JSON body, false when it is not JSON
 ---@field prompt string what the prefix scorer hashes, by route (lupin.openai.prompt)
 ---@field stream boolean
+---@field priority integer? the request's priority, as flow control computes it from its objective header
 ---@field dry_run boolean? true for the synthetic request that checks a new generation before it serves
 ---@field explained boolean? true when the request keeps an explain record (what a plugin publishes for it may say more)
 
