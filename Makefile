@@ -30,7 +30,7 @@ BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox jq
 
 CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/collector.c core/endpoint.c core/flow.c core/generation.c core/guard.c core/host.c \
             core/prefix_index.c core/prefix_shared.c core/prefix_sync.c core/request.c core/runtime.c core/shared.c \
-            core/shared_dict.c core/token_cache.c core/pattern.c core/json.cpp
+            core/shared_dict.c core/token_cache.c core/latency_model.c core/pattern.c core/json.cpp
 CORE_HDR  = core/lupin.h core/internal.h
 # what every host needs besides lupin.h, with no loop and no I/O
 # (host/lupin_host.h): liblupin-host.a, linked by lupin serve
