@@ -237,7 +237,9 @@ int lupin__latency_train(lupin_latency_model *m, const double *x, double y, doub
       return -1;
     }
   double p = fmax(0, dot(m->w, x, d));
-  if (m->trained > 0 && y > 0) ape_add(&m->apriori, fabs(p - y) / y);
+  /* fewer samples than features: the fit is not determined yet, its misses
+   * say nothing of the model */
+  if (m->trained >= (uint64_t)d && y > 0) ape_add(&m->apriori, fabs(p - y) / y);
   if (m->quantile > 0 && p > 0 && y > 0) track_quantile(m, p, y);
   double g = decay(m, now);
   for (int i = 0; i < d; i++) {

@@ -14,8 +14,10 @@ local slo = require "lupin.slo"
 
 local NO_EFFECT = "has no effect in lupin: %s"
 -- Plugins whose prepare publishes {block_size, total, matches} under their name.
-local SOURCE_TYPES = { ["approx-prefix-cache-producer"] = true, ["prefix-cache-scorer"] = true }
-local DEFAULT_SOURCES = { "approx-prefix-cache-producer", "prefix-cache-scorer" }
+local SOURCE_TYPES = { ["approx-prefix-cache-producer"] = true,
+  ["precise-prefix-cache-producer"] = true, ["prefix-cache-scorer"] = true }
+local DEFAULT_SOURCES = { "approx-prefix-cache-producer", "precise-prefix-cache-producer",
+  "prefix-cache-scorer" }
 
 ---@type lupin.Plugin
 return {
@@ -33,9 +35,10 @@ return {
         .. " and the role groups models unless groupLabel is set" },
     predictInProduce = { type = "boolean", default = true,
       description = "predict before scheduling (false: train only)" },
-    prefixMatchInfoProducerName = { type = "string", default = "",
-      description = "the prefix producer (or prefix-cache-scorer) listed before it whose"
-        .. " matches give the cached tokens (default: one of those names, else its own index)" },
+    prefixMatchInfoProducerName = { type = "string",
+      description = "the approx- or precise-prefix-cache-producer whose matches give the cached"
+        .. " tokens (default: one of those names, or a prefix-cache-scorer listed before it,"
+        .. " else an index of its own)" },
     groupLabel = { type = "string", default = "",
       description = "lupin: endpoints sharing this label's value share a model (hardware class)" },
     perEndpoint = { type = "boolean", default = true,
@@ -81,16 +84,12 @@ return {
   -- names, else an index of this instance's own.
   init = function(self)
     local want = self.p.prefixMatchInfoProducerName
-    for _, name in ipairs(want ~= "" and { want } or DEFAULT_SOURCES) do
+    for _, name in ipairs(want and { want } or DEFAULT_SOURCES) do
       local _, type_ = self.env.plugin(name)
       if SOURCE_TYPES[type_] then
         self.source = name
         return
       end
-    end
-    if want ~= "" then
-      error(("prefixMatchInfoProducerName %q names no approx-prefix-cache-producer or"
-        .. " prefix-cache-scorer of the config"):format(want), 0)
     end
     self.own = latency.own_prefix(self.name)
   end,
@@ -114,6 +113,7 @@ return {
     local out = { slo = { ttft = ttft_slo, tpot = tpot_slo }, streaming = self.p.streamingMode,
       prefix = frac, endpoints = {} }
     ctx.shared[slo.KEY] = out
+    ctx.shared[self.name] = out -- explain shows what a producer publishes under its name
     st.input = latency.input_tokens(req)
     st.rows = latency.predict(self, endpoints, st.input, cached)
     if self.p.predictInProduce then

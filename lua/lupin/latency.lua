@@ -21,6 +21,8 @@ M.FEATURES = { "bias", "uncached_ktokens", "input_ktokens", "waiting", "running"
   "in_flight_ktokens", "kv_usage" }
 local D = #M.FEATURES
 
+local NEVER_SCRAPED = { "waiting", "running", "kv_usage" }
+
 -- A metric the endpoint never reported reads NaN: 0, and noted as missing.
 local function num(v)
   if v ~= v or v == nil then
@@ -57,7 +59,9 @@ function M.features(ep, input, cached)
   local running, mr = num(ep.running_requests)
   local kv, mk = num(ep.kv_cache_usage)
   local missing
-  if mw or mr or mk then
+  if ep.scraped_at == 0 then -- never scraped: what it reads is no report
+    missing = NEVER_SCRAPED
+  elseif mw or mr or mk then
     missing = {}
     if mw then missing[#missing + 1] = "waiting" end
     if mr then missing[#missing + 1] = "running" end
@@ -174,7 +178,7 @@ end
 --- Trains the models of the row the request was sent by on what it took
 --- (ms; tpot nil when not measured), and records the error of the
 --- predictions used on the group's model (the /metrics series).
-function M.train(self, row, ttft, tpot, now)
+function M.train(row, ttft, tpot, now)
   for target, y in pairs({ ttft = ttft, tpot = tpot }) do
     local own, g = row[target][1], row[target][2]
     if g then
@@ -255,11 +259,13 @@ function M.learn(self, ctx, st)
   else
     ttft = (t.last_byte_at - st.sent_at) * 1000
   end
-  M.train(self, st.row, ttft, tpot, self.env.now())
+  M.train(st.row, ttft, tpot, self.env.now())
 end
 
---- What explain shows of one row: predictions, where they came from, the
---- features by name and the models' errors so far.
+--- What explain shows of one row: predictions, the model each came from
+--- with its samples and its error so far (the mean absolute percentage
+--- error of its predictions before each sample: out of sample), the
+--- group's error of the predictions the scheduler used, and the features.
 function M.explain(row, stats_of)
   local f = {}
   for i, name in ipairs(M.FEATURES) do
@@ -268,11 +274,12 @@ function M.explain(row, stats_of)
   local out = { features = f, missing = row.missing, group = row.group }
   for _, target in ipairs({ "ttft", "tpot" }) do
     local p = row["pred_" .. target]
-    local g = row[target][2]
-    local s = g and stats_of(g)
+    local own, g = row[target][1], row[target][2]
+    local m = p and (p.from == "endpoint" and own or g)
+    local s, gs = m and stats_of(m), g and stats_of(g)
     out[target] = { ms = p and p.ms, from = p and p.from or "none (cold: fallback)",
-      group_samples = s and s.trained, group_error = s and s.served.mape,
-      group_apriori_error = s and s.apriori.mape }
+      samples = s and s.trained, error = s and s.apriori.mape,
+      group_samples = gs and gs.trained, group_error = gs and gs.served.mape }
   end
   return out
 end

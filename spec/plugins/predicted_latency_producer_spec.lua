@@ -4,7 +4,6 @@
 -- latency model is spec/e2e/latency_prediction_spec.lua's (lupin-sim).
 local S = require "support"
 local P = require "prefix_support"
-local K = require "plugins.kit"
 
 local T = "predicted-latency-producer"
 
@@ -26,11 +25,11 @@ local function seen(rt, id)
     .obj.seen[%q] ]]):format(id))
 end
 
--- One streamed request to `to` with `tokens` output events; returns the
--- schedule result.
+-- One streamed request to endpoint `to` (nil: any, every endpoint a
+-- candidate) with opts.events output events; returns the schedule result.
 local function stream(rt, id, to, opts)
   opts = opts or {}
-  local req = assert(rt:begin({ id = id, path = "/v1/completions", subset = { to },
+  local req = assert(rt:begin({ id = id, path = "/v1/completions", subset = to and { to },
     headers = opts.headers,
     body = ('{"model":"m","prompt":"%s","max_tokens":4,"stream":true}'):format(
       opts.prompt or ("abcd"):rep(50)) }))
@@ -66,7 +65,7 @@ describe(T, function()
 
   it("has upstream's defaults and lupin's, and refuses bad parameters", function()
     assert.same({ sloBufferFactor = 1, streamingMode = false, endpointRoleLabel = "",
-      predictInProduce = true, prefixMatchInfoProducerName = "", groupLabel = "",
+      predictInProduce = true, groupLabel = "",
       perEndpoint = true, minSamples = 16, halfLifeSeconds = 120, quantile = 0,
       useEncoderCacheFeatures = false }, P.defaults(T))
     assert.matches("parameters.sloBufferFactor: must be a number between 0.001 and 1000, got 0",
@@ -83,7 +82,7 @@ describe(T, function()
       { prefixMatchInfoProducerName = "nope" })), "spec.json")
     rt2:free()
     assert.is_nil(ok)
-    assert.matches('prefixMatchInfoProducerName "nope" names no approx%-prefix%-cache%-producer or prefix%-cache%-scorer', err)
+    assert.matches('prefixMatchInfoProducerName "nope" names no approx%- or precise%-prefix%-cache%-producer', err)
   end)
 
   it("predicts nothing while cold and publishes the objectives and prefix matches", function()
@@ -104,7 +103,7 @@ describe(T, function()
     for i = 1, 3 do
       assert.equal(200, stream(rt, "warm" .. i, "ep1").status)
     end
-    stream(rt, "probe", "ep2", { headers = { ["x-llm-d-slo-ttft-ms"] = "100000" } })
+    stream(rt, "probe", nil, { headers = { ["x-llm-d-slo-ttft-ms"] = "100000" } })
     local e = seen(rt, "probe").endpoints
     -- ep1's own model and the group's have 3 samples; ep2 reads the group's
     assert.is_table(e.ep1)
@@ -112,7 +111,9 @@ describe(T, function()
     assert.is_true(e.ep1.ttft >= 0 and e.ep1.ttft < 1000) -- milliseconds, in process
     assert.is_true(e.ep1.ttft_valid) -- far under 100 s
     assert.near(100000 - e.ep1.ttft, e.ep1.ttft_headroom, 1e-6)
-    assert.is_true(e.ep1.tpot_valid)
+    -- no TPOT objective: headroom 0 − prediction, as upstream (the least wins)
+    assert.equal(-e.ep1.tpot, e.ep1.tpot_headroom)
+    assert.is_false(e.ep1.tpot_valid)
   end)
 
   it("does not learn from requests that failed or were not streamed in streamingMode", function()
@@ -156,7 +157,7 @@ describe(T, function()
       { labels = { ["llm-d.ai/role"] = "decode" } } })
     stream(rt, "w1", "ep1", { events = 6 })
     stream(rt, "w2", "ep2", { events = 6 })
-    stream(rt, "probe", "ep2", { headers = { ["x-llm-d-slo-tpot-ms"] = "100000" } })
+    stream(rt, "probe", nil, { headers = { ["x-llm-d-slo-tpot-ms"] = "100000" } })
     local e = seen(rt, "probe").endpoints
     assert.equal(0, e.ep1.tpot_headroom) -- prefill: neutral
     assert.is_true(e.ep2.tpot_headroom > 0)
@@ -184,7 +185,7 @@ describe(T, function()
     S.endpoints(rt, 2)
     local prompt = ("abcd"):rep(64)
     stream(rt, "first", "ep1", { prompt = prompt })
-    stream(rt, "second", "ep2", { prompt = prompt })
+    stream(rt, "second", nil, { prompt = prompt })
     local s = seen(rt, "second")
     assert.equal(1, s.prefix.ep1)
     assert.is_nil(s.prefix.ep2)
@@ -195,7 +196,7 @@ describe(T, function()
     S.endpoints(rt, 2)
     local prompt = ("wxyz"):rep(64)
     stream(rt, "first", "ep2", { prompt = prompt })
-    stream(rt, "second", "ep1", { prompt = prompt })
+    stream(rt, "second", nil, { prompt = prompt })
     assert.equal(1, seen(rt, "second").prefix.ep2)
   end)
 
@@ -223,7 +224,9 @@ describe(T, function()
 
   it("warns at their lines about upstream parameters that have no effect", function()
     local path = S.tmpdir() .. "/latency.json"
-    S.write(path, require("cjson").encode(config({ samplingMean = 500, contextTTL = "5m" })))
+    S.write(path, require("cjson").encode({ plugins = { { type = T, parameters = {
+      samplingMean = 500, contextTTL = "5m" } }, { type = "max-score-picker" } },
+      schedulingProfiles = { { name = "default", plugins = { { pluginRef = "max-score-picker" } } } } }))
     local out = S.program("lupin", "check --config " .. path)
     assert.matches("parameters.samplingMean: plugin \"predicted-latency-producer\"", out, 1, true)
     assert.matches("has no effect in lupin: mid-stream TPOT sampling was removed upstream", out, 1,
