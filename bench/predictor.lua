@@ -139,3 +139,56 @@ row("predict 100 endpoints: b:reset, add, predict, get", r.batch, "us", 1e6, 100
 row("predict 100 endpoints: the C call alone", r.c_batch, "us", 1e6, 100, "rows")
 print(("goals: train <= 2000 ns (%s), 100 endpoints <= 20 us with Lua (%s)"):format(
   r.lua_train <= 2e-6 and "met" or "MISSED", r.batch <= 20e-6 and "met" or "MISSED"))
+
+-- 3. predicted-latency-producer as a request pays it: a request's scheduling
+-- over 100 endpoints whose models are warm, with the producer and without
+-- (max-score-picker alone), the difference its cost; and its finish (two
+-- models trained, an error observed) the same way.
+local BODY = '{"model":"m","prompt":"' .. ("abcd"):rep(500) .. '","max_tokens":8,"stream":true}'
+
+local function lifecycle(rt2, to, id)
+  local req = assert(rt2:begin({ id = id, path = "/v1/completions", body = BODY,
+    subset = to and { to } }))
+  local t0 = native.now()
+  req:schedule()
+  local t1 = native.now()
+  req:response_header(200, {})
+  req:response_chunk("data: 1\n\ndata: 2\n\n")
+  req:response_chunk("data: 3\n\ndata: [DONE]\n\n")
+  local t2 = native.now()
+  req:finish("ok")
+  return t1 - t0, native.now() - t2
+end
+
+local function per_request(producer)
+  local plugins = { { type = "max-score-picker" } }
+  if producer then
+    table.insert(plugins, 1, { type = "predicted-latency-producer",
+      parameters = { streamingMode = true, minSamples = 1 } })
+  end
+  local rt2 = assert(native.new({ home = os.getenv("LUPIN_HOME") or "." }))
+  assert(rt2:load_string(cjson.encode({ plugins = plugins, schedulingProfiles = { { name = "default",
+    plugins = { { pluginRef = "max-score-picker" } } } } }), "bench.json"))
+  for i = 1, 100 do
+    assert(rt2:upsert({ name = "ep" .. i, address = "10.0.0." .. i, port = 8000 }))
+    rt2:set_metrics("ep" .. i, { waiting_queue_size = i % 5, running_requests = i % 9,
+      kv_cache_usage = i / 200 })
+  end
+  for i = 1, 300 do -- every endpoint's own model warm
+    lifecycle(rt2, "ep" .. (i % 100 + 1), "w" .. i)
+  end
+  local sched, fin = {}, {}
+  for i = 1, 2000 do
+    sched[i], fin[i] = lifecycle(rt2, nil, "r" .. i)
+  end
+  rt2:free()
+  table.sort(sched)
+  table.sort(fin)
+  return sched[1000], fin[1000]
+end
+
+local s0, f0 = per_request(false)
+local s1, f1 = per_request(true)
+print(("predicted-latency-producer, 100 warm endpoints (p50 of 2000 requests): scheduling"
+  .. " %.1f us with it, %.1f us without (+%.1f us); finish +%.1f us"):format(s1 * 1e6, s0 * 1e6,
+  (s1 - s0) * 1e6, (f1 - f0) * 1e6))

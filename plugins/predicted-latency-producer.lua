@@ -115,9 +115,10 @@ return {
     ctx.shared[slo.KEY] = out
     ctx.shared[self.name] = out -- explain shows what a producer publishes under its name
     st.input = latency.input_tokens(req)
-    st.rows = latency.predict(self, endpoints, st.input, cached)
+    local rows
+    rows, st.rows = latency.predict(self, endpoints, st.input, cached)
     if self.p.predictInProduce then
-      latency.publish(self, ctx, out, st.rows)
+      latency.publish(self, ctx, out, rows)
     end
   end,
 

@@ -11,6 +11,7 @@
 ---@class lupin.latency
 local M = {}
 
+local new_table = require "table.new"
 local predictor = require "lupin.predictor"
 local prefix = require "lupin.prefix"
 
@@ -75,7 +76,7 @@ end
 --- A producer's models and settings (params: the plugin's).
 ---@param env lupin.Env
 function M.new(p, env)
-  local self = { name = env.name, env = env, models = {}, p = p,
+  local self = { name = env.name, env = env, models = {}, slots = {}, p = p,
     batch = { ttft = predictor.batch(D, 64), tpot = predictor.batch(D, 64) }, rows = 64 }
   return self
 end
@@ -99,22 +100,35 @@ local function model(self, target, group, exported)
   return m
 end
 
+-- The label that groups endpoints: groupLabel, else endpointRoleLabel.
+local function group_label(p)
+  return p.groupLabel ~= "" and p.groupLabel or p.endpointRoleLabel ~= "" and p.endpointRoleLabel
+end
+
 --- The group an endpoint's samples train besides its own: its groupLabel's
 --- value, else its endpointRoleLabel's, else "all".
 function M.group(self, ep)
-  local p, labels = self.p, ep.labels
-  local g = p.groupLabel ~= "" and labels[p.groupLabel]
-    or p.endpointRoleLabel ~= "" and labels[p.endpointRoleLabel]
-  return g and (p.groupLabel ~= "" and p.groupLabel or p.endpointRoleLabel) .. "=" .. g or "all"
+  local label = group_label(self.p)
+  local g = label and ep.labels[label]
+  return g and label .. "=" .. g or "all"
 end
 
--- The models ep's prediction of target comes from: its own once it has
--- minSamples, else its group's once that has; the group's either way.
-local function chosen(self, ep, target)
+-- An endpoint's models, {own, group} per target, found once and kept by
+-- its id until its group's label changes: no string is made per request.
+local function slot(self, ep)
+  local label = group_label(self.p)
+  local value = label and ep.labels[label] or false
+  local s = self.slots[ep.id]
+  if s and s.value == value then
+    return s
+  end
   local group = M.group(self, ep)
-  local g = model(self, target, group, true)
-  local own = self.p.perEndpoint and model(self, target, "endpoint=" .. ep.name, false)
-  return own, g, group
+  local own = self.p.perEndpoint and "endpoint=" .. ep.name
+  s = { value = value, group = group,
+    ttft = { own and model(self, "ttft", own, false), model(self, "ttft", group, true) },
+    tpot = { own and model(self, "tpot", own, false), model(self, "tpot", group, true) } }
+  self.slots[ep.id] = s
+  return s
 end
 
 local function grow(self, n)
@@ -124,55 +138,64 @@ local function grow(self, n)
   end
 end
 
+local FROM = { "endpoint", "group" }
+
 -- Predicts target for every row: its own model's answer when warm, else
--- the group's when warm, else none.  Two batched calls into C.
+-- the group's when warm, else none.  Two batched calls into C; the answer
+-- in row[target .. "_ms"] and row[target .. "_from"].
 local function predict(self, target, rows)
   local b, min = self.batch[target], self.p.minSamples
-  local out = {}
+  local ms_key, from_key = target .. "_ms", target .. "_from"
   for pass = 1, 2 do
     b:reset()
-    local idx = {}
-    for i, row in ipairs(rows) do
-      local m = row[target][pass]
-      if m and not out[i] then
-        idx[b:add(m, row.x)] = i
+    local n = 0
+    for i = 1, #rows do
+      local row = rows[i]
+      local m = row.slot[target][pass]
+      if m and not row[ms_key] then
+        n = b:add(m, row.x)
+        row[pass] = n
+      else
+        row[pass] = false
       end
     end
-    b:predict()
-    for j, i in pairs(idx) do
-      local ms, trained = b:get(j)
-      if trained >= min then
-        out[i] = { ms = ms, from = pass == 1 and "endpoint" or "group" }
+    if n > 0 then
+      b:predict()
+      for i = 1, #rows do
+        local row = rows[i]
+        local j = row[pass]
+        if j then
+          local ms, trained = b:get(j)
+          if trained >= min then
+            row[ms_key], row[from_key] = ms, FROM[pass]
+          end
+        end
       end
     end
   end
-  return out
 end
 
---- Predictions for every endpoint: { [ep.id] = { ttft, tpot, from } }
---- (an endpoint whose models are all cold has none), and the rows (x,
---- models, group) by id for pre_request and explain.
+--- Predictions for every endpoint, in rows (in order, and by endpoint id): the features
+--- (x, missing), the models (slot), ttft_ms/ttft_from and tpot_ms/tpot_from
+--- (nil when its models are all cold), for publish, pre_request and explain.
 ---@param endpoints lupin.Endpoint[]
 ---@param input integer the request's input tokens
 ---@param cached table<integer, integer> cached tokens by endpoint id
 function M.predict(self, endpoints, input, cached)
-  grow(self, #endpoints)
-  local rows = {}
-  for i, ep in ipairs(endpoints) do
-    local x, missing = M.features(ep, input, cached[ep.id] or 0)
-    local own_t, group_t, group = chosen(self, ep, "ttft")
-    local own_p, group_p = chosen(self, ep, "tpot")
-    rows[i] = { ep = ep, x = x, missing = missing, group = group,
-      ttft = { own_t, group_t }, tpot = { own_p, group_p } }
+  local n = #endpoints
+  grow(self, n)
+  local rows, by_id = new_table(n, 0), new_table(0, n)
+  for i = 1, n do
+    local ep = endpoints[i]
+    -- made at its final size: the two passes' slots and eight fields
+    local row = new_table(2, 8)
+    row.ep, row.slot = ep, slot(self, ep)
+    row.x, row.missing = M.features(ep, input, cached[ep.id] or 0)
+    rows[i], by_id[ep.id] = row, row
   end
-  local ttft = predict(self, "ttft", rows)
-  local tpot = predict(self, "tpot", rows)
-  local by_id = {}
-  for i, row in ipairs(rows) do
-    row.pred_ttft, row.pred_tpot = ttft[i], tpot[i]
-    by_id[row.ep.id] = row
-  end
-  return by_id
+  predict(self, "ttft", rows)
+  predict(self, "tpot", rows)
+  return rows, by_id
 end
 
 --- Trains the models of the row the request was sent by on what it took
@@ -180,12 +203,12 @@ end
 --- predictions used on the group's model (the /metrics series).
 function M.train(row, ttft, tpot, now)
   for target, y in pairs({ ttft = ttft, tpot = tpot }) do
-    local own, g = row[target][1], row[target][2]
+    local own, g = row.slot[target][1], row.slot[target][2]
     if g then
       g:train(row.x, y, now)
-      local used = row["pred_" .. target]
+      local used = row[target .. "_ms"]
       if used then
-        g:observe(used.ms, y)
+        g:observe(used, y)
       end
     end
     if own then
@@ -210,17 +233,18 @@ function M.publish(self, ctx, out, rows)
   local waited = t and (self.env.now() - t.begun_at) * 1000 or 0
   local ttft_slo, tpot_slo = out.slo.ttft or 0, (out.slo.tpot or 0) * p.sloBufferFactor
   local explained = ctx.request.explained and {}
-  for id, row in pairs(rows) do
-    local pt, pp = row.pred_ttft, row.pred_tpot
+  for i = 1, #rows do -- the list: pairs would not compile
+    local row = rows[i]
+    local id, pt, pp = row.ep.id, row.ttft_ms, row.tpot_ms
     if pt then
-      local ttft = pt.ms + waited
+      local ttft = pt + waited
       local e = { ttft = ttft, ttft_headroom = ttft_slo - ttft, dispatched = row.ep.in_flight }
       e.ttft_valid = e.ttft_headroom > 0
       if p.streamingMode and pp and not prefill_only(self, row.ep) then
-        e.tpot, e.tpot_headroom = pp.ms, tpot_slo - pp.ms
+        e.tpot, e.tpot_headroom = pp, tpot_slo - pp
         e.tpot_valid = e.tpot_headroom > 0
       else -- neutral: not this request's to meet here, or not known yet
-        e.tpot, e.tpot_headroom, e.tpot_valid = pp and pp.ms or 0, 0, true
+        e.tpot, e.tpot_headroom, e.tpot_valid = pp or 0, 0, true
       end
       e.valid = e.ttft_valid and e.tpot_valid
       eps[id] = e
@@ -271,13 +295,13 @@ function M.explain(row, stats_of)
   for i, name in ipairs(M.FEATURES) do
     f[name] = row.x[i]
   end
-  local out = { features = f, missing = row.missing, group = row.group }
+  local out = { features = f, missing = row.missing, group = row.slot.group }
   for _, target in ipairs({ "ttft", "tpot" }) do
-    local p = row["pred_" .. target]
-    local own, g = row[target][1], row[target][2]
-    local m = p and (p.from == "endpoint" and own or g)
+    local ms, from = row[target .. "_ms"], row[target .. "_from"]
+    local own, g = row.slot[target][1], row.slot[target][2]
+    local m = ms and (from == "endpoint" and own or g)
     local s, gs = m and stats_of(m), g and stats_of(g)
-    out[target] = { ms = p and p.ms, from = p and p.from or "none (cold: fallback)",
+    out[target] = { ms = ms, from = from or "none (cold: fallback)",
       samples = s and s.trained, error = s and s.apriori.mape,
       group_samples = gs and gs.trained, group_error = gs and gs.served.mape }
   end
