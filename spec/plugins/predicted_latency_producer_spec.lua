@@ -235,4 +235,30 @@ describe(T, function()
       out, 1, true)
     assert.matches("rc=0", out, 1, true)
   end)
+
+  it("feeds latency-slo-admitter, which runs after it and sheds what no endpoint can serve", function()
+    rt = S.loaded(config({ streamingMode = true, minSamples = 1 },
+      { { type = "latency-slo-admitter" } }))
+    S.endpoints(rt, 2, { { kv_cache_usage = 0.5 }, { kv_cache_usage = 0.5 } }) -- none cold
+    stream(rt, "w1", "ep1")
+    stream(rt, "w2", "ep2")
+    local held = {}
+    for i, to in ipairs({ "ep1", "ep2" }) do -- none idle
+      held[i] = assert(rt:begin({ id = "held" .. i, path = "/v1/completions", subset = { to },
+        body = '{"model":"m","prompt":"hi","stream":true}' }))
+      assert.equal(200, held[i]:schedule().status)
+    end
+    local tight = { ["x-llm-d-slo-ttft-ms"] = "0.000001" }
+    local shed = { ["x-llm-d-slo-ttft-ms"] = "0.000001", ["x-gateway-inference-objective"] = "-1" }
+    assert.equal(200, stream(rt, "critical", nil, { headers = tight }).status)
+    local res = stream(rt, "sheddable", nil, { headers = shed })
+    assert.equal(429, res.status)
+    assert.matches("latency", res.message)
+    local loose = { ["x-llm-d-slo-ttft-ms"] = "1e9", ["x-llm-d-slo-tpot-ms"] = "1e9",
+      ["x-gateway-inference-objective"] = "-1" }
+    assert.equal(200, stream(rt, "loose", nil, { headers = loose }).status)
+    for _, req in ipairs(held) do
+      req:finish("ok")
+    end
+  end)
 end)
