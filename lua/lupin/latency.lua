@@ -202,21 +202,36 @@ function M.predict(self, endpoints, input, cached)
   return rows, by_id
 end
 
+-- A sample weighted by 1/y²: (x/y, 1).  Least squares on it minimizes the
+-- relative errors, what the error metric counts, so a 5 ms TTFT missed by
+-- 5 ms weighs as much as a 500 ms one missed by 500 ms; unweighted, the
+-- long requests' fit would overpredict the short ones several times over.
+-- The models are linear, so they predict from x unscaled all the same.
+local function relative(x, y)
+  local k = 1 / math.max(y, 1)
+  local xs = new_table(#x, 0)
+  for i = 1, #x do
+    xs[i] = x[i] * k
+  end
+  return xs, y * k
+end
+
 --- Trains the models of the row the request was sent by on what it took
 --- (ms; tpot nil when not measured), and records the error of the
 --- predictions used on the group's model (the /metrics series).
 function M.train(row, ttft, tpot, now)
   for target, y in pairs({ ttft = ttft, tpot = tpot }) do
     local own, g = row.slot[target][1], row.slot[target][2]
+    local xs, ys = relative(row.x, y)
     if g then
-      g:train(row.x, y, now)
+      g:train(xs, ys, now)
       local used = row[target .. "_ms"]
       if used then
         g:observe(used, y)
       end
     end
     if own then
-      own:train(row.x, y, now)
+      own:train(xs, ys, now)
     end
   end
 end
