@@ -90,8 +90,8 @@
 ---@field init (fun(self: table))? after new, before the generation serves
 ---@field migrate (fun(self: table, old: table))? on reload: take over the instance of the same name and type
 ---@field shutdown (fun(self: table))? when the generation's last request has ended
----@field admit (fun(self: table, ctx: lupin.Ctx, endpoints: lupin.Endpoint[]): boolean?, integer?, string?)? false, status, reason rejects
 ---@field prepare (fun(self: table, ctx: lupin.Ctx, endpoints: lupin.Endpoint[]))?
+---@field admit (fun(self: table, ctx: lupin.Ctx, endpoints: lupin.Endpoint[]): boolean?, integer?, string?)? false, status, reason rejects
 ---@field pick_profiles (fun(self: table, ctx: lupin.Ctx, profiles: table<string, lupin.Profile>, results: table<string, lupin.ProfileResult|false>): string[])? the profiles to run next; none: done
 ---@field filter (fun(self: table, ctx: lupin.Ctx, endpoints: lupin.Endpoint[]): lupin.Endpoint[])? the endpoints kept
 ---@field score (fun(self: table, ctx: lupin.Ctx, endpoints: lupin.Endpoint[]): number[])? one score in [0, 1] per endpoint

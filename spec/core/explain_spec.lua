@@ -258,7 +258,7 @@ describe("a dry-run request", function()
     assert.equal(200, res.status)
     assert.same({ "ep2" }, names(res.picks, "name"))
     assert.is_true(x.dry_run)
-    assert.same({ "admit", "prepare", "process_results" }, names(x.steps, "point"))
+    assert.same({ "prepare", "admit", "process_results" }, names(x.steps, "point"))
     req:finish("ok")
     local journal = S.eval(rt, [[return require("lupin.runtime").current.by_name.obs.obj
       .journals["dry-1"] ]])
@@ -272,7 +272,7 @@ describe("a dry-run request", function()
     local rt = S.loaded(config({ { plugin = { type = "test-observer", name = "obs" } } }))
     S.endpoints(rt, 4)
     local x, req = explained(rt, { id = "wet-1" })
-    assert.same({ "admit", "prepare", "process_results", "pre_request" },
+    assert.same({ "prepare", "admit", "process_results", "pre_request" },
       names(x.steps, "point"))
     assert.is_false(x.dry_run)
     req:finish("ok")

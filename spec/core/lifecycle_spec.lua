@@ -66,7 +66,7 @@ describe("request lifecycle", function()
     req:response_complete()
     req:finish("ok")
     assert.same({
-      "admit", "prepare", "filter:f:default", "score:s:default", "pick:p:default",
+      "prepare", "admit", "filter:f:default", "score:s:default", "pick:p:default",
       "pre_request:default:ep1", "response_header:200", "response_chunk:9",
       "response_chunk:14", "response_complete",
       "finish:f:ok", "finish:s:ok", "finish:p:ok", "finish:obs:ok",

@@ -770,7 +770,7 @@ describe("lupin serve, the request lifecycle on the real response path", functio
   end
 
   local function all(name)
-    return "admit:m prepare pre_request:" .. name .. " response_header:200 response_complete"
+    return "prepare admit:m pre_request:" .. name .. " response_header:200 response_complete"
       .. " chunks:some"
   end
 
@@ -788,31 +788,31 @@ describe("lupin serve, the request lifecycle on the real response path", functio
 
   it("an upstream 500", function()
     assert.equal(500, (send("life-500", failing.hostports[1], COMPLETION)))
-    assert.equal("admit:m prepare pre_request:fail response_header:500 response_complete "
+    assert.equal("prepare admit:m pre_request:fail response_header:500 response_complete "
       .. "chunks:some finish:upstream_error", journal("life-500"))
   end)
 
   it("an upstream dropped mid-stream", function()
     send("life-drop", drop.hostports[1], with(COMPLETION, { stream = true, max_tokens = 8 }))
-    assert.equal("admit:m prepare pre_request:drop response_header:200 chunks:some "
+    assert.equal("prepare admit:m pre_request:drop response_header:200 chunks:some "
       .. "finish:upstream_error", journal("life-drop"))
   end)
 
   it("a client that disconnects mid-stream", function()
     send("life-cancel", sim.hostports[1], with(COMPLETION, { stream = true, max_tokens = 500 }),
       "--max-time 0.5")
-    assert.equal("admit:m prepare pre_request:ok response_header:200 chunks:some "
+    assert.equal("prepare admit:m pre_request:ok response_header:200 chunks:some "
       .. "finish:cancelled", journal("life-cancel"))
   end)
 
   it("a timeout", function()
     assert.equal(504, (send("life-timeout", slow.hostports[1], COMPLETION)))
-    assert.equal("admit:m prepare pre_request:slow finish:timeout", journal("life-timeout"))
+    assert.equal("prepare admit:m pre_request:slow finish:timeout", journal("life-timeout"))
   end)
 
   it("no endpoint", function()
     send("life-none", "10.0.0.1:1", COMPLETION)
-    assert.equal("admit:m prepare finish:no_endpoint", journal("life-none"))
+    assert.equal("prepare admit:m finish:no_endpoint", journal("life-none"))
     assert.equal(0, P.metric(gw, "lupin_live_requests"))
   end)
 end)

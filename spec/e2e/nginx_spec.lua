@@ -48,7 +48,7 @@ describe("nginx with ngx_http_lupin_module", function()
         or sim.hostports[1]
       assert.equal(h["x-sim-endpoint"] .. "," .. other, h["x-sim-destination"])
       assert.equal("yes", h["x-recorded"]) -- a plugin's response header
-      assert.same({ "admit:m prepare pre_request:" .. (h["x-sim-endpoint"] == sim.hostports[1]
+      assert.same({ "prepare admit:m pre_request:" .. (h["x-sim-endpoint"] == sim.hostports[1]
         and "sim-1" or "sim-2") .. " response_header:200 response_complete chunks:some finish:ok" },
         N.journal(ngx, id))
     end

@@ -31,13 +31,13 @@
 
 ---@type lupin.PointRow[]
 return {
+  { name = "prepare", driver = "lupin_request_schedule", layer = "request", args = "ctx, endpoints",
+    returns = "nothing; writes request data (prefix matches, predictions) admission and the profiles read",
+    on_error = "counted and logged; the request proceeds", absent = "nothing" },
   { name = "admit", epp = "Admission", driver = "lupin_request_schedule", layer = "request", args = "ctx, endpoints",
     returns = "nothing, or false, status, reason to refuse (a 429 when saturated)",
     on_error = "counted and logged; the request proceeds",
     absent = "every request is admitted" },
-  { name = "prepare", driver = "lupin_request_schedule", layer = "request", args = "ctx, endpoints",
-    returns = "nothing; writes request data (prefix matches)",
-    on_error = "counted and logged; the request proceeds", absent = "nothing" },
   { name = "pick_profiles", epp = "ProfilePicker",
     driver = "lupin_request_schedule", layer = "scheduler", args = "ctx, profiles, results",
     returns = "the profiles to run next; none ends the loop",

@@ -251,6 +251,7 @@ end
 ---@field body table|false the decoded JSON body, false when it is not JSON
 ---@field prompt string what the prefix scorer hashes, by route (lupin.openai.prompt)
 ---@field stream boolean
+---@field priority integer its objective's priority, as flow control reads it (0: none)
 ---@field dry_run boolean? true for the synthetic request that checks a new generation before it serves
 ---@field explained boolean? true when the request keeps an explain record (what a plugin publishes for it may say more)
 
@@ -321,6 +322,15 @@ end
 function LAZY.model(v)
   local body = v.body
   return body and type(body.model) == "string" and body.model or nil
+end
+
+-- As flow control reads it (its objective's, lupin.runtime.flow), which
+-- needs the request's generation: known during its own plugin calls.
+function LAZY.priority(v)
+  local r = current
+  if r and r.request == v then
+    return require("lupin.runtime.flow").priority_of(r.gen, v.headers)
+  end
 end
 
 function LAZY.stream(v)

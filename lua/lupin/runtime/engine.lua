@@ -664,16 +664,13 @@ local function admit(r, rec, eps)
   end
 end
 
--- Admission, preparation, the profiles: the decision, with no effect outside
--- the request.  Returns nothing with r.result set, or the failure.
+-- Flow control, preparation, admission, the profiles: the decision, with no
+-- effect outside the request.  Returns nothing with r.result set, or the
+-- failure.  The EPP's order: the queue first, then the data producers
+-- (prepare), whose data admission plugins read (latency-slo-admitter).
 local function decide(r)
   local gen, eps = r.gen, r.candidates
-  -- a request leaving the flow-control queue was admitted before it waited
-  local released = gen.flow and flow.released(r)
-  if not released and each(gen.points.admit, 1, admit, r, eps) then
-    return failed(r.failure)
-  end
-  if gen.flow and not released then -- flow control (lupin.flow): wait, or not fit
+  if gen.flow and not flow.released(r) then -- flow control (lupin.flow): wait, or not fit
     local status, message, outcome = flow.arrive(r)
     if status == 0 then
       return 0
@@ -682,6 +679,9 @@ local function decide(r)
     end
   end
   each(gen.points.prepare, 1, notify_explained, r, "prepare", eps)
+  if each(gen.points.admit, 1, admit, r, eps) then
+    return failed(r.failure)
+  end
   if #eps == 0 then
     return fail(r, 503, r.subset and "no endpoint matches x-gateway-destination-endpoint-subset"
       or "no endpoints in the pool", nil, NO_ENDPOINT)

@@ -536,12 +536,16 @@ end
 --- naming one of the config's objectives), else the header's value when an
 --- integer (as saturation-detector reads it) clamped into the configured
 --- priorities (a client cannot make bands of its own), else 0.
-function M.priority(r)
-  local v = r.request.headers[OBJECTIVE]
+---@param gen table the request's generation
+---@param headers table<string, string>
+---@return integer priority
+---@return boolean? clamped
+function M.priority_of(gen, headers)
+  local v = headers[OBJECTIVE]
   if not v then
     return 0
   end
-  local p = r.gen.objectives[v]
+  local p = gen.objectives[v]
   if p then
     return p
   end
@@ -549,11 +553,16 @@ function M.priority(r)
   if not n then
     return 0
   end
-  local levels = r.gen.flow and r.gen.flow.levels
+  local levels = gen.flow and gen.flow.levels
   if not levels then
     return n
   end
-  local q, moved = clamp(n, levels)
+  return clamp(n, levels)
+end
+
+--- The same for request r, counting a clamped priority for the admin view.
+function M.priority(r)
+  local q, moved = M.priority_of(r.gen, r.request.headers)
   if moved then
     clamped[q] = (clamped[q] or 0) + 1
     band_of(q) -- listed, so its count shows (a configured priority: bounded)
