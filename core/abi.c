@@ -74,6 +74,12 @@ static const lupin_abi_entry abi[] = {
     FIELD(lupin_capi, budget),
     FIELD(lupin_capi, budget_poll),
     FIELD(lupin_capi, shared),
+    FIELD(lupin_capi, request_timing),
+    SIZE(lupin_response_timing),
+    FIELD(lupin_response_timing, begun_at),
+    FIELD(lupin_response_timing, first_byte_at),
+    FIELD(lupin_response_timing, events),
+    FIELD(lupin_response_timing, newline),
     SIZE(lupin_capi_shared),
     FIELD(lupin_capi_shared, prefix_open),
     FIELD(lupin_capi_shared, prefix_close),
@@ -139,6 +145,7 @@ void lupin__abi_push_enums(lua_State *L, const char *const *hooks, int n_hooks) 
   set_int(L, "observes_response", LUPIN_GEN_OBSERVES_RESPONSE);
   set_int(L, "has_finish", LUPIN_GEN_HAS_FINISH);
   set_int(L, "observes_chunks", LUPIN_GEN_OBSERVES_CHUNKS);
+  set_int(L, "times_response", LUPIN_GEN_TIMES_RESPONSE);
   set_int(L, "observes_complete", LUPIN_GEN_OBSERVES_COMPLETE);
   lua_setfield(L, -2, "gen_flag");
   lua_createtable(L, 0, n_hooks);

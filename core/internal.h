@@ -325,6 +325,7 @@ enum {
   LUPIN_GEN_HAS_FINISH = 2,
   LUPIN_GEN_OBSERVES_CHUNKS = 4,   /* response_chunk */
   LUPIN_GEN_OBSERVES_COMPLETE = 8, /* response_complete */
+  LUPIN_GEN_TIMES_RESPONSE = 16,   /* a plugin with times_response: chunks timed */
 };
 
 struct lupin_generation {
@@ -378,6 +379,8 @@ typedef struct lupin_capi {
   int (*budget_poll)(const volatile int32_t *cut);
   /* keyed prefix indexes and shared dicts (prefix_shared.c, shared_dict.c) */
   const lupin_capi_shared *shared;
+  /* ctx.timing (lupin_request_timing) */
+  void (*request_timing)(uintptr_t req, lupin_response_timing *out);
 } lupin_capi;
 
 /* abi.c: each structure capi.lua declares, as C lays it out: its size (or
@@ -540,6 +543,7 @@ int lupin__client_add_header(uintptr_t req, const char *name, const char *value)
 const char *lupin__header_find(const char *block, size_t len, const char *name, size_t name_len,
                                size_t *value_len);
 int lupin__request_count(uintptr_t req, const lupin_endpoint *ep, int64_t requests, int64_t tokens);
+void lupin__request_timing(uintptr_t req, lupin_response_timing *out);
 void lupin__requests_cancel_all(lupin_runtime *rt);
 void lupin__requests_free_spares(lupin_runtime *rt);
 /* Runs scheduling (or reads its answer again) into *out. */

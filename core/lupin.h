@@ -627,10 +627,27 @@ int lupin_request_response_header(lupin_request *req, int status, const lupin_he
 size_t lupin_request_client_headers(const lupin_request *req, const lupin_header **out);
 int lupin_request_response_chunk(lupin_request *req, const char *data, size_t len);
 /* Whether a plugin of the request's generation observes the response's
- * chunks: 0 makes lupin_request_response_chunk a no-op, so a host that must
- * work to have the bytes (nginx reading back a body it spooled to a file)
- * asks first. */
+ * chunks, or their timing: 0 makes lupin_request_response_chunk a no-op,
+ * so a host that must work to have the bytes (nginx reading back a body it
+ * spooled to a file) asks first. */
 int lupin_request_wants_chunks(const lupin_request *req);
+
+/* When the response came, as the core saw it through the host's calls
+ * (seconds, lupin_now's clock; 0: not yet).  The body's times and counts
+ * are kept only when a plugin of the generation asks for them
+ * (`times_response = true`, as predicted-latency-producer does: its TTFT
+ * is first_byte_at - the dispatch, its TPOT the time between the first and
+ * the last event over the events between). */
+typedef struct lupin_response_timing {
+  double begun_at;      /* lupin_request_begin */
+  double head_at;       /* lupin_request_response_header */
+  double first_byte_at; /* the first non-empty chunk */
+  double last_byte_at;  /* the last chunk so far */
+  uint64_t bytes, chunks;
+  uint64_t events; /* server-sent events ended so far (blank lines: "\n\n") */
+  int32_t newline; /* the last byte seen was '\n': an event's end may span two chunks */
+} lupin_response_timing;
+void lupin_request_timing(const lupin_request *req, lupin_response_timing *out);
 int lupin_request_response_complete(lupin_request *req);
 /* Where to send a scheduled request when its picks fail: the other
  * candidates of the primary profile (those its filters kept), best profile

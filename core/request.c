@@ -56,6 +56,7 @@ struct lupin_request {
   hold *holds;
   size_t n_holds, cap_holds;
   int released; /* the end released them: nothing more is counted */
+  lupin_response_timing timing;
   hold holds_inline[2];
   lupin_request *prev, *next; /* next: the spare list's too */
 };
@@ -331,6 +332,7 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
   req->rt = rt;
   req->flags = desc->flags;
   req->gen = gen;
+  req->timing = (lupin_response_timing){.begun_at = lupin_now()};
   req->response_hooks = gen->flags & LUPIN_GEN_OBSERVES_RESPONSE;
   req->holds = req->holds_inline;
   req->cap_holds = sizeof req->holds_inline / sizeof *req->holds_inline;
@@ -586,6 +588,7 @@ static int keep_head(lupin_request *req, int status, const lupin_header *headers
  * having that hook. */
 int lupin_request_response_header(lupin_request *req, int status, const lupin_header *headers,
                                   size_t n) {
+  req->timing.head_at = lupin_now();
   if (!req->response_hooks)
     return req->gen->flags & LUPIN_GEN_HAS_FINISH ? keep_head(req, status, headers, n) : 0;
   lua_State *L = req->rt->L;
@@ -600,15 +603,41 @@ int lupin_request_response_header(lupin_request *req, int status, const lupin_he
   return call_request(req, 2);
 }
 
+/* Counts the blank lines that end server-sent events ("\n\n", as vLLM
+ * and lupin-sim write them), across chunks too. */
+static void time_chunk(lupin_response_timing *t, const char *data, size_t len) {
+  double now = lupin_now();
+  if (!t->first_byte_at) t->first_byte_at = now;
+  t->last_byte_at = now;
+  t->bytes += len;
+  t->chunks++;
+  const char *p = data, *end = data + len;
+  if (t->newline && *p == '\n') t->events++;
+  while ((p = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+    if (++p < end && *p == '\n') t->events++;
+  }
+  t->newline = data[len - 1] == '\n';
+}
+
 int lupin_request_response_chunk(lupin_request *req, const char *data, size_t len) {
-  if (!(req->gen->flags & LUPIN_GEN_OBSERVES_CHUNKS)) return 0;
+  int flags = req->gen->flags;
+  if ((flags & LUPIN_GEN_TIMES_RESPONSE) && len) time_chunk(&req->timing, data, len);
+  if (!(flags & LUPIN_GEN_OBSERVES_CHUNKS)) return 0;
   push_call(req, LUPIN_HOOK_RESPONSE_CHUNK);
   lua_pushlstring(req->rt->L, data, len);
   return call_request(req, 1);
 }
 
 int lupin_request_wants_chunks(const lupin_request *req) {
-  return (req->gen->flags & LUPIN_GEN_OBSERVES_CHUNKS) != 0;
+  return (req->gen->flags & (LUPIN_GEN_OBSERVES_CHUNKS | LUPIN_GEN_TIMES_RESPONSE)) != 0;
+}
+
+void lupin_request_timing(const lupin_request *req, lupin_response_timing *out) {
+  *out = req->timing;
+}
+
+void lupin__request_timing(uintptr_t req, lupin_response_timing *out) {
+  lupin_request_timing((const lupin_request *)req, out);
 }
 
 int lupin_request_response_complete(lupin_request *req) {

@@ -877,6 +877,22 @@ static int l_response_chunk(lua_State *L) {
   return 1;
 }
 
+/* req:timing() -> {begun_at=, head_at=, first_byte_at=, last_byte_at=,
+ * bytes=, chunks=, events=} (lupin_request_timing) */
+static int l_timing(lua_State *L) {
+  lupin_response_timing t;
+  lupin_request_timing(check_req(L)->req, &t);
+  lua_createtable(L, 0, 7);
+  lua_pushnumber(L, t.begun_at), lua_setfield(L, -2, "begun_at");
+  lua_pushnumber(L, t.head_at), lua_setfield(L, -2, "head_at");
+  lua_pushnumber(L, t.first_byte_at), lua_setfield(L, -2, "first_byte_at");
+  lua_pushnumber(L, t.last_byte_at), lua_setfield(L, -2, "last_byte_at");
+  lua_pushnumber(L, (lua_Number)t.bytes), lua_setfield(L, -2, "bytes");
+  lua_pushnumber(L, (lua_Number)t.chunks), lua_setfield(L, -2, "chunks");
+  lua_pushnumber(L, (lua_Number)t.events), lua_setfield(L, -2, "events");
+  return 1;
+}
+
 static int l_wants_chunks(lua_State *L) {
   lua_pushboolean(L, lupin_request_wants_chunks(check_req(L)->req));
   return 1;
@@ -975,6 +991,7 @@ static const luaL_Reg req_methods[] = {
     {"response_header", l_response_header},
     {"response_chunk", l_response_chunk},
     {"wants_chunks", l_wants_chunks},
+    {"timing", l_timing},
     {"response_complete", l_response_complete},
     {"finish", l_end},
     {NULL, NULL},

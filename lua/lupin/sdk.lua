@@ -86,6 +86,7 @@
 ---@field type string the registry name, as in the config; must match the file name
 ---@field schema table<string, lupin.SchemaField>? the parameters: types, defaults, bounds
 ---@field data_producer boolean? upstream runs it as a data producer: an entry in a profile is skipped with a warning
+---@field times_response boolean? the core times the response body for ctx.timing (first and last byte, events)
 ---@field new (fun(params: table, env: lupin.Env): table)? builds an instance
 ---@field init (fun(self: table))? after new, before the generation serves
 ---@field migrate (fun(self: table, old: table))? on reload: take over the instance of the same name and type

@@ -113,6 +113,16 @@ typedef struct lupin_budget {
   volatile double deadline;
 } lupin_budget;
 
+typedef struct lupin_response_timing {
+  double begun_at;
+  double head_at;
+  double first_byte_at;
+  double last_byte_at;
+  uint64_t bytes, chunks;
+  uint64_t events;
+  int32_t newline;
+} lupin_response_timing;
+
 typedef struct lupin_capi {
   void *rt;
   lupin_alloc *alloc;
@@ -140,6 +150,7 @@ typedef struct lupin_capi {
   lupin_budget *budget;
   int (*budget_poll)(const volatile int32_t *cut);
   const lupin_capi_shared *shared;
+  void (*request_timing)(uintptr_t req, lupin_response_timing *out);
 } lupin_capi;
 
 struct lupin_timespec { long tv_sec; long tv_nsec; };

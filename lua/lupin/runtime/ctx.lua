@@ -16,6 +16,7 @@
 ---@field request lupin.RequestView id, model, path, headers, body, prompt, stream
 ---@field result lupin.Result? the scheduling result (after scheduling)
 ---@field response lupin.Response? status and headers (after the response starts)
+---@field timing lupin.Timing? when the response came (nil in a dry run)
 ---@field upstream_headers table<string,string> headers set for the upstream request
 ---@field response_headers table<string,string> headers set for the client's response
 ---@field log fun(self: lupin.Ctx, level: lupin.Level, fmt: any, ...: any) logs with the request id and plugin name
@@ -23,6 +24,18 @@
 ---@field set_response_header fun(self: lupin.Ctx, name: string, value: string) a header on the client's response
 ---@field set_in_flight_tokens fun(self: lupin.Ctx, ep: lupin.Endpoint, n: integer): boolean tokens on ep until the end
 local M = {}
+
+--- When a response came, in seconds of env.now()'s clock (0: not yet).  The
+--- body's fields are kept only for generations with a plugin declaring
+--- `times_response = true`.
+---@class lupin.Timing
+---@field begun_at number the request began (reached the gateway)
+---@field head_at number the response head arrived
+---@field first_byte_at number the first body byte arrived
+---@field last_byte_at number the last body byte so far
+---@field bytes integer body bytes so far
+---@field chunks integer body pieces the host handed over
+---@field events integer server-sent events ended so far (blank lines)
 
 local cjson = require "cjson.safe"
 local ffi = require "ffi"
@@ -95,6 +108,23 @@ end
 
 function FIELDS.result(r) return r.result end
 function FIELDS.response(r) return r.response end
+
+local timing = ffi.new("lupin_response_timing")
+
+-- When the response came, as the core saw it (a new table each read; nil
+-- without a C request: the dry run, lupin.testing's calls).  The body's
+-- times and counts need the plugin's times_response = true.
+function FIELDS.timing(r)
+  local creq = r.creq
+  if not creq then
+    return nil
+  end
+  capi.api.request_timing(creq, timing)
+  local t = timing
+  return { begun_at = t.begun_at, head_at = t.head_at, first_byte_at = t.first_byte_at,
+    last_byte_at = t.last_byte_at, bytes = tonumber(t.bytes), chunks = tonumber(t.chunks),
+    events = tonumber(t.events) }
+end
 
 -- ctx.upstream_headers and ctx.response_headers are views: a write goes
 -- through the same checks as ctx:set_header, so a plugin cannot forge a

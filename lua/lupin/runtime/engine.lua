@@ -764,12 +764,24 @@ end
 local GEN = enums.gen_flag
 local OBSERVES_RESPONSE, HAS_FINISH, OBSERVES_CHUNKS, OBSERVES_COMPLETE = GEN.observes_response,
   GEN.has_finish, GEN.observes_chunks, GEN.observes_complete
+local TIMES_RESPONSE = GEN.times_response
+
+-- Whether a plugin of gen reads ctx.timing's body times (times_response).
+local function times_response(gen)
+  for _, rec in ipairs(gen.instances) do
+    if type(rec.module) == "table" and rawget(rec.module, "times_response") == true then
+      return true
+    end
+  end
+  return false
+end
 
 --- What the core may skip for a generation's requests: the call at the
 --- response head when no plugin has response_header, response_chunk or
 --- response_complete (finish hooks alone get the head with the end: M.finish),
 --- each chunk when no plugin has response_chunk, the end of the response when
---- none has response_complete, the finish hook when no plugin has finish.
+--- none has response_complete, the finish hook when no plugin has finish;
+--- the body's timing (ctx.timing) unless a plugin asks for it.
 function M.flags(gen)
   local p = gen.points
   local flags = 0
@@ -784,6 +796,9 @@ function M.flags(gen)
   end
   if #p.response_complete > 0 then
     flags = flags + OBSERVES_COMPLETE
+  end
+  if times_response(gen) then
+    flags = flags + TIMES_RESPONSE
   end
   return flags
 end

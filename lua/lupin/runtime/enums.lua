@@ -9,7 +9,7 @@ local M = {
     cancelled = 5, timeout = 6, invalid_request = 7, queue_ttl = 8, queue_full = 9, shed = 10 },
   request_flag = { explain = 1, dry_run = 2 },
   gen_flag = { observes_response = 1, has_finish = 2, observes_chunks = 4,
-    observes_complete = 8 },
+    observes_complete = 8, times_response = 16 },
 }
 
 --- An outcome's name by its value (lupin_outcome_name's).

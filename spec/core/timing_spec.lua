@@ -1,0 +1,81 @@
+-- ctx.timing: when a response came, as the core saw the host's calls; the
+-- body's times only for generations with a plugin declaring times_response.
+local S = require "support"
+local native = require "lupin_native"
+
+local function config(times_response)
+  local plugins = { { type = "test-picker", name = "p" } }
+  if times_response then
+    table.insert(plugins, 1, { type = "test-timer", name = "t" })
+  end
+  return {
+    plugins = plugins,
+    schedulingProfiles = { { name = "default", plugins = { { pluginRef = "p" } } } },
+  }
+end
+
+local function seen(rt, id)
+  return S.eval(rt, ([[return require("lupin.runtime").current.by_name.t.obj.seen[%q] ]]):format(id))
+end
+
+describe("ctx.timing", function()
+  local rt
+  after_each(function()
+    if rt then
+      rt:free()
+      rt = nil
+    end
+  end)
+
+  it("times the head, the first and last body bytes and counts events across chunks", function()
+    rt = S.loaded(config(true))
+    S.endpoints(rt, 1)
+    local t0 = native.now()
+    local req = rt:begin({ id = "r1", body = '{"model":"m","prompt":"hi","stream":true}' })
+    assert.equal(200, req:schedule().status)
+    assert.is_true(req:wants_chunks()) -- the host must hand over the body
+    local before = req:timing()
+    assert.is_true(before.begun_at >= t0)
+    assert.equal(0, before.head_at)
+    assert.equal(0, before.first_byte_at)
+    req:response_header(200, { ["Content-Type"] = "text/event-stream" })
+    req:response_chunk("data: 1\n\ndata: 2\n")
+    req:response_chunk("\ndata: 3\n\n") -- an event's blank line split over two chunks
+    req:response_chunk("")               -- nothing: not a byte
+    req:response_chunk("data: [DONE]\n\n")
+    local t = req:timing()
+    req:response_complete()
+    req:finish("ok")
+    assert.is_true(t.head_at >= t.begun_at)
+    assert.is_true(t.first_byte_at >= t.head_at)
+    assert.is_true(t.last_byte_at >= t.first_byte_at)
+    assert.equal(3, t.chunks)
+    assert.equal(4, t.events)
+    assert.equal(#"data: 1\n\ndata: 2\n" + #"\ndata: 3\n\n" + #"data: [DONE]\n\n", t.bytes)
+    local s = seen(rt, "r1") -- the plugin reads the same in finish
+    assert.equal(4, s.events)
+    assert.equal(t.first_byte_at, s.first_byte_at)
+  end)
+
+  it("keeps only the head's time when no plugin asks for the body's", function()
+    rt = S.loaded(config(false))
+    S.endpoints(rt, 1)
+    local req = rt:begin({ id = "r2", body = '{"model":"m","prompt":"hi"}' })
+    req:schedule()
+    assert.is_false(req:wants_chunks())
+    req:response_header(200, {})
+    req:response_chunk("data: 1\n\n")
+    local t = req:timing()
+    req:finish("ok")
+    assert.is_true(t.head_at > 0)
+    assert.equal(0, t.first_byte_at)
+    assert.equal(0, t.chunks)
+    assert.equal(0, t.events)
+  end)
+
+  it("is nil in the dry run a new generation is checked with", function()
+    rt = S.loaded(config(true))
+    S.endpoints(rt, 1)
+    assert.is_false(seen(rt, "dry-run"))
+  end)
+end)
