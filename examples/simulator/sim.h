@@ -36,6 +36,7 @@ typedef struct sim_config {
   double prefill_ms_per_token;
   bool prefill_serial; /* prefills of one endpoint queue behind each other */
   double itl_ms;
+  double itl_ms_per_seq; /* a decode step's extra time per running request: TPOT grows with load */
   uint64_t seed;
   double error_rate;
   double drop_rate;
