@@ -13,9 +13,7 @@
 
 #include "sim.h"
 
-double endpoint_slowness(const endpoint *ep) {
-  return ep->sim->cfg.slow[ep->index] ? ep->sim->cfg.slow_factor : 1.0;
-}
+double endpoint_slowness(const endpoint *ep) { return ep->slowness; }
 
 static void list_push(job_list *l, job *j) {
   j->prev = l->tail;

@@ -391,6 +391,7 @@ static int sim_start(sim *s) {
     ep->kv = kv_new(s->cfg.num_gpu_blocks, s->cfg.block_size);
     ep->kv_seed = endpoint_kv_seed(s);
     ep->rng = s->cfg.seed * 1000003u + (uint64_t)i;
+    ep->slowness = s->cfg.slow[i] ? s->cfg.slow_factor : 1.0;
     metrics_init(&ep->m);
     int rc = server_listen(ep);
     if (rc < 0) {

@@ -883,6 +883,83 @@ describe("lupin-sim", function()
     assert.equal(0, sim.stop())
   end)
 
+  it("changes an endpoint's speed at run time with POST /sim/speed, kept by /sim/reset", function()
+    -- 200 uncached prompt tokens at 1 ms each: a 200 ms prefill, 1 s at factor 5
+    local sim = start("--prefill-overhead-ms 0 --prefill-ms-per-token 1 --itl-ms 0 --slow-endpoints 1"
+      .. " --slow-factor 7", 2)
+    local function get_speed(port)
+      local st, text = http(port, "GET", "/sim/speed")
+      assert.equal(200, st)
+      return json.decode(text)
+    end
+    assert.same({ endpoint = "127.0.0.1:" .. sim.port, factor = 1 }, get_speed(sim.port))
+    assert.same({ endpoint = "127.0.0.1:" .. (sim.port + 1), factor = 7 }, get_speed(sim.port + 1))
+    local function ttft(prompt)
+      local before = metrics(sim.port)
+      local st, r = post(sim.port, "/v1/completions", { model = MODEL, prompt = prompt, max_tokens = 2 })
+      assert.equal(200, st)
+      assert.equal(200, r.usage.prompt_tokens)
+      assert.equal(0, r.usage.prompt_tokens_details.cached_tokens)
+      return (mean_since(metrics(sim.port), before, "vllm:time_to_first_token_seconds"))
+    end
+    local normal = ttft(("a"):rep(800))
+    local st, r = post(sim.port, "/sim/speed?factor=5")
+    assert.equal(200, st)
+    assert.same({ endpoint = "127.0.0.1:" .. sim.port, factor = 5 }, r)
+    assert.equal(5, get_speed(sim.port).factor)
+    assert.equal(7, get_speed(sim.port + 1).factor) -- one endpoint's speed only
+    assert.equal(5, metrics(sim.port)['lupin_sim_speed_factor{endpoint="127.0.0.1:' .. sim.port .. '"}'])
+    assert.equal(7, metrics(sim.port + 1)['lupin_sim_speed_factor{endpoint="127.0.0.1:' .. (sim.port + 1) .. '"}'])
+    local slow = ttft(("b"):rep(800))
+    assert.is_true(slow >= 2 * normal, ("TTFT %.3f s at factor 5, %.3f s at 1"):format(slow, normal))
+    -- a reset, or a restart, is the cache's: the speed stays
+    assert.equal(200, (post(sim.port, "/sim/reset")))
+    assert.equal(200, (post(sim.port, "/sim/reset?restart=1")))
+    assert.equal(5, get_speed(sim.port).factor)
+    -- a fraction and the largest factor are taken; --slow-factor's is replaced
+    assert.equal(0.5, select(2, post(sim.port, "/sim/speed?factor=0.5")).factor)
+    assert.equal(1000, select(2, post(sim.port + 1, "/sim/speed?factor=1000")).factor)
+    assert.equal(1000, get_speed(sim.port + 1).factor)
+    assert.equal(0, sim.stop())
+  end)
+
+  it("refuses a bad /sim/speed factor with a 400 naming it, and other methods with 405", function()
+    local sim = start("--instant")
+    local range = "'factor' must be a number greater than 0 and at most 1000, got "
+    for query, message in pairs({
+      [""] = "Missing required parameter 'factor': a number greater than 0 and at most 1000",
+      ["?other=2"] = "Missing required parameter 'factor'",
+      ["?factor=0"] = range .. "'0'",
+      ["?factor=-1"] = range .. "'-1'",
+      ["?factor=nan"] = range .. "'nan'",
+      ["?factor=inf"] = range .. "'inf'",
+      ["?factor=1001"] = range .. "'1001'",
+      ["?factor=fast"] = range .. "'fast'",
+      ["?factor=5x"] = range .. "'5x'",
+      ["?factor="] = range .. "''",
+      ["?factor=" .. ("9"):rep(80)] = range .. "'" .. ("9"):rep(63) .. "...'",
+    }) do
+      local st, r = post(sim.port, "/sim/speed" .. query)
+      assert.equal(400, st, query)
+      assert.is_table(r, "not JSON: " .. tostring(r))
+      assert.equal("invalid_request_error", r.error.type)
+      assert.equal("factor", r.error.param)
+      assert.matches(message, r.error.message, 1, true)
+    end
+    local st, text = http(sim.port, "GET", "/sim/speed")
+    assert.equal(200, st)
+    assert.equal(1, json.decode(text).factor) -- nothing above changed it
+    local h
+    st, text, h = http(sim.port, "DELETE", "/sim/speed")
+    assert.equal(405, st)
+    assert.equal("GET, POST", h["allow"])
+    assert.equal("Method DELETE is not allowed on /sim/speed: use GET, POST", json.decode(text).error.message)
+    local st2, _, h2 = http(sim.port, "GET", "/sim/oracle")
+    assert.equal(405, st2)
+    assert.equal("POST", h2["allow"])
+    assert.equal(0, sim.stop())
+  end)
+
   it("is deterministic under a seed: the same text and the same injected failures", function()
     local function run(seed)
       local sim = start("--instant --error-rate 0.5 --seed " .. seed)
