@@ -9,7 +9,15 @@
  *   POST /sim/oracle           a completion or chat body: for every endpoint of this
  *                              process, how many leading tokens of that prompt its
  *                              cache holds now (full blocks), and its queue. The
- *                              cache is only looked at: LRU order does not change. */
+ *                              cache is only looked at: LRU order does not change.
+ *   POST /sim/speed?factor=F   sets this endpoint's latency multiplier (what
+ *                              --slow-endpoints gave it) for every prefill started
+ *                              and decode step scheduled from now: a model server
+ *                              slowing down or recovering while a router watches.
+ *   GET /sim/speed             the multiplier now.
+ *
+ * /sim/reset leaves the speed alone: it is the cache's reset, not the engine's. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,24 +26,29 @@
 
 #include "sim.h"
 
-/* Whether name=1|true (or a bare name) is in the query string. */
-static bool query_flag(const char *query, const char *name) {
+/* The value of name=value (or a bare name: "") in the query string, its length
+ * in *vlen; NULL when the name is absent. */
+static const char *query_value(const char *query, const char *name, size_t *vlen) {
   size_t n = strlen(name);
   for (const char *q = query; q && *q;) {
     if (*q == '?' || *q == '&') q++;
     size_t len = strcspn(q, "&");
-    if (len >= n && !strncmp(q, name, n)) {
-      const char *v = q + n;
-      if (v == q + len) return true;
-      if (*v == '=') {
-        v++;
-        size_t vl = (size_t)(q + len - v);
-        return (vl == 1 && *v == '1') || (vl == 4 && !strncmp(v, "true", 4));
-      }
+    if (len >= n && !strncmp(q, name, n) && (len == n || q[n] == '=')) {
+      const char *v = len == n ? q + n : q + n + 1;
+      *vlen = (size_t)(q + len - v);
+      return v;
     }
     q += len;
   }
-  return false;
+  return NULL;
+}
+
+/* Whether name=1|true (or a bare name) is in the query string. */
+static bool query_flag(const char *query, const char *name) {
+  size_t vl = 0;
+  const char *v = query_value(query, name, &vl);
+  if (!v) return false;
+  return vl == 0 || (vl == 1 && *v == '1') || (vl == 4 && !strncmp(v, "true", 4));
 }
 
 static void reply_json(http_reply *out, json_t *o) {
@@ -46,7 +59,18 @@ static void reply_json(http_reply *out, json_t *o) {
   json_decref(o);
 }
 
-static void reset(endpoint *ep, const char *query, http_reply *out) {
+/* What a route is given, one shape for all so one table routes them. */
+typedef struct control_req {
+  endpoint *ep;
+  const char *method;
+  const char *query; /* from the '?' on, or "" */
+  const char *body;
+  size_t len;
+} control_req;
+
+static void reset(const control_req *rq, http_reply *out) {
+  endpoint *ep = rq->ep;
+  const char *query = rq->query;
   bool restart = query_flag(query, "restart");
   if (restart) {
     kvev_restart(ep);
@@ -59,7 +83,10 @@ static void reset(endpoint *ep, const char *query, http_reply *out) {
                             "next_seq", (json_int_t)kvev_next_seq(ep)));
 }
 
-static void oracle(endpoint *ep, const char *body, size_t len, http_reply *out) {
+static void oracle(const control_req *rq, http_reply *out) {
+  endpoint *ep = rq->ep;
+  const char *body = rq->body;
+  size_t len = rq->len;
   const sim_config *cfg = &ep->sim->cfg;
   json_t *root = json_loadb(body, len, 0, NULL);
   enum job_kind kind = json_object_get(root, "messages") ? JOB_CHAT : JOB_COMPLETION;
@@ -85,18 +112,72 @@ static void oracle(endpoint *ep, const char *body, size_t len, http_reply *out) 
   job_free(j);
 }
 
-static const char *const paths[] = {"/sim/reset", "/sim/oracle"};
+#define SPEED_MAX 1000.0 /* a thousand times slower is a hung engine already */
 
-bool control_route_known(const char *path, size_t len) {
-  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
-    if (strlen(paths[i]) == len && !strncmp(paths[i], path, len)) return true;
-  return false;
+/* The factor of POST /sim/speed, or a 400 naming it and the range. */
+static bool speed_factor(const char *query, double *out, http_reply *err) {
+  size_t vl = 0;
+  const char *v = query_value(query, "factor", &vl);
+  if (!v) {
+    openai_error(err, 400, "invalid_request_error", "factor", NULL,
+                 "Missing required parameter 'factor': a number greater than 0 and at most %g,"
+                 " e.g. POST /sim/speed?factor=2",
+                 SPEED_MAX);
+    return false;
+  }
+  char buf[64];
+  size_t n = vl < sizeof buf - 1 ? vl : sizeof buf - 1;
+  for (size_t i = 0; i < n; i++) /* echoed in the message: printable ASCII only */
+    buf[i] = v[i] > ' ' && v[i] < 0x7f ? v[i] : '?';
+  buf[n] = 0;
+  char *end = NULL;
+  double f = vl && vl < sizeof buf ? strtod(buf, &end) : NAN;
+  if (!end || *end || !isfinite(f) || f <= 0 || f > SPEED_MAX) {
+    openai_error(err, 400, "invalid_request_error", "factor", NULL,
+                 "'factor' must be a number greater than 0 and at most %g, got '%s%s'", SPEED_MAX,
+                 buf, vl > n ? "..." : "");
+    return false;
+  }
+  *out = f;
+  return true;
 }
 
-void control_serve(endpoint *ep, const char *path, size_t plen, const char *query, const char *body,
-                   size_t len, http_reply *out) {
-  if (plen == 10 && !strncmp(path, "/sim/reset", 10))
-    reset(ep, query, out);
-  else
-    oracle(ep, body, len, out);
+static void speed(const control_req *rq, http_reply *out) {
+  endpoint *ep = rq->ep;
+  double f;
+  if (!strcmp(rq->method, "POST")) {
+    if (!speed_factor(rq->query, &f, out)) return;
+    ep->slowness = f;
+  }
+  reply_json(out, json_pack("{s:s, s:f}", "endpoint", ep->addr, "factor", ep->slowness));
+}
+
+typedef struct control_route {
+  const char *path;
+  const char *allow; /* the methods answered, as an Allow header lists them */
+  void (*serve)(const control_req *rq, http_reply *out);
+} control_route;
+
+static const control_route routes[] = {
+    {"/sim/reset", "POST", reset},
+    {"/sim/oracle", "POST", oracle},
+    {"/sim/speed", "GET, POST", speed},
+};
+
+static const control_route *find_route(const char *path, size_t len) {
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+    if (strlen(routes[i].path) == len && !strncmp(routes[i].path, path, len)) return &routes[i];
+  return NULL;
+}
+
+const char *control_route_allow(const char *path, size_t len) {
+  const control_route *r = find_route(path, len);
+  return r ? r->allow : NULL;
+}
+
+void control_serve(endpoint *ep, const char *method, const char *path, size_t plen,
+                   const char *query, const char *body, size_t len, http_reply *out) {
+  const control_route *r = find_route(path, plen);
+  control_req rq = {ep, method, query, body, len};
+  if (r) r->serve(&rq, out);
 }

@@ -4,16 +4,16 @@
  * prompt's blocks in the KV cache and, for an adapter, a LoRA slot
  * (`--max-loras`). Once running, its first token comes after the prefill
  * (overhead + uncached tokens x time per token: cache hits are what make prefix
- * routing pay), then one token per inter-token latency. Each running job has its
- * own one-shot timer; when a job ends its slot and blocks go to the next waiter. */
+ * routing pay), then one token per decode step: the inter-token latency plus,
+ * with --itl-ms-per-seq, a share per running request, so TPOT grows with the
+ * batch as a GPU's does. Each running job has its own one-shot timer; when a job
+ * ends its slot and blocks go to the next waiter. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "sim.h"
 
-double endpoint_slowness(const endpoint *ep) {
-  return ep->sim->cfg.slow[ep->index] ? ep->sim->cfg.slow_factor : 1.0;
-}
+double endpoint_slowness(const endpoint *ep) { return ep->slowness; }
 
 static void list_push(job_list *l, job *j) {
   j->prev = l->tail;
@@ -93,6 +93,15 @@ static void grow_blocks(job *j, int tokens) {
 }
 
 static void on_tick(uv_timer_t *t);
+
+/* Milliseconds until a running job's next token, decided when the step is
+ * scheduled: the batch of that moment (this job included) sets its cost. */
+static uint64_t decode_delay(const job *j) {
+  const endpoint *ep = j->ep;
+  const sim_config *cfg = &ep->sim->cfg;
+  double step = cfg->itl_ms + cfg->itl_ms_per_seq * ep->running.count;
+  return ms_to_timer(step * endpoint_slowness(ep));
+}
 
 /* Milliseconds until the first token. Uncached tokens are what costs: cache hits
  * are what make prefix routing pay. With --prefill-serial the endpoint's compute
@@ -238,7 +247,7 @@ static void on_tick(uv_timer_t *t) {
     j->ep->m.success++;
     job_end(j);
   } else {
-    uv_timer_start(&j->timer, on_tick, ms_to_timer(cfg->itl_ms * endpoint_slowness(j->ep)), 0);
+    uv_timer_start(&j->timer, on_tick, decode_delay(j), 0);
   }
 }
 

@@ -3,6 +3,7 @@
  * Every knob is a --flag in one table, so --help can print each with its
  * default and nothing is configured any other way. */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,9 @@ static const flag flags[] = {
     {"prefill-serial", F_BOOL, OFF(prefill_serial),
      "an endpoint's prefills run one after another, so TTFT grows with concurrent prompts"},
     {"itl-ms", F_DOUBLE, OFF(itl_ms), "inter-token latency (0: all tokens at once)"},
+    {"itl-ms-per-seq", F_DOUBLE, OFF(itl_ms_per_seq),
+     "decode step time added per running request: TPOT grows with the batch (no effect with"
+     " --itl-ms 0)"},
     {"seed", F_U64, OFF(seed), "seed of generated text and failure injection"},
     {"error-rate", F_DOUBLE, OFF(error_rate), "fraction of generation requests answered 500"},
     {"drop-rate", F_DOUBLE, OFF(drop_rate),
@@ -260,6 +264,8 @@ static int validate(sim_config *c) {
     bad = "--drop-rate must be in [0,1]";
   else if (c->prefill_overhead_ms < 0 || c->prefill_ms_per_token < 0 || c->itl_ms < 0)
     bad = "latencies must not be negative";
+  else if (!(c->itl_ms_per_seq >= 0) || !isfinite(c->itl_ms_per_seq)) /* nan, inf too */
+    bad = "--itl-ms-per-seq must be a finite number of milliseconds, at least 0";
   else if (c->slow_factor <= 0)
     bad = "--slow-factor must be positive";
   else if (!metrics_engine_known(c->engine))
@@ -281,7 +287,7 @@ static int parse_one(sim_config *c, int argc, char **argv, int i, const char **s
   const char *a = argv[i] + 2, *eq = strchr(a, '=');
   size_t len = eq ? (size_t)(eq - a) : strlen(a);
   if (len == 7 && !strncmp(a, "instant", 7) && !eq) {
-    c->prefill_overhead_ms = c->prefill_ms_per_token = c->itl_ms = 0;
+    c->prefill_overhead_ms = c->prefill_ms_per_token = c->itl_ms = c->itl_ms_per_seq = 0;
     return i + 1;
   }
   const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
@@ -385,6 +391,7 @@ static int sim_start(sim *s) {
     ep->kv = kv_new(s->cfg.num_gpu_blocks, s->cfg.block_size);
     ep->kv_seed = endpoint_kv_seed(s);
     ep->rng = s->cfg.seed * 1000003u + (uint64_t)i;
+    ep->slowness = s->cfg.slow[i] ? s->cfg.slow_factor : 1.0;
     metrics_init(&ep->m);
     int rc = server_listen(ep);
     if (rc < 0) {

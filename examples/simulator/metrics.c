@@ -189,6 +189,10 @@ static void sim_counters(const endpoint *ep, strbuf *out) {
   sample(out, "lupin_sim_injected_failures_total", labels, (double)ep->m.injected_errors);
   snprintf(labels, sizeof labels, "endpoint=\"%s\",kind=\"drop\"", ep->addr);
   sample(out, "lupin_sim_injected_failures_total", labels, (double)ep->m.injected_drops);
+  snprintf(labels, sizeof labels, "endpoint=\"%s\"", ep->addr);
+  metric(out, "lupin_sim_speed_factor", "gauge",
+         "What multiplies this endpoint's latencies (--slow-factor, POST /sim/speed).", labels,
+         endpoint_slowness(ep));
   kvev_metrics(ep, out);
 }
 

@@ -241,6 +241,17 @@ static void serve_aux(conn *c, size_t plen) {
   sb_free(&extra);
 }
 
+/* Whether method is one of an Allow header's list ("GET, POST"). */
+static bool method_listed(const char *allow, const char *method) {
+  size_t n = strlen(method);
+  for (const char *a = allow; *a; a += strspn(a, ", ")) {
+    size_t len = strcspn(a, ", ");
+    if (len == n && !strncmp(a, method, n)) return true;
+    a += len;
+  }
+  return false;
+}
+
 static void route_request(conn *c) {
   const char *method = http_method_str((enum http_method)c->parser.method);
   size_t plen = strcspn(c->url.data ? c->url.data : "", "?");
@@ -267,15 +278,19 @@ static void route_request(conn *c) {
     reply_error(c, &err, allow);
     return;
   }
-  if (control_route_known(c->url.data, plen)) {
-    if (strcmp(method, "POST")) {
+  const char *allow = control_route_allow(c->url.data, plen);
+  if (allow) {
+    if (!method_listed(allow, method)) {
+      char hdr[64];
+      snprintf(hdr, sizeof hdr, "allow: %s\r\n", allow);
       openai_error(&err, 405, "invalid_request_error", NULL, NULL,
-                   "Method %s is not allowed on %.*s: use POST", method, (int)plen, c->url.data);
-      reply_error(c, &err, "allow: POST\r\n");
+                   "Method %s is not allowed on %.*s: use %s", method, (int)plen, c->url.data,
+                   allow);
+      reply_error(c, &err, hdr);
       return;
     }
-    control_serve(c->ep, c->url.data, plen, c->url.data + plen, c->body.data ? c->body.data : "",
-                  c->body.len, &err);
+    control_serve(c->ep, method, c->url.data, plen, c->url.data + plen,
+                  c->body.data ? c->body.data : "", c->body.len, &err);
     reply_error(c, &err, NULL);
     return;
   }
@@ -294,7 +309,8 @@ static void route_request(conn *c) {
                "POST /v1/chat/completions, GET /v1/models, GET /metrics and GET /health, and "
                "minimally POST /v1/embeddings, /v1/responses, /v1/messages, /v1/audio/*, "
                "/tokenize, /detokenize, /v1/completions/render, /v1/chat/completions/render, "
-               "/pooling, /classify, /score, /rerank, and POST /sim/reset, /sim/oracle",
+               "/pooling, /classify, /score, /rerank, and POST /sim/reset, /sim/oracle, GET|POST "
+               "/sim/speed",
                method, (int)plen, c->url.data ? c->url.data : "");
   reply_error(c, &err, NULL);
 }

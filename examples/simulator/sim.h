@@ -36,6 +36,7 @@ typedef struct sim_config {
   double prefill_ms_per_token;
   bool prefill_serial; /* prefills of one endpoint queue behind each other */
   double itl_ms;
+  double itl_ms_per_seq; /* a decode step's extra time per running request: TPOT grows with load */
   uint64_t seed;
   double error_rate;
   double drop_rate;
@@ -274,10 +275,13 @@ void aux_serve(struct endpoint *ep, const char *path, size_t plen, const char *c
 
 /* ---- the simulator's own routes (control.c) -------------------------------- */
 
-bool control_route_known(const char *path, size_t len);
-/* POST /sim/reset[?restart=1], POST /sim/oracle: the status and JSON in out. */
-void control_serve(struct endpoint *ep, const char *path, size_t plen, const char *query,
-                   const char *body, size_t len, http_reply *out);
+/* The methods a /sim/ route answers, as an Allow header lists them ("POST",
+ * "GET, POST"), or NULL when path is not one of them. */
+const char *control_route_allow(const char *path, size_t len);
+/* POST /sim/reset[?restart=1], POST /sim/oracle, GET|POST /sim/speed[?factor=F]
+ * (a method the route allows): the status and JSON in out. */
+void control_serve(struct endpoint *ep, const char *method, const char *path, size_t plen,
+                   const char *query, const char *body, size_t len, http_reply *out);
 
 /* ---- KV-cache events (kvevents.c) ---------------------------------------------- */
 
@@ -321,6 +325,7 @@ typedef struct endpoint {
   uint64_t rng;             /* per-endpoint stream for failure injection */
   uint64_t seq;             /* request ids */
   uint64_t prefill_free_at; /* loop time (ms) the last queued prefill ends (--prefill-serial) */
+  double slowness;          /* latency multiplier: --slow-factor or 1, then POST /sim/speed */
   struct conn *conns;       /* open connections, closed on shutdown */
 } endpoint;
 
@@ -335,6 +340,7 @@ typedef struct sim {
   bool flushing;
 } sim;
 
+/* What multiplies this endpoint's prefill and decode times now. */
 double endpoint_slowness(const endpoint *ep);
 /* A new hash seed for an engine: --kv-hash-seed's number, or a random one. */
 uint64_t endpoint_kv_seed(const sim *s);

@@ -181,12 +181,14 @@ describe("lupin-sim", function()
       assert.matches("rc=0", out, 1, true)
       for _, f in ipairs({ "host", "port", "endpoints", "model", "max-loras", "max-num-seqs", "block-size",
         "num-gpu-blocks", "max-model-len", "default-max-tokens", "prefill-overhead-ms",
-        "prefill-ms-per-token", "itl-ms", "seed", "error-rate", "drop-rate", "slow-factor",
+        "prefill-ms-per-token", "itl-ms", "itl-ms-per-seq", "seed", "error-rate", "drop-rate", "slow-factor",
         "max-body-bytes", "lora", "slow-endpoints", "prefill-serial", "log-requests" }) do
         assert.matches("%-%-" .. f:gsub("%-", "%%-") .. "%s+[^\n]*%(default [^)]+%)", out)
       end
       assert.matches("--instant", out, 1, true)
       assert.matches("--itl-ms                 inter-token latency (0: all tokens at once) (default 10)", out, 1, true)
+      assert.matches("--itl-ms-per-seq         decode step time added per running request: TPOT grows with the"
+        .. " batch (no effect with --itl-ms 0) (default 0)", out, 1, true)
     end)
 
     it("rejects an unknown flag, a bad value and a bad slow endpoint with exit 2", function()
@@ -197,6 +199,14 @@ describe("lupin-sim", function()
       assert.matches("--itl-ms: bad value 'fast'", out, 1, true)
       out = sh(BIN .. " --engine ollama 2>&1; echo rc=$?")
       assert.matches("--engine must be one of vllm, sglang, tgi, triton, trtllm-serve", out, 1, true)
+      assert.matches("rc=2", out, 1, true)
+      for _, bad in ipairs({ "-1", "nan", "inf", "-0.5" }) do
+        out = sh(BIN .. " --itl-ms-per-seq " .. bad .. " 2>&1; echo rc=$?")
+        assert.matches("lupin-sim: --itl-ms-per-seq must be a finite number of milliseconds, at least 0", out, 1, true)
+        assert.matches("rc=2", out, 1, true)
+      end
+      out = sh(BIN .. " --itl-ms-per-seq 2ms 2>&1; echo rc=$?")
+      assert.matches("--itl-ms-per-seq: bad value '2ms'", out, 1, true)
       assert.matches("rc=2", out, 1, true)
       out = sh(BIN .. " --endpoints 2 --slow-endpoints 5 2>&1; echo rc=$?")
       assert.matches("'5' is not an endpoint index (0..1)", out, 1, true)
@@ -838,6 +848,115 @@ describe("lupin-sim", function()
     end
     local fast, slow = metrics(sim.port), metrics(sim.port + 1)
     assert.is_true(slow["vllm:inter_token_latency_seconds_sum"] > 4 * fast["vllm:inter_token_latency_seconds_sum"])
+    assert.equal(0, sim.stop())
+  end)
+
+  --- The mean of a histogram's observations since `before` (a metrics() table).
+  local function mean_since(m, before, name)
+    local n = m[name .. "_count"] - (before and before[name .. "_count"] or 0)
+    return (m[name .. "_sum"] - (before and before[name .. "_sum"] or 0)) / n, n
+  end
+
+  it("makes a decode step longer per running request with --itl-ms-per-seq", function()
+    -- a step is 1 + 30 x running ms: 31 alone, 121 with four. The prefill's
+    -- overhead lets all four arrive before the first of them schedules a step.
+    local sim = start("--itl-ms 1 --itl-ms-per-seq 30 --prefill-overhead-ms 300")
+    local body = { model = MODEL, prompt = "alone", max_tokens = 8, stream = true }
+    assert.equal(200, (http(sim.port, "POST", "/v1/completions", body)))
+    local alone = metrics(sim.port)
+    local one, n1 = mean_since(alone, nil, "vllm:inter_token_latency_seconds")
+    assert.equal(7, n1)
+    local f = os.tmpname()
+    S.write(f, json.encode({ model = MODEL, prompt = "four", max_tokens = 8, stream = true }))
+    local curl = ("%s -s -N -o /dev/null --max-time 30 --data-binary @%s http://127.0.0.1:%d/v1/completions &")
+      :format(CURL, f, sim.port)
+    os.execute("(" .. curl:rep(4, " ") .. " wait; rm -f " .. f .. ") >/dev/null 2>&1 &")
+    local m = eventually(function()
+      local m = metrics(sim.port)
+      return m["vllm:request_success_total"] == 5 and m
+    end, 200)
+    assert.is_table(m, "the four requests did not finish")
+    local four, n4 = mean_since(m, alone, "vllm:inter_token_latency_seconds")
+    assert.equal(28, n4)
+    -- about 3.9 times; timer delays on a loaded machine only close part of the gap
+    assert.is_true(four >= 2 * one, ("mean step %.3f s with four running, %.3f s alone"):format(four, one))
+    assert.equal(0, sim.stop())
+  end)
+
+  it("changes an endpoint's speed at run time with POST /sim/speed, kept by /sim/reset", function()
+    -- 200 uncached prompt tokens at 1 ms each: a 200 ms prefill, 1 s at factor 5
+    local sim = start("--prefill-overhead-ms 0 --prefill-ms-per-token 1 --itl-ms 0 --slow-endpoints 1"
+      .. " --slow-factor 7", 2)
+    local function get_speed(port)
+      local st, text = http(port, "GET", "/sim/speed")
+      assert.equal(200, st)
+      return json.decode(text)
+    end
+    assert.same({ endpoint = "127.0.0.1:" .. sim.port, factor = 1 }, get_speed(sim.port))
+    assert.same({ endpoint = "127.0.0.1:" .. (sim.port + 1), factor = 7 }, get_speed(sim.port + 1))
+    local function ttft(prompt)
+      local before = metrics(sim.port)
+      local st, r = post(sim.port, "/v1/completions", { model = MODEL, prompt = prompt, max_tokens = 2 })
+      assert.equal(200, st)
+      assert.equal(200, r.usage.prompt_tokens)
+      assert.equal(0, r.usage.prompt_tokens_details.cached_tokens)
+      return (mean_since(metrics(sim.port), before, "vllm:time_to_first_token_seconds"))
+    end
+    local normal = ttft(("a"):rep(800))
+    local st, r = post(sim.port, "/sim/speed?factor=5")
+    assert.equal(200, st)
+    assert.same({ endpoint = "127.0.0.1:" .. sim.port, factor = 5 }, r)
+    assert.equal(5, get_speed(sim.port).factor)
+    assert.equal(7, get_speed(sim.port + 1).factor) -- one endpoint's speed only
+    assert.equal(5, metrics(sim.port)['lupin_sim_speed_factor{endpoint="127.0.0.1:' .. sim.port .. '"}'])
+    assert.equal(7, metrics(sim.port + 1)['lupin_sim_speed_factor{endpoint="127.0.0.1:' .. (sim.port + 1) .. '"}'])
+    local slow = ttft(("b"):rep(800))
+    assert.is_true(slow >= 2 * normal, ("TTFT %.3f s at factor 5, %.3f s at 1"):format(slow, normal))
+    -- a reset, or a restart, is the cache's: the speed stays
+    assert.equal(200, (post(sim.port, "/sim/reset")))
+    assert.equal(200, (post(sim.port, "/sim/reset?restart=1")))
+    assert.equal(5, get_speed(sim.port).factor)
+    -- a fraction and the largest factor are taken; --slow-factor's is replaced
+    assert.equal(0.5, select(2, post(sim.port, "/sim/speed?factor=0.5")).factor)
+    assert.equal(1000, select(2, post(sim.port + 1, "/sim/speed?factor=1000")).factor)
+    assert.equal(1000, get_speed(sim.port + 1).factor)
+    assert.equal(0, sim.stop())
+  end)
+
+  it("refuses a bad /sim/speed factor with a 400 naming it, and other methods with 405", function()
+    local sim = start("--instant")
+    local range = "'factor' must be a number greater than 0 and at most 1000, got "
+    for query, message in pairs({
+      [""] = "Missing required parameter 'factor': a number greater than 0 and at most 1000",
+      ["?other=2"] = "Missing required parameter 'factor'",
+      ["?factor=0"] = range .. "'0'",
+      ["?factor=-1"] = range .. "'-1'",
+      ["?factor=nan"] = range .. "'nan'",
+      ["?factor=inf"] = range .. "'inf'",
+      ["?factor=1001"] = range .. "'1001'",
+      ["?factor=fast"] = range .. "'fast'",
+      ["?factor=5x"] = range .. "'5x'",
+      ["?factor="] = range .. "''",
+      ["?factor=" .. ("9"):rep(80)] = range .. "'" .. ("9"):rep(63) .. "...'",
+    }) do
+      local st, r = post(sim.port, "/sim/speed" .. query)
+      assert.equal(400, st, query)
+      assert.is_table(r, "not JSON: " .. tostring(r))
+      assert.equal("invalid_request_error", r.error.type)
+      assert.equal("factor", r.error.param)
+      assert.matches(message, r.error.message, 1, true)
+    end
+    local st, text = http(sim.port, "GET", "/sim/speed")
+    assert.equal(200, st)
+    assert.equal(1, json.decode(text).factor) -- nothing above changed it
+    local h
+    st, text, h = http(sim.port, "DELETE", "/sim/speed")
+    assert.equal(405, st)
+    assert.equal("GET, POST", h["allow"])
+    assert.equal("Method DELETE is not allowed on /sim/speed: use GET, POST", json.decode(text).error.message)
+    local st2, _, h2 = http(sim.port, "GET", "/sim/oracle")
+    assert.equal(405, st2)
+    assert.equal("POST", h2["allow"])
     assert.equal(0, sim.stop())
   end)
 
