@@ -30,7 +30,7 @@ BENCH_PKGS = nginx libnginx-mod-http-lua gnuplot-nox jq
 
 CORE_SRC  = core/abi.c core/alloc.c core/blockhash.c core/budget.c core/collector.c core/endpoint.c core/flow.c core/generation.c core/guard.c core/host.c \
             core/prefix_index.c core/prefix_shared.c core/prefix_sync.c core/request.c core/runtime.c core/shared.c \
-            core/shared_dict.c core/token_cache.c core/pattern.c core/json.cpp
+            core/shared_dict.c core/token_cache.c core/latency_model.c core/pattern.c core/json.cpp
 CORE_HDR  = core/lupin.h core/internal.h
 # what every host needs besides lupin.h, with no loop and no I/O
 # (host/lupin_host.h): liblupin-host.a, linked by lupin serve
@@ -368,7 +368,7 @@ bench: all bench-deps
 	@bash bench/summary.sh $(B)/bench.log
 	@exit $$(cat $(B)/bench.status)
 
-bench-all: bench-lifecycle bench-prefix bench-core bench-soak bench-gateway bench-workers bench-openresty bench-soak-gateway \
+bench-all: bench-lifecycle bench-prefix bench-predictor bench-core bench-soak bench-gateway bench-workers bench-openresty bench-soak-gateway \
            bench-routing bench-reload bench-flow bench-epp
 
 bench-lifecycle: all
@@ -460,6 +460,12 @@ $(B)/bench-prefix: bench/prefix.c $(B)/liblupin.a $(CORE_HDR)
 bench-prefix: $(B)/bench-prefix
 	LUPIN_HOME=$(CURDIR) ./$(B)/bench-prefix
 
+# The latency models (bench/predictor.lua, docs/latency-prediction.md): ns
+# per training sample at 8 features, a batch prediction of 100 endpoints with
+# its Lua side, single-thread throughput (~15 s).
+bench-predictor: $(B)/lupin_native.so
+	B=$(B) LUPIN_HOME=$(CURDIR) luajit bench/predictor.lua
+
 # Routing quality (bench/routing/README.md): eight workload families against 8
 # simulated endpoints, each at a light and a saturating load, for the default
 # and the baseline configs; one table per family and a plot each (about 15
@@ -516,7 +522,7 @@ clean:
 	rm -rf build build-asan build-tsan build-fuzz
 
 help:
-	@echo "make deps | all | nginx-module | run | run-epp | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | format | format-check | plugin-docs | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-nginx | bench-soak-gateway | bench-routing | bench-replicas | bench-reload | bench-flow | bench-epp | install PREFIX=... | install-nginx-module | clean"
+	@echo "make deps | all | nginx-module | run | run-epp | demo | run-embed | test | test-asan | test-tsan | test-fresh | lint | format | format-check | plugin-docs | fuzz [FUZZ_SECONDS=60] | fuzz-replay | bench | bench-deps | bench-lifecycle | bench-core | bench-prefix | bench-predictor | bench-soak | bench-gateway | bench-workers | bench-openresty | bench-nginx | bench-soak-gateway | bench-routing | bench-replicas | bench-reload | bench-flow | bench-epp | install PREFIX=... | install-nginx-module | clean"
 
-.PHONY: FORCE all nginx-module install-nginx-module deps bench-deps bench-all bench-lifecycle bench-epp run run-epp demo run-embed test test-asan test-tsan test-fresh lint format format-check plugin-docs fuzz fuzz-replay bench bench-core bench-prefix \
+.PHONY: FORCE all nginx-module install-nginx-module deps bench-deps bench-all bench-lifecycle bench-epp bench-predictor run run-epp demo run-embed test test-asan test-tsan test-fresh lint format format-check plugin-docs fuzz fuzz-replay bench bench-core bench-prefix \
         bench-soak bench-gateway bench-workers bench-openresty bench-nginx bench-soak-gateway bench-routing bench-replicas bench-reload bench-flow install clean help

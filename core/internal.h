@@ -159,6 +159,7 @@ typedef struct lupin_prefix_shared lupin_prefix_shared;
 typedef struct lupin_prefix_view lupin_prefix_view;
 typedef struct lupin_dict lupin_dict;
 typedef struct lupin_token_cache lupin_token_cache;
+typedef struct lupin_latency_model lupin_latency_model;
 
 typedef struct lupin_shared_store {
   pthread_mutex_t lock;
@@ -174,12 +175,18 @@ typedef struct lupin_shared_store {
   lupin_prefix_record_fn on_record;
   void *on_record_ud;
   lupin_token_cache *tokens; /* token_cache.c, under its own lock */
+  /* latency models (latency_model.c): every one, newest first, and their
+   * hash buckets (made with the first), under the lock */
+  lupin_latency_model *latency;
+  lupin_latency_model **latency_buckets;
+  size_t n_latency;
 } lupin_shared_store;
 
 lupin_shared_store *lupin__shared_store(lupin_shared *s);
 void lupin__prefix_shared_free_all(lupin_shared_store *st);
 void lupin__prefix_shared_purge_all(lupin_shared_store *st, uint32_t id);
 void lupin__dict_free_all(lupin_shared_store *st);
+void lupin__latency_free_all(lupin_shared_store *st);
 
 /* --- prefix records across processes (prefix_sync.c) --- */
 /* Records into the index of key for endpoint id, under the store's lock,
@@ -259,6 +266,36 @@ int lupin_dict_incr(lupin_dict *d, const char *key, size_t klen, double delta, d
 size_t lupin_dict_count(lupin_dict *d);
 size_t lupin_dict_max(lupin_dict *d);
 
+/* --- latency models (latency_model.c; lupin.h has their stats) ----------
+ * Exponentially weighted ridge regression, one per (plugin, target, group)
+ * in the runtime's lupin_shared.  Mirrored in lua/lupin/runtime/capi.lua. */
+typedef struct lupin_latency_spec {
+  const char *plugin, *target, *group; /* NUL-terminated, each < 256 bytes */
+  int32_t features;                    /* 1..LUPIN_LATENCY_MAX_FEATURES */
+  int32_t exported;                    /* listed by lupin_shared_latency_each */
+  double half_life;                    /* seconds; <= 0: no forgetting */
+  double quantile;                     /* 0: the mean; in (0,1): that quantile */
+} lupin_latency_spec;
+#define LUPIN_LATENCY_MAX_NAME 256
+
+/* The model of spec's three names, made on first use; a reopen sets its
+ * half-life, quantile and export in place, and a new feature count starts
+ * it afresh.  NULL: bad spec, LUPIN_LATENCY_MAX_MODELS exist already, or no
+ * memory. */
+lupin_latency_model *lupin__latency_open(lupin_runtime *rt, const lupin_latency_spec *spec);
+/* Trains on x[0..features) -> y at time now (seconds).  0, or -1: a
+ * non-finite (or absurdly large) input, the sample ignored. */
+int lupin__latency_train(lupin_latency_model *m, const double *x, double y, double now);
+/* out[i] = models[i]'s prediction for the row x[i * stride ..] (its own
+ * feature count of values), trained[i] (may be NULL) its samples; a NULL
+ * model, or one with more features than stride, gives NaN and 0. */
+void lupin__latency_predict(lupin_latency_model *const *models, size_t n, const double *x,
+                            size_t stride, double *out, uint64_t *trained);
+/* Counts |predicted - actual| / actual of a prediction a scheduler used
+ * (actual > 0, predicted >= 0, both finite; else nothing). */
+void lupin__latency_observe(lupin_latency_model *m, double predicted, double actual);
+void lupin__latency_stats(lupin_latency_model *m, lupin_latency_stats *out);
+
 /* The table of these functions handed to Lua (lupin_capi.shared). */
 typedef struct lupin_capi_shared {
   lupin_prefix_view *(*prefix_open)(lupin_runtime *rt, const char *key, uint32_t capacity);
@@ -305,6 +342,13 @@ typedef struct lupin_capi_shared {
   int (*prefix_remove)(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n);
   long (*prefix_match_runs)(lupin_prefix_view *v, const uint64_t *hashes, size_t n, uint32_t *ids,
                             uint32_t *counts, size_t cap);
+  /* latency models (latency_model.c) */
+  lupin_latency_model *(*latency_open)(lupin_runtime *rt, const lupin_latency_spec *spec);
+  int (*latency_train)(lupin_latency_model *m, const double *x, double y, double now);
+  void (*latency_predict)(lupin_latency_model *const *models, size_t n, const double *x,
+                          size_t stride, double *out, uint64_t *trained);
+  void (*latency_observe)(lupin_latency_model *m, double predicted, double actual);
+  void (*latency_stats)(lupin_latency_model *m, lupin_latency_stats *out);
 } lupin_capi_shared;
 
 extern const lupin_capi_shared lupin__capi_shared;

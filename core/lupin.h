@@ -105,7 +105,8 @@ typedef struct lupin_options {
  *    as ep.in_flight and ep.in_flight_tokens;
  *  - prefix indexes: lupin.prefix's index of a plugin instance is one index
  *    for the process, whichever runtime records or looks up;
- *  - plugins' shared dicts (lupin.shared, as OpenResty's ngx.shared.DICT).
+ *  - plugins' shared dicts (lupin.shared, as OpenResty's ngx.shared.DICT);
+ *  - plugins' latency models (lupin.predictor: lupin_shared_latency_each).
  */
 /* threads: how many threads will run runtimes on it at once (a hint; at
  * least 1).  Each prefix index gets that many lock stripes, twice over, up
@@ -237,6 +238,48 @@ int lupin_shared_tokens_want(lupin_shared *s, const lupin_tokenize_job *job);
 /* The job for key failed: no longer pending (asked for again on the next
  * want), counted. */
 void lupin_shared_tokens_failed(lupin_shared *s, uint64_t key);
+
+/* --- latency models (docs/latency-prediction.md) ---------------------------
+ *
+ * Plugins predict a request's latency at each endpoint (time to first token,
+ * time per output token) with online regression models they train on every
+ * finished request (lupin.predictor).  The models live in the lupin_shared,
+ * one per (plugin, target, group), every runtime training and reading the
+ * same one; at most LUPIN_LATENCY_MAX_MODELS of them.  A host reads those the
+ * plugins export, for its metrics. */
+#define LUPIN_LATENCY_MAX_FEATURES 16
+#define LUPIN_LATENCY_MAX_MODELS   4096
+
+/* What a model has learnt and how well it predicts, copied under its lock. */
+typedef struct lupin_latency_stats {
+  uint64_t trained; /* samples trained */
+  double weight;    /* effective (decayed) sample weight */
+  /* the absolute percentage error of each sample's prediction made before
+   * training on it: how many, and their exponentially weighted mean (1/64
+   * a sample) */
+  uint64_t apriori_n;
+  double apriori_mape;
+  /* the same for the predictions a scheduler used, as the plugin reports
+   * them: how many, their sum (a counter: rate(sum) / rate(n) is the mean
+   * over a window) and their weighted mean */
+  uint64_t served_n;
+  double served_ape_sum;
+  double served_mape;
+  double factor; /* the quantile factor predictions are multiplied by (1: the mean) */
+  int32_t features;
+  double w[LUPIN_LATENCY_MAX_FEATURES]; /* the weights now, 0 past features */
+} lupin_latency_stats;
+
+typedef struct lupin_latency_model_info {
+  const char *plugin, *target, *group; /* the model's names */
+  lupin_latency_stats stats;
+} lupin_latency_model_info;
+
+/* Calls fn with each model a plugin exported (lupin.predictor's exported =
+ * true), oldest last, from any thread.  The names are valid during the call
+ * only.  Models made during the walk may be missed. */
+void lupin_shared_latency_each(lupin_shared *s,
+                               void (*fn)(const lupin_latency_model_info *m, void *ud), void *ud);
 
 /* Creates a runtime.  opts may be NULL for the defaults. */
 lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t errlen);

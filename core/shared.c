@@ -83,6 +83,7 @@ void lupin_shared_free(lupin_shared *s) {
   free(s->buckets);
   lupin__prefix_shared_free_all(&s->store);
   lupin__dict_free_all(&s->store);
+  lupin__latency_free_all(&s->store);
   lupin__tokens_free(s->store.tokens);
   pthread_mutex_destroy(&s->store.lock);
   pthread_mutex_destroy(&s->lock);
@@ -220,4 +221,9 @@ const lupin_capi_shared lupin__capi_shared = {
     lupin_prefix_view_unsure,
     lupin_prefix_view_remove,
     lupin_prefix_view_match_runs,
+    lupin__latency_open,
+    lupin__latency_train,
+    lupin__latency_predict,
+    lupin__latency_observe,
+    lupin__latency_stats,
 };

@@ -195,6 +195,8 @@ typedef enum lh_family_id {
   LH_M_KV_REPLAYS, LH_M_KV_RESYNCS, LH_M_KV_RESTARTS, LH_M_KV_BLOCKS, LH_M_KV_STATE, LH_M_KV_LAG,
   /* the precise plugins' tokenize jobs and token cache (tokenize.c) */
   LH_M_TOKENIZE, LH_M_TOKEN_CACHE_ENTRIES, LH_M_TOKEN_CACHE_BYTES, LH_M_TOKEN_CACHE_LOOKUPS,
+  /* the plugins' latency models (lupin_shared_latency_each) */
+  LH_M_LATENCY_ERROR, LH_M_LATENCY_OBSERVED, LH_M_LATENCY_APE, LH_M_LATENCY_SAMPLES,
   /* endpoints from a Kubernetes InferencePool (k8s_pool.c) */
   LH_M_K8S_SYNCED, LH_M_K8S_ENDPOINTS, LH_M_K8S_RESTARTS, LH_M_K8S_ERRORS,
   LH_FAMILIES

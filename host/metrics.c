@@ -429,6 +429,26 @@ const lh_family lh_families[LH_FAMILIES] = {
                                   LH_COUNTER,
                                   "Token cache lookups of the precise prefix plugins, by result.",
                                   {"result"}},
+    [LH_M_LATENCY_ERROR] = {"lupin_latency_prediction_error_ratio",
+                            LH_GAUGE,
+                            "Recent absolute percentage error of the latency predictions a "
+                            "scheduler used (0.05: 5%), an exponentially weighted mean over them "
+                            "(1/64 each).",
+                            {"plugin", "target", "group"}},
+    [LH_M_LATENCY_OBSERVED] = {"lupin_latency_predictions_observed_total",
+                               LH_COUNTER,
+                               "Latency predictions a scheduler used whose actual latency came "
+                               "back.",
+                               {"plugin", "target", "group"}},
+    [LH_M_LATENCY_APE] = {"lupin_latency_prediction_ape_total",
+                          LH_COUNTER,
+                          "Sum of those predictions' absolute percentage errors: over "
+                          "lupin_latency_predictions_observed_total, their mean.",
+                          {"plugin", "target", "group"}},
+    [LH_M_LATENCY_SAMPLES] = {"lupin_latency_model_samples_total",
+                              LH_COUNTER,
+                              "Finished requests a latency model trained on.",
+                              {"plugin", "target", "group"}},
     [LH_M_K8S_SYNCED] = {"lupin_kubernetes_pool_synced",
                          LH_GAUGE,
                          "1 when the InferencePool and its pods are listed and watched without "

@@ -234,6 +234,45 @@ static void metrics_pool(lupin_gateway *gw, lh_expo *e) {
   lh_expo_histogram(e, NULL, &gw->stats.sched_epp);
 }
 
+typedef struct latency_pass {
+  lh_expo *e;
+  lh_family_id id;
+  int started; /* the family's header written: only once a model is exported */
+} latency_pass;
+
+static void latency_model(const lupin_latency_model_info *m, void *ud) {
+  latency_pass *p = ud;
+  const char *names[] = {m->plugin, m->target, m->group};
+  const lupin_latency_stats *s = &m->stats;
+  if (!p->started++) lh_expo_family(p->e, p->id);
+  switch (p->id) {
+  case LH_M_LATENCY_ERROR:
+    lh_expo_sample(p->e, names, s->served_mape);
+    break;
+  case LH_M_LATENCY_OBSERVED:
+    lh_expo_sample(p->e, names, (double)s->served_n);
+    break;
+  case LH_M_LATENCY_APE:
+    lh_expo_sample(p->e, names, s->served_ape_sum);
+    break;
+  default:
+    lh_expo_sample(p->e, names, (double)s->trained);
+    break;
+  }
+}
+
+/* The plugins' exported latency models: the process's (its lupin_shared),
+ * so written by the first worker alone. */
+static void metrics_latency(lupin_gateway *gw, lh_expo *e) {
+  static const lh_family_id ids[] = {LH_M_LATENCY_ERROR, LH_M_LATENCY_OBSERVED, LH_M_LATENCY_APE,
+                                     LH_M_LATENCY_SAMPLES};
+  if (gw->worker != 0) return;
+  for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) {
+    latency_pass p = {e, ids[k], 0};
+    lupin_shared_latency_each(gw->shared, latency_model, &p);
+  }
+}
+
 /* One worker's exposition, written on its thread into texts[worker]. */
 static void metrics_of(lupin_gateway *gw, void *texts) {
   lh_expo e = {&((lh_buf *)texts)[gw->worker], NULL};
@@ -249,6 +288,7 @@ static void metrics_of(lupin_gateway *gw, void *texts) {
   gw_replicas_metrics(gw, &e);
   gw_kv_events_metrics(gw, &e);
   gw_tokenize_metrics(gw, &e);
+  metrics_latency(gw, &e);
   gw_k8s_metrics(gw, &e);
 }
 

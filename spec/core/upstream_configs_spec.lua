@@ -7,7 +7,7 @@ local S = require "support"
 
 local DIR = S.ROOT .. "/spec/fixtures/upstream-configs"
 
-local LATENCY = "needs a trained latency predictor"
+local LATENCY = "split upstream into the predicted-latency family"
 local DP_RANK = 'unknown plugin type "dp-rank-header-handler"'
 
 -- What each fixture does: "loads", or the refusal it must fail with.
@@ -30,6 +30,7 @@ local EXPECT = {
   ["router-sim-epp-no-hit-lru.yaml"] = "loads",
   ["router-dp-kvcache-epp-config.yaml"] = DP_RANK,
   ["router-core-metrics-extractor-readme.yaml"] = "loads",
+  ["router-chart-latency-predictor.yaml"] = "loads",
 }
 
 local function files()

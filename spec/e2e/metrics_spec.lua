@@ -364,3 +364,75 @@ describe("lupin serve's EPP pool and running series", function()
     assert.equal(2, value(m, "inference_objective_request_total", { model_name = "m" }))
   end)
 end)
+
+-- A plugin training latency models through lupin.predictor on every
+-- finished request: one model exported (its group's quotes escaped on the
+-- way out), one not.
+local TRAINER = [[
+local predictor = require "lupin.predictor"
+return {
+  type = "spec-latency-trainer",
+  new = function(_, env)
+    local m = assert(predictor.model { plugin = "trainer", target = "ttft", group = 'gpu="a100"',
+      features = 2, halfLife = 60, exported = true })
+    local hidden = assert(predictor.model { plugin = "trainer", target = "tpot", group = "all",
+      features = 1 })
+    return { m = m, hidden = hidden, now = env.now, n = 0 }
+  end,
+  finish = function(self, _, outcome)
+    if outcome ~= "ok" then
+      return -- the dry cycle of each load ends "dry_run": nothing measured
+    end
+    self.n = self.n + 1
+    self.m:train({ 1, self.n }, 10 + 2 * self.n, self.now())
+    self.m:observe(110, 100) -- 10% off each time
+    self.hidden:train({ 1 }, 5, self.now())
+  end,
+}]]
+
+describe("lupin serve's latency model series", function()
+  local sim, gw
+
+  setup(function()
+    local support = require "support"
+    local dir = support.tmpdir()
+    support.write(dir .. "/spec-latency-trainer.lua", TRAINER)
+    sim = P.sim(SIM, 1)
+    gw = P.gateway({ pluginDirs = { dir },
+      plugins = { { type = "queue-scorer" }, { type = "max-score-picker" },
+        { type = "spec-latency-trainer" } },
+      endpoints = eps(sim, "e1"), gateway = { consecutiveErrors = 0, staleEjectionMs = 0 } })
+    P.poll(function()
+      return P.get(gw.admin .. "/readyz") == 200
+    end, "the gateway to be ready")
+  end)
+
+  teardown(function()
+    P.stop(gw)
+    P.stop(sim)
+  end)
+
+  it("lists each exported model once, by plugin, target and group, from the process's models",
+    function()
+      local labels = { plugin = "trainer", target = "ttft", group = 'gpu="a100"' }
+      assert.equal(0, value(scrape(gw), "lupin_latency_model_samples_total", labels))
+      for _ = 1, 3 do
+        assert.equal(200, (completion(gw)))
+      end
+      local m, text = unpack(P.poll(function()
+        local s, t = scrape(gw)
+        return value(s, "lupin_latency_model_samples_total", labels) == 3 and { s, t }
+      end, "the model to train on 3 requests"))
+      assert.equal(3, value(m, "lupin_latency_predictions_observed_total", labels))
+      assert.near(0.3, value(m, "lupin_latency_prediction_ape_total", labels), 1e-9)
+      assert.near(0.1, value(m, "lupin_latency_prediction_error_ratio", labels), 1e-9)
+      assert.equal("gauge", m.types.lupin_latency_prediction_error_ratio)
+      assert.equal("counter", m.types.lupin_latency_model_samples_total)
+      assert.truthy(text:find('group="gpu=\\"a100\\""', 1, true))
+      -- the model not exported is not listed; each exported one once, whatever the workers
+      assert.equal(1, #all(m, "lupin_latency_model_samples_total"))
+      assert.equal(0, #all(m, "lupin_latency_model_samples_total", { target = "tpot" }))
+      local out, rc = promtool(text)
+      assert.equal(0, rc, out)
+    end)
+end)

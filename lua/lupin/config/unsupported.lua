@@ -4,17 +4,16 @@
 --- (docs/epp-compatibility.md).
 local M = {}
 
-local LATENCY = "it needs a trained latency predictor (a sidecar model) lupin does not run"
+-- GIE's first SLO-aware router, before the llm-d router split it into the
+-- predicted-latency family lupin ports (docs/latency-prediction.md).
+local OLD_SLO = "GIE's earlier SLO router was split upstream into the predicted-latency family"
 
 M.TYPES = {
-  ["predicted-latency-scorer"] = LATENCY .. "; use load-aware-scorer, or queue-scorer with"
-    .. " kv-cache-utilization-scorer",
-  ["slo-aware-profile-handler"] = LATENCY .. "; use single-profile-handler (pd-profile-handler"
-    .. " for P/D)",
-  ["predicted-latency-producer"] = LATENCY .. "; remove it",
-  ["slo-request-tracker"] = LATENCY .. "; remove it",
-  ["slo-scorer"] = LATENCY .. "; use load-aware-scorer, or queue-scorer with"
-    .. " kv-cache-utilization-scorer",
+  ["predicted-latency-scorer"] = OLD_SLO .. "; use latency-scorer (with predicted-latency-producer)",
+  ["slo-aware-profile-handler"] = OLD_SLO .. "; use single-profile-handler (pd-profile-handler"
+    .. " for P/D) with predicted-latency-producer and latency-scorer",
+  ["slo-request-tracker"] = OLD_SLO .. "; use predicted-latency-producer, which tracks requests",
+  ["slo-scorer"] = OLD_SLO .. "; use latency-scorer (with predicted-latency-producer)",
 }
 
 --- The message for a refused type, or nil.

@@ -69,6 +69,28 @@ typedef struct lupin_tokenize_job {
   int chat;
 } lupin_tokenize_job;
 
+/* latency models (lupin.predictor); lupin_latency_stats is core/lupin.h's */
+typedef struct lupin_latency_model lupin_latency_model;
+typedef struct lupin_latency_spec {
+  const char *plugin, *target, *group;
+  int32_t features;
+  int32_t exported;
+  double half_life;
+  double quantile;
+} lupin_latency_spec;
+typedef struct lupin_latency_stats {
+  uint64_t trained;
+  double weight;
+  uint64_t apriori_n;
+  double apriori_mape;
+  uint64_t served_n;
+  double served_ape_sum;
+  double served_mape;
+  double factor;
+  int32_t features;
+  double w[16];
+} lupin_latency_stats;
+
 typedef struct lupin_capi_shared {
   lupin_prefix_view *(*prefix_open)(void *rt, const char *key, uint32_t capacity);
   void (*prefix_close)(lupin_prefix_view *v);
@@ -105,6 +127,12 @@ typedef struct lupin_capi_shared {
   int (*prefix_remove)(lupin_prefix_view *v, uint32_t id, const uint64_t *hashes, size_t n);
   long (*prefix_match_runs)(lupin_prefix_view *v, const uint64_t *hashes, size_t n, uint32_t *ids,
                             uint32_t *counts, size_t cap);
+  lupin_latency_model *(*latency_open)(void *rt, const lupin_latency_spec *spec);
+  int (*latency_train)(lupin_latency_model *m, const double *x, double y, double now);
+  void (*latency_predict)(lupin_latency_model *const *models, size_t n, const double *x,
+                          size_t stride, double *out, uint64_t *trained);
+  void (*latency_observe)(lupin_latency_model *m, double predicted, double actual);
+  void (*latency_stats)(lupin_latency_model *m, lupin_latency_stats *out);
 } lupin_capi_shared;
 
 typedef struct lupin_budget {
@@ -225,7 +253,7 @@ function M.bind(ud, abi)
   M.alloc = M.api.alloc
   M.budget = M.api.budget
   M.budget_poll = M.api.budget_poll
-  M.shared = M.api.shared -- keyed prefix indexes, shared dicts, token keys and cache
+  M.shared = M.api.shared -- keyed prefix indexes, shared dicts, token keys and cache, latency models
   local clock = M.api.now
   M.clock = clock
   M.now = function()

@@ -32,7 +32,9 @@
 --   ordering:  less(self, a, b) -> a is served before b
 --              item.id, item.seq (arrival order), item.enqueued_at,
 --              item.deadline (math.huge: none), item.bytes, item.priority,
---              item.flow (the fairness id)
+--              item.flow (the fairness id), item.headers (the request's,
+--              lower-case names: slo-deadline-ordering-policy reads its
+--              objective there)
 --   detector:  saturated(self, endpoints, load) -> saturated[, level 0..1]
 --              load.inflight(ep): requests in flight there (ep.in_flight:
 --              every runtime of the process, whether through flow control
@@ -621,7 +623,7 @@ function M.arrive(r)
   local t = now()
   seq = seq + 1
   local fc = { r = r, id = r.id, seq = seq, priority = p, flow = headers[FAIRNESS] or "",
-    bytes = rawget(r.request, "body_bytes"), enqueued_at = t, ttl = ttl,
+    headers = headers, bytes = rawget(r.request, "body_bytes"), enqueued_at = t, ttl = ttl,
     deadline = ttl > 0 and t + ttl or math.huge, state = "through", waited = 0 }
   r.fc = fc
   if not waiting_from(p) and not M.saturated() then
