@@ -293,16 +293,23 @@ run_one() { # family level config -> one results line
       sum ? max / (sum / (m - 2)) : 0, v["ok"], v["requests"] }'
 }
 
-# The latency predictor's mean absolute percentage error over the run, by
-# target (ttft tpot), group "all", from the gateway's /metrics while it still
-# runs; "-" where the gateway exports none (no predictor in the config, or a
-# front without lupin's admin listener).
+# The latency predictor's absolute percentage error, group "all", from the
+# gateway's /metrics while it still runs: the recent one (the gauge, an
+# exponentially weighted mean) for TTFT and TPOT, then the run's mean (the
+# sum of errors over the predictions counted); "-" where the gateway exports
+# none (no predictor in the config, or a front without lupin's admin).
 prediction_errors() {
   curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" 2> /dev/null | awk '
-    /^lupin_latency_prediction_error_ratio\{/ && (/group="all"/ || !/group=/) {
-      for (t in want) if (index($0, "target=\"" t "\"")) err[t] = $NF }
-    BEGIN { want["ttft"]; want["tpot"] }
-    END { printf "%s\t%s", ("ttft" in err) ? err["ttft"] : "-", ("tpot" in err) ? err["tpot"] : "-" }'
+    function target(   t) { for (t in seen) if (index($0, "target=\"" t "\"")) return t; return "" }
+    BEGIN { seen["ttft"]; seen["tpot"] }
+    !/group="all"/ || !(t = target()) { next }
+    /^lupin_latency_prediction_error_ratio\{/ { recent[t] = $NF }
+    /^lupin_latency_prediction_ape_total\{/ { ape[t] = $NF }
+    /^lupin_latency_predictions_observed_total\{/ { n[t] = $NF }
+    END {
+      printf "%s\t%s", ("ttft" in recent) ? recent["ttft"] : "-", ("tpot" in recent) ? recent["tpot"] : "-"
+      printf "\t%s\t%s", (n["ttft"] > 0 ? ape["ttft"] / n["ttft"] : "-"),
+        (n["tpot"] > 0 ? ape["tpot"] / n["tpot"] : "-") }'
 }
 
 # One line per objective class of a run of the objectives family, from the
@@ -321,32 +328,37 @@ objectives_line() { # family level config summary
 
 # The objectives family's own table: per load, config and class the share of
 # requests that met their objectives, TTFT and TPOT percentiles, sheds; the
-# predictor's error once per run.
+# predictor's error once per run, recent (run mean).
 objectives_table() {
-  awk -F'\t' -v fam="$1" '$1 == fam {
+  awk -F'\t' -v fam="$1" 'function p(x) { return x == "-" ? "-" : sprintf("%.0f%%", 100 * x) }
+    $1 == fam {
     if (!hdr++) printf "  %-9s %-18s %-12s %7s %8s %8s %8s %8s %5s  %s\n", "load", "config", "class",
-      "met", "TTFT p50", "p90", "TPOT p50", "p90", "shed", "predictor error TTFT / TPOT"
-    err = ""
-    if (!seen[$2, $3]++) err = (($13 == "-") ? "-" : sprintf("%.0f%%", 100 * $13)) " / " \
-      (($14 == "-") ? "-" : sprintf("%.0f%%", 100 * $14))
+      "met", "TTFT p50", "p90", "TPOT p50", "p90", "shed", "predictor error TTFT / TPOT: recent (run)"
+    first = !seen[$2, $3]++
+    err = !first ? "" : $13 $14 $15 $16 == "----" ? "-" : sprintf("%s / %s (%s / %s)", p($13), p($14),
+      p($15), p($16))
     printf "  %-9s %-18s %-12s %6.1f%% %8.1f %8.1f %8.1f %8.1f %5d  %s\n", $2, $3, $4,
       $5 ? 100 * $7 / $5 : 0, $9, $10, $11, $12, $8, err }' "$objectives"
 }
 
 # One family's table: per level the configs' rows, then the ideal hit rate,
 # then default's TTFT against random's and load-only's (CONFIG@FRONT rows are
-# compared as CONFIG: results.tsv holds one front).
+# compared as CONFIG: results.tsv holds one front).  The config column is 12
+# wide, wider when a name is longer (predicted-latency).
 table() {
-  awk -F'\t' -v fam="$1" '$1 == fam { c = $3; sub(/@.*/, "", c)
-    if (!hdr++) printf "  %-9s %-12s %6s %8s %8s %8s %8s %8s %7s %6s %7s\n", "load", "config",
+  local w
+  w=$(awk -F'\t' -v fam="$1" '$1 == fam && length($3) > w { w = length($3) } END { print (w > 12 ? w : 12) }' \
+    "$results")
+  awk -F'\t' -v fam="$1" -v cf="%-${w}s" '$1 == fam { c = $3; sub(/@.*/, "", c)
+    if (!hdr++) printf "  %-9s " cf " %6s %8s %8s %8s %8s %8s %7s %6s %7s\n", "load", "config",
       "hit", "TTFT p50", "p90", "p99", "e2e p50", "e2e p90", "req/s", "imbal", "ok"
-    printf "  %-9s %-12s %5.1f%% %8.1f %8.1f %8.1f %8.1f %8.1f %7.1f %6.2f %7s\n", $2, $3, 100 * $4,
+    printf "  %-9s " cf " %5.1f%% %8.1f %8.1f %8.1f %8.1f %8.1f %7.1f %6.2f %7s\n", $2, $3, 100 * $4,
       $6, $7, $8, $9, $10, $11, $12, $13 "/" $14
     bound = $5; p50[$2, c] = $6; p90[$2, c] = $7; hit[$2, c] = $4
     if (!seen[$2]++) lv[++n] = $2 }
     END {
       if (!hdr) exit
-      printf "  %-9s %-12s %5.1f%%   (ideal: each prompt token seen before on any endpoint)\n", "", "ideal",
+      printf "  %-9s " cf " %5.1f%%   (ideal: each prompt token seen before on any endpoint)\n", "", "ideal",
         100 * bound
       for (i = 1; i <= n; i++) { l = lv[i]
         if (!((l, "default") in p50)) continue
@@ -425,7 +437,7 @@ if [ -n "${PLOT_ONLY:-}" ]; then
   exit
 fi
 objectives="$OUT/objectives.tsv"
-printf 'family\tload\tconfig\tclass\trequests\tok\tmet\tshed\tttft_p50_ms\tttft_p90_ms\ttpot_p50_ms\ttpot_p90_ms\tpred_err_ttft\tpred_err_tpot\n' > "$objectives"
+printf 'family\tload\tconfig\tclass\trequests\tok\tmet\tshed\tttft_p50_ms\tttft_p90_ms\ttpot_p50_ms\ttpot_p90_ms\tpred_err_ttft\tpred_err_tpot\tpred_mean_ttft\tpred_mean_tpot\n' > "$objectives"
 printf 'family\tload\tconfig\thit\tideal\tttft_p50_ms\tttft_p90_ms\tttft_p99_ms\tlat_p50_ms\tlat_p90_ms\trps\timbalance\tok\trequests\n' > "$results"
 echo "routing matrix: $ENDPOINTS lupin-sim endpoints ($BLOCKS blocks of $BLOCK_SIZE tokens," \
   "serial prefill ${PREFILL_MS_PER_TOKEN} ms/token, ${ITL_MS} ms/token decode, $MAX_TOKENS output tokens);" \
