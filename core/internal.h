@@ -63,12 +63,15 @@ typedef struct lupin_load {
 } lupin_load;
 
 /* shared.c: an endpoint's requests and prompt tokens in flight through
- * every runtime of the process.  Written only with __atomic builtins (the
- * core, and plugins through capi's count functions); Lua reads the fields
- * as plain aligned loads (ep.in_flight, ep.in_flight_tokens). */
+ * every runtime of the process, and the prefill tokens of those whose
+ * first byte has not come back yet.  Written only with __atomic builtins
+ * (the core, and plugins through capi's count functions); Lua reads the
+ * fields as plain aligned loads (ep.in_flight, ep.in_flight_tokens,
+ * ep.in_flight_prefill_tokens). */
 typedef struct lupin_counters {
   int64_t in_flight;
   int64_t in_flight_tokens;
+  int64_t prefill_tokens;
 } lupin_counters;
 
 /* The registry's entry for one (name, address, port): its id and counters,
@@ -425,6 +428,8 @@ typedef struct lupin_capi {
   const lupin_capi_shared *shared;
   /* ctx.timing (lupin_request_timing) */
   void (*request_timing)(uintptr_t req, lupin_response_timing *out);
+  /* sets the prefill tokens req counts on ep until its first body byte */
+  int (*request_prefill)(uintptr_t req, const lupin_endpoint *ep, int64_t tokens);
 } lupin_capi;
 
 /* abi.c: each structure capi.lua declares, as C lays it out: its size (or
@@ -588,6 +593,7 @@ const char *lupin__header_find(const char *block, size_t len, const char *name, 
                                size_t *value_len);
 int lupin__request_count(uintptr_t req, const lupin_endpoint *ep, int64_t requests, int64_t tokens);
 void lupin__request_timing(uintptr_t req, lupin_response_timing *out);
+int lupin__request_prefill(uintptr_t req, const lupin_endpoint *ep, int64_t tokens);
 void lupin__requests_cancel_all(lupin_runtime *rt);
 void lupin__requests_free_spares(lupin_runtime *rt);
 /* Runs scheduling (or reads its answer again) into *out. */

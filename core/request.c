@@ -16,10 +16,11 @@ typedef struct {
   size_t n, cap;
 } header_list;
 
-/* What a request counts on an endpoint's shared counters until it ends. */
+/* What a request counts on an endpoint's shared counters until it ends
+ * (prefill: until its first body byte). */
 typedef struct {
   lupin_counters *c;
-  int64_t requests, tokens;
+  int64_t requests, tokens, prefill;
 } hold;
 
 struct lupin_request {
@@ -378,10 +379,7 @@ int lupin__result_add_pick(uintptr_t addr, const lupin_endpoint *ep) {
  * nothing twice.  The counters stay valid until the end: the Lua side keeps
  * the endpoint objects counted on alive in the request's state (ctx.lua's
  * r.held), and each holds its slot in the shared registry. */
-int lupin__request_count(uintptr_t addr, const lupin_endpoint *ep, int64_t requests,
-                         int64_t tokens) {
-  lupin_request *req = (lupin_request *)addr;
-  if (!ep->counters || req->released) return -1;
+static hold *hold_of(lupin_request *req, const lupin_endpoint *ep) {
   hold *h = NULL;
   for (size_t i = 0; i < req->n_holds && !h; i++)
     if (req->holds[i].c == ep->counters) h = &req->holds[i];
@@ -390,14 +388,23 @@ int lupin__request_count(uintptr_t addr, const lupin_endpoint *ep, int64_t reque
       size_t cap = req->cap_holds * 2;
       hold *a = req->holds == req->holds_inline ? malloc(cap * sizeof *a)
                                                 : realloc(req->holds, cap * sizeof *a);
-      if (!a) return -1;
+      if (!a) return NULL;
       if (req->holds == req->holds_inline) memcpy(a, req->holds, req->n_holds * sizeof *a);
       req->holds = a;
       req->cap_holds = cap;
     }
     h = &req->holds[req->n_holds++];
-    *h = (hold){ep->counters, 0, 0};
+    *h = (hold){ep->counters, 0, 0, 0};
   }
+  return h;
+}
+
+int lupin__request_count(uintptr_t addr, const lupin_endpoint *ep, int64_t requests,
+                         int64_t tokens) {
+  lupin_request *req = (lupin_request *)addr;
+  if (!ep->counters || req->released) return -1;
+  hold *h = hold_of(req, ep);
+  if (!h) return -1;
   int64_t dr = requests >= 0 ? requests - h->requests : 0;
   int64_t dt = tokens >= 0 ? tokens - h->tokens : 0;
   h->requests += dr;
@@ -406,8 +413,33 @@ int lupin__request_count(uintptr_t addr, const lupin_endpoint *ep, int64_t reque
   return 0;
 }
 
+static void add_prefill(lupin_counters *c, int64_t n) {
+  if (n) __atomic_add_fetch(&c->prefill_tokens, n, __ATOMIC_RELAXED);
+}
+
+/* Sets the prefill tokens the request counts on ep until its first body
+ * byte comes back (or it ends): once it has, nothing more is counted. */
+int lupin__request_prefill(uintptr_t addr, const lupin_endpoint *ep, int64_t tokens) {
+  lupin_request *req = (lupin_request *)addr;
+  if (!ep->counters || req->released || req->timing.first_byte_at || tokens < 0) return -1;
+  hold *h = hold_of(req, ep);
+  if (!h) return -1;
+  add_prefill(h->c, tokens - h->prefill);
+  h->prefill = tokens;
+  return 0;
+}
+
+/* At the first body byte: the prefill is done wherever it was counted. */
+static void release_prefill(lupin_request *req) {
+  for (size_t i = 0; i < req->n_holds; i++) {
+    add_prefill(req->holds[i].c, -req->holds[i].prefill);
+    req->holds[i].prefill = 0;
+  }
+}
+
 /* Exactly once, at the end, whatever the outcome. */
 static void release_holds(lupin_request *req) {
+  release_prefill(req);
   for (size_t i = 0; i < req->n_holds; i++)
     lupin__counters_add(req->holds[i].c, -req->holds[i].requests, -req->holds[i].tokens);
   req->n_holds = 0;
@@ -621,7 +653,10 @@ static void time_chunk(lupin_response_timing *t, const char *data, size_t len) {
 
 int lupin_request_response_chunk(lupin_request *req, const char *data, size_t len) {
   int flags = req->gen->flags;
-  if ((flags & LUPIN_GEN_TIMES_RESPONSE) && len) time_chunk(&req->timing, data, len);
+  if (len) {
+    if (!req->timing.first_byte_at) release_prefill(req);
+    if (flags & LUPIN_GEN_TIMES_RESPONSE) time_chunk(&req->timing, data, len);
+  }
   if (!(flags & LUPIN_GEN_OBSERVES_CHUNKS)) return 0;
   push_call(req, LUPIN_HOOK_RESPONSE_CHUNK);
   lua_pushlstring(req->rt->L, data, len);

@@ -249,7 +249,8 @@ lupin_runtime *lupin_runtime_new(const lupin_options *opts, char *err, size_t er
                           &rt->budget,
                           lupin_budget_poll,
                           &lupin__capi_shared,
-                          lupin__request_timing};
+                          lupin__request_timing,
+                          lupin__request_prefill};
   /* Without a host's lupin_shared, a private one (one code path): endpoint
    * ids, counters, keyed prefix indexes and dicts behave alike, the indexes
    * with one shard (no cost for threads not there). */

@@ -114,9 +114,8 @@ return {
       prefix = frac, endpoints = {} }
     ctx.shared[slo.KEY] = out
     ctx.shared[self.name] = out -- explain shows what a producer publishes under its name
-    st.input = latency.input_tokens(req)
     local rows
-    rows, st.rows = latency.predict(self, endpoints, st.input, cached)
+    rows, st.rows = latency.predict(self, endpoints, latency.input_tokens(req), cached)
     if self.p.predictInProduce then
       latency.publish(self, ctx, out, rows)
     end
@@ -138,9 +137,9 @@ return {
     end
     st.row, st.sent_at = row, self.env.now()
     st.rows = nil
-    local cached = (row.x[3] - row.x[2]) * 1000
-    ctx:set_in_flight_tokens(ep, math.max(0, st.input - math.floor(cached))
-      + latency.output_tokens(ctx.request))
+    local uncached = latency.uncached_tokens(row)
+    ctx:set_in_flight_tokens(ep, uncached + latency.output_tokens(ctx.request))
+    ctx:set_prefill_tokens(ep, uncached) -- until its first byte: the queue TTFT waits on
     if st.hashes then
       prefix.record_result(self.own.index, result, st.hashes, false)
     end

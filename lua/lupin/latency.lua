@@ -19,7 +19,7 @@ local CHARS_PER_TOKEN = 4 -- lupin's estimate without a tokenizer (token-load-sc
 
 --- The features, in the models' order: a name each, for explain.
 M.FEATURES = { "bias", "uncached_ktokens", "input_ktokens", "waiting", "running", "in_flight",
-  "in_flight_ktokens", "kv_usage" }
+  "in_flight_ktokens", "prefill_ktokens", "kv_usage" }
 local D = #M.FEATURES
 
 local NEVER_SCRAPED = { "waiting", "running", "kv_usage" }
@@ -70,7 +70,12 @@ function M.features(ep, input, cached)
   end
   local uncached = math.max(0, input - cached)
   return { 1, uncached / 1000, input / 1000, waiting, running, ep.in_flight,
-    ep.in_flight_tokens / 1000, kv }, missing
+    ep.in_flight_tokens / 1000, ep.in_flight_prefill_tokens / 1000, kv }, missing
+end
+
+--- The tokens of the request not cached where row's endpoint is.
+function M.uncached_tokens(row)
+  return math.floor(row.x[2] * 1000 + 0.5)
 end
 
 --- A producer's models and settings (params: the plugin's).
@@ -187,8 +192,7 @@ function M.predict(self, endpoints, input, cached)
   local rows, by_id = new_table(n, 0), new_table(0, n)
   for i = 1, n do
     local ep = endpoints[i]
-    -- made at its final size: the two passes' slots and eight fields
-    local row = new_table(2, 8)
+    local row = new_table(2, 8) -- made at its final size
     row.ep, row.slot = ep, slot(self, ep)
     row.x, row.missing = M.features(ep, input, cached[ep.id] or 0)
     rows[i], by_id[ep.id] = row, row
@@ -224,27 +228,37 @@ local function prefill_only(self, ep)
 end
 
 --- Fills out.endpoints with each predicted endpoint's latencies and
---- headroom under the request's objectives (out.slo; none: 0, so the
---- headroom is minus the prediction and the least latency wins).  The TTFT
---- counts the time the request has waited in the gateway so far.
+--- headroom under the request's objectives (out.slo).  A request with no
+--- objective at all has 0 for both, as upstream: the headroom is minus the
+--- prediction and the least latency wins.  One that states only one leaves
+--- the other neutral (headroom 0, met), so a TTFT objective alone is
+--- judged on TTFT, where upstream would count every TPOT as missed.  The
+--- TTFT counts the time the request has waited in the gateway so far.
 function M.publish(self, ctx, out, rows)
-  local p, eps = self.p, out.endpoints
+  local p, eps, slo = self.p, out.endpoints, out.slo
   local t = ctx.timing
   local waited = t and (self.env.now() - t.begun_at) * 1000 or 0
-  local ttft_slo, tpot_slo = out.slo.ttft or 0, (out.slo.tpot or 0) * p.sloBufferFactor
+  local none = not slo.ttft and not slo.tpot
+  local ttft_slo, tpot_slo = slo.ttft, slo.tpot and slo.tpot * p.sloBufferFactor
   local explained = ctx.request.explained and {}
   for i = 1, #rows do -- the list: pairs would not compile
     local row = rows[i]
     local id, pt, pp = row.ep.id, row.ttft_ms, row.tpot_ms
     if pt then
       local ttft = pt + waited
-      local e = { ttft = ttft, ttft_headroom = ttft_slo - ttft, dispatched = row.ep.in_flight }
-      e.ttft_valid = e.ttft_headroom > 0
-      if p.streamingMode and pp and not prefill_only(self, row.ep) then
-        e.tpot, e.tpot_headroom = pp, tpot_slo - pp
+      local e = { ttft = ttft, dispatched = row.ep.in_flight }
+      if ttft_slo or none then
+        e.ttft_headroom = (ttft_slo or 0) - ttft
+        e.ttft_valid = e.ttft_headroom > 0
+      else
+        e.ttft_headroom, e.ttft_valid = 0, true
+      end
+      e.tpot = pp or 0
+      if p.streamingMode and pp and not prefill_only(self, row.ep) and (tpot_slo or none) then
+        e.tpot_headroom = (tpot_slo or 0) - pp
         e.tpot_valid = e.tpot_headroom > 0
-      else -- neutral: not this request's to meet here, or not known yet
-        e.tpot, e.tpot_headroom, e.tpot_valid = pp or 0, 0, true
+      else -- neutral: no objective, not this request's to meet here, or not known yet
+        e.tpot_headroom, e.tpot_valid = 0, true
       end
       e.valid = e.ttft_valid and e.tpot_valid
       eps[id] = e
@@ -254,7 +268,7 @@ function M.publish(self, ctx, out, rows)
     end
   end
   if explained then
-    out.explain = { waited_ms = waited, slo = out.slo, endpoints = explained }
+    out.explain = { waited_ms = waited, slo = slo, endpoints = explained }
   end
 end
 

@@ -72,7 +72,7 @@ describe("predicted-latency-producer on lupin-sim", function()
     sim = P.sim(("--model %s --seed 1 --prefill-serial --prefill-overhead-ms %d"
       .. " --prefill-ms-per-token %g --itl-ms %d --slow-endpoints 0 --slow-factor %d"):format(
       MODEL, OVERHEAD_MS, PER_TOKEN_MS, ITL_MS, SLOW), 2)
-    gw = P.gateway(config(sim, { streamingMode = true, minSamples = 8, halfLifeSeconds = 6 }))
+    gw = P.gateway(config(sim, { streamingMode = true, minSamples = 8, halfLifeSeconds = 4 }))
   end)
   teardown(function()
     P.stop(gw)
@@ -117,13 +117,13 @@ describe("predicted-latency-producer on lupin-sim", function()
     -- the fast endpoint becomes as slow as the other: its model follows
     local before = eps.e2.ttft.ms
     assert.equal(200, (P.post("http://" .. sim.hostports[2], "/sim/speed?factor=" .. SLOW, "")))
-    for round = 1, 3 do
+    for round = 1, 4 do
       for i, n in ipairs(sizes) do
         assert.equal(200, (send(gw, sim.hostports[2], n, 1000 + round * 100 + i)))
       end
     end
-    local after = predicted(gw, 300).e2.ttft.ms
-    assert(after > 2 * before, ("TTFT predicted %.1f ms before the change, %.1f after"):format(
+    local after = predicted(gw, 300).e2.ttft.ms -- the simulator's: 3x before
+    assert(after > 1.8 * before, ("TTFT predicted %.1f ms before the change, %.1f after"):format(
       before, after))
   end)
 

@@ -97,7 +97,7 @@ describe(T, function()
     assert.equal(0, s.prefix.ep1 or 0)
   end)
 
-  it("learns from streamed responses and predicts once minSamples are in", function()
+  it("learns from streamed responses, predicts once minSamples are in, judges objectives", function()
     rt = S.loaded(config({ streamingMode = true, minSamples = 3 }))
     S.endpoints(rt, 2, metrics(2))
     for i = 1, 3 do
@@ -111,9 +111,20 @@ describe(T, function()
     assert.is_true(e.ep1.ttft >= 0 and e.ep1.ttft < 1000) -- milliseconds, in process
     assert.is_true(e.ep1.ttft_valid) -- far under 100 s
     assert.near(100000 - e.ep1.ttft, e.ep1.ttft_headroom, 1e-6)
-    -- no TPOT objective: headroom 0 − prediction, as upstream (the least wins)
-    assert.equal(-e.ep1.tpot, e.ep1.tpot_headroom)
-    assert.is_false(e.ep1.tpot_valid)
+    -- a TTFT objective alone: TPOT is no constraint (upstream would count it missed)
+    assert.equal(0, e.ep1.tpot_headroom)
+    assert.is_true(e.ep1.tpot_valid)
+    -- no objective at all: 0 − the predictions, as upstream (the least wins)
+    stream(rt, "none", nil)
+    local n = seen(rt, "none").endpoints.ep1
+    assert.equal(-n.ttft, n.ttft_headroom)
+    assert.equal(-n.tpot, n.tpot_headroom)
+    assert.is_false(n.valid)
+    -- a TPOT objective alone: TTFT neutral
+    stream(rt, "tpot", nil, { headers = { ["x-llm-d-slo-tpot-ms"] = "100000" } })
+    local t = seen(rt, "tpot").endpoints.ep1
+    assert.equal(0, t.ttft_headroom)
+    assert.is_true(t.ttft_valid and t.tpot_valid and t.valid)
   end)
 
   it("does not learn from requests that failed or were not streamed in streamingMode", function()

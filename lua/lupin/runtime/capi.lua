@@ -16,6 +16,7 @@ typedef struct lupin_alloc {
 typedef struct lupin_counters {
   int64_t in_flight;
   int64_t in_flight_tokens;
+  int64_t prefill_tokens;
 } lupin_counters;
 
 typedef struct lupin_endpoint {
@@ -179,6 +180,7 @@ typedef struct lupin_capi {
   int (*budget_poll)(const volatile int32_t *cut);
   const lupin_capi_shared *shared;
   void (*request_timing)(uintptr_t req, lupin_response_timing *out);
+  int (*request_prefill)(uintptr_t req, const lupin_endpoint *ep, int64_t tokens);
 } lupin_capi;
 
 struct lupin_timespec { long tv_sec; long tv_nsec; };

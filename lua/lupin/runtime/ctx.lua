@@ -23,6 +23,7 @@
 ---@field set_header fun(self: lupin.Ctx, name: string, value: string) a header on the upstream request
 ---@field set_response_header fun(self: lupin.Ctx, name: string, value: string) a header on the client's response
 ---@field set_in_flight_tokens fun(self: lupin.Ctx, ep: lupin.Endpoint, n: integer): boolean tokens on ep until the end
+---@field set_prefill_tokens fun(self: lupin.Ctx, ep: lupin.Endpoint, n: integer): boolean prefill on ep to its 1st byte
 local M = {}
 
 --- When a response came, in seconds of env.now()'s clock (0: not yet).  The
@@ -458,6 +459,31 @@ function METHODS.set_in_flight_tokens(c, ep, n)
       tostring(n)), 2)
   end
   return M.count(request_of(c), ep, nil, n)
+end
+
+--- Sets this request's prefill tokens on ep to n: ep.in_flight_prefill_tokens,
+--- the process's, includes them until the response's first body byte comes
+--- back (the core takes them off then, or at the end on every path), so it
+--- is the prefill work queued there: what TTFT waits for.  The first byte
+--- is seen when a plugin of the generation has times_response or
+--- response_chunk; else they count until the end.  Returns false when
+--- nothing was counted (a dry run, a response already started).
+---@param ep lupin.Endpoint
+---@param n integer tokens, at least 0
+---@return boolean
+function METHODS.set_prefill_tokens(c, ep, n)
+  if not pool.is_endpoint(ep) then
+    error(("set_prefill_tokens: ep must be an endpoint, got %s"):format(type(ep)), 2)
+  end
+  if type(n) ~= "number" or n < 0 or n % 1 ~= 0 or n == math.huge then
+    error(("set_prefill_tokens: n must be a whole number from 0, got %s"):format(
+      tostring(n)), 2)
+  end
+  local r = request_of(c)
+  if not M.count(r, ep) then -- held (kept alive) like the in-flight counts
+    return false
+  end
+  return capi.api.request_prefill(r.creq, ep, n) == 0
 end
 
 local CTX = {

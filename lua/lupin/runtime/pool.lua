@@ -85,6 +85,9 @@ local COUNTERS = {
   in_flight_tokens = function(c)
     return tonumber(c.in_flight_tokens)
   end,
+  in_flight_prefill_tokens = function(c)
+    return tonumber(c.prefill_tokens)
+  end,
 }
 
 ffi.metatype("lupin_endpoint", {
