@@ -23,8 +23,20 @@
  * first SSE `data:` line of the response body, with the monotonic clock; latency at the end of the
  * response.
  *
+ * With --class (repeated) the workload is one of latency objectives instead:
+ * --requests single-turn requests, each drawn into a class by its share, its
+ * prompt one of the class's shared prefixes plus a tail of its own, its
+ * max_tokens drawn from the class's range, sent with the class's objectives
+ * as llm-d's headers (x-llm-d-slo-ttft-ms, x-llm-d-slo-tpot-ms,
+ * x-gateway-inference-objective).  Each request's TPOT is taken between its
+ * first and last token lines (`data:` lines but [DONE]); it met its class's
+ * objectives when it completed with TTFT and TPOT within them (a 429, shed by
+ * the gateway, did not, and is counted apart).
+ *
  * Prints one line per request on --out (id group conv turn status ttft_ms
- * latency_ms endpoint) and a summary on stdout as key=value pairs, including
+ * latency_ms endpoint, then with --class: class tpot_ms met) and a summary
+ * on stdout as key=value pairs (with --class also per class: NAME_requests,
+ * NAME_met, NAME_shed, NAME_ttft_p50_ms, ..., NAME_tpot_p90_ms), including
  * `bound_hit`: the best prefix-cache hit rate any routing could reach on this
  * sequence with caches that never evict (each request's longest run of
  * leading full blocks seen before in any request of the same model, capped as
@@ -48,6 +60,20 @@
 #include <string.h>
 #include <strings.h>
 
+/* One objective class of --class NAME:key=value,...: its share of the
+ * requests, its objectives (ms; tpot 0: none), the priority header, and the
+ * shape of its prompts and outputs. */
+typedef struct {
+  char name[32];
+  double share;
+  double ttft_ms, tpot_ms;
+  char objective[32]; /* x-gateway-inference-objective; "": not sent */
+  int prefixes, prefix_tokens;
+  int tail_min, tail_max; /* tokens after the shared prefix */
+  int out_min, out_max;   /* max_tokens */
+} slo_class;
+#define MAX_CLASSES 8
+
 typedef struct {
   const char *host;
   int port;
@@ -63,10 +89,14 @@ typedef struct {
   int nloras;
   const char *out;
   const char *oracle; /* host:port of a lupin-sim answering /sim/oracle */
+  slo_class classes[MAX_CLASSES];
+  int nclasses; /* > 0: the objectives workload of --requests requests */
+  int requests;
 } options;
 
 typedef struct req {
   int id, group, conv, turn;
+  int cls, max_tokens; /* its class (with --class), output tokens asked */
   const char *model;
   char *prompt;
   size_t prompt_len;
@@ -87,6 +117,10 @@ typedef struct req {
   char endpoint[64];
   uint64_t t_sent, t_first, t_done;
   int status, complete, finished;
+  /* token lines, for TPOT (with --class): the current line's start */
+  char line[16];
+  int line_len, ntok;
+  uint64_t t_line, t_tok_first, t_tok_last;
 } req;
 
 static options opt = {.host = "127.0.0.1",
@@ -102,7 +136,8 @@ static options opt = {.host = "127.0.0.1",
                       .block_size = 16,
                       .seed = 1,
                       .model = "meta-llama/Llama-3.1-8B-Instruct",
-                      .out = NULL};
+                      .out = NULL,
+                      .requests = 400};
 
 static req *reqs;
 static int nreqs, nfinished, nsent, inflight;
@@ -205,6 +240,7 @@ static void build_workload(void) {
     r->group = conv % opt.groups;
     r->turn = ++turns_seen[conv];
     r->model = opt.nloras ? opt.loras[r->group % opt.nloras] : opt.model;
+    r->max_tokens = opt.max_tokens;
     build_prompt(r);
     t += -log(1.0 - uniform(&s)) * 1000.0 / opt.rate;
     r->arrive_ms = on_off(t);
@@ -215,6 +251,58 @@ static void build_workload(void) {
   free(order);
   free(turns_seen);
   free(last);
+}
+
+/* An integer in [lo, hi] drawn from s. */
+static int draw(uint64_t *s, int lo, int hi) {
+  return lo + (int)(splitmix(s) % (uint64_t)(hi - lo + 1));
+}
+
+/* Class c's prompt: its shared prefix r->group, then tail tokens of its own. */
+static void build_class_prompt(req *r, int tail) {
+  const slo_class *c = &opt.classes[r->cls];
+  size_t pre_chars = (size_t)c->prefix_tokens * 4, tail_chars = (size_t)tail * 4;
+  size_t n = 0;
+  r->prompt = malloc(pre_chars + tail_chars + 256);
+  if (pre_chars > 0) {
+    n += (size_t)sprintf(r->prompt, "%s prefix %d: ", c->name, r->group);
+    words(r->prompt, &n, pre_chars,
+          2654435761ULL * (uint64_t)(r->cls * 64 + r->group + 1) + opt.seed);
+  }
+  n += (size_t)sprintf(r->prompt + n, "request %d: ", r->id);
+  words(r->prompt, &n, tail_chars, 15485863ULL * (uint64_t)(r->id + 1) + opt.seed + 5);
+  n += (size_t)sprintf(r->prompt + n, "assistant:");
+  r->prompt_len = n;
+}
+
+/* --class: --requests single-turn requests, each's class, prefix, tail,
+ * output length and arrival drawn from the seed in turn. */
+static void build_objectives_workload(void) {
+  double total = 0;
+  for (int c = 0; c < opt.nclasses; c++)
+    total += opt.classes[c].share;
+  nreqs = opt.requests;
+  reqs = calloc((size_t)nreqs, sizeof *reqs);
+  uint64_t s = opt.seed * 0x2545F4914F6CDD1DULL + 1;
+  double t = 0;
+  for (int i = 0; i < nreqs; i++) {
+    req *r = &reqs[i];
+    double u = uniform(&s) * total;
+    int c = 0;
+    while (c < opt.nclasses - 1 && u >= opt.classes[c].share)
+      u -= opt.classes[c++].share;
+    const slo_class *k = &opt.classes[c];
+    r->id = r->conv = i;
+    r->turn = 1;
+    r->cls = c;
+    r->group = draw(&s, 0, k->prefixes - 1);
+    r->max_tokens = draw(&s, k->out_min, k->out_max);
+    r->model = opt.model;
+    r->prev_done = 1;
+    build_class_prompt(r, draw(&s, k->tail_min, k->tail_max));
+    t += -log(1.0 - uniform(&s)) * 1000.0 / opt.rate;
+    r->arrive_ms = on_off(t);
+  }
 }
 
 /* --- the bound: a set of chained block hashes ---------------------------- */
@@ -326,9 +414,31 @@ static int on_header_value(http_parser *p, const char *at, size_t len) {
   }
   return 0;
 }
+/* A line of the stream ended: a `data:` line but [DONE] carries a token. */
+static void token_line(req *r) {
+  size_t n = (size_t)r->line_len;
+  if (n < 5 || memcmp(r->line, "data:", 5) || memmem(r->line, n, "[DONE]", 6)) return;
+  if (!r->ntok++) r->t_tok_first = r->t_line;
+  r->t_tok_last = r->t_line;
+}
+
+/* Splits the body into lines across reads, timing each at its first byte. */
+static void scan_lines(req *r, const char *at, size_t len, uint64_t now) {
+  for (size_t i = 0; i < len; i++) {
+    if (at[i] == '\n') {
+      token_line(r);
+      r->line_len = 0;
+      continue;
+    }
+    if (r->line_len == 0) r->t_line = now;
+    if (r->line_len < (int)sizeof r->line) r->line[r->line_len++] = at[i];
+  }
+}
+
 static int on_body(http_parser *p, const char *at, size_t len) {
   req *r = p->data;
   if (!r->t_first && memmem(at, len, "data:", 5)) r->t_first = uv_hrtime();
+  if (opt.nclasses) scan_lines(r, at, len, uv_hrtime());
   return 0;
 }
 static int on_message_complete(http_parser *p) {
@@ -441,22 +551,33 @@ static int oracle_pick(const char *body, size_t blen, char *dst, size_t cap) {
   return 1;
 }
 
+/* The class's objectives as llm-d's request headers. */
+static void slo_headers(const slo_class *c, char *dst, size_t cap) {
+  size_t n = (size_t)snprintf(dst, cap, "x-llm-d-slo-ttft-ms: %.15g\r\n", c->ttft_ms);
+  if (c->tpot_ms > 0 && n < cap)
+    n += (size_t)snprintf(dst + n, cap - n, "x-llm-d-slo-tpot-ms: %.15g\r\n", c->tpot_ms);
+  if (c->objective[0] && n < cap)
+    snprintf(dst + n, cap - n, "x-gateway-inference-objective: %s\r\n", c->objective);
+}
+
 static void send_req(req *r) {
   size_t cap = r->prompt_len + 1024;
   char *body = malloc(cap);
   int blen = snprintf(body, cap,
                       "{\"model\":\"%s\",\"stream\":true,\"max_tokens\":%d,\"prompt\":\"%.*s\"}",
-                      r->model, opt.max_tokens, (int)r->prompt_len, r->prompt);
+                      r->model, r->max_tokens, (int)r->prompt_len, r->prompt);
   char subset[160] = "";
   char pick[64];
   if (opt.oracle && oracle_pick(body, (size_t)blen, pick, sizeof pick))
     snprintf(subset, sizeof subset, "x-gateway-destination-endpoint-subset: %s\r\n", pick);
-  r->wbuf = malloc((size_t)blen + 512);
+  char slo[192] = "";
+  if (opt.nclasses) slo_headers(&opt.classes[r->cls], slo, sizeof slo);
+  r->wbuf = malloc((size_t)blen + 1024);
   r->wlen = (size_t)sprintf(r->wbuf,
                             "POST /v1/completions HTTP/1.1\r\nHost: %s:%d\r\n"
                             "Content-Type: application/json\r\nContent-Length: %d\r\n"
-                            "x-bench-group: %d\r\n%sConnection: close\r\n\r\n",
-                            opt.host, opt.port, blen, r->group, subset);
+                            "x-bench-group: %d\r\n%s%sConnection: close\r\n\r\n",
+                            opt.host, opt.port, blen, r->group, subset, slo);
   memcpy(r->wbuf + r->wlen, body, (size_t)blen);
   r->wlen += (size_t)blen;
   free(body);
@@ -501,14 +622,139 @@ static double pct(const double *v, int n, double p) {
   return v[i < 0 ? 0 : i];
 }
 
+/* --- objectives (--class) ------------------------------------------------ */
+/* Mean time between its first and last token lines; -1 with fewer than 2. */
+static double tpot_ms(const req *r) {
+  if (r->ntok < 2) return -1;
+  return (double)(r->t_tok_last - r->t_tok_first) / 1e6 / (r->ntok - 1);
+}
+
+/* Completed within its class's objectives (TPOT only when it has one and the
+ * answer had two tokens or more). */
+static int met(const req *r) {
+  const slo_class *c = &opt.classes[r->cls];
+  if (!(r->complete && r->status == 200 && r->t_first)) return 0;
+  double tp = tpot_ms(r);
+  return (double)(r->t_first - r->t_sent) / 1e6 <= c->ttft_ms &&
+         (c->tpot_ms <= 0 || tp < 0 || tp <= c->tpot_ms);
+}
+
+/* Class c's summary keys: counts, then TTFT and TPOT percentiles over its
+ * completed requests. */
+static void report_class(int c) {
+  double *tf = malloc(sizeof(double) * (size_t)nreqs), *tp = malloc(sizeof(double) * (size_t)nreqs);
+  int n = 0, nmet = 0, nshed = 0, ok = 0, ntp = 0;
+  for (int i = 0; i < nreqs; i++) {
+    req *r = &reqs[i];
+    if (r->cls != c) continue;
+    n++;
+    nmet += met(r);
+    nshed += r->status == 429;
+    if (!(r->complete && r->status == 200 && r->t_first)) continue;
+    tf[ok++] = (double)(r->t_first - r->t_sent) / 1e6;
+    if (r->ntok >= 2) tp[ntp++] = tpot_ms(r);
+  }
+  qsort(tf, (size_t)ok, sizeof *tf, cmp_double);
+  qsort(tp, (size_t)ntp, sizeof *tp, cmp_double);
+  const char *k = opt.classes[c].name;
+  printf(" %s_requests=%d %s_ok=%d %s_met=%d %s_shed=%d %s_ttft_p50_ms=%.2f %s_ttft_p90_ms=%.2f"
+         " %s_tpot_p50_ms=%.2f %s_tpot_p90_ms=%.2f",
+         k, n, k, ok, k, nmet, k, nshed, k, pct(tf, ok, 0.5), k, pct(tf, ok, 0.9), k,
+         pct(tp, ntp, 0.5), k, pct(tp, ntp, 0.9));
+  free(tf);
+  free(tp);
+}
+
+/* --dry-run with --class: each class's requests and mean prompt tokens. */
+static void dry_classes(void) {
+  for (int c = 0; c < opt.nclasses; c++) {
+    int n = 0;
+    double tokens = 0;
+    for (int i = 0; i < nreqs; i++)
+      if (reqs[i].cls == c) n++, tokens += (double)(reqs[i].prompt_len + 3) / 4;
+    printf(" %s_requests=%d %s_prompt_tokens_mean=%.0f", opt.classes[c].name, n,
+           opt.classes[c].name, n ? tokens / n : 0);
+  }
+}
+
 static void usage(void) {
   fprintf(stderr, "usage: bench-routing-client [--target host:port[,host:port...]] [--rate req/s]\n"
                   "  [--burst ON_MS,OFF_MS] [--concurrency C] [--groups G] [--questions Q]\n"
                   "  [--turns T] [--system-tokens N] [--context-tokens N] [--question-tokens N]\n"
                   "  [--answer-tokens N] [--max-tokens N] [--block-size N] [--seed N] [--model M]\n"
                   "  [--loras a,b,...] [--out per-request-file] [--oracle host:port]\n"
+                  "  [--class NAME:share=S,ttft=MS[,tpot=MS][,objective=P][,prefixes=N]\n"
+                  "     [,prefix-tokens=N][,tail=MIN-MAX][,output=MIN-MAX] ... [--requests N]]\n"
                   "  [--dry-run]\n");
   exit(2);
+}
+
+static void bad_class(const char *spec, const char *why) {
+  fprintf(stderr, "bench-routing-client: --class %s: %s\n", spec, why);
+  exit(2);
+}
+
+/* "MIN-MAX" (or one number) into lo, hi; 0 when malformed. */
+static int range(const char *v, int *lo, int *hi) {
+  char *end;
+  *lo = *hi = (int)strtol(v, &end, 10);
+  if (*end == '-') *hi = (int)strtol(end + 1, &end, 10);
+  return end != v && *end == 0 && *lo <= *hi;
+}
+
+/* One class's key=value settings, checked. */
+static void class_key(slo_class *c, const char *spec, const char *k, const char *v) {
+  char *end = NULL;
+  if (!strcmp(k, "share"))
+    c->share = strtod(v, &end);
+  else if (!strcmp(k, "ttft"))
+    c->ttft_ms = strtod(v, &end);
+  else if (!strcmp(k, "tpot"))
+    c->tpot_ms = strtod(v, &end);
+  else if (!strcmp(k, "prefixes"))
+    c->prefixes = (int)strtol(v, &end, 10);
+  else if (!strcmp(k, "prefix-tokens"))
+    c->prefix_tokens = (int)strtol(v, &end, 10);
+  else if (!strcmp(k, "objective")) {
+    if (!*v || strlen(v) >= sizeof c->objective) bad_class(spec, "objective: 1 to 31 characters");
+    strcpy(c->objective, v);
+    return;
+  } else if (!strcmp(k, "tail")) {
+    if (!range(v, &c->tail_min, &c->tail_max) || c->tail_min < 0)
+      bad_class(spec, "tail: MIN-MAX tokens, 0 <= MIN <= MAX");
+    return;
+  } else if (!strcmp(k, "output")) {
+    if (!range(v, &c->out_min, &c->out_max) || c->out_min < 1)
+      bad_class(spec, "output: MIN-MAX tokens, 1 <= MIN <= MAX");
+    return;
+  } else
+    bad_class(spec, "keys: share ttft tpot objective prefixes prefix-tokens tail output");
+  if (end == v || *end) bad_class(spec, "a value is not a number");
+}
+
+/* --class NAME:key=value,...: defaults one 100-token tail and 32 tokens out. */
+static void parse_class(const char *spec) {
+  if (opt.nclasses == MAX_CLASSES) bad_class(spec, "at most 8 classes");
+  slo_class *c = &opt.classes[opt.nclasses++];
+  *c = (slo_class){.prefixes = 1, .tail_min = 100, .tail_max = 100, .out_min = 32, .out_max = 32};
+  const char *colon = strchr(spec, ':');
+  size_t nlen = colon ? (size_t)(colon - spec) : strlen(spec);
+  if (nlen == 0 || nlen >= sizeof c->name ||
+      strspn(spec, "abcdefghijklmnopqrstuvwxyz0123456789_") < nlen)
+    bad_class(spec, "NAME: 1 to 31 of a-z 0-9 _ (it names summary keys)");
+  memcpy(c->name, spec, nlen);
+  char *list = strdup(colon ? colon + 1 : "");
+  for (char *kv = strtok(list, ","); kv; kv = strtok(NULL, ",")) {
+    char *eq = strchr(kv, '=');
+    if (!eq) bad_class(spec, "settings are key=value, separated by commas");
+    *eq = 0;
+    class_key(c, spec, kv, eq + 1);
+  }
+  free(list);
+  if (!(c->share > 0) || !(c->ttft_ms > 0) || !(c->tpot_ms >= 0) || c->prefixes < 1 ||
+      c->prefix_tokens < 0)
+    bad_class(spec, "needs share > 0, ttft > 0 (ms), tpot >= 0 (0: none), prefixes >= 1, "
+                    "prefix-tokens >= 0");
 }
 
 int main(int argc, char **argv) {
@@ -569,6 +815,10 @@ int main(int argc, char **argv) {
       opt.seed = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--oracle"))
       opt.oracle = v;
+    else if (!strcmp(a, "--class"))
+      parse_class(v);
+    else if (!strcmp(a, "--requests"))
+      opt.requests = atoi(v);
     else if (!strcmp(a, "--model"))
       opt.model = v;
     else if (!strcmp(a, "--out"))
@@ -578,13 +828,19 @@ int main(int argc, char **argv) {
   }
   if (opt.rate <= 0 || opt.groups < 1 || opt.questions < 1 || opt.turns < 1 || opt.turns > 63 ||
       opt.block_size < 1 || opt.concurrency < 0 || opt.burst_on_ms < 0 || opt.burst_off_ms < 0 ||
-      opt.system_tokens < 0 || opt.context_tokens < 0 || opt.question_tokens < 1)
+      opt.system_tokens < 0 || opt.context_tokens < 0 || opt.question_tokens < 1 ||
+      opt.requests < 1)
     usage();
-  build_workload();
+  if (opt.nclasses)
+    build_objectives_workload();
+  else
+    build_workload();
   double bh, bq;
   bound(&bh, &bq);
   if (dry) {
-    printf("requests=%d prompt_tokens=%.0f bound_hit=%.4f\n", nreqs, bq, bh / bq);
+    printf("requests=%d prompt_tokens=%.0f bound_hit=%.4f", nreqs, bq, bh / bq);
+    dry_classes();
+    printf("\n");
     return 0;
   }
   loop = uv_default_loop();
@@ -614,7 +870,8 @@ int main(int argc, char **argv) {
   FILE *f = opt.out ? fopen(opt.out, "w") : NULL;
   double *ttft = malloc(sizeof(double) * (size_t)nreqs),
          *lat = malloc(sizeof(double) * (size_t)nreqs);
-  int ok = 0;
+  int ok = 0, shed = 0;
+  double out_tokens = 0;
   for (int i = 0; i < nreqs; i++) {
     req *r = &reqs[i];
     int good = r->complete && r->status == 200 && r->t_first;
@@ -624,11 +881,16 @@ int main(int argc, char **argv) {
       ttft[ok] = tf;
       lat[ok] = lt;
       ok++;
+      out_tokens += r->max_tokens;
     }
+    shed += r->status == 429;
     if (r->t_done > t_end) t_end = r->t_done;
-    if (f)
-      fprintf(f, "%d %d %d %d %d %.3f %.3f %s\n", r->id, r->group, r->conv, r->turn, r->status, tf,
+    if (f) {
+      fprintf(f, "%d %d %d %d %d %.3f %.3f %s", r->id, r->group, r->conv, r->turn, r->status, tf,
               lt, r->endpoint[0] ? r->endpoint : "-");
+      if (opt.nclasses) fprintf(f, " %s %.3f %d", opt.classes[r->cls].name, tpot_ms(r), met(r));
+      fprintf(f, "\n");
+    }
   }
   if (f) fclose(f);
   qsort(ttft, (size_t)ok, sizeof *ttft, cmp_double);
@@ -636,8 +898,15 @@ int main(int argc, char **argv) {
   double secs = (double)(t_end - t0) / 1e9;
   printf("requests=%d ok=%d seconds=%.3f throughput_rps=%.2f output_tok_s=%.1f "
          "ttft_p50_ms=%.2f ttft_p90_ms=%.2f ttft_p99_ms=%.2f latency_p50_ms=%.2f "
-         "latency_p90_ms=%.2f bound_hit=%.4f\n",
-         nreqs, ok, secs, ok / secs, (double)ok * opt.max_tokens / secs, pct(ttft, ok, 0.5),
-         pct(ttft, ok, 0.9), pct(ttft, ok, 0.99), pct(lat, ok, 0.5), pct(lat, ok, 0.9), bh / bq);
-  return ok == nreqs ? 0 : 1;
+         "latency_p90_ms=%.2f bound_hit=%.4f",
+         nreqs, ok, secs, ok / secs, out_tokens / secs, pct(ttft, ok, 0.5), pct(ttft, ok, 0.9),
+         pct(ttft, ok, 0.99), pct(lat, ok, 0.5), pct(lat, ok, 0.9), bh / bq);
+  if (opt.nclasses) {
+    printf(" shed=%d", shed);
+    for (int c = 0; c < opt.nclasses; c++)
+      report_class(c);
+  }
+  printf("\n");
+  /* a shed is the objectives workload's answer, not a failure */
+  return ok + (opt.nclasses ? shed : 0) == nreqs ? 0 : 1;
 }

@@ -5,6 +5,9 @@
 # build/bench-routing-client, then the simulators' counters.  Prints one table
 # per family, writes bench/routing/out/results.tsv and one plot per family
 # (out/routing-FAMILY.png, with gnuplot; PLOT_ONLY=1 redraws them).
+# The objectives family (latency objectives per request class) also writes
+# out/objectives.tsv and its own table: attainment, TTFT and TPOT per class,
+# sheds, and the latency predictor's error from the gateway's /metrics.
 #
 #   FAMILIES="prefix chat" CONFIGS="random default" QUICK=1 bench/routing/run.sh
 #   WORKERS=2: the gateway with two event loops (one prefix index all the same)
@@ -23,7 +26,7 @@ export LUPIN_HOME=$PWD
 OUT=bench/routing/out
 mkdir -p "$OUT"
 
-ALL_FAMILIES="prefix chat docqa nosharing bursty hetero lora pd tenants"
+ALL_FAMILIES="prefix chat docqa nosharing bursty hetero lora pd tenants objectives"
 FAMILIES=${FAMILIES:-$ALL_FAMILIES}
 CONFIGS_GIVEN=${CONFIGS+1} # a family's own configs run only when CONFIGS is not given
 CONFIGS=${CONFIGS:-random round-robin load-only epp default}
@@ -66,7 +69,7 @@ LORAS=lora-0,lora-1,lora-2,lora-3
 # family -> what it runs.  LEVELS: light then saturating, rate:R (open-loop
 # Poisson, req/s) or conc:C (closed loop, C in flight); QUICK=1 keeps the last.
 family() {
-  SIM_EXTRA="" SPLIT="" PD="" ORACLE="" EXTRA_CONFIGS=""
+  SIM_EXTRA="" SPLIT="" PD="" ORACLE="" EXTRA_CONFIGS="" OWN_CONFIGS="" OBJECTIVES=""
   case $1 in
   prefix) # inference-perf's shared_prefix shape, scaled down
     WORKLOAD="--groups 24 --questions 8 --system-tokens 1000 --question-tokens 100"
@@ -106,6 +109,20 @@ family() {
       --question-tokens 100 --answer-tokens 32"
     LEVELS="rate:8 rate:16" EXTRA_CONFIGS="precise precise-bounded resident-oracle"
     DESC="${TENANTS:-48} tenants x 6 users x 2 turns, a ${CONTEXT_TOKENS:-3000}-token private context per tenant ($((${TENANTS:-48} * ${CONTEXT_TOKENS:-3000})) tokens; the fleet caches $((ENDPOINTS * BLOCKS * BLOCK_SIZE)))" ;;
+  objectives) # two objective classes on a fleet of fast and slow endpoints
+    # interactive: short prompts (4 system prompts of 200 tokens + 20-800 of
+    # their own), tight TTFT and TPOT; batch: long documents (6 of 1500 tokens
+    # + 100-2500), loose TTFT, sheddable.  640 blocks hold ~3 batch prompts, so
+    # a busy endpoint runs ~8-14 requests (KV-bound, not --max-num-seqs):
+    # decode steps of 10 + 1 ms x running double from idle (11 ms) to busy
+    # (20 ms at 10); x2.5 on endpoints 0-2, where TPOT <= 40 ms holds up to 6.
+    WORKLOAD="--requests ${OBJ_REQUESTS:-480}
+      --class interactive:share=0.6,ttft=300,tpot=40,prefixes=4,prefix-tokens=200,tail=20-800,output=16-64
+      --class batch:share=0.4,ttft=5000,objective=-1,prefixes=6,prefix-tokens=1500,tail=100-2500,output=64-128"
+    LEVELS="${OBJ_LEVELS:-rate:10 rate:30}" OBJECTIVES=1
+    SIM_EXTRA="--slow-endpoints 0,1,2 --slow-factor 2.5 --itl-ms-per-seq 1 --max-num-seqs 32"
+    OWN_CONFIGS="random load-only default predicted-latency"
+    DESC="${OBJ_REQUESTS:-480} requests: 60% interactive (220-1000-token prompts, 16-64 tokens out; TTFT <= 300 ms, TPOT <= 40 ms), 40% batch (1600-4000 tokens, 64-128 out; TTFT <= 5000 ms, sheddable); endpoints 0-2 2.5x slower; decode step 10 + 1 ms x running" ;;
   *) echo "unknown family $1 (known: $ALL_FAMILIES)" >&2; exit 2 ;;
   esac
   if [ -n "${QUICK:-}" ]; then LEVELS=${LEVELS##* }; fi
@@ -264,6 +281,7 @@ run_one() { # family level config -> one results line
     echo "warning: $fam $level $cfg: some requests failed (see $log)" >&2
   local counters
   counters=$(scrape)
+  [ -n "$OBJECTIVES" ] && objectives_line "$fam" "$level" "$cfg" "$summary" >> "$objectives"
   stop
   echo "$summary $counters" | awk -v f="$fam" -v l="$level" -v c="$cfg" '{
     for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) v[kv[1]] = kv[2]; else num[++m] = $i
@@ -275,20 +293,72 @@ run_one() { # family level config -> one results line
       sum ? max / (sum / (m - 2)) : 0, v["ok"], v["requests"] }'
 }
 
+# The latency predictor's absolute percentage error, group "all", from the
+# gateway's /metrics while it still runs: the recent one (the gauge, an
+# exponentially weighted mean) for TTFT and TPOT, then the run's mean (the
+# sum of errors over the predictions counted); "-" where the gateway exports
+# none (no predictor in the config, or a front without lupin's admin).
+prediction_errors() {
+  curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" 2> /dev/null | awk '
+    function target(   t) { for (t in seen) if (index($0, "target=\"" t "\"")) return t; return "" }
+    BEGIN { seen["ttft"]; seen["tpot"] }
+    !/group="all"/ || !(t = target()) { next }
+    /^lupin_latency_prediction_error_ratio\{/ { recent[t] = $NF }
+    /^lupin_latency_prediction_ape_total\{/ { ape[t] = $NF }
+    /^lupin_latency_predictions_observed_total\{/ { n[t] = $NF }
+    END {
+      printf "%s\t%s", ("ttft" in recent) ? recent["ttft"] : "-", ("tpot" in recent) ? recent["tpot"] : "-"
+      printf "\t%s\t%s", (n["ttft"] > 0 ? ape["ttft"] / n["ttft"] : "-"),
+        (n["tpot"] > 0 ? ape["tpot"] / n["tpot"] : "-") }'
+}
+
+# One line per objective class of a run of the objectives family, from the
+# client's summary (NAME_requests, NAME_met, ...) and prediction_errors.
+objectives_line() { # family level config summary
+  local errs
+  errs=$(prediction_errors)
+  echo "$4" | awk -v f="$1" -v l="$2" -v c="$3" -v errs="$errs" '{
+    for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) {
+      v[kv[1]] = kv[2]
+      if (sub(/_requests$/, "", kv[1])) cls[++n] = kv[1] }
+    for (j = 1; j <= n; j++) { k = cls[j]; printf "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%s\n", f, l, c, k,
+      v[k "_requests"], v[k "_ok"], v[k "_met"], v[k "_shed"], v[k "_ttft_p50_ms"], v[k "_ttft_p90_ms"],
+      v[k "_tpot_p50_ms"], v[k "_tpot_p90_ms"], errs } }'
+}
+
+# The objectives family's own table: per load, config and class the share of
+# requests that met their objectives, TTFT and TPOT percentiles, sheds; the
+# predictor's error once per run, recent (run mean).
+objectives_table() {
+  awk -F'\t' -v fam="$1" 'function p(x) { return x == "-" ? "-" : sprintf("%.0f%%", 100 * x) }
+    $1 == fam {
+    if (!hdr++) printf "  %-9s %-18s %-12s %7s %8s %8s %8s %8s %5s  %s\n", "load", "config", "class",
+      "met", "TTFT p50", "p90", "TPOT p50", "p90", "shed", "predictor error TTFT / TPOT: recent (run)"
+    first = !seen[$2, $3]++
+    err = !first ? "" : $13 $14 $15 $16 == "----" ? "-" : sprintf("%s / %s (%s / %s)", p($13), p($14),
+      p($15), p($16))
+    printf "  %-9s %-18s %-12s %6.1f%% %8.1f %8.1f %8.1f %8.1f %5d  %s\n", $2, $3, $4,
+      $5 ? 100 * $7 / $5 : 0, $9, $10, $11, $12, $8, err }' "$objectives"
+}
+
 # One family's table: per level the configs' rows, then the ideal hit rate,
 # then default's TTFT against random's and load-only's (CONFIG@FRONT rows are
-# compared as CONFIG: results.tsv holds one front).
+# compared as CONFIG: results.tsv holds one front).  The config column is 12
+# wide, wider when a name is longer (predicted-latency).
 table() {
-  awk -F'\t' -v fam="$1" '$1 == fam { c = $3; sub(/@.*/, "", c)
-    if (!hdr++) printf "  %-9s %-12s %6s %8s %8s %8s %8s %8s %7s %6s %7s\n", "load", "config",
+  local w
+  w=$(awk -F'\t' -v fam="$1" '$1 == fam && length($3) > w { w = length($3) } END { print (w > 12 ? w : 12) }' \
+    "$results")
+  awk -F'\t' -v fam="$1" -v cf="%-${w}s" '$1 == fam { c = $3; sub(/@.*/, "", c)
+    if (!hdr++) printf "  %-9s " cf " %6s %8s %8s %8s %8s %8s %7s %6s %7s\n", "load", "config",
       "hit", "TTFT p50", "p90", "p99", "e2e p50", "e2e p90", "req/s", "imbal", "ok"
-    printf "  %-9s %-12s %5.1f%% %8.1f %8.1f %8.1f %8.1f %8.1f %7.1f %6.2f %7s\n", $2, $3, 100 * $4,
+    printf "  %-9s " cf " %5.1f%% %8.1f %8.1f %8.1f %8.1f %8.1f %7.1f %6.2f %7s\n", $2, $3, 100 * $4,
       $6, $7, $8, $9, $10, $11, $12, $13 "/" $14
     bound = $5; p50[$2, c] = $6; p90[$2, c] = $7; hit[$2, c] = $4
     if (!seen[$2]++) lv[++n] = $2 }
     END {
       if (!hdr) exit
-      printf "  %-9s %-12s %5.1f%%   (ideal: each prompt token seen before on any endpoint)\n", "", "ideal",
+      printf "  %-9s " cf " %5.1f%%   (ideal: each prompt token seen before on any endpoint)\n", "", "ideal",
         100 * bound
       for (i = 1; i <= n; i++) { l = lv[i]
         if (!((l, "default") in p50)) continue
@@ -366,6 +436,8 @@ if [ -n "${PLOT_ONLY:-}" ]; then
   plot
   exit
 fi
+objectives="$OUT/objectives.tsv"
+printf 'family\tload\tconfig\tclass\trequests\tok\tmet\tshed\tttft_p50_ms\tttft_p90_ms\ttpot_p50_ms\ttpot_p90_ms\tpred_err_ttft\tpred_err_tpot\tpred_mean_ttft\tpred_mean_tpot\n' > "$objectives"
 printf 'family\tload\tconfig\thit\tideal\tttft_p50_ms\tttft_p90_ms\tttft_p99_ms\tlat_p50_ms\tlat_p90_ms\trps\timbalance\tok\trequests\n' > "$results"
 echo "routing matrix: $ENDPOINTS lupin-sim endpoints ($BLOCKS blocks of $BLOCK_SIZE tokens," \
   "serial prefill ${PREFILL_MS_PER_TOKEN} ms/token, ${ITL_MS} ms/token decode, $MAX_TOKENS output tokens);" \
@@ -374,6 +446,7 @@ for fam in $FAMILIES; do
   family "$fam"
   endpoints_file
   cfgs=$CONFIGS
+  [ -z "$CONFIGS_GIVEN" ] && [ -n "$OWN_CONFIGS" ] && cfgs=$OWN_CONFIGS
   [ -z "$CONFIGS_GIVEN" ] && cfgs="$cfgs ${EXTRA_CONFIGS/resident-oracle/}"
   [ -n "$ORACLE" ] && [ -z "${NO_ORACLE:-}" ] && cfgs="$cfgs oracle"
   [[ $EXTRA_CONFIGS == *resident-oracle* ]] && [ -z "$CONFIGS_GIVEN" ] && [ -z "${NO_ORACLE:-}" ] &&
@@ -386,6 +459,10 @@ for fam in $FAMILIES; do
   echo
   echo "$fam: $DESC"
   table "$fam"
+  if [ -n "$OBJECTIVES" ]; then
+    echo
+    objectives_table "$fam"
+  fi
 done
 echo
 echo "TTFT: client, sending to the first SSE data line; e2e: to the last byte.  hit: the"
