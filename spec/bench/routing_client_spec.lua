@@ -146,12 +146,14 @@ describe("bench-routing-client --class against a model server", function()
     S.write(dir .. "/server.py", SERVER)
     for _ = 1, 10 do
       port = math.random(20000, 32000)
-      os.execute(("/usr/bin/python3 %s/server.py %d %s/seen.jsonl > %s/server.log 2>&1 & echo $! > %s/pid")
-        :format(dir, port, dir, dir, dir))
+      -- not under the ASan run's preloaded runtime (make test-asan): python is not ours
+      os.execute(("env -u LD_PRELOAD -u LSAN_OPTIONS /usr/bin/python3 %s/server.py %d"
+        .. " %s/seen.jsonl > %s/server.log 2>&1 & echo $! > %s/pid"):format(dir, port, dir, dir, dir))
       pid = slurp(dir .. "/pid"):match("%d+")
       local up
       for _ = 1, 100 do
-        if os.execute(("curl -s -o /dev/null http://127.0.0.1:%d/ 2>/dev/null"):format(port)) == 0 then
+        if os.execute(("env -u LD_PRELOAD curl -s --max-time 2 -o /dev/null http://127.0.0.1:%d/"
+          .. " 2>/dev/null"):format(port)) == 0 then
           up = true
           break
         end
