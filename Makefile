@@ -287,8 +287,9 @@ test-asan:
 # The end-to-end specs with every gateway on 2 workers, its programs built
 # with ThreadSanitizer (busted loads the plain build's native module: a TSan
 # library cannot be loaded into luajit), and the thread specs of the core.
+# The plain nginx module, rebuilt when the core changed, as make test does.
 TSAN_SPECS = spec/e2e
-test-tsan: all
+test-tsan: all $(if $(wildcard $(NGX_SRC_DIR)/conf_flags),nginx-module)
 	$(MAKE) B=build-tsan CFLAGS="-O1 -g -fsanitize=thread" all
 	LUPIN_BUILD=$(B) LUPIN_PROGRAMS=build-tsan LUPIN_TSAN=1 LUPIN_TEST_WORKERS=2 bash spec/run $(TSAN_SPECS)
 
