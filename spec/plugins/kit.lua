@@ -178,6 +178,32 @@ local self = gen.by_name[%q].obj
 ]]):format(name, expr))
 end
 
+--- The start of a K.instance expression for the predicted-latency family's
+--- consumers: from `a` (JSON, %q in the format), `eps` (the pool, or the
+--- endpoints a.names names, in that order) and `shared` holding what
+--- predicted-latency-producer would publish: a.pl's slo, and its prefix and
+--- endpoints keyed by endpoint name (no a.pl: no producer).  Each spec ends
+--- it with its own call (a format string: %% for a literal percent sign).
+K.PREDICTED = [[
+local a = require("cjson").decode(%q)
+local by, eps = {}, {}
+for _, ep in ipairs(require("lupin.runtime.pool").list) do
+  by[ep.name] = ep
+  eps[#eps + 1] = ep
+end
+if a.names then
+  eps = {}
+  for i, n in ipairs(a.names) do eps[i] = by[n] end
+end
+local shared = {}
+if a.pl then
+  local pl = { slo = a.pl.slo, streaming = true, prefix = {}, endpoints = {} }
+  for n, v in pairs(a.pl.prefix or {}) do pl.prefix[by[n].id] = v end
+  for n, v in pairs(a.pl.endpoints or {}) do pl.endpoints[by[n].id] = v end
+  shared[require("lupin.slo").KEY] = pl
+end
+]]
+
 --- The error of loading a config whose "plugins" are the given JSON texts,
 --- one per line: plugins[i] is on line 2 + i of "spec.json".
 function K.load_error(plugins)

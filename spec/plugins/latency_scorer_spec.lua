@@ -18,24 +18,7 @@ end
 -- The instance's scores by endpoint name, with predictions `pl` (endpoints
 -- and prefix keyed by name; nil: no producer), on the endpoints named
 -- (default all, in pool order).
-local CALL = [[
-local a = require("cjson").decode(%q)
-local by, eps = {}, {}
-for _, ep in ipairs(require("lupin.runtime.pool").list) do
-  by[ep.name] = ep
-  eps[#eps + 1] = ep
-end
-if a.names then
-  eps = {}
-  for i, n in ipairs(a.names) do eps[i] = by[n] end
-end
-local shared = {}
-if a.pl then
-  local pl = { slo = a.pl.slo or { ttft = 100, tpot = 20 }, streaming = true, prefix = {}, endpoints = {} }
-  for n, v in pairs(a.pl.prefix or {}) do pl.prefix[by[n].id] = v end
-  for n, v in pairs(a.pl.endpoints or {}) do pl.endpoints[by[n].id] = v end
-  shared[require("lupin.slo").KEY] = pl
-end
+local CALL = K.PREDICTED .. [[
 local out = {}
 for i, s in ipairs(self:score({ shared = shared, request = { id = "spec", headers = {} } }, eps)) do
   out[eps[i].name] = ("%%.17g"):format(s)
@@ -44,6 +27,9 @@ return out
 ]]
 
 local function scores(rt, pl, names)
+  if pl and not pl.slo then
+    pl.slo = { ttft = 100, tpot = 20 }
+  end
   local out = K.instance(rt, T, CALL:format(S.json.encode({ pl = pl, names = names })))
   for k, v in pairs(out) do
     out[k] = tonumber(v)

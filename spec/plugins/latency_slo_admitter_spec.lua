@@ -32,23 +32,7 @@ end
 -- The instance's verdict with predictions `pl` (endpoints keyed by name;
 -- nil: no producer) for a request of `priority` (nil: none given) on the
 -- endpoints named (default all).
-local CALL = [[
-local a = require("cjson").decode(%q)
-local by, eps = {}, {}
-for _, ep in ipairs(require("lupin.runtime.pool").list) do
-  by[ep.name] = ep
-  eps[#eps + 1] = ep
-end
-if a.names then
-  eps = {}
-  for i, n in ipairs(a.names) do eps[i] = by[n] end
-end
-local shared = {}
-if a.pl then
-  local pl = { slo = a.pl.slo, streaming = true, prefix = {}, endpoints = {} }
-  for n, v in pairs(a.pl.endpoints) do pl.endpoints[by[n].id] = v end
-  shared[require("lupin.slo").KEY] = pl
-end
+local CALL = K.PREDICTED .. [[
 local ok, status, reason = self:admit({ shared = shared,
   request = { id = "spec", headers = {}, priority = a.priority } }, eps)
 return { admitted = ok ~= false, status = status, reason = reason }
