@@ -313,6 +313,20 @@ describe("featureGates", function()
     rt:free()
     fails(BASE .. "featureGates: flowControl\n", "featureGates must be an array")
   end)
+
+  it("takes llm-d-router's haPopulateNonLeaderDatastore silently, warns of enableLegacyMetrics", function()
+    local rt, ok, err = load(BASE .. "featureGates: [haPopulateNonLeaderDatastore, enableLegacyMetrics]\n")
+    assert(ok, err)
+    local removed, unknown = false, false
+    for _, l in ipairs(rt:logs()) do
+      removed = removed or l[2]:find('featureGates[1]: feature gate "enableLegacyMetrics" has no'
+        .. " effect: llm-d-router removed it", 1, true) ~= nil
+      unknown = unknown or l[2]:find("is unknown to lupin", 1, true) ~= nil
+    end
+    assert.is_true(removed)
+    assert.is_false(unknown)
+    rt:free()
+  end)
 end)
 
 describe("plugin types refused on purpose", function()

@@ -176,6 +176,14 @@ M.FEATURE_GATES = {
   dataLayer = "lupin's data layer is always on: accepted, no effect",
   prepareDataPlugins = "lupin always runs prepare plugins: accepted, no effect",
   flowControl = "turns flow control on (docs/flow-control.md), as a flowControl section does",
+  haPopulateNonLeaderDatastore = "lupin has no leader election: every replica keeps its"
+    .. " endpoints; accepted, no effect",
+}
+
+--- Gates upstream removed: loaded with a warning saying so.
+M.REMOVED_GATES = {
+  enableLegacyMetrics = "llm-d-router removed it (2026-05): every metric comes from the data"
+    .. " layer; remove it",
 }
 
 local function build_feature_gates(list, cfg)
@@ -184,9 +192,13 @@ local function build_feature_gates(list, cfg)
     cfg.feature_gates[name] = true
     if not M.FEATURE_GATES[name] then
       local log = require "lupin.log"
-      log.warn("%s", cfg.errors:at(("featureGates[%d]"):format(i - 1), "feature gate %q is"
-        .. " unknown to lupin and has no effect; known: %s", name,
-        walk.sorted_keys(M.FEATURE_GATES)))
+      local at, removed = ("featureGates[%d]"):format(i - 1), M.REMOVED_GATES[name]
+      if removed then
+        log.warn("%s", cfg.errors:at(at, "feature gate %q has no effect: %s", name, removed))
+      else
+        log.warn("%s", cfg.errors:at(at, "feature gate %q is unknown to lupin and has no effect;"
+          .. " known: %s", name, walk.sorted_keys(M.FEATURE_GATES)))
+      end
     end
   end
 end
