@@ -104,6 +104,19 @@ local function ids(got)
 end
 
 describe("flow control", function()
+  it("reads llm-d-router's objective header, and GIE's older one, the first winning", function()
+    local rt = S.loaded({ plugins = { { type = "test-picker", name = "p" } },
+      schedulingProfiles = { { name = "default", plugins = { { pluginRef = "p" } } } } })
+    finally(function() rt:free() end)
+    assert.same({ -2, -3, 5, 0 }, S.eval(rt, [[
+      local f, g = require "lupin.runtime.flow", require("lupin.runtime").current
+      return { f.priority_of(g, { ["x-llm-d-inference-objective"] = "-2" }),
+        f.priority_of(g, { ["x-gateway-inference-objective"] = "-3" }),
+        f.priority_of(g, { ["x-llm-d-inference-objective"] = "5",
+          ["x-gateway-inference-objective"] = "-3" }),
+        f.priority_of(g, {}) }]]))
+  end)
+
   it("is off without a flowControl section: a request is scheduled at once", function()
     local c = config()
     c.flowControl, c.saturationDetector = nil, nil

@@ -53,8 +53,9 @@ local M = {}
 local OUTCOME = require("lupin.runtime.enums").outcome
 local QUEUE_TTL, QUEUE_FULL, SHED = OUTCOME.queue_ttl, OUTCOME.queue_full, OUTCOME.shed
 
-local OBJECTIVE = "x-gateway-inference-objective"
-local FAIRNESS = "x-gateway-inference-fairness-id"
+-- llm-d-router's names, then GIE's older ones they replace
+local OBJECTIVE, OLD_OBJECTIVE = "x-llm-d-inference-objective", "x-gateway-inference-objective"
+local FAIRNESS, OLD_FAIRNESS = "x-llm-d-inference-fairness-id", "x-gateway-inference-fairness-id"
 local TTL_HEADER = "x-lupin-request-ttl"
 
 local hosted = false -- the host set a dispatch callback
@@ -534,7 +535,7 @@ local function clamp(v, levels)
   return levels[#levels], true
 end
 
---- The request's priority: its objective's (x-gateway-inference-objective
+--- The request's priority: its objective's (x-llm-d-inference-objective, else x-gateway-inference-objective,
 --- naming one of the config's objectives), else the header's value when an
 --- integer (as saturation-detector reads it) clamped into the configured
 --- priorities (a client cannot make bands of its own), else 0.
@@ -543,7 +544,7 @@ end
 ---@return integer priority
 ---@return boolean? clamped
 function M.priority_of(gen, headers)
-  local v = headers[OBJECTIVE]
+  local v = headers[OBJECTIVE] or headers[OLD_OBJECTIVE]
   if not v then
     return 0
   end
@@ -622,7 +623,7 @@ function M.arrive(r)
   local ttl = header_ttl(headers[TTL_HEADER]) or (conf_for(p) or {}).ttl or conf.ttl
   local t = now()
   seq = seq + 1
-  local fc = { r = r, id = r.id, seq = seq, priority = p, flow = headers[FAIRNESS] or "",
+  local fc = { r = r, id = r.id, seq = seq, priority = p, flow = headers[FAIRNESS] or headers[OLD_FAIRNESS] or "",
     headers = headers, bytes = rawget(r.request, "body_bytes"), enqueued_at = t, ttl = ttl,
     deadline = ttl > 0 and t + ttl or math.huge, state = "through", waited = 0 }
   r.fc = fc
