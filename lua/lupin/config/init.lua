@@ -351,6 +351,73 @@ function M.endpoints_file(path)
   return M.parse_endpoints(M.errors(path, index), root, "")
 end
 
+-- One line's ${...} expanded (the part before a YAML comment only), or nil
+-- and the message.
+local function expand_line(line, n, source, getenv, yaml_text)
+  local code, comment = line, ""
+  if yaml_text then
+    local c = line:find("^%s*#") or line:find("%s#")
+    if c then
+      code, comment = line:sub(1, c - 1), line:sub(c)
+    end
+  end
+  local err
+  code = code:gsub("(%$+){([^}]*)}", function(dollars, body)
+    if err then
+      return nil
+    end
+    if #dollars % 2 == 0 then -- $${...}: escaped, one $ less
+      return dollars:sub(2) .. "{" .. body .. "}"
+    end
+    local name, default = body:match("^([%a_][%w_]*):%-(.*)$")
+    name = name or body:match("^([%a_][%w_]*)$")
+    if not name then
+      err = ("%s:%d: ${%s}: not a variable: write ${NAME} or ${NAME:-default}"):format(source, n,
+        body)
+      return nil
+    end
+    local v = getenv(name)
+    if v == nil or (default and v == "") then
+      v = default
+    end
+    if v == nil then
+      err = ("%s:%d: ${%s}: the environment variable %s is not set: set it, or give a default"
+        .. " (${%s:-value})"):format(source, n, body, name, name)
+      return nil
+    end
+    return dollars:sub(2) .. v
+  end)
+  if err then
+    return nil, err
+  end
+  return code .. comment
+end
+
+--- Expands ${NAME} and ${NAME:-default} from the environment, as the
+--- upstream deploy scripts' envsubst does before the EPP reads its config
+--- (not in YAML comments); $${ is a literal ${.  An unset variable without
+--- a default is an error at its line.  Returns the text, or nil and the
+--- message.
+---@param getenv fun(name: string): string?
+function M.expand(text, source, getenv)
+  if not text:find("${", 1, true) then
+    return text
+  end
+  local yaml_text, out, n = M.is_yaml(text, source), {}, 0
+  for line, nl in text:gmatch("([^\n]*)(\n?)") do
+    n = n + 1
+    if line == "" and nl == "" then
+      break
+    end
+    local x, err = expand_line(line, n, source, getenv, yaml_text)
+    if not x then
+      return nil, err
+    end
+    out[#out + 1] = x .. nl
+  end
+  return table.concat(out)
+end
+
 --- Parses and checks a config.  text nil: read the file named by source.
 ---@return table? cfg, string? err
 function M.parse(text, source)
@@ -361,6 +428,11 @@ function M.parse(text, source)
       return nil, err
     end
   end
+  local expanded, xerr = M.expand(text, source, os.getenv)
+  if not expanded then
+    return nil, xerr
+  end
+  text = expanded
   local root, index = M.decode(text, source)
   if root == nil then
     return nil, index
