@@ -676,8 +676,8 @@ int lupin_request_response_chunk(lupin_request *req, const char *data, size_t le
 int lupin_request_wants_chunks(const lupin_request *req);
 
 /* When the response came, as the core saw it through the host's calls
- * (seconds, lupin_now's clock; 0: not yet).  The body's times and counts
- * are kept only when a plugin of the generation asks for them
+ * (seconds, lupin_now's clock; 0: not yet).  It is kept only when a plugin
+ * of the generation asks for it
  * (`times_response = true`, as predicted-latency-producer does: its TTFT
  * is first_byte_at - the dispatch, its TPOT the time between the first and
  * the last event over the events between). */

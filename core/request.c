@@ -57,6 +57,8 @@ struct lupin_request {
   hold *holds;
   size_t n_holds, cap_holds;
   int released; /* the end released them: nothing more is counted */
+  int prefill;  /* prefill tokens are counted in a hold: the first byte releases them */
+  int answered; /* a body byte came back: no prefill is counted any more */
   lupin_response_timing timing;
   hold holds_inline[2];
   lupin_request *prev, *next; /* next: the spare list's too */
@@ -333,7 +335,10 @@ lupin_request *lupin_request_begin(lupin_runtime *rt, const lupin_request_desc *
   req->rt = rt;
   req->flags = desc->flags;
   req->gen = gen;
-  req->timing = (lupin_response_timing){.begun_at = lupin_now()};
+  req->prefill = req->answered = 0;
+  /* timed only for a plugin that reads it: no clock read a request otherwise */
+  req->timing =
+      (lupin_response_timing){.begun_at = gen->flags & LUPIN_GEN_TIMES_RESPONSE ? lupin_now() : 0};
   req->response_hooks = gen->flags & LUPIN_GEN_OBSERVES_RESPONSE;
   req->holds = req->holds_inline;
   req->cap_holds = sizeof req->holds_inline / sizeof *req->holds_inline;
@@ -421,16 +426,19 @@ static void add_prefill(lupin_counters *c, int64_t n) {
  * byte comes back (or it ends): once it has, nothing more is counted. */
 int lupin__request_prefill(uintptr_t addr, const lupin_endpoint *ep, int64_t tokens) {
   lupin_request *req = (lupin_request *)addr;
-  if (!ep->counters || req->released || req->timing.first_byte_at || tokens < 0) return -1;
+  if (!ep->counters || req->released || req->answered || tokens < 0) return -1;
   hold *h = hold_of(req, ep);
   if (!h) return -1;
   add_prefill(h->c, tokens - h->prefill);
   h->prefill = tokens;
+  req->prefill = 1;
   return 0;
 }
 
 /* At the first body byte: the prefill is done wherever it was counted. */
 static void release_prefill(lupin_request *req) {
+  if (!req->prefill) return;
+  req->prefill = 0;
   for (size_t i = 0; i < req->n_holds; i++) {
     add_prefill(req->holds[i].c, -req->holds[i].prefill);
     req->holds[i].prefill = 0;
@@ -620,7 +628,7 @@ static int keep_head(lupin_request *req, int status, const lupin_header *headers
  * having that hook. */
 int lupin_request_response_header(lupin_request *req, int status, const lupin_header *headers,
                                   size_t n) {
-  req->timing.head_at = lupin_now();
+  if (req->gen->flags & LUPIN_GEN_TIMES_RESPONSE) req->timing.head_at = lupin_now();
   if (!req->response_hooks)
     return req->gen->flags & LUPIN_GEN_HAS_FINISH ? keep_head(req, status, headers, n) : 0;
   lua_State *L = req->rt->L;
@@ -654,7 +662,8 @@ static void time_chunk(lupin_response_timing *t, const char *data, size_t len) {
 int lupin_request_response_chunk(lupin_request *req, const char *data, size_t len) {
   int flags = req->gen->flags;
   if (len) {
-    if (!req->timing.first_byte_at) release_prefill(req);
+    req->answered = 1;
+    release_prefill(req);
     if (flags & LUPIN_GEN_TIMES_RESPONSE) time_chunk(&req->timing, data, len);
   }
   if (!(flags & LUPIN_GEN_OBSERVES_CHUNKS)) return 0;

@@ -26,8 +26,8 @@
 ---@field set_prefill_tokens fun(self: lupin.Ctx, ep: lupin.Endpoint, n: integer): boolean prefill on ep to its 1st byte
 local M = {}
 
---- When a response came, in seconds of env.now()'s clock (0: not yet).  The
---- body's fields are kept only for generations with a plugin declaring
+--- When a response came, in seconds of env.now()'s clock (0: not yet).  Kept
+--- only for generations with a plugin declaring
 --- `times_response = true`.
 ---@class lupin.Timing
 ---@field begun_at number the request began (reached the gateway)
@@ -113,8 +113,8 @@ function FIELDS.response(r) return r.response end
 local timing = ffi.new("lupin_response_timing")
 
 -- When the response came, as the core saw it (a new table each read; nil
--- without a C request: the dry run, lupin.testing's calls).  The body's
--- times and counts need the plugin's times_response = true.
+-- without a C request: the dry run, lupin.testing's calls).  All zeros
+-- unless a plugin of the generation has times_response = true.
 function FIELDS.timing(r)
   local creq = r.creq
   if not creq then

@@ -781,7 +781,7 @@ end
 --- response_complete (finish hooks alone get the head with the end: M.finish),
 --- each chunk when no plugin has response_chunk, the end of the response when
 --- none has response_complete, the finish hook when no plugin has finish;
---- the body's timing (ctx.timing) unless a plugin asks for it.
+--- the response's timing (ctx.timing) unless a plugin asks for it.
 function M.flags(gen)
   local p = gen.points
   local flags = 0
