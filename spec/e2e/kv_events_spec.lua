@@ -55,6 +55,15 @@ local function kv(gw)
   return json.decode(body)
 end
 
+-- The subscriber thread lists an endpoint once it has subscribed, a moment
+-- after the gateway answers: a spec waits for it before reading the list.
+local function wait_subscribed(gw, s)
+  P.poll(function()
+    local st = kv(gw)
+    return st.enabled and #st.endpoints == #s.ports
+  end, "the subscriptions")
+end
+
 local function by_name(state)
   local out = {}
   for _, e in ipairs(state.endpoints) do
@@ -95,10 +104,7 @@ describe("precise prefix routing from lupin-sim's KV events", function()
   setup(function()
     s = sim(2, "--instant --block-size 16 --num-gpu-blocks 64", true)
     gw = P.gateway(config(s))
-    P.poll(function()
-      local st = kv(gw)
-      return st.enabled and #st.endpoints == 2
-    end, "the subscriptions")
+    wait_subscribed(gw, s)
   end)
 
   teardown(function()
@@ -165,6 +171,7 @@ describe("lost batches", function()
         P.stop(gw)
         P.stop(s)
       end)
+      wait_subscribed(gw, s)
       for i = 1, 30 do
         local code = P.post(gw.base, "/v1/completions", { model = MODEL,
           prompt = ("Prompt number %d, long enough for a few blocks. "):format(i):rep(6),
@@ -188,6 +195,7 @@ describe("lost batches", function()
         P.stop(gw)
         P.stop(s)
       end)
+      wait_subscribed(gw, s)
       for i = 1, 30 do
         assert.equal(200, (P.post(gw.base, "/v1/completions", { model = MODEL,
           prompt = ("Prompt number %d, long enough for a few blocks. "):format(i):rep(6),
@@ -212,6 +220,7 @@ describe("an engine restarted", function()
       P.stop(gw)
       P.stop(s)
     end)
+    wait_subscribed(gw, s)
     assert.equal(200, (P.post(gw.base, "/v1/completions", { model = MODEL,
       prompt = CONTEXT, max_tokens = 2 })))
     P.poll(function()
@@ -290,13 +299,17 @@ describe("garbage on the wire", function()
     local pub = zmq.zmq_socket(ctx, PUB)
     zmq.zmq_setsockopt(pub, LINGER, ffi.new("int[1]", 0), 4)
     assert.equal(0, zmq.zmq_bind(pub, "tcp://127.0.0.1:" .. s.events))
-    local gw = P.gateway(config(s, params))
+    local gw
+    -- registered before the gateway starts: a start that fails still closes
+    -- the socket, or libzmq's threads outlive the library at exit
     finally(function()
       zmq.zmq_close(pub)
       zmq.zmq_ctx_term(ctx)
       P.stop(gw)
       P.stop(s)
     end)
+    gw = P.gateway(config(s, params))
+    wait_subscribed(gw, s)
     local function send(frames)
       for i, f in ipairs(frames) do
         zmq.zmq_send(pub, f, #f, i < #frames and SNDMORE or 0)
