@@ -42,7 +42,8 @@ return {
     prefixMatchInfoProducerName = { type = "string",
       description = "score the matches this approx-prefix-cache-producer found (newer EPPs'"
         .. " producer/scorer split) instead of hashing here" },
-    mode = { type = "string", description = "\"approximate\" only (lupin's own index)" },
+    mode = { type = "string", description = "\"approximate\" (lupin's own index); llm-d v0.4's"
+      .. " \"cache_tracking\" loads the instance as precise-prefix-cache-scorer" },
     kvEventsConfig = { type = "any", description = "refused: precise-prefix-cache-scorer's" },
     indexerConfig = { type = "any", description = "refused: precise-prefix-cache-scorer's" },
   },

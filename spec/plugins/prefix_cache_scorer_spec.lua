@@ -26,6 +26,35 @@ describe("prefix-cache-scorer", function()
     assert.same({ ep1 = 0, ep2 = 1 }, select(2, P.request(rt, x64)))
   end)
 
+  it("refuses the precise mode's parameters and other modes, naming the precise scorer", function()
+    for _, k in ipairs({ "kvEventsConfig", "indexerConfig" }) do
+      assert.matches(k .. " is not supported here: lupin's prefix%-cache%-scorer is the"
+        .. " approximate mode;.*use precise%-prefix%-cache%-scorer",
+        P.config_error("prefix-cache-scorer", { [k] = {} }))
+    end
+    assert.matches('mode "estimate" is not supported here: use mode "approximate"',
+      P.config_error("prefix-cache-scorer", { mode = "estimate" }))
+  end)
+
+  it("loads llm-d v0.4's mode cache_tracking as precise-prefix-cache-scorer, with a warning",
+    function()
+      rt = S.runtime()
+      local ok, err = rt:load_string(S.json.encode(scorer({ mode = "cache_tracking",
+        kvEventsConfig = { zmqEndpoint = "tcp://127.0.0.1:5557" },
+        indexerConfig = { tokenizersPoolConfig = {} } })), "spec.json")
+      assert(ok, err)
+      local renamed, precise = false, false
+      for _, l in ipairs(rt:logs()) do
+        renamed = renamed or l[2]:find('plugins[1].parameters.mode: mode "cache_tracking" is'
+          .. " llm-d's earlier precise mode: loaded as precise-prefix-cache-scorer", 1, true) ~= nil
+        -- the precise scorer read the parameters: its own warning names them
+        precise = precise or l[2]:find("(precise-prefix-cache-scorer): indexerConfig"
+          .. ".tokenizersPoolConfig is not acted on", 1, true) ~= nil
+      end
+      assert.is_true(renamed)
+      assert.is_true(precise)
+    end)
+
   it("refuses parameters out of bounds with config errors", function()
     assert.matches("parameters.blockSize: must be an integer between 1 and 1048576, got 2000000",
       P.config_error("prefix-cache-scorer", { blockSize = 2000000 }))

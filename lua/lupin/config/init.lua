@@ -75,10 +75,31 @@ end
 
 -- --- after the walk: what refers across sections, and the cfg ---
 
+-- llm-d up to v0.4 ran its precise mode as prefix-cache-scorer with
+-- mode: cache_tracking; it is precise-prefix-cache-scorer now, with the
+-- same parameters.  Loaded as that type, under the name it had.
+local function renamed_precise(p, path, cfg)
+  local params = p.parameters
+  if p.type ~= "prefix-cache-scorer" or type(params) ~= "table"
+    or params.mode ~= "cache_tracking" then
+    return p
+  end
+  local moved = {}
+  for k, v in pairs(params) do
+    moved[k] = k ~= "mode" and v or nil
+  end
+  require("lupin.log").warn("%s", cfg.errors:at(path .. ".parameters.mode", "mode \"cache_tracking\" is llm-d's"
+    .. " earlier precise mode: loaded as precise-prefix-cache-scorer (rename the type to"
+    .. " silence this)"))
+  return { name = p.name or p.type, type = "precise-prefix-cache-scorer", parameters = moved,
+    maxCallMs = p.maxCallMs, maxLifecycleMs = p.maxLifecycleMs }
+end
+
 local function build_plugins(list, cfg)
   local names = {}
   for i, p in ipairs(list) do
     local path = ("plugins[%d]"):format(i - 1)
+    p = renamed_precise(p, path, cfg)
     local name = p.name or p.type
     if names[name] then
       return cfg.errors:at(p.name and path .. ".name" or path .. ".type",
