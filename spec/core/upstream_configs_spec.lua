@@ -37,6 +37,7 @@ local EXPECT = {
   ["router-core-metrics-extractor-readme.yaml"] = "loads",
   ["router-chart-latency-predictor.yaml"] = "loads",
   ["router-probabilistic-admitter-epp-config.yaml"] = "loads",
+  ["router-pd-topology-epp-config.yaml"] = "loads",
   ["router-epp-burst-prefix-cache-config.yaml"] = { refused("burst-prefix-cache-producer",
     "approx-prefix-cache-producer") },
   ["router-epp-mm-embeddings-cache-config.yaml"] = { refused("mm-embeddings-cache-producer",
