@@ -1,7 +1,9 @@
 -- llm-d-router's disagg-profile-handler: decode (D) always runs first and is
 -- the primary; then encode (E) when deciders.encode names a decider that says
 -- yes, then prefill (P) when deciders.prefill does.  No decider, no stage:
--- decode only.  Before forwarding it writes the headers the sidecar reads
+-- decode only.  The decode pick is put in ctx.shared[disagg.PEER] before
+-- prefill runs (upstream's peer endpoint, read by the topology plugins).
+-- Before forwarding it writes the headers the sidecar reads
 -- (x-prefiller-host-port, x-encoder-hosts-ports), as upstream's PreRequest.
 -- The flat parameters of older versions (decodeProfile, deciderPluginName...)
 -- are accepted, but not mixed with profiles/deciders, as upstream.
@@ -114,6 +116,9 @@ return {
       local name, decider = self[stage], self[stage .. "_decider"]
       if decider and profiles[name] and results[name] == nil and not skipped[stage] then
         if decider:disaggregate(ctx, ep) then
+          if stage == "prefill" then
+            ctx.shared[disagg.PEER] = ep -- what the topology plugins compare candidates with
+          end
           return { name }
         end
         skipped[stage] = true

@@ -9,6 +9,11 @@ M.PREFILL_HEADER = "x-prefiller-host-port"
 M.ENCODE_HEADER = "x-encoder-hosts-ports"
 M.DP_HEADER = "x-data-parallel-host-port"
 
+-- The ctx.shared key under which disagg-profile-handler puts the decode
+-- pick before it runs the prefill profile: the peer the topology plugins
+-- compare prefill candidates with.
+M.PEER = "peer-endpoint"
+
 -- Upstream's estimate: the request is not tokenized (AverageCharactersPerToken).
 M.CHARS_PER_TOKEN = 4
 
@@ -102,6 +107,38 @@ function M.set_headers(ctx, result, prefill, encode)
     end
     ctx:set_header(M.ENCODE_HEADER, table.concat(list, ","))
   end
+end
+
+-- Topology levels, tightest first; a pair sharing none is at NO_LEVEL.
+M.LEVELS = { host = 1, rack = 2, zone = 3, region = 4 }
+M.NO_LEVEL = 5
+
+--- The topology-extractor instance named `ref` for `field`, or nil with a
+--- warning at the field when the config has none (the topology plugins
+--- then do nothing, as upstream's); an error when `ref` is another type.
+--- Call from init.
+---@param env lupin.Env
+---@param field string
+---@param ref string
+function M.topology_producer(env, field, ref)
+  local obj, type_ = env.plugin(ref)
+  if not obj then
+    env.warn(field, "no plugin named %q: without topology-extractor no endpoint has a topology,"
+      .. " so this plugin does nothing; add a topology-extractor", ref)
+    return nil
+  elseif type(obj.topology) ~= "function" or type(obj.level) ~= "function" then
+    error(("%s: plugin %q (%s) is not a topology-extractor"):format(field, ref, type_), 0)
+  end
+  return obj
+end
+
+--- The topology of the request's peer (the decode pick, when the prefill
+--- profile runs), or nil.
+---@param ctx lupin.Ctx
+---@param producer table? a topology-extractor instance
+function M.peer_topology(ctx, producer)
+  local peer = producer and ctx.shared[M.PEER]
+  return peer and producer:topology(peer)
 end
 
 return M

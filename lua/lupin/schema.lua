@@ -2,7 +2,7 @@
 ---
 --- A schema maps each parameter name to a field description:
 ---   { type = "number"|"integer"|"string"|"boolean"|"array"|"object"|"any",
----     default = v, required = true, min = n, max = n, enum = { ... },
+---     default = v, required = true, min = n, above = n, max = n, enum = { ... },
 ---     items = "string"|"number"|..., fallback = v, description = "..." }
 --- Parameters not in the schema are refused, so typos surface at load time.
 --- A field with a fallback takes a value below its min as the EPP does: it is
@@ -17,6 +17,7 @@ local cjson = require "cjson"
 ---@field default any
 ---@field required boolean?
 ---@field min number?
+---@field above number? an exclusive min: the value must be greater
 ---@field max number?
 ---@field enum any[]?
 ---@field items string? the type of an array's items
@@ -88,7 +89,9 @@ local function copy(v)
 end
 
 local function bounds(f)
-  if f.min and f.max then
+  if f.above then
+    return (" > %s%s"):format(f.above, f.max and (" and ≤ %s"):format(f.max) or "")
+  elseif f.min and f.max then
     return (" between %s and %s"):format(f.min, f.max)
   elseif f.min then
     return (" ≥ %s"):format(f.min)
@@ -107,7 +110,7 @@ local function check_field(name, f, v)
   if not type_ok(f.type, v) then
     return ("must be %s%s, got %s"):format(article(f.type), bounds(f), show(v))
   end
-  if (f.min and v < f.min) or (f.max and v > f.max) then
+  if (f.min and v < f.min) or (f.above and v <= f.above) or (f.max and v > f.max) then
     return ("must be %s%s, got %s"):format(article(f.type), bounds(f), show(v))
   end
   if f.enum then

@@ -107,7 +107,9 @@ local function bounds(f)
     end
     parts[#parts + 1] = "one of " .. table.concat(opts_, ", ")
   end
-  if f.min and f.max then
+  if f.above then
+    parts[#parts + 1] = ("> %s%s"):format(f.above, f.max and (", ≤ %s"):format(f.max) or "")
+  elseif f.min and f.max then
     parts[#parts + 1] = ("%s – %s"):format(f.min, f.max)
   elseif f.min then
     parts[#parts + 1] = ("≥ %s"):format(f.min)
