@@ -155,6 +155,12 @@ typedef struct lh_family {
   const char *labels[LH_MAX_LABELS]; /* names, NULL after the last */
   const double *bounds;              /* histograms: upper bounds, ascending */
   size_t n_bounds;
+  /* The endpoint picker's families: llm-d-router names them llm_d_epp_* and
+   * still writes the older inference_* name beside each, the same samples.
+   * deprecated is that older name (NULL: none), deprecated_labels its label
+   * names where they differ (else {NULL}: the same). */
+  const char *deprecated;
+  const char *deprecated_labels[LH_MAX_LABELS];
 } lh_family;
 
 /* grouped as /metrics writes them */
@@ -180,7 +186,8 @@ typedef enum lh_family_id {
   LH_M_EMPTY_ENDPOINTS_KEPT,
   /* the build and the process (process.c) */
   LH_M_BUILD_INFO, LH_M_CPU, LH_M_RSS, LH_M_VSIZE, LH_M_START_TIME, LH_M_OPEN_FDS, LH_M_MAX_FDS,
-  /* the EPP's names (Gateway API Inference Extension, pkg/epp/metrics) */
+  /* the endpoint picker's (EPP) names: llm_d_epp_*, each with its
+   * deprecated inference_* twin (llm-d-router, pkg/epp/metrics) */
   LH_M_OBJ_REQUESTS, LH_M_OBJ_ERRORS, LH_M_OBJ_DURATION, LH_M_OBJ_REQUEST_SIZES,
   LH_M_OBJ_RESPONSE_SIZES, LH_M_OBJ_RUNNING, LH_M_POOL_KV, LH_M_POOL_QUEUE, LH_M_POOL_POD_QUEUE,
   LH_M_POOL_READY, LH_M_SCHEDULER_E2E, LH_M_PLUGIN_DURATION,
@@ -222,11 +229,19 @@ void lh_histogram_observe(lh_histogram *h, lh_family_id id, double v);
 typedef struct lh_expo {
   lh_buf *b;
   const lh_family *f; /* the family being written */
+  /* 1: each family with a deprecated name is written a second time under
+   * it, after its own samples (a family's samples must stay together, so
+   * the twin's are held in twin until the family ends) */
+  int twins;
+  lh_buf twin;
 } lh_expo;
 
 /* Starts a family: its # HELP and # TYPE lines.  Each family is started
  * once per exposition, its samples all after it. */
 void lh_expo_family(lh_expo *e, lh_family_id id);
+/* Ends the exposition: the last family's deprecated twin written (with
+ * twins on) and twin freed.  Needed only when twins is set. */
+void lh_expo_end(lh_expo *e);
 /* A sample of the current family: values holds one value per label name
  * (NULL when it has none), written escaped (backslash, quote, newline). */
 void lh_expo_sample(lh_expo *e, const char *const *values, double v);
@@ -340,9 +355,10 @@ typedef struct lh_settings {
   uint64_t pool_idle_ms, retry_non_idempotent, retry_budget_percent, retry_budget_min;
   uint64_t consecutive_errors, base_ejection_time_ms, max_ejection_time_ms;
   uint64_t max_ejection_percent, stale_ejection_ms;
-  uint64_t explain_without_token; /* x-lupin-explain without the admin token */
-  uint64_t allow_empty_endpoints; /* an empty endpoints list empties the pool */
-  uint64_t workers;               /* event loops (threads), 0: one per core */
+  uint64_t explain_without_token;   /* x-lupin-explain without the admin token */
+  uint64_t allow_empty_endpoints;   /* an empty endpoints list empties the pool */
+  uint64_t deprecated_metric_names; /* the EPP's older names beside llm_d_epp_* */
+  uint64_t workers;                 /* event loops (threads), 0: one per core */
 } lh_settings;
 
 /* Declares the section: before lupin_runtime_load. */

@@ -4,9 +4,12 @@
  * One table, so that a family's name, type, help and labels cannot drift
  * apart between the places that write its samples, and so that every family
  * gets its # HELP and # TYPE (docs/metrics.md is this table in prose).  The
- * inference_* families carry the names, labels and buckets of the Gateway
- * API Inference Extension's endpoint picker (pkg/epp/metrics/metrics.go), so
- * dashboards and alerts written for it read lupin too. */
+ * llm_d_epp_* families carry the names, labels and buckets of llm-d-router's
+ * endpoint picker (pkg/epp/metrics), so dashboards and alerts written for it
+ * read lupin too; each also goes out under the EPP's older inference_* name
+ * (its deprecated twin, as upstream still writes it) unless the host turns
+ * twins off.  The twin costs nothing per request: the scrape writes the same
+ * numbers a second time. */
 #include "lupin_host.h"
 
 #include <math.h>
@@ -232,84 +235,99 @@ const lh_family lh_families[LH_FAMILIES] = {
                       LH_GAUGE,
                       "Maximum number of open file descriptors.",
                       {NULL}},
-    [LH_M_OBJ_REQUESTS] = {"inference_objective_request_total",
+    [LH_M_OBJ_REQUESTS] = {"llm_d_epp_request_total",
                            LH_COUNTER,
-                           "Requests scheduled to an endpoint, by model (EPP name).",
-                           {"model_name", "target_model_name"}},
-    [LH_M_OBJ_ERRORS] = {"inference_objective_request_error_total",
+                           "Requests scheduled to an endpoint, by model.",
+                           {"model_name", "target_model_name"},
+                           .deprecated = "inference_objective_request_total"},
+    [LH_M_OBJ_ERRORS] = {"llm_d_epp_request_error_total",
                          LH_COUNTER,
-                         "Requests that failed, by model and EPP error code (EPP name).",
-                         {"model_name", "target_model_name", "error_code"}},
-    [LH_M_OBJ_DURATION] = {"inference_objective_request_duration_seconds",
+                         "Requests that failed, by model and EPP error code.",
+                         {"model_name", "target_model_name", "error_code"},
+                         .deprecated = "inference_objective_request_error_total"},
+    [LH_M_OBJ_DURATION] = {"llm_d_epp_request_duration_seconds",
                            LH_HISTOGRAM,
                            "Time from the request's first byte to the response's last, "
-                           "successful requests, by model (EPP name).",
+                           "successful requests, by model.",
                            {"model_name", "target_model_name"},
-                           HIST(epp_duration_bounds)},
-    [LH_M_OBJ_REQUEST_SIZES] = {"inference_objective_request_sizes",
+                           HIST(epp_duration_bounds),
+                           .deprecated = "inference_objective_request_duration_seconds"},
+    [LH_M_OBJ_REQUEST_SIZES] = {"llm_d_epp_request_size_bytes",
                                 LH_HISTOGRAM,
-                                "Request body sizes in bytes of scheduled requests, by model "
-                                "(EPP name).",
+                                "Request body sizes in bytes of scheduled requests, by model.",
                                 {"model_name", "target_model_name"},
-                                HIST(epp_request_size_bounds)},
-    [LH_M_OBJ_RESPONSE_SIZES] = {"inference_objective_response_sizes",
+                                HIST(epp_request_size_bounds),
+                                .deprecated = "inference_objective_request_sizes"},
+    [LH_M_OBJ_RESPONSE_SIZES] = {"llm_d_epp_response_size_bytes",
                                  LH_HISTOGRAM,
-                                 "Response body sizes in bytes of successful requests, by model "
-                                 "(EPP name).",
+                                 "Response body sizes in bytes of successful requests, by model.",
                                  {"model_name", "target_model_name"},
-                                 HIST(epp_response_size_bounds)},
-    [LH_M_OBJ_RUNNING] = {"inference_objective_running_requests",
+                                 HIST(epp_response_size_bounds),
+                                 .deprecated = "inference_objective_response_sizes"},
+    [LH_M_OBJ_RUNNING] = {"llm_d_epp_request_running",
                           LH_SUM_GAUGE,
-                          "Requests scheduled and not yet ended, by model (EPP name).",
-                          {"model_name"}},
-    [LH_M_POOL_KV] = {"inference_pool_average_kv_cache_utilization",
+                          "Requests scheduled and not yet ended, by model.",
+                          {"model_name"},
+                          .deprecated = "inference_objective_running_requests"},
+    [LH_M_POOL_KV] = {"llm_d_epp_average_kv_cache_utilization",
                       LH_GAUGE,
-                      "Mean KV-cache usage (0 to 1) of the endpoints with fresh metrics (EPP "
-                      "name).",
-                      {"name"}},
-    [LH_M_POOL_QUEUE] = {"inference_pool_average_queue_size",
+                      "Mean KV-cache usage (0 to 1) of the endpoints with fresh metrics.",
+                      {"name"},
+                      .deprecated = "inference_pool_average_kv_cache_utilization"},
+    [LH_M_POOL_QUEUE] = {"llm_d_epp_average_queue_size",
                          LH_GAUGE,
-                         "Mean waiting queue of the endpoints with fresh metrics (EPP name).",
-                         {"name"}},
-    [LH_M_POOL_POD_QUEUE] = {"inference_pool_per_pod_queue_size",
+                         "Mean waiting queue of the endpoints with fresh metrics.",
+                         {"name"},
+                         .deprecated = "inference_pool_average_queue_size"},
+    [LH_M_POOL_POD_QUEUE] = {"llm_d_epp_per_endpoint_queue_size",
                              LH_GAUGE,
-                             "Waiting queue of each endpoint with fresh metrics (EPP name).",
-                             {"model_server_pod", "name"}},
-    [LH_M_POOL_READY] = {"inference_pool_ready_pods",
+                             "Waiting queue of each endpoint with fresh metrics.",
+                             {"model_server_endpoint", "name"},
+                             .deprecated = "inference_pool_per_pod_queue_size",
+                             .deprecated_labels = {"model_server_pod", "name"}},
+    [LH_M_POOL_READY] = {"llm_d_epp_ready_endpoints",
                          LH_GAUGE,
-                         "Endpoints healthy with fresh metrics (EPP name).",
-                         {"name"}},
-    [LH_M_SCHEDULER_E2E] = {"inference_extension_scheduler_e2e_duration_seconds",
+                         "Endpoints healthy with fresh metrics.",
+                         {"name"},
+                         .deprecated = "inference_pool_ready_pods"},
+    [LH_M_SCHEDULER_E2E] = {"llm_d_epp_scheduler_e2e_duration_seconds",
                             LH_HISTOGRAM,
-                            "Time of one scheduling cycle, in the EPP's buckets (EPP name).",
+                            "Time of one scheduling cycle, in the EPP's buckets.",
                             {NULL},
-                            HIST(epp_latency_bounds)},
-    [LH_M_PLUGIN_DURATION] = {"inference_extension_plugin_duration_seconds",
+                            HIST(epp_latency_bounds),
+                            .deprecated = "inference_extension_scheduler_e2e_duration_seconds"},
+    [LH_M_PLUGIN_DURATION] = {"llm_d_epp_plugin_duration_seconds",
                               LH_HISTOGRAM,
                               "Time of each plugin call, by extension point, plugin type and "
-                              "instance (EPP name).",
+                              "instance.",
                               {"extension_point", "plugin_type", "plugin_name"},
-                              HIST(plugin_bounds)},
-    [LH_M_FC_QUEUE_SIZE] = {"inference_extension_flow_control_queue_size",
+                              HIST(plugin_bounds),
+                              .deprecated = "inference_extension_plugin_duration_seconds"},
+    [LH_M_FC_QUEUE_SIZE] = {"llm_d_epp_flow_control_queue_size",
                             LH_SUM_GAUGE,
                             "Requests waiting in the flow-control queue, by priority band.",
-                            {"priority"}},
-    [LH_M_FC_QUEUE_BYTES] = {"inference_extension_flow_control_queue_bytes",
+                            {"priority"},
+                            .deprecated = "inference_extension_flow_control_queue_size"},
+    [LH_M_FC_QUEUE_BYTES] = {"llm_d_epp_flow_control_queue_bytes",
                              LH_SUM_GAUGE,
                              "Bytes of the request bodies waiting in the flow-control queue, by "
                              "priority band.",
-                             {"priority"}},
-    [LH_M_FC_QUEUE_DURATION] = {"inference_extension_flow_control_request_queue_duration_seconds",
-                                LH_HISTOGRAM,
-                                "Time requests spent in the flow-control queue, by band and by "
-                                "how they left it.",
-                                {"priority", "outcome"},
-                                HIST(fc_wait_bounds)},
-    [LH_M_FC_SATURATION] = {"inference_extension_flow_control_pool_saturation",
+                             {"priority"},
+                             .deprecated = "inference_extension_flow_control_queue_bytes"},
+    [LH_M_FC_QUEUE_DURATION] =
+        {"llm_d_epp_flow_control_request_queue_duration_seconds",
+         LH_HISTOGRAM,
+         "Time requests spent in the flow-control queue, by band and by "
+         "how they left it.",
+         {"priority", "outcome"},
+         HIST(fc_wait_bounds),
+         .deprecated = "inference_extension_flow_control_request_queue_duration_seconds"},
+    [LH_M_FC_SATURATION] = {"llm_d_epp_flow_control_pool_saturation",
                             LH_MAX_GAUGE,
                             "1 when the saturation detector holds the queue closed (in any "
                             "worker), else 0.",
-                            {NULL}},
+                            {NULL},
+                            .deprecated = "inference_extension_flow_control_pool_saturation"},
     [LH_M_FC_REQUESTS] = {"lupin_flow_control_requests_total",
                           LH_COUNTER,
                           "Requests that went through the flow-control queue, by band and by "
@@ -495,28 +513,60 @@ static void help_text(lh_buf *b, const char *s) {
       lh_buf_append(b, s, 1);
 }
 
+/* Where sample lines go: the family's own text or its twin's, each with
+ * its name and label names. */
+typedef struct target {
+  lh_buf *b;
+  const char *name;
+  const char *const *names;
+} target;
+
+static void header(lh_buf *b, const char *name, const char *deprecated_for, const lh_family *f) {
+  lh_buf_printf(b, "# HELP %s ", name);
+  if (deprecated_for) lh_buf_printf(b, "Deprecated: use %s. ", deprecated_for);
+  help_text(b, f->help);
+  lh_buf_printf(b, "\n# TYPE %s %s\n", name, type_names[f->type]);
+}
+
+/* The current family is written twice: twins on and it has an older name. */
+static int twinned(const lh_expo *e) { return e->twins && e->f && e->f->deprecated; }
+
+/* The current family's twin, after all of its own samples. */
+static void twin_flush(lh_expo *e) {
+  if (!twinned(e)) return;
+  header(e->b, e->f->deprecated, e->f->name, e->f);
+  lh_buf_append(e->b, e->twin.data ? e->twin.data : "", e->twin.len);
+  e->twin.len = 0;
+}
+
 void lh_expo_family(lh_expo *e, lh_family_id id) {
+  twin_flush(e);
   e->f = &lh_families[id];
-  lh_buf_printf(e->b, "# HELP %s ", e->f->name);
-  help_text(e->b, e->f->help);
-  lh_buf_printf(e->b, "\n# TYPE %s %s\n", e->f->name, type_names[e->f->type]);
+  header(e->b, e->f->name, NULL, e->f);
+}
+
+void lh_expo_end(lh_expo *e) {
+  twin_flush(e);
+  e->f = NULL;
+  lh_buf_free(&e->twin);
 }
 
 /* {name="value",...,le="..."}: the family's labels, then an extra one. */
-static void labels(lh_expo *e, const char *const *values, const char *extra, const char *xvalue) {
-  const char *const *names = e->f->labels;
+static void labels(const target *t, const char *const *values, const char *extra,
+                   const char *xvalue) {
+  const char *const *names = t->names;
   if (!names[0] && !extra) return;
-  lh_buf_append(e->b, "{", 1);
+  lh_buf_append(t->b, "{", 1);
   int n = 0;
   for (; n < LH_MAX_LABELS && names[n]; n++) {
-    lh_buf_printf(e->b, "%s%s=", n ? "," : "", names[n]);
-    lh_buf_label(e->b, values ? values[n] : "");
+    lh_buf_printf(t->b, "%s%s=", n ? "," : "", names[n]);
+    lh_buf_label(t->b, values ? values[n] : "");
   }
   if (extra) {
-    lh_buf_printf(e->b, "%s%s=", n ? "," : "", extra);
-    lh_buf_label(e->b, xvalue);
+    lh_buf_printf(t->b, "%s%s=", n ? "," : "", extra);
+    lh_buf_label(t->b, xvalue);
   }
-  lh_buf_append(e->b, "}", 1);
+  lh_buf_append(t->b, "}", 1);
 }
 
 /* A number in the format's spelling: NaN, +Inf, -Inf, else the shortest
@@ -536,11 +586,21 @@ static void value(lh_buf *b, double v) {
   lh_buf_printf(b, " %s\n", s);
 }
 
+static void line_to(const target *t, const char *suffix, const char *const *values,
+                    const char *extra, const char *xvalue, double v) {
+  lh_buf_printf(t->b, "%s%s", t->name, suffix);
+  labels(t, values, extra, xvalue);
+  value(t->b, v);
+}
+
 static void line(lh_expo *e, const char *suffix, const char *const *values, const char *extra,
                  const char *xvalue, double v) {
-  lh_buf_printf(e->b, "%s%s", e->f->name, suffix);
-  labels(e, values, extra, xvalue);
-  value(e->b, v);
+  const lh_family *f = e->f;
+  line_to(&(target){e->b, f->name, f->labels}, suffix, values, extra, xvalue, v);
+  if (twinned(e)) {
+    const char *const *names = f->deprecated_labels[0] ? f->deprecated_labels : f->labels;
+    line_to(&(target){&e->twin, f->deprecated, names}, suffix, values, extra, xvalue, v);
+  }
 }
 
 void lh_expo_sample(lh_expo *e, const char *const *values, double v) {

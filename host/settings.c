@@ -51,6 +51,10 @@ static const setting settings[] = {
     /* 1: an endpoints source that lists none empties the pool; 0 keeps the
      * last endpoints.  Read at each re-read, not only at start */
     SETTING(allow_empty_endpoints, "allowEmptyEndpoints", 0, 0, 1),
+    /* 1: /metrics writes each llm_d_epp_* family a second time under the
+     * EPP's older, deprecated name, as llm-d-router does; 0: the new names
+     * only.  Read at start */
+    SETTING(deprecated_metric_names, "deprecatedMetricNames", 1, 0, 1),
     /* event loops, each a thread with its own runtime (docs/workers.md); 0:
      * one per core.  Read at start: a reload does not change it */
     SETTING(workers, "workers", 0, 0, 256),

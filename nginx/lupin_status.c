@@ -29,7 +29,7 @@ static void ngx_http_lupin_gauge(lh_expo *e, lh_family_id id, uint64_t v) {
 
 static void ngx_http_lupin_exposition(lh_buf *b) {
   ngx_http_lupin_worker_t *w = &ngx_http_lupin_worker;
-  lh_expo e = {b, NULL};
+  lh_expo e = {.b = b};
   char status[12];
   lh_expo_family(&e, LH_M_REQUESTS);
   for (int i = 100; i < 600; i++)

@@ -165,9 +165,10 @@ static void metrics_runtime(lupin_gateway *gw, lh_expo *e) {
   lh_expo_sample(e, (const char *[]){LUPIN_VERSION, lupin_luajit_version()}, 1);
 }
 
-/* inference_objective_*: per model as the client named it and as it was
- * sent (target_model_name: the model-name rewrite's, else the same); the
- * running gauge has the first label only, so it sums a model's targets. */
+/* llm_d_epp_request_* (twins: inference_objective_*): per model as the
+ * client named it and as it was sent (target_model_name: the model-name
+ * rewrite's, else the same); the running gauge has the first label only, so
+ * it sums a model's targets. */
 static void metrics_objectives(lupin_gateway *gw, lh_expo *e) {
   static const lh_family_id hists[] = {LH_M_OBJ_DURATION, LH_M_OBJ_REQUEST_SIZES,
                                        LH_M_OBJ_RESPONSE_SIZES};
@@ -206,8 +207,9 @@ static void metrics_objectives(lupin_gateway *gw, lh_expo *e) {
   }
 }
 
-/* inference_pool_*: over the endpoints with fresh metrics, as the EPP
- * computes them; the pool's name is "lupin" (there is no InferencePool). */
+/* The pool's llm_d_epp_* (twins: inference_pool_*): over the endpoints with
+ * fresh metrics, as the EPP computes them; the pool's name is "lupin"
+ * (there is no InferencePool). */
 #define POOL_NAME "lupin"
 
 static void metrics_pool(lupin_gateway *gw, lh_expo *e) {
@@ -275,7 +277,8 @@ static void metrics_latency(lupin_gateway *gw, lh_expo *e) {
 
 /* One worker's exposition, written on its thread into texts[worker]. */
 static void metrics_of(lupin_gateway *gw, void *texts) {
-  lh_expo e = {&((lh_buf *)texts)[gw->worker], NULL};
+  /* the EPP's deprecated names too, unless gateway.deprecatedMetricNames 0 */
+  lh_expo e = {.b = &((lh_buf *)texts)[gw->worker], .twins = (int)gw->set.deprecated_metric_names};
   metrics_requests(gw, &e);
   metrics_plugins(gw, &e);
   metrics_endpoints(gw, &e);
@@ -290,6 +293,7 @@ static void metrics_of(lupin_gateway *gw, void *texts) {
   gw_tokenize_metrics(gw, &e);
   metrics_latency(gw, &e);
   gw_k8s_metrics(gw, &e);
+  lh_expo_end(&e);
 }
 
 static void metrics(lupin_gateway *gw, gw_conn *c) {

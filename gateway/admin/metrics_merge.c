@@ -51,9 +51,15 @@ static int grow(void **p, size_t *cap, size_t need, size_t size) {
 
 enum { LEADER, SUM, MAX }; /* how a family's samples merge */
 
+static int named(const char *s, const char *name, size_t len) {
+  return s && strlen(s) == len && !memcmp(s, name, len);
+}
+
+/* A deprecated twin merges as the family it repeats: running requests and
+ * queues are shares, saturation a flag, whichever name they go by. */
 static int merged_by(const char *name, size_t len, const char *type) {
   for (size_t i = 0; i < LH_FAMILIES; i++)
-    if (strlen(lh_families[i].name) == len && !memcmp(lh_families[i].name, name, len)) {
+    if (named(lh_families[i].name, name, len) || named(lh_families[i].deprecated, name, len)) {
       lh_metric_type t = lh_families[i].type;
       return t == LH_GAUGE ? LEADER : t == LH_MAX_GAUGE ? MAX : SUM;
     }

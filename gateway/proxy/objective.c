@@ -1,7 +1,7 @@
-/* The EPP's per-model request series (inference_objective_*): one record
- * per model name a request asked for and the model it was sent as (the
- * target: the model-name rewrite's, else the same), kept for the life of
- * the process.
+/* The EPP's per-model request series (llm_d_epp_request_*, twins
+ * inference_objective_*): one record per model name a request asked for and
+ * the model it was sent as (the target: the model-name rewrite's, else the
+ * same), kept for the life of the process.
  *
  * The model name comes from the client, so the records are bounded: past
  * GW_MAX_MODELS names every new one is counted under "<other>", and a client

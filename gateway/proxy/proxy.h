@@ -13,7 +13,7 @@ char *gw_models_merge(const lh_buf *bodies, size_t n);
 /* --- the EPP's per-model request series (objective.c) --------------------- */
 
 /* Per model name (model_name; target_model_name is the same: lupin does not
- * rewrite models), what the EPP's inference_objective_* families count. */
+ * rewrite models), what the EPP's llm_d_epp_request_* families count. */
 enum {
   GW_ERR_BAD_REQUEST,  /* "BadRequest": the body or a plugin refused the request */
   GW_ERR_EXHAUSTED,    /* "InferencePoolResourceExhausted": no endpoint, or shed */

@@ -187,7 +187,7 @@ int main(void) {
          m.kv_cache_usage);
 
   lh_buf b = {0};
-  lh_expo e = {&b, NULL};
+  lh_expo e = {.b = &b};
   lh_expo_family(&e, LH_M_ENDPOINTS);
   lh_expo_sample(&e, NULL, 4);
   printf("expo %s", b.data);

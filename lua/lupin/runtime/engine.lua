@@ -31,7 +31,7 @@ local header = ctx.header
 
 -- upper bounds (seconds) of the plugin call duration buckets: the endpoint
 -- picker's, as LUPIN_PLUGIN_BOUNDS in core/lupin.h (the gateway's
--- inference_extension_plugin_duration_seconds)
+-- llm_d_epp_plugin_duration_seconds)
 local PLUGIN_BOUNDS = { 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1 }
 local N_BOUNDS, FIRST_BOUND = #PLUGIN_BOUNDS, PLUGIN_BOUNDS[1]
 M.PLUGIN_BOUNDS = PLUGIN_BOUNDS
