@@ -31,6 +31,7 @@ local EXPECT = {
   ["router-dp-kvcache-epp-config.yaml"] = DP_RANK,
   ["router-core-metrics-extractor-readme.yaml"] = "loads",
   ["router-chart-latency-predictor.yaml"] = "loads",
+  ["router-chart-payload-agnostic.yaml"] = "loads",
 }
 
 local function files()
@@ -87,4 +88,19 @@ describe("upstream configs", function()
         end
       end)
   end
+
+  it("the chart's requestHandler.parsers lists are taken as given", function()
+    for name, names in pairs({
+      ["router-chart-latency-predictor.yaml"] = "openai-parser (openai-parser)",
+      ["router-chart-payload-agnostic.yaml"] = "passthrough-parser (passthrough-parser)",
+      ["router-sim-epp-config.yaml"] = "openai-parser (openai-parser), anthropic-parser"
+        .. " (anthropic-parser), vllmhttp-parser (vllmhttp-parser), passthrough-parser"
+        .. " (passthrough-parser)",
+    }) do
+      local rt = S.runtime()
+      assert(rt:load(DIR .. "/" .. name))
+      assert.equal(names, S.eval(rt, "return require('lupin.runtime').current.parsers.names"), name)
+      rt:free()
+    end
+  end)
 end)
