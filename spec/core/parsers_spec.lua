@@ -86,6 +86,24 @@ describe("requestHandler.parsers", function()
     rt:free()
   end)
 
+  it("every claim of a parser type has its row in the route table", function()
+    local parsers = require "lupin.runtime.parsers"
+    local reg = parsers.registry({ { name = "o", type = "openai-parser" },
+      { name = "a", type = "anthropic-parser" }, { name = "v", type = "vllmhttp-parser" } },
+      error)
+    assert.equal(#parsers.CLAIMS["openai-parser"] + #parsers.CLAIMS["anthropic-parser"]
+      + #parsers.CLAIMS["vllmhttp-parser"], #reg.claims)
+    for _, c in ipairs(reg.claims) do
+      assert.is_table(c.hit.row, c.suffix)
+    end
+    -- and every route lupin serves is claimed by one of them
+    for path, hit in pairs(reg.by_path) do
+      assert.truthy(hit, path)
+    end
+    assert.same({ "anthropic-parser", "openai-parser", "passthrough-parser", "vllmhttp-parser" },
+      parsers.types())
+  end)
+
   it("a path is read by the parser claiming its longest suffix, prefixed paths too", function()
     local rt = loaded()
     local status, msg = send(rt, "/openai/v1/chat/completions", '{"model":"m"}')
