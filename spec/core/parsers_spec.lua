@@ -211,6 +211,7 @@ requestHandler:
   parsers:
   - pluginRef: openai-parser
   - pluginRef: o2
+  - pluginRef: openai-parser
   - pluginRef: passthrough-parser
   - pluginRef: anthropic-parser
 ]], "- {type: openai-parser, name: o2}\n")
@@ -219,7 +220,9 @@ requestHandler:
     local w = warnings(rt)
     assert.matches('cfg.yaml:12: requestHandler.parsers[1]: parser "o2" is a second'
       .. ' openai-parser (the first is "openai-parser")', w, 1, true)
-    assert.matches('cfg.yaml:14: requestHandler.parsers[3]: parser "anthropic-parser" comes'
+    assert.matches('cfg.yaml:13: requestHandler.parsers[2]: parser "openai-parser" is listed'
+      .. " twice; the second entry is skipped", w, 1, true)
+    assert.matches('cfg.yaml:15: requestHandler.parsers[4]: parser "anthropic-parser" comes'
       .. ' after the fallback "passthrough-parser"', w, 1, true)
     -- /v1/messages went to the fallback: no body read
     assert.equal(200, (send(rt, "/v1/messages", "x")))

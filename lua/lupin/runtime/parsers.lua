@@ -71,7 +71,10 @@ function M.registry(list, warn)
   local reg = { parsers = {}, claims = {}, by_path = {}, fallback = false }
   local seen = {}
   for i, spec in ipairs(list) do
-    if seen[spec.type] then
+    if seen[spec.type] == spec.name then
+      warn(spec.path, ("parser %q is listed twice; the second entry is skipped: remove"
+        .. " it"):format(spec.name))
+    elseif seen[spec.type] then
       warn(spec.path, ("parser %q is a second %s (the first is %q); it is skipped, as"
         .. " upstream skips a type listed twice"):format(spec.name, spec.type, seen[spec.type]))
     else
