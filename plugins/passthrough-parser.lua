@@ -2,8 +2,10 @@
 -- (no 400s), ctx.request.body is false and payload-aware plugins
 -- (prefix-cache-scorer) see an empty prompt, as upstream.  The model
 -- comes from a header (modelHeader; Body-Based Routing's x-gateway-model-name
--- by default), else from the config (model), else none.  Selected by
--- parser: {pluginRef: <this instance>}; lupin.config reads the parameters.
+-- by default), else from the config (model), else none.  It claims no path:
+-- listed in requestHandler.parsers (last, as by default), it takes every
+-- path the parsers before it do not; lupin.runtime.parsers reads the
+-- parameters.
 ---@type lupin.Plugin
 return {
   type = "passthrough-parser",

@@ -16,6 +16,10 @@
  *     runtime's ranked fallbacks (lupin_request_fallbacks), under a retry
  *     budget.  Each attempt is reported to the endpoint's health (health.c),
  *     counted, logged at info when retried, and listed in the access log.
+ *   POST on any other path
+ *     the same, the config's parsers (requestHandler.parsers) deciding: a
+ *     parser claiming a suffix of the path checks it, the fallback forwards
+ *     it unread, else the runtime answers 400
  *   GET /v1/models
  *     every endpoint's list, merged
  *
@@ -180,6 +184,8 @@ static void exchange_free(gw_exchange *x) {
 }
 
 static void exchange_recycle(lupin_gateway *gw, gw_exchange *x) {
+  free(x->own_path);
+  x->own_path = NULL;
   if (gw->n_spare_exchanges >= SPARE_EXCHANGES) {
     exchange_free(x);
     return;
@@ -744,15 +750,26 @@ gw_exchange *gw_exchange_begin(lupin_gateway *gw, const gw_exchange_desc *e, int
 
 void gw_exchange_schedule(gw_exchange *x) { schedule(x->gw, x); }
 
-static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, const char *path) {
+/* path: a route of gw->routes, or (listed 0) a path of the request's, which
+ * the exchange keeps a copy of: the runtime's parsers decide (the config's
+ * fallback forwards it unread, else a 400 names the path). */
+static void proxy_post(lupin_gateway *gw, gw_conn *c, gw_http_request *http, const char *path,
+                       int listed) {
   int status;
   const char *why;
-  gw_exchange_desc e = {.http = http, .path = path};
+  char *copy = listed ? NULL : strdup(path);
+  if (!listed && !copy) {
+    reply_error(gw, c, path, 503, "out of memory for this request: retry later", NULL);
+    return;
+  }
+  gw_exchange_desc e = {.http = http, .path = copy ? copy : path};
   gw_exchange *x = exchange_begin(gw, &e, &status, &why);
   if (!x) {
     reply_error(gw, c, path, status, why, NULL);
+    free(copy);
     return;
   }
+  x->own_path = copy;
   x->conn = c;
   gw_conn_on_abort(c, on_client_abort, x);
   schedule(gw, x);
@@ -918,7 +935,7 @@ static void unknown_route(lupin_gateway *gw, gw_conn *c, gw_http_request *req, c
                 http_method_str(req->method), path);
   for (size_t i = 0; i < gw->n_routes; i++)
     lh_buf_printf(&msg, "%s%s", i ? ", " : "", gw->routes[i]);
-  lh_buf_printf(&msg, " and GET /v1/models");
+  lh_buf_printf(&msg, ", POST on other paths as the config's parsers say, and GET /v1/models");
   reply_error(gw, c, path, 404, msg.data ? msg.data : "unknown route", NULL);
   lh_buf_free(&msg);
 }
@@ -933,7 +950,7 @@ void gw_proxy_handle(void *ud, gw_conn *c, gw_http_request *req) {
   for (size_t i = 0; i < gw->n_routes; i++) {
     if (strcmp(path, gw->routes[i])) continue;
     if (req->method == HTTP_POST)
-      proxy_post(gw, c, req, gw->routes[i]);
+      proxy_post(gw, c, req, gw->routes[i], 1);
     else
       not_allowed(gw, c, path, "POST");
     return;
@@ -945,5 +962,8 @@ void gw_proxy_handle(void *ud, gw_conn *c, gw_http_request *req) {
       not_allowed(gw, c, path, "GET");
     return;
   }
-  unknown_route(gw, c, req, path);
+  if (req->method == HTTP_POST) /* the config's parsers decide, as the EPP's do */
+    proxy_post(gw, c, req, path, 0);
+  else
+    unknown_route(gw, c, req, path);
 }

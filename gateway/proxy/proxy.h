@@ -164,6 +164,7 @@ struct gw_exchange {
   char *explain_summary;
   char explain_url[300];
   const char *path;
+  char *own_path;        /* path's copy when it is no listed route */
   int queued;            /* waiting in the runtime's flow-control queue */
   const gw_front *front; /* NULL: the HTTP proxy's */
   void *front_data;

@@ -136,7 +136,8 @@ describe("config", function()
       fails('{\n "plugins": [],\n "schedulingProfile": []\n}',
         'cfg.json:3: schedulingProfile: unknown field "schedulingProfile" in the config',
         "known fields: apiVersion, budgets, data, dataLayer, endpoints, featureGates, flowControl,"
-          .. " kind, objectives, parser, pluginDirs, plugins, saturationDetector, schedulingProfiles")
+          .. " kind, objectives, parser, pluginDirs, plugins, requestHandler, saturationDetector,"
+          .. " schedulingProfiles")
     end)
 
     it("refuses another kind", function()

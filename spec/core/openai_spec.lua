@@ -140,6 +140,13 @@ describe("the route table", function()
     ["/rerank"] = { { query = "rq", documents = { "a", "b" } }, "rq" },
     ["/v1/rerank"] = { { query = "rq", documents = { "a" } }, "rq" },
     ["/v2/rerank"] = { { model = "m", query = { "rq" }, documents = { "a" } }, "rq" },
+    ["/v1/completions/render"] = { { model = "m", prompt = "r" }, "r" },
+    ["/v1/chat/completions/render"] = { { model = "m", messages = { { role = "user",
+      content = "r" } } }, '[{"content":"r","role":"user"}]' },
+    ["/v1/messages/count_tokens"] = { { model = "m", messages = { { role = "user",
+      content = "x" } } }, "" },
+    ["/inference/v1/generate"] = { { token_ids = { 7, 8 }, sampling_params = { max_tokens = 2 } },
+      "7 8" },
   }
 
   it("feeds the same prompt whatever order a message's keys come in", function()
@@ -160,7 +167,18 @@ describe("the route table", function()
     for p in pairs(VALID) do
       assert.truthy(openai.ROUTES[p], p)
     end
-    assert.equal(16, #paths)
+    assert.equal(20, #paths)
+  end)
+
+  it("reads a prefixed path by the row of the longest suffix it ends with", function()
+    assert.equal(openai.ROUTES["/v1/chat/completions"], openai.route("/openai/v1/chat/completions"))
+    assert.equal(openai.ROUTES["/v1/chat/completions"],
+      openai.route("/x/v1/chat/completions/render/"))
+    assert.equal(openai.ROUTES["/v1/messages"], openai.route("/anthropic/v1/messages"))
+    assert.equal(openai.ROUTES["/rerank"], openai.route("/api/rerank"))
+    assert.equal(openai.ROUTES["/v1/completions"], openai.route("/nothing/known"))
+    local _, msg, param = openai.check("/proxy/v1/chat/completions", '{"model":"m"}')
+    assert.equal("messages", param, msg)
   end)
 
   it("is the list a host serves, through lupin_runtime_routes", function()

@@ -47,6 +47,7 @@ local EXPECT = {
     "round-robin-fairness-policy") },
   ["router-soft-reflective-ceiling-epp-config.yaml"] = { refused("soft-reflective-ceiling-policy",
     "flowControl's priority bands") },
+  ["router-chart-payload-agnostic.yaml"] = "loads",
 }
 
 local function files()
@@ -105,4 +106,19 @@ describe("upstream configs", function()
         end
       end)
   end
+
+  it("the chart's requestHandler.parsers lists are taken as given", function()
+    for name, names in pairs({
+      ["router-chart-latency-predictor.yaml"] = "openai-parser (openai-parser)",
+      ["router-chart-payload-agnostic.yaml"] = "passthrough-parser (passthrough-parser)",
+      ["router-sim-epp-config.yaml"] = "openai-parser (openai-parser), anthropic-parser"
+        .. " (anthropic-parser), vllmhttp-parser (vllmhttp-parser), passthrough-parser"
+        .. " (passthrough-parser)",
+    }) do
+      local rt = S.runtime()
+      assert(rt:load(DIR .. "/" .. name))
+      assert.equal(names, S.eval(rt, "return require('lupin.runtime').current.parsers.names"), name)
+      rt:free()
+    end
+  end)
 end)

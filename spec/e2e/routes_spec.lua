@@ -1,9 +1,11 @@
 -- Every OpenAI-style route vLLM serves, through the real gateway and
 -- lupin-sim: proxied, scheduled by the config's plugins, the model read from
 -- the body (a form field for audio), a bad body refused with a 400 naming
--- the field, an unknown route a 404 listing them; the EPP's model-name
--- rewrite and served-endpoint headers, llm-d's header names, and the
--- config's parser section (lua/lupin/runtime/openai.lua, gateway/proxy/proxy.c).
+-- the field, a GET on an unknown route a 404 listing them; the EPP's
+-- model-name rewrite and served-endpoint headers, llm-d's header names, the
+-- config's parser section and requestHandler.parsers: each path read by the
+-- parser claiming it, another POST forwarded by passthrough-parser or
+-- refused 400 (lua/lupin/runtime/openai.lua, parsers.lua, gateway/proxy/proxy.c).
 local P = require "e2e.procs"
 local support = require "support"
 local openai = require "lupin.runtime.openai"
@@ -343,5 +345,70 @@ describe("the parser section", function()
       "-H 'x-request-id: pt-2'")
     assert.equal(200, status)
     assert.equal("fallback-model", access_line(gw, "pt-2").model)
+  end)
+end)
+
+describe("requestHandler.parsers", function()
+  local up, gw, only
+  setup(function()
+    up = P.upstream("--name A --model m")
+    local eps1 = { { name = "a", address = "127.0.0.1", port = up.port } }
+    gw = P.gateway(config(eps1)) -- the defaults: openai, anthropic, vllmhttp, passthrough
+    only = P.gateway(config(eps1, { requestHandler = { parsers = {
+      { pluginRef = "openai-parser" }, { pluginRef = "anthropic-parser" } } } }))
+  end)
+  teardown(function()
+    P.stop(only)
+    P.stop(gw)
+    P.stop(up)
+  end)
+
+  -- the 400's message; param: the one it must name (nil: none)
+  local function refused(param, status, _, body)
+    assert.equal(400, status, body)
+    local err = json.decode(body).error
+    assert.equal("invalid_request_error", err.type)
+    assert.equal(param, err.param ~= json.null and err.param or nil)
+    return err.message
+  end
+
+  it("routes each path to the parser that claims it, the rest to passthrough", function()
+    -- openai-parser: /v1/chat/completions checked
+    assert.equal(200, (P.post(gw.base, "/v1/chat/completions",
+      { model = "m", messages = { { role = "user", content = "hi" } } })))
+    refused("messages", P.post(gw.base, "/v1/chat/completions", { model = "m" }))
+    -- anthropic-parser: /v1/messages checked (max_tokens is its own need)
+    assert.equal(200, (P.post(gw.base, "/v1/messages",
+      { model = "m", max_tokens = 2, messages = { { role = "user", content = "hi" } } })))
+    refused("max_tokens", P.post(gw.base, "/v1/messages",
+      { model = "m", messages = { { role = "user", content = "hi" } } }))
+    -- vllmhttp-parser: /tokenize and /inference/v1/generate checked
+    assert.equal(200, (P.post(gw.base, "/tokenize", { model = "m", prompt = "hi" })))
+    refused("token_ids", P.post(gw.base, "/inference/v1/generate", { model = "m" }))
+    assert.equal(200, (P.post(gw.base, "/inference/v1/generate", { model = "m",
+      token_ids = { 1, 2 } })))
+    -- a suffix claims a prefixed path: still a chat request
+    refused("messages", P.post(gw.base, "/openai/v1/chat/completions", { model = "m" }))
+    -- passthrough-parser: a path nobody claims is forwarded, its body unread
+    local status, _, body = P.post(gw.base, "/v1/custom/thing?x=1", { model = "m", odd = true },
+      "-H 'x-request-id: pt-any' -H 'x-gateway-model-name: hdr'")
+    assert.equal(200, status, body)
+    local line = access_line(gw, "pt-any")
+    assert.equal("/v1/custom/thing", line.path)
+    assert.equal("hdr", line.model)
+  end)
+
+  it("answers a path no listed parser claims 400, naming it and the parsers", function()
+    assert.equal(200, (P.post(only.base, "/v1/messages",
+      { model = "m", max_tokens = 2, messages = { { role = "user", content = "hi" } } })))
+    for _, path in ipairs({ "/tokenize", "/v1/custom/thing" }) do
+      local msg = refused(nil, P.post(only.base, path, { model = "m", prompt = "hi" }))
+      assert.equal("no parser claims the path " .. path .. ": the configured parsers"
+        .. " (requestHandler.parsers) are openai-parser (openai-parser), anthropic-parser"
+        .. " (anthropic-parser); add one that claims it, or passthrough-parser last to forward"
+        .. " any path unread", msg)
+    end
+    -- other methods on unknown paths are still the gateway's 404
+    assert.equal(404, (P.get(only.base .. "/v1/custom/thing")))
   end)
 end)

@@ -1,7 +1,8 @@
--- The EPP's openai-parser, named by the config's parser section (and the
--- default without one): each body is checked by its route's row at begin
--- (lua/lupin/runtime/openai.lua, spec/core/openai_spec.lua) and decoded once.  The
--- parser section's own errors are here too.
+-- The EPP's openai-parser, named by the config's parser section (or
+-- requestHandler.parsers; among the defaults without either): each body is
+-- checked by its route's row at begin (lua/lupin/runtime/openai.lua,
+-- spec/core/openai_spec.lua) and decoded once.  The parser section's own
+-- errors are here too (requestHandler's: spec/core/parsers_spec.lua).
 local S = require "support"
 local K = require "plugins.kit"
 local cjson = require "cjson"
@@ -72,9 +73,21 @@ describe(T, function()
     end
   end)
 
-  it("is refused in a profile: it is no filter, scorer or picker", function()
+  it("in a profile is ignored with a warning, as upstream's loader takes it", function()
     local c = cfg(nil)
     c.schedulingProfiles[1].plugins[2] = { pluginRef = T }
-    assert.matches("is not a filter, scorer or picker", load_error(c), 1, true)
+    local rt = S.loaded(c)
+    local warned
+    for _, l in ipairs(rt:logs()) do
+      warned = warned or l[2]:find('spec.json:1: schedulingProfiles[0].plugins[1]:'
+        .. ' plugin "openai-parser" (openai-parser) is a parser', 1, true)
+    end
+    assert.truthy(warned, "no warning")
+    assert.same({ "max-score-picker" },
+      S.eval(rt, "return require('lupin.runtime').current.profile_views.d.plugins"))
+    S.endpoints(rt, 1)
+    local res = run_on(rt, { id = "p", path = "/v1/completions", body = '{"model":"m","prompt":"x"}' })
+    assert.equal(200, res.status)
+    rt:free()
   end)
 end)

@@ -7,6 +7,7 @@
 local cjson = require "cjson.safe"
 local flow_config = require "lupin.config.flow"
 local jsonpos = require "lupin.config.jsonpos"
+local parsers = require "lupin.runtime.parsers"
 local sections = require "lupin.config.sections"
 local units = require "lupin.config.units"
 local walk = require "lupin.config.walk"
@@ -224,37 +225,66 @@ local function build_feature_gates(list, cfg)
   end
 end
 
--- cfg.parser: nil for openai-parser (the default, also when absent), else
--- { passthrough = true, model_header, model }.
-local PARSERS = { ["openai-parser"] = true, ["passthrough-parser"] = true }
+-- --- requestHandler.parsers (and the older top-level parser) ---
 
-local function build_parser(p, cfg)
-  if p == nil then
-    return
-  end
-  local E, plugin = cfg.errors, nil
+-- The parser an entry at path names: a plugin of a parser type, else an
+-- instance of the parser type it names (upstream's loader makes one).
+local function parser_spec(cfg, ref, path)
+  local plugin
   for _, q in ipairs(cfg.plugins) do
-    if q.name == p.pluginRef then
+    if q.name == ref then
       plugin = q
     end
   end
+  local types = table.concat(parsers.types(), ", ")
   if not plugin then
-    return E:at("parser.pluginRef", "undefined pluginRef %q: add {type: openai-parser} or"
-      .. " {type: passthrough-parser} to \"plugins\"", p.pluginRef)
-  end
-  if not PARSERS[plugin.type] then
-    return E:at("parser.pluginRef", "plugin %q is a %s, not a parser; lupin has openai-parser"
-      .. " and passthrough-parser", p.pluginRef, plugin.type)
-  end
-  if plugin.type == "passthrough-parser" then
-    local params = type(plugin.params) == "table" and plugin.params or {}
-    local header = params.modelHeader
-    if header == nil then
-      header = "x-gateway-model-name"
+    if parsers.CLAIMS[ref] then
+      return { name = ref, type = ref, path = path }
     end
-    cfg.parser = { passthrough = true, model = type(params.model) == "string" and params.model
-      or nil, model_header = type(header) == "string" and header ~= "" and header:lower() or nil }
+    return nil, cfg.errors:at(path .. ".pluginRef", 'undefined pluginRef %q: define a parser'
+      .. ' plugin of that name under "plugins", or name a parser type (%s)', ref, types)
   end
+  if not parsers.CLAIMS[plugin.type] then
+    return nil, cfg.errors:at(path .. ".pluginRef", "plugin %q is a %s, not a parser; the parser"
+      .. " types are %s", ref, plugin.type, types)
+  end
+  return { name = plugin.name, type = plugin.type, params = plugin.params, path = path }
+end
+
+-- cfg.parsers: the registry (lupin.runtime.parsers) of requestHandler.parsers;
+-- else of the top-level parser, as upstream maps it; else of the defaults.
+local function build_parsers(rh, cfg)
+  local log = require "lupin.log"
+  local E, list = cfg.errors, {}
+  local entries = rh and rh.parsers or {}
+  local function add(ref, path)
+    local spec, err = parser_spec(cfg, ref, path)
+    if not spec then
+      return err
+    end
+    list[#list + 1] = spec
+  end
+  if #entries > 0 and cfg.legacy_parser then
+    log.warn("%s", E:at("parser", 'both "parser" and "requestHandler.parsers": the parsers'
+      .. ' list is used and "parser" ignored, as upstream; remove "parser"'))
+  end
+  local err
+  for i, e in ipairs(entries) do
+    err = err or add(e.pluginRef, ("requestHandler.parsers[%d]"):format(i - 1))
+  end
+  if #entries == 0 and cfg.legacy_parser then
+    err = add(cfg.legacy_parser.pluginRef, "parser")
+  elseif #entries == 0 then
+    for _, t in ipairs(parsers.DEFAULT) do
+      err = err or add(t, "requestHandler")
+    end
+  end
+  if err then
+    return err
+  end
+  cfg.parsers = parsers.registry(list, function(path, message)
+    log.warn("%s", E:at(path, "%s", message))
+  end)
 end
 
 -- A walked list of endpoints at path: duplicates refused, adapters kept as
@@ -492,7 +522,8 @@ function M.parse(text, source)
     saturationDetector = function(s) return build_saturation(s, cfg) end,
     flowControl = function(f) return flow_config.check(E, f, root, cfg) end,
     featureGates = function(list) return build_feature_gates(list, cfg) end,
-    parser = function(p) return build_parser(p, cfg) end,
+    parser = function(p) cfg.legacy_parser = p end,
+    requestHandler = function(rh) return build_parsers(rh, cfg) end,
     objectives = function(list) return flow_config.build(E, list, cfg) end,
     endpoints = function(list)
       local err

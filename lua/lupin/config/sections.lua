@@ -156,13 +156,29 @@ M.FEATURE_GATES = { type = "array", what = "featureGates",
   items = { type = "string", nonempty = true,
     message = "each feature gate is a name such as \"flowControl\"" } }
 
--- The EPP's "parser" section: {pluginRef: a plugin of type openai-parser
--- or passthrough-parser}.
-M.PARSER = { type = "object", what = "parser", known = "the parser section",
+-- A parser entry: {pluginRef: a plugin of a parser type, or a parser
+-- type's name (an instance with its defaults, as upstream's loader makes)}.
+local function parser_entry(what, known)
+  return { type = "object", what = what, known = known,
+    fields = {
+      pluginRef = { type = "string", required = true, nonempty = true, or_missing = true,
+        missing = 'missing "pluginRef": name a parser plugin defined under "plugins", or a'
+          .. " parser type (openai-parser, anthropic-parser, vllmhttp-parser,"
+          .. " passthrough-parser)" },
+    } }
+end
+
+-- The EPP's "parser" section (deprecated upstream for requestHandler):
+-- {pluginRef}, the only parser then.
+M.PARSER = parser_entry("parser", "the parser section")
+
+-- llm-d-router's requestHandler: {parsers: [{pluginRef}, ...]}, in the
+-- order upstream registers them (lupin.runtime.parsers).
+M.REQUEST_HANDLER = { type = "object", what = "requestHandler",
+  known = "the requestHandler section",
   fields = {
-    pluginRef = { type = "string", required = true, or_missing = true,
-      missing = 'missing "pluginRef": name a plugin of type openai-parser or'
-        .. " passthrough-parser defined under \"plugins\"" },
+    parsers = { type = "array", what = "parsers",
+      items = parser_entry("each parser", "a parser entry") },
   } }
 
 -- An endpoint's metrics as an endpoints file may give them: what `lupin
@@ -220,7 +236,7 @@ M.ENDPOINTS_FILE = { type = "array", what = "an endpoints file", items = M.ENDPO
 --- The sections of the runtime's own config, in the order they are checked.
 M.ORDER = { "apiVersion", "kind", "pluginDirs", "plugins", "schedulingProfiles", "budgets",
   "data", "dataLayer", "saturationDetector", "flowControl", "featureGates", "parser",
-  "objectives", "endpoints" }
+  "requestHandler", "objectives", "endpoints" }
 
 M.TOP = {
   apiVersion = { type = "any" },
@@ -236,6 +252,7 @@ M.TOP = {
   flowControl = flow.FLOW_CONTROL,
   featureGates = M.FEATURE_GATES,
   parser = M.PARSER,
+  requestHandler = M.REQUEST_HANDLER,
   objectives = flow.OBJECTIVES,
   endpoints = M.ENDPOINTS,
 }

@@ -4,6 +4,7 @@ local budget = require "lupin.runtime.budget"
 local capi = require "lupin.runtime.capi"
 local readonly = require "lupin.runtime.readonly"
 local loader = require "lupin.generation.loader"
+local parsers = require "lupin.runtime.parsers"
 local log = require "lupin.log"
 local schema = require "lupin.schema"
 local unsupported = require "lupin.config.unsupported"
@@ -183,7 +184,13 @@ function Builder:profile(name, refs, path)
   local prof = { name = name, filters = {}, scorers = {}, picker = nil, plugins = {} }
   for _, ref in ipairs(refs) do
     local rec = gen.by_name[ref.ref]
-    if not is_profile_plugin(rec) and is_data_producer(rec) then
+    if not is_profile_plugin(rec) and parsers.CLAIMS[rec.type] then
+      -- upstream's loader takes it and its profile keeps only filters,
+      -- scorers and pickers: the entry does nothing
+      log.warn("%s", E:at(ref.path, "plugin %q (%s) is a parser, not a filter, scorer or"
+        .. " picker; its entry in profile %q is ignored (as upstream): list parsers under"
+        .. " requestHandler.parsers", rec.name, rec.type, name))
+    elseif not is_profile_plugin(rec) and is_data_producer(rec) then
       -- upstream lists its data producers (a tokenizer) in profiles too
       log.warn("%s", E:at(ref.path, "plugin %q (%s) produces data before the profiles run;"
         .. " its entry in profile %q is ignored", rec.name, rec.type, name))
@@ -485,7 +492,7 @@ function M.build(cfg, opts, number, previous)
       lifecycle_ms = budget.DEFAULT_LIFECYCLE_MS, disable_after = 0 },
     gen = { number = number, source = cfg.source, loaded_at = capi.now(), instances = {},
       by_name = {}, profiles = {}, profile_by_name = {}, profile_views = {}, points = {},
-      observers = {}, parser = cfg.parser, objectives = cfg.objectives or {} } }, Builder)
+      observers = {}, parsers = cfg.parsers, objectives = cfg.objectives or {} } }, Builder)
 
   for _, p in ipairs(cfg.plugins) do
     local rec, err = b:instantiate(p.name, p.type, p.params, p.path, p)

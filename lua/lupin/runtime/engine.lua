@@ -10,6 +10,7 @@ local flow = require "lupin.runtime.flow"
 local leaks = require "lupin.runtime.leaks"
 local log = require "lupin.log"
 local openai = require "lupin.runtime.openai"
+local parsers = require "lupin.runtime.parsers"
 local pool = require "lupin.runtime.pool"
 local traceback = require "lupin.runtime.traceback"
 local clear = require "table.clear"
@@ -243,15 +244,22 @@ function M.begin(gen, creq, id, path, body, model, headers, subset, check, flags
     id_seq = id_seq + 1
     id = id_prefix .. "-" .. id_seq
   end
-  local parser = gen.parser
+  -- the parser that claims the path (lupin.runtime.parsers): one lookup
+  local hit = parsers.resolve(gen.parsers, path)
+  local parser = hit and hit.parser
   local passthrough = parser and parser.passthrough
-  if passthrough then -- the config's parser: the body is not read
+  if passthrough then -- the fallback parser: the body is not read
     check = false
     model = model or parser.model_header and header(headers, parser.model_header) or parser.model
+  elseif hit and hit.row.raw then -- forwarded as sent (a token count)
+    check = false
   end
   local decoded, message, param
-  if check then
-    decoded, message, param = openai.check(path, body, header(headers, "content-type"), body_len)
+  if check and not hit then
+    message = parsers.unclaimed(gen.parsers, path)
+  elseif check then
+    decoded, message, param = openai.check_row(hit.row, body, header(headers, "content-type"),
+      body_len)
     model = model or (decoded and decoded.model)
   end
   -- the EPP's model rewrite: the model the request is scheduled for (and the

@@ -178,6 +178,11 @@ function PROMPTS.anthropic(body)
   return json_of(body.system) .. PROMPTS.messages(body)
 end
 
+-- vLLM's generate takes token ids: their text is the prefix
+function PROMPTS.token_ids(body)
+  return join(body.token_ids)
+end
+
 -- a cross-encoder scores query + document pairs: the query is the shared prefix
 function PROMPTS.query(body)
   return join(body.query or body.text_1 or body.queries or body.data_1)
@@ -203,17 +208,27 @@ local SCORE = { api = "score", need = { { { "text_1", "queries", "data_1" }, "te
 local RERANK = { api = "rerank", need = { { "query", "texts" }, { "documents", "texts" } },
   prompt = PROMPTS.query }
 local AUDIO = { api = "audio", model = true, form = true, need = {}, prompt = PROMPTS.none }
+local CHAT = { api = "chat", model = true, need = { { "messages", "messages" } },
+  prompt = PROMPTS.messages }
 
 M.ROUTES = {
   ["/v1/completions"] = COMPLETIONS,
-  ["/v1/chat/completions"] = { api = "chat", model = true, need = { { "messages", "messages" } },
-    prompt = PROMPTS.messages },
+  ["/v1/chat/completions"] = CHAT,
+  -- render: the prompt the engine would run, run no further; the parent's body
+  ["/v1/completions/render"] = COMPLETIONS,
+  ["/v1/chat/completions/render"] = CHAT,
   ["/v1/embeddings"] = { api = "embeddings", model = true, need = { { "input", "input" } },
     prompt = PROMPTS.input },
   ["/v1/responses"] = { api = "responses", model = true, need = { { "input", "items" } },
     prompt = PROMPTS.responses },
   ["/v1/messages"] = { api = "messages", model = true,
     need = { { "messages", "messages" }, { "max_tokens", "integer" } }, prompt = PROMPTS.anthropic },
+  -- a token count, forwarded as sent: its body is not checked (raw), as upstream
+  ["/v1/messages/count_tokens"] = { api = "count_tokens", raw = true, need = {},
+    prompt = PROMPTS.none },
+  -- vLLM's pre-tokenized generate (the vllmhttp parser's own path upstream)
+  ["/inference/v1/generate"] = { api = "generate", need = { { "token_ids", "tokens" } },
+    prompt = PROMPTS.token_ids },
   ["/v1/audio/transcriptions"] = AUDIO,
   ["/v1/audio/translations"] = AUDIO,
   ["/tokenize"] = { api = "tokenize", need = { { { "prompt", "messages" }, "either" } },
@@ -240,10 +255,38 @@ function M.paths()
   return list
 end
 
--- a path no row names is read as a completion (as the EPP's parser does)
-local function route_of(path)
-  return M.ROUTES[path] or COMPLETIONS
+-- The rows by path suffix (no leading "/"), longest first: a path no row
+-- names exactly, such as a prefixed /openai/v1/chat/completions, takes the
+-- row of the longest suffix it ends with, as upstream's parsers match.
+local SUFFIXES = {}
+for path, row in pairs(M.ROUTES) do
+  SUFFIXES[#SUFFIXES + 1] = { path:gsub("^/v1/", ""):gsub("^/", ""), row }
 end
+table.sort(SUFFIXES, function(a, b)
+  return #a[1] > #b[1] or (#a[1] == #b[1] and a[1] < b[1])
+end)
+
+--- Whether path ends with suffix (both without their trailing "/").
+function M.ends_with(path, suffix)
+  return path:sub(-#suffix) == suffix
+end
+
+--- The row that reads a body sent to path: its own, the longest suffix's,
+--- else the completions row (as the EPP's openai parser does).
+function M.route(path)
+  local row = M.ROUTES[path]
+  if row then
+    return row
+  end
+  path = path:gsub("/+$", "")
+  for _, s in ipairs(SUFFIXES) do
+    if M.ends_with(path, s[1]) then
+      return s[2]
+    end
+  end
+  return COMPLETIONS
+end
+local route_of = M.route
 
 --- The text of a decoded body the prefix scorer hashes, as its route reads it.
 ---@return string
@@ -412,11 +455,15 @@ end
 --- (json.text), read only during the call.
 ---@return table? body, string? message, string? param
 function M.check(path, text, content_type, len)
+  return M.check_row(route_of(path), text, content_type, len)
+end
+
+--- M.check with the row given (lupin.runtime.parsers resolved it).
+function M.check_row(route, text, content_type, len)
   text = text or ""
   if type(text) == "string" then
     len = #text
   end
-  local route = route_of(path)
   if route.form then -- binary audio: not UTF-8, not JSON
     local body, msg, param = check_form(route, json.text(text, len), content_type)
     if body and body.model ~= nil and body.model == "" then
