@@ -1,4 +1,4 @@
--- llm-d-router's disagg-profile-handler: decode (D) always runs first and is
+-- llm-d-router's disagg-profile-handler: by default decode (D) runs first and is
 -- the primary; then encode (E) when deciders.encode names a decider that says
 -- yes, then prefill (P) when deciders.prefill does.  No decider, no stage:
 -- decode only.  Before forwarding it writes the headers the sidecar reads
