@@ -5,12 +5,15 @@
 -- without a tokenizer (lupin has none).
 --
 -- Score: 0.5 without the label, 0 for a label that does not parse; in a
--- range, 0.7 / (1 + width / 10000) + 0.3 × headroom / width (1 for a
--- zero-width range), the best range wins; in none, 0.3 / (1 + distance /
--- 1000) to the nearest range (llm-d-inference-scheduler
--- pkg/plugins/multi/context_length_aware.go).  Filter: endpoints without
--- the label stay; a label that does not parse removes the endpoint.
+-- range, 0.3 + 0.7 × (0.7 / (1 + width / 10000) + 0.3 × headroom / width)
+-- (1 for a zero-width range), the best range wins; in none, 0.3 / (1 +
+-- distance / 1000) to the nearest range (llm-d-router
+-- .../scorer/contextlengthaware/context_length_aware.go).  An in-range score
+-- stays above 0.3 and a fallback below it, so any match beats every miss,
+-- however wide its range.  Filter: endpoints without the label stay; a label
+-- that does not parse removes the endpoint.
 local CHARS_TO_TOKENS = 0.25
+local FALLBACK = 0.3 -- the ceiling of an out-of-range score, the floor of an in-range one
 
 local function parse(s)
   if s == "" then
@@ -38,7 +41,7 @@ local function score(len, ranges)
       if width == 0 then
         return 1
       end
-      local s = 0.7 / (1 + width / 10000) + 0.3 * (hi - len) / width
+      local s = FALLBACK + (1 - FALLBACK) * (0.7 / (1 + width / 10000) + 0.3 * (hi - len) / width)
       best = math.max(best, s)
     end
   end
@@ -47,7 +50,7 @@ local function score(len, ranges)
   end
   for _, r in ipairs(ranges) do
     local d = len > r[2] and len - r[2] or r[1] - len
-    best = math.max(best, 0.3 / (1 + d / 1000))
+    best = math.max(best, FALLBACK / (1 + d / 1000))
   end
   return best
 end

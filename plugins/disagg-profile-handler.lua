@@ -1,4 +1,4 @@
--- llm-d-router's disagg-profile-handler: decode (D) always runs first and is
+-- llm-d-router's disagg-profile-handler: by default decode (D) runs first and is
 -- the primary; then encode (E) when deciders.encode names a decider that says
 -- yes, then prefill (P) when deciders.prefill does.  No decider, no stage:
 -- decode only.  The decode pick is put in ctx.shared[disagg.PEER] before
@@ -7,7 +7,24 @@
 -- (x-prefiller-host-port, x-encoder-hosts-ports), as upstream's PreRequest.
 -- The flat parameters of older versions (decodeProfile, deciderPluginName...)
 -- are accepted, but not mixed with profiles/deciders, as upstream.
+--
+-- stageOrder "prefill-first" turns the order round: prefill (whenever its
+-- profile exists), then encode if its decider says so (it sees no decode
+-- endpoint yet), then decode, still the primary.  No prefill decider then.
 local disagg = require "lupin.disagg"
+
+local DECODE_FIRST, PREFILL_FIRST = "decode-first", "prefill-first"
+
+-- upstream's spellings: case, "-" and "_" do not matter; "decode"/"prefill" too
+local function stage_order(s)
+  local k = (s or ""):lower():gsub("[-_]", "")
+  if k == "" or k == "decodefirst" or k == "decode" then
+    return DECODE_FIRST
+  elseif k == "prefillfirst" or k == "prefill" then
+    return PREFILL_FIRST
+  end
+  error(("invalid stage order %q, must be %q or %q"):format(s, DECODE_FIRST, PREFILL_FIRST), 0)
+end
 
 local NESTED = { profiles = { decode = true, prefill = true, encode = true },
   deciders = { prefill = true, encode = true } }
@@ -57,6 +74,28 @@ local function normalize(p, env)
   return profiles, deciders
 end
 
+-- prefill-first: prefill when its profile exists, encode if its decider
+-- says so, then decode; after decode, nothing more
+local function pick_prefill_first(self, ctx, profiles, results)
+  if results[self.decode] ~= nil then
+    return {}
+  end
+  if profiles[self.prefill] and results[self.prefill] == nil then
+    return { self.prefill }
+  end
+  local decider, skipped = self.encode_decider, ctx.plugin
+  if decider and profiles[self.encode] and results[self.encode] == nil and not skipped.encode then
+    if decider:disaggregate(ctx, nil) then
+      return { self.encode }
+    end
+    skipped.encode = true
+  end
+  if not profiles[self.decode] then
+    error(("no scheduling profile named %q (profiles.decode)"):format(self.decode))
+  end
+  return { self.decode }
+end
+
 local function string_param(description)
   return { type = "string", description = description }
 end
@@ -75,17 +114,30 @@ return {
     prefillDeciderPluginName = string_param("deprecated: deciders.prefill"),
     encodeDeciderPluginName = string_param("deprecated: deciders.encode"),
     deciderPluginName = string_param("deprecated (pd-profile-handler's): deciders.prefill"),
-    -- pd-profile-handler's, accepted so its configs switch type unchanged;
-    -- upstream ignores them here too
-    prefixPluginType = string_param("ignored (pd-profile-handler's)"),
-    prefixPluginName = string_param("ignored (pd-profile-handler's)"),
-    primaryPort = { type = "integer", description = "ignored (pd-profile-handler's)" },
+    stageOrder = string_param("\"decode-first\" (the default) or \"prefill-first\""),
+    -- pd-profile-handler's: refused with a message saying so, as upstream
+    -- (llm-d-router #1068) refuses them here
+    prefixPluginType = { type = "any", description = "refused (pd-profile-handler's)" },
+    prefixPluginName = { type = "any", description = "refused (pd-profile-handler's)" },
+    primaryPort = { type = "any", description = "refused (pd-profile-handler's)" },
   },
 
   new = function(p, env)
+    for _, k in ipairs({ "prefixPluginType", "prefixPluginName", "primaryPort" }) do
+      if p[k] ~= nil then
+        error(("%s is pd-profile-handler's: disagg-profile-handler refuses it, as llm-d-router"
+          .. " does; remove it"):format(k), 0)
+      end
+    end
     local profiles, deciders = normalize(p, env)
+    local order = stage_order(p.stageOrder)
+    if order == PREFILL_FIRST and deciders.prefill then
+      error(("deciders.prefill: no prefill decider in %s stage order (prefill always"
+        .. " runs first)"):format(PREFILL_FIRST), 0)
+    end
     return { decode = profiles.decode or "decode", prefill = profiles.prefill or "prefill",
-      encode = profiles.encode or "encode", names = deciders, env = env }
+      encode = profiles.encode or "encode", names = deciders, env = env,
+      prefill_first = order == PREFILL_FIRST }
   end,
 
   -- the deciders may be declared after the handler: resolved once all exist
@@ -102,6 +154,9 @@ return {
   -- its decider says so.  A stage a decider declined is remembered for the
   -- request, so the decider is asked once.
   pick_profiles = function(self, ctx, profiles, results)
+    if self.prefill_first then
+      return pick_prefill_first(self, ctx, profiles, results)
+    end
     local decode = results[self.decode]
     if decode == nil then
       if not profiles[self.decode] then

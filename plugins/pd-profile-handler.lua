@@ -6,7 +6,12 @@
 -- primary profile; when it found no endpoint the request fails with its reason.
 -- With primaryPort (data parallelism), the request goes to that port of the
 -- decode endpoint's address, and x-data-parallel-host-port names the rank.
-local DP_HEADER = require("lupin.disagg").DP_HEADER
+--
+-- Newer llm-d-router configs name a decider instead (deciderPluginName, e.g.
+-- a prefix-based-pd-decider): then the decider alone says whether prefill
+-- runs, as in disagg-profile-handler; threshold is the older way, not both.
+local disagg = require "lupin.disagg"
+local DP_HEADER = disagg.DP_HEADER
 
 -- Every matched block is prompt text in lupin's hashes (the model is in the
 -- seed, not a block of its own), so no block is discounted.
@@ -24,8 +29,10 @@ end
 return {
   type = "pd-profile-handler",
   schema = {
-    threshold = { type = "integer", default = 0, min = 0,
-      description = "uncached prompt characters from which prefill runs; 0: always" },
+    threshold = { type = "integer", min = 0,
+      description = "uncached prompt characters from which prefill runs; 0 (the default): always" },
+    deciderPluginName = { type = "string",
+      description = "the decider instance that says whether prefill runs (instead of threshold)" },
     decodeProfile = { type = "string", default = "decode",
       description = "the profile run first: the primary" },
     prefillProfile = { type = "string", default = "prefill",
@@ -40,10 +47,21 @@ return {
       description = "data parallelism: the port decode requests go to; 0: off" },
   },
 
-  new = function(p)
-    return { threshold = p.threshold, decode = p.decodeProfile, prefill = p.prefillProfile,
-      prefix = p.prefixPluginName, block = p.hashBlockSize,
-      port = p.primaryPort > 0 and p.primaryPort or nil }
+  new = function(p, env)
+    if p.deciderPluginName and p.threshold then
+      error("threshold and deciderPluginName are two ways to decide when prefill runs: give one"
+        .. " (deciderPluginName is the newer)", 0)
+    end
+    return { threshold = p.threshold or 0, decode = p.decodeProfile, prefill = p.prefillProfile,
+      prefix = p.prefixPluginName, block = p.hashBlockSize, decider_name = p.deciderPluginName,
+      env = env, port = p.primaryPort > 0 and p.primaryPort or nil }
+  end,
+
+  -- the decider may be declared after the handler: resolved once all exist
+  init = function(self)
+    if self.decider_name then
+      self.decider = disagg.decider(self.env, "deciderPluginName", self.decider_name)
+    end
   end,
 
   pick_profiles = function(self, ctx, profiles, results)
@@ -57,7 +75,11 @@ return {
     if not decode or results[self.prefill] ~= nil or not profiles[self.prefill] then
       return {}
     end
-    if self.threshold > 0 and uncached(self, ctx, decode.endpoints[1]) < self.threshold then
+    if self.decider then
+      if not self.decider:disaggregate(ctx, decode.endpoints[1]) then
+        return {}
+      end
+    elseif self.threshold > 0 and uncached(self, ctx, decode.endpoints[1]) < self.threshold then
       return {}
     end
     return { self.prefill }

@@ -81,11 +81,18 @@ return {
       enum = { "prefillThroughput", "latencyPredictor" },
       description = "the TTFT of the load gate: tokens in flight over peakPrefillThroughput,"
         .. " or predicted-latency-producer's predictions" },
-    peakPrefillThroughput = { type = "number", default = 15928, min = 1,
-      description = "prefill tokens per second an endpoint does (the prefillThroughput source)" },
+    peakPrefillThroughput = { type = "number", default = 15928, min = 0,
+      description = "prefill tokens per second an endpoint does (the prefillThroughput source;"
+        .. " > 0 when that source is used)" },
   },
 
   new = function(p)
+    -- 0 is fine while nothing divides by it, as upstream's factory allows
+    if p.peakPrefillThroughput == 0 and p.maxTTFTPenaltyMs > 0
+      and p.ttftSource == "prefillThroughput" then
+      error("peakPrefillThroughput must be > 0 when ttftSource is prefillThroughput and"
+        .. " maxTTFTPenaltyMs is above 0", 0)
+    end
     return { threshold = p.affinityThreshold, explore = p.explorationProbability,
       prefix = p.prefixPluginName, penalty = p.maxTTFTPenaltyMs, source = p.ttftSource,
       peak = p.peakPrefillThroughput }

@@ -2,6 +2,11 @@
 -- fraction of the prompt's leading blocks recorded against them when earlier
 -- requests were sent there.  Parameters and behaviour follow the EPP's prefix
 -- plugin, so its configs port unchanged (hashBlockSize is its blockSize).
+--
+-- With matchLengthWeight w > 0 the length of the match counts too, so a long
+-- cached prefix beats a short one of the same fraction: w × min(1, matched
+-- tokens / matchLengthScaleTokens)² + (1 − w) × fraction, matched tokens
+-- being matched blocks × block characters / 4 (no tokenizer).
 local prefix = require "lupin.prefix"
 
 local NO_MATCHES = {}
@@ -42,6 +47,10 @@ return {
     prefixMatchInfoProducerName = { type = "string",
       description = "score the matches this approx-prefix-cache-producer found (newer EPPs'"
         .. " producer/scorer split) instead of hashing here" },
+    matchLengthWeight = { type = "number", default = 0, min = 0, max = 1,
+      description = "share of the score given to the match's length (0: the fraction alone)" },
+    matchLengthScaleTokens = { type = "integer", default = 8192,
+      description = "matched tokens at which the length part reaches 1 (> 0 when used)" },
     mode = { type = "string", description = "\"approximate\" (lupin's own index); llm-d v0.4's"
       .. " \"cache_tracking\" loads the instance as precise-prefix-cache-scorer" },
     kvEventsConfig = { type = "any", description = "refused: precise-prefix-cache-scorer's" },
@@ -60,8 +69,14 @@ return {
       error(("mode %q is not supported here: use mode \"approximate\" (the default), or"
         .. " precise-prefix-cache-scorer for the engines' KV-cache events"):format(p.mode), 0)
     end
+    local w, scale = p.matchLengthWeight, p.matchLengthScaleTokens
+    if w > 0 and scale <= 0 then
+      error(("matchLengthScaleTokens must be > 0 when matchLengthWeight is > 0, got %d"):format(
+        scale), 0)
+    end
     if p.prefixMatchInfoProducerName then
-      return { name = env.name, producer = p.prefixMatchInfoProducerName, scores = {} }
+      return { name = env.name, producer = p.prefixMatchInfoProducerName, scores = {},
+        weight = w, scale = scale }
     end
     if p.blockSize and p.hashBlockSize and p.blockSize ~= p.hashBlockSize then
       error(("blockSize (%d) and hashBlockSize (%d) are the same parameter; give one"):format(
@@ -75,7 +90,7 @@ return {
       p.lruCapacityPerServer, tostring(p.autoTune))
     return { name = env.name, block = block, max_blocks = p.maxPrefixBlocksToMatch,
       capacity = p.lruCapacityPerServer, auto = p.autoTune,
-      index = prefix.index(p.lruCapacityPerServer, key), scores = {} }
+      index = prefix.index(p.lruCapacityPerServer, key), scores = {}, weight = w, scale = scale }
   end,
 
   -- Before any profile runs, so filters and the profile handler can read the
@@ -89,17 +104,17 @@ return {
   end,
 
   score = function(self, ctx, endpoints)
-    local total, matches
+    local total, matches, bs
     if self.producer then -- the producer hashed and matched in its prepare
       local info = ctx.shared[self.producer]
       if not info then
         error(("no prefix match info from %q: name an approx-prefix-cache-producer instance in"
           .. " prefixMatchInfoProducerName"):format(self.producer), 0)
       end
-      total, matches = info.total, info.matches
+      total, matches, bs = info.total, info.matches, info.block_size
     else
       local st = state(self, ctx, endpoints)
-      total, matches = st.hashes.n, st.matches
+      total, matches, bs = st.hashes.n, st.matches, st.hashes.block_size
     end
     -- the engine reads the scores as they are returned and keeps none: one
     -- list per instance serves every request
@@ -112,6 +127,16 @@ return {
     end
     -- the test of total kept out of the loop: inside it, the loop took 3-4x
     -- as long (docs/performance.md, "Compiled paths")
+    local w = self.weight
+    if w > 0 then -- a loop of its own: the default pays nothing for it
+      local per_block = bs / prefix.CHARS_PER_TOKEN / self.scale
+      for i = 1, #endpoints do
+        local m = matches[endpoints[i].id] or 0
+        local len = math.min(1, m * per_block)
+        out[i] = w * len * len + (1 - w) * m / total
+      end
+      return out
+    end
     for i = 1, #endpoints do
       out[i] = (matches[endpoints[i].id] or 0) / total
     end

@@ -23,7 +23,7 @@
 ---@field name string the config's name (default "address:port")
 ---@field address string an IP address or a host name
 ---@field port integer
----@field hostport string "address:port"
+---@field hostport string "address:port", an IPv6 address bracketed ("[fd00::1]:8000")
 ---@field labels table<string, string>
 ---@field waiting_queue_size number vllm:num_requests_waiting
 ---@field running_requests number vllm:num_requests_running

@@ -71,6 +71,42 @@ describe(T, function()
     assert.same({ 1, 1, 1 }, numbers(scores(rt, "ar")))
   end)
 
+  -- llm-d-router pkg/epp/framework/plugins/scheduling/scorer/activerequest/
+  -- active_request_test.go: TestActiveRequestScorer_Score,
+  -- TestActiveRequest_IdleThresholdAndMaxBusyScore (binary and hybrid modes) and
+  -- TestActiveRequest_DefaultParamsProduceContinuousScores
+  it("scores as upstream's active_request_test.go expects", function()
+    local rt = S.loaded(K.config({
+      { type = "header-based-testing-filter" }, { type = T, name = "ar" },
+      { type = T, name = "bin", parameters = { idleThreshold = 0, maxBusyScore = 0 } },
+      { type = T, name = "hyb", parameters = { idleThreshold = 1, maxBusyScore = 0.5 } },
+      { type = "max-score-picker" },
+    }, { { pluginRef = "header-based-testing-filter" }, { pluginRef = "ar" },
+      { pluginRef = "bin" }, { pluginRef = "hyb" }, { pluginRef = "max-score-picker" } }))
+    S.endpoints(rt, 3)
+    local function load(want, name)
+      local held = {}
+      for i, n in ipairs(want) do
+        for _ = 1, n do
+          held[#held + 1] = send(rt, "ep" .. i)
+        end
+      end
+      local got = numbers(scores(rt, name))
+      for _, req in ipairs(held) do
+        req:finish("ok")
+      end
+      return got
+    end
+    assert.same({ 1, 1, 1 }, load({ 0, 0, 0 }, "ar")) -- "no load attribute set"
+    assert.same({ 0.5, 1, 0 }, load({ 3, 0, 6 }, "ar")) -- "all ... different request counts"
+    assert.same({ 0, 1, 0.75 }, load({ 4, 0, 1 }, "ar")) -- "some endpoints have load data"
+    assert.same({ 0, 1, 1 }, load({ 1, 0, 0 }, "bin")) -- binary: busy 0, idle 1
+    assert.same({ 1, 0, 1 }, load({ 1, 2, 0 }, "hyb")) -- hybrid: 1 request is idle
+    local light = load({ 3, 11, 0 }, "ar") -- default parameters stay continuous
+    assert.near(0.7272, light[1], 0.001)
+    assert.same({ 0, 1 }, { light[2], light[3] })
+  end)
+
   it("scores nothing for no endpoints and 1 for all when nothing is in flight", function()
     local rt = runtime()
     assert.same({ 1, 1, 1 }, numbers(scores(rt, "ar")))

@@ -1,5 +1,7 @@
 -- llm-d's by-label-selector filter on the vectors of llm-d-inference-scheduler
--- pkg/plugins/filter/by_label_selector_test.go, and under its newer name,
+-- pkg/plugins/filter/by_label_selector_test.go, now llm-d-router
+-- pkg/epp/framework/plugins/scheduling/filter/bylabel/selector_test.go
+-- (TestLabelSelectorFilter*: the same cases), and under its newer name,
 -- label-selector-filter (spec/plugins/label_selector_filter_spec.lua), the
 -- same vectors: both types are one filter.
 local K = require "plugins.kit"
@@ -53,6 +55,17 @@ for _, T in ipairs({ "by-label-selector", "label-selector-filter" }) do
       local rt = K.pool(1)
       assert.same({}, kept(rt, { matchLabels = { app = "test" } }, {}))
       assert.same({}, kept(rt, { matchLabels = { app = "test" } }))
+      rt:free()
+    end)
+
+    -- selector_test.go TestLabelSelectorFilterHasNoAllowsNoLabelEscapeHatch: a
+    -- mislabelled or unlabelled endpoint does not pass an In selector
+    it("keeps only the endpoint whose label is in the set, not an unlabelled one", function()
+      local rt = K.pool(3, { { labels = { ["llm-d.ai/role"] = "decode" } },
+        { labels = { ["llm-d.ai/role"] = "encode" } }, { labels = {} } })
+      assert.same({ "ep1" }, K.call(rt, { type = T, point = "filter", params = {
+        matchExpressions = { { key = "llm-d.ai/role", operator = "In",
+          values = { "decode", "prefill-decode" } } } } }).kept)
       rt:free()
     end)
 

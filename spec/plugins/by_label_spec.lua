@@ -15,6 +15,37 @@ describe(T, function()
     { labels = { zone = "a" } }, -- no tier
   }
 
+  -- llm-d-router pkg/epp/framework/plugins/scheduling/filter/bylabel/filter_test.go,
+  -- TestByLabelFiltering over its six endpoints (the selector spec's five and
+  -- one without a tier)
+  it("filters as TestByLabelFiltering expects", function()
+    local rt = K.pool(6, {
+      { labels = { app = "nginx", version = "v1.0", tier = "frontend" } },
+      { labels = { app = "nginx", version = "v1.1", tier = "frontend" } },
+      { labels = { app = "coredns", tier = "system" } },
+      { labels = { app = "redis", tier = "backend", deprecated = "true" } },
+      { labels = { app = "web", tier = "frontend", environment = "production" } },
+      { labels = { app = "unknown" } },
+    })
+    assert.same({ "ep1", "ep2" }, kept(rt, { label = "app", validValues = { "nginx" } }))
+    assert.same({ "ep1" }, kept(rt, { label = "version", validValues = { "v1.0" } }))
+    assert.same({ "ep6" }, kept(rt, { label = "tier", allowsNoLabel = true }))
+    assert.same({ "ep1", "ep2", "ep3", "ep4", "ep5" },
+      kept(rt, { label = "tier", validValues = { "frontend", "backend", "system" } }))
+  end)
+
+  -- filter_test.go TestFactory: the three valid configs load
+  it("loads TestFactory's valid configs", function()
+    for _, p in ipairs({ '{"label": "llm-d.ai/role", "allowsNoLabel": false, "validValues": ["prefill"]}',
+      '{"label": "llm-d.ai/role", "allowsNoLabel": true, "validValues": []}',
+      '{"label": "llm-d.ai/role", "allowsNoLabel": true, "validValues": ["decode", "both"]}' }) do
+      local rt = S.runtime()
+      assert(rt:load_string(('{"plugins": [{"type": "by-label", "parameters": %s}]}'):format(p),
+        "spec.json"))
+      rt:free()
+    end
+  end)
+
   it("keeps endpoints whose label has one of validValues", function()
     local rt = K.pool(4, pool)
     assert.same({ "ep1", "ep3" }, kept(rt, { label = "tier", validValues = { "gold", "bronze" } }))

@@ -44,6 +44,17 @@ describe("disagg-headers-handler", function()
     assert.matches("^10%.0%.0%.%d:8000,10%.0%.0%.%d:8000$", res.headers["x-encoder-hosts-ports"])
   end)
 
+  -- TestPreRequestPrefillIPv6Address, TestPreRequestEncodeIPv6Address: an IPv6
+  -- address is bracketed, as net.JoinHostPort writes it
+  it("brackets an IPv6 address in both headers", function()
+    local rt = S.loaded(config())
+    assert(rt:upsert({ name = "ep1", address = "fd00::1", port = 8000 }))
+    local _, _, res = P.request(rt, "hello")
+    rt:free()
+    assert.equal("[fd00::1]:8000", res.headers["x-prefiller-host-port"])
+    assert.equal("[fd00::1]:8000", res.headers["x-encoder-hosts-ports"])
+  end)
+
   -- TestPreRequestCustomPrefillProfile, TestPreRequestEncodeCustomProfile,
   -- TestPreRequestPrefillProfileNotExists (its profiles are not the ones that ran)
   it("reads the profiles it is told to, and sets nothing for profiles that did not run", function()

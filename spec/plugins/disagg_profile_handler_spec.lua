@@ -159,8 +159,8 @@ describe("disagg-profile-handler", function()
   end)
 
   -- TestHandler_Pick_CustomProfiles / TestHandlerFactory "PD custom profiles",
-  -- and TestHandlerFactory_PdProfileHandlerParams (the flat names, and
-  -- pd-profile-handler's prefixPluginType/primaryPort accepted and ignored).
+  -- and TestHandlerFactory_PdProfileHandlerParams "pd-profile-handler with
+  -- deciderPluginName" (the flat names).
   it("reads custom profile names, nested or flat", function()
     local names = { "decode-my", "prefill-my", "encode-my" }
     start(config({ profiles = { decode = "decode-my", prefill = "prefill-my" },
@@ -169,13 +169,70 @@ describe("disagg-profile-handler", function()
     assert.equal("10.0.0.3:8000", res.headers["x-prefiller-host-port"])
     rt:free()
     start(config({ decodeProfile = "decode-my", prefillProfile = "prefill-my",
-      deciderPluginName = "always-disagg-pd-decider", prefixPluginType = "prefix-cache-scorer",
-      primaryPort = 8080 }, { ALWAYS }, names))
+      deciderPluginName = "always-disagg-pd-decider" }, { ALWAYS }, names))
     local pick
     pick, _, res = P.request(rt, "hello")
     assert.equal("ep1", pick)
-    assert.equal(8000, res.picks[1].port) -- primaryPort ignored, as upstream
     assert.equal("10.0.0.3:8000", res.headers["x-prefiller-host-port"])
+  end)
+
+  -- TestHandlerFactory_PdProfileHandlerParams "pd-profile-handler with unknown
+  -- fields is rejected" (llm-d-router #1068): pd-profile-handler's
+  -- prefixPluginType, prefixPluginName and primaryPort are refused here.
+  it("refuses pd-profile-handler's prefixPluginType, prefixPluginName and primaryPort", function()
+    for k, v in pairs({ prefixPluginType = "prefix-cache-scorer",
+      prefixPluginName = "prefix-cache-scorer", primaryPort = 8080 }) do
+      assert.matches(k .. " is pd-profile-handler's: disagg-profile-handler refuses it, as"
+        .. " llm-d-router does; remove it", load_error(config({ decodeProfile = "decode",
+          deciderPluginName = "always-disagg-pd-decider", [k] = v }, { ALWAYS })), 1, true)
+    end
+  end)
+
+  -- llm-d-router disagg_profile_handler.go, stageOrder (PR 2342): "prefill-first"
+  -- runs prefill (no decider), then encode if its decider says so, then decode,
+  -- which stays the primary; ParseStageOrder's spellings and errors.
+  it("runs prefill, encode, decode in prefill-first stage order", function()
+    start(config({ stageOrder = "prefill-first",
+      deciders = { encode = "always-disagg-multimodal-decider" } }, { MM }))
+    local pick, _, res = chat(IMAGE)
+    assert.equal(200, res.status)
+    assert.equal("ep1", pick)
+    assert.equal("10.0.0.3:8000", res.headers["x-prefiller-host-port"])
+    assert.equal("10.0.0.4:8000", res.headers["x-encoder-hosts-ports"])
+    _, _, res = chat(TEXT)
+    assert.equal("10.0.0.3:8000", res.headers["x-prefiller-host-port"])
+    assert.is_nil(res.headers["x-encoder-hosts-ports"])
+    -- the order itself, one call at a time
+    local order = S.eval(rt, ([==[
+      local loader, schema = require "lupin.generation.loader", require "lupin.schema"
+      local m = loader.load(%q, "disagg-profile-handler")
+      local self = setmetatable(m.new(assert(schema.validate(m.schema,
+        { stageOrder = "Prefill_First" })), { log = function() end }), { __index = m })
+      local profiles, results, out = { decode = {}, prefill = {}, encode = {} }, {}, {}
+      local ctx = { plugin = {}, request = { body = {} } }
+      for _ = 1, 4 do
+        local next_ = self:pick_profiles(ctx, profiles, results)
+        out[#out + 1] = next_[1] or "done"
+        if next_[1] then
+          results[next_[1]] = { endpoints = {} }
+        end
+      end
+      return out
+    ]==]):format(S.ROOT .. "/plugins/disagg-profile-handler.lua"))
+    assert.same({ "prefill", "decode", "done", "done" }, order)
+  end)
+
+  it("reads stageOrder as upstream and refuses a prefill decider in prefill-first", function()
+    for _, ok in ipairs({ "decode-first", "DECODE_FIRST", "decode", "prefill", "prefillfirst" }) do
+      rt = S.loaded(config({ stageOrder = ok }))
+      rt:free()
+    end
+    rt = nil
+    assert.matches('invalid stage order "sideways", must be "decode-first" or "prefill-first"',
+      load_error(config({ stageOrder = "sideways" })), 1, true)
+    assert.matches("deciders.prefill: no prefill decider in prefill-first stage order",
+      load_error(config({ stageOrder = "prefill-first",
+        deciders = { prefill = "always-disagg-pd-decider" } }, { ALWAYS })), 1, true)
   end)
 
   -- TestHandler_Pick_PD "decode failed → done"; TestHandler_ProcessResults_PD

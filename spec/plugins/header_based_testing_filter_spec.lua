@@ -27,6 +27,23 @@ describe(T, function()
     assert.same({}, kept(rt, "10.0.0.9:9999"))
   end)
 
+  -- llm-d-router pkg/epp/framework/plugins/scheduling/test/filter/filter_test.go,
+  -- TestFilter "IPv6 with brackets and port", "IPv6 bare address (no port)" and
+  -- "multiple header values (IP and IP:port) ... in order and deduped"
+  it("matches IPv6 endpoints bracketed with a port, or bare", function()
+    local rt = S.runtime()
+    assert(rt:upsert({ name = "a", address = "fd00::1", port = 3002 }))
+    assert(rt:upsert({ name = "b", address = "fd00::2", port = 3004 }))
+    assert.same({ "a" }, kept(rt, "[fd00::1]:3002"))
+    assert.same({ "b" }, kept(rt, "fd00::2"))
+    assert.same({}, kept(rt, "[fd00::1]:3004"))
+    rt = S.runtime()
+    assert(rt:upsert({ name = "x1", address = "10.0.0.1", port = 3000 }))
+    assert(rt:upsert({ name = "x2", address = "10.0.0.2", port = 3002 }))
+    assert(rt:upsert({ name = "x3", address = "10.0.0.3", port = 3004 }))
+    assert.same({ "x3", "x2" }, kept(rt, "10.0.0.3:3004, 10.0.0.2, 10.0.0.3"))
+  end)
+
   it("keeps nothing without the header, with an empty one, or among no candidates", function()
     local rt = K.pool(2)
     assert.same({}, kept(rt, nil))

@@ -4,6 +4,27 @@ local S = require "support"
 local T = "kv-cache-utilization-scorer"
 
 describe(T, function()
+  -- llm-d-router pkg/epp/framework/plugins/scheduling/scorer/kvcacheutilization/
+  -- kvcache_utilization_test.go, TestKvCacheUtilizationScorer's four cases
+  it("scores as TestKvCacheUtilizationScorer expects", function()
+    local cases = {
+      { { 0.8, 0.5, 0 }, { 0.2, 0.5, 1 } }, -- different utilization
+      { { 0.6, 0.6 }, { 0.4, 0.4 } }, -- same utilization
+      { { 0, 0 }, { 1, 1 } }, -- zero utilization
+      { { 1, 0.5 }, { 0, 0.5 } }, -- full utilization
+    }
+    for _, c in ipairs(cases) do
+      local m = {}
+      for i, u in ipairs(c[1]) do
+        m[i] = { kv_cache_usage = u }
+      end
+      local s = K.scores(K.pool(#m, m), T)
+      for i, want in ipairs(c[2]) do
+        assert.near(want, s["ep" .. i], 1e-4)
+      end
+    end
+  end)
+
   it("scores 1 - KV-cache usage", function()
     local rt = K.pool(4, { { kv_cache_usage = 0 }, { kv_cache_usage = 0.25 },
       { kv_cache_usage = 0.75 }, { kv_cache_usage = 1 } })

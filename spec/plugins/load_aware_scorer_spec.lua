@@ -4,6 +4,16 @@ local S = require "support"
 local T = "load-aware-scorer"
 
 describe(T, function()
+  -- llm-d-router pkg/epp/framework/plugins/scheduling/scorer/loadaware/load_aware_test.go,
+  -- TestLoadBasedScorer "load based scorer": threshold 10, queues 2, 0, 15
+  it("scores as TestLoadBasedScorer expects", function()
+    local rt = K.pool(3, { { waiting_queue_size = 2 }, { waiting_queue_size = 0 },
+      { waiting_queue_size = 15 } })
+    local s = K.scores(rt, T, { threshold = 10 })
+    assert.near(0.4, s.ep1, 1e-12)
+    assert.same({ 0.5, 0 }, { s.ep2, s.ep3 })
+  end)
+
   it("scores 0.5 for an empty queue, 0.5 * (1 - min(q, T) / T) otherwise (T = 128)", function()
     local rt = K.pool(5, { { waiting_queue_size = 0 }, { waiting_queue_size = 32 },
       { waiting_queue_size = 64 }, { waiting_queue_size = 128 }, { waiting_queue_size = 500 } })

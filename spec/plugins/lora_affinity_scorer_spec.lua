@@ -19,6 +19,29 @@ describe(T, function()
       K.scores(rt, T, nil, { model = "sql" }))
   end)
 
+  -- llm-d-router pkg/epp/framework/plugins/scheduling/scorer/loraaffinity/
+  -- lora_affinity_test.go, TestLoraAffinityScorer (target model m1)
+  it("scores as TestLoraAffinityScorer expects", function()
+    local function scores(m)
+      return K.scores(K.pool(#m, m), T, nil, { model = "m1" })
+    end
+    -- "Target model is active", "Target model is waiting"
+    assert.same({ ep1 = 1 }, scores({ { running_lora_adapters = "m1", max_lora = 5 } }))
+    assert.same({ ep1 = 0.6 }, scores({ { running_lora_adapters = "m2",
+      waiting_lora_adapters = "m1", max_lora = 2 } }))
+    -- "Endpoints have no space for new model"
+    assert.same({ ep1 = 0, ep2 = 0 }, scores({ { running_lora_adapters = "m2",
+      waiting_lora_adapters = "m3", max_lora = 2 }, { max_lora = 0 } }))
+    -- "Multipleendpoints with mixed active and waiting models"
+    assert.same({ ep1 = 1, ep2 = 0.8, ep3 = 0.8, ep4 = 0.6, ep5 = 0 }, scores({
+      { running_lora_adapters = "m1", max_lora = 5 },
+      { running_lora_adapters = "m2", waiting_lora_adapters = "m1", max_lora = 5 },
+      { running_lora_adapters = "m2", max_lora = 2 },
+      { running_lora_adapters = "m3", waiting_lora_adapters = "m1", max_lora = 2 },
+      { running_lora_adapters = "m4,m5", max_lora = 2 },
+    }))
+  end)
+
   it("prefers room over waiting: a waiting adapter with spare capacity scores 0.8", function()
     local rt = K.pool(1, { { running_lora_adapters = "chat", waiting_lora_adapters = "sql",
       max_lora = 3 } })

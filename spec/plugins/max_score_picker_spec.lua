@@ -4,6 +4,27 @@ local S = require "support"
 local T = "max-score-picker"
 
 describe(T, function()
+  -- llm-d-router pkg/epp/framework/plugins/scheduling/picker/maxscore/picker_test.go,
+  -- TestPickMaxScorePicker's five cases (ties compared as a set)
+  it("picks as TestPickMaxScorePicker expects", function()
+    local rt = K.pool(3, nil, { seed = 1 })
+    local function pick(k, scores)
+      return K.call(rt, { type = T, params = { maxNumOfEndpoints = k }, point = "pick",
+        scores = scores }).picked
+    end
+    assert.same({ "ep2" }, pick(1, { 10, 25, 15 })) -- single max score
+    local tied = pick(2, { 50, 50, 30 }) -- all equally scored
+    table.sort(tied)
+    assert.same({ "ep1", "ep2" }, tied)
+    assert.same({ "ep3", "ep2" }, pick(2, { 20, 25, 30 })) -- more endpoints than needed
+    assert.same({ "ep3", "ep2", "ep1" }, pick(4, { 20, 25, 30 })) -- fewer than needed
+    local exact = pick(3, { 30, 25, 30 }) -- exactly as many as needed
+    assert.equal("ep2", exact[3])
+    exact[3] = nil
+    table.sort(exact)
+    assert.same({ "ep1", "ep3" }, exact)
+  end)
+
   it("picks the highest score, one endpoint by default", function()
     local rt = K.pool(4, nil, { seed = 1 })
     local out = K.pick_many(rt, T, nil, { 0.5, 2.5, 1, 2.4 }, 50)

@@ -48,7 +48,7 @@ describe("pd-profile-handler", function()
   end
 
   it("has llm-d's defaults", function()
-    assert.same({ threshold = 0, decodeProfile = "decode", prefillProfile = "prefill",
+    assert.same({ decodeProfile = "decode", prefillProfile = "prefill",
       prefixPluginName = "prefix-cache-scorer", hashBlockSize = 64, primaryPort = 0 },
       P.defaults("pd-profile-handler"))
   end)
@@ -144,6 +144,63 @@ describe("pd-profile-handler", function()
     assert.same({}, pick(5, 1)) -- upstream: prefill (it counts 1 - 1 = 0 blocks)
     assert.same({ "prefill" }, pick(5, 0))
     assert.same({ "prefill" }, pick(0, 5))
+  end)
+
+  -- llm-d-router .../profilehandler/disagg/pd_profile_handler_test.go,
+  -- TestPdProfileHandler_Pick with its prefix-based-pd-decider (nonCachedTokens
+  -- 4): prompt "hello world hello world hello world" (35 characters, 8 tokens),
+  -- 2 tokens cached on the decode endpoint → prefill, 5 → decode only; and the
+  -- decode-not-run, decode-failed and all-done cases.
+  it("asks the decider deciderPluginName names, as TestPdProfileHandler_Pick", function()
+    rt = S.runtime()
+    local out = S.eval(rt, ([[
+      local loader, schema = require "lupin.generation.loader", require "lupin.schema"
+      local d = loader.load(%q, "prefix-based-pd-decider")
+      local dec = setmetatable(d.new(assert(schema.validate(d.schema, { nonCachedTokens = 4 })),
+        { log = function() end }), { __index = d })
+      local m = loader.load(%q, "pd-profile-handler")
+      local self = setmetatable(m.new(assert(schema.validate(m.schema,
+        { deciderPluginName = "dec" })), { plugin = function(name)
+          if name == "dec" then return dec, "prefix-based-pd-decider" end
+        end }), { __index = m })
+      self:init()
+      local ep = { id = 7 }
+      local function pick(cached, results)
+        local ctx = { request = { prompt = "hello world hello world hello world" },
+          shared = { ["prefix-cache-scorer"] = { block_size = 4, matches = { [7] = cached } } } }
+        return self:pick_profiles(ctx, { decode = {}, prefill = {} }, results)
+      end
+      local ran = { decode = { endpoints = { ep } } }
+      return { pick(2, ran), pick(5, ran), pick(2, {}), pick(2, { decode = false }),
+        pick(2, { decode = ran.decode, prefill = ran.decode }) }
+    ]]):format(S.ROOT .. "/plugins/prefix-based-pd-decider.lua",
+      S.ROOT .. "/plugins/pd-profile-handler.lua"))
+    assert.same({ { "prefill" }, {}, { "decode" }, {}, {} }, out)
+  end)
+
+  it("loads deciderPluginName end to end and refuses it with threshold or unknown", function()
+    local conf = pd({ deciderPluginName = "dec" })
+    table.insert(conf.plugins, { type = "prefix-based-pd-decider", name = "dec",
+      parameters = { nonCachedTokens = 1 } })
+    rt = S.loaded(conf)
+    S.endpoints(rt, 4, ROLES)
+    local _, _, res = P.request(rt, "aaaabbbb")
+    assert.equal("10.0.0.3:8000", res.headers["x-prefiller-host-port"]) -- 2 tokens uncached
+    _, _, res = P.request(rt, "aaaabbbb") -- all cached on ep1 now
+    assert.is_nil(res.headers["x-prefiller-host-port"])
+    rt:free()
+    rt = nil
+    local function err(params)
+      local r = S.runtime()
+      local ok, e = r:load_string(S.json.encode(pd(params)), "spec.json")
+      r:free()
+      assert.is_nil(ok)
+      return e
+    end
+    assert.matches("threshold and deciderPluginName are two ways to decide when prefill runs: give"
+      .. " one", err({ deciderPluginName = "dec", threshold = 4 }), 1, true)
+    assert.matches('deciderPluginName: no plugin named "nope" in this config',
+      err({ deciderPluginName = "nope" }), 1, true)
   end)
 
   -- TestPdProfileHandler_ProcessResults "with primaryPort → port updated and header set"

@@ -32,10 +32,31 @@ end
 local HELLO = "hello world hello world hello world"
 
 describe("prefix-based-pd-decider", function()
-  it("has upstream's default: nonCachedTokens 0, and refuses a negative one", function()
-    assert.same({ nonCachedTokens = 0 }, P.defaults("prefix-based-pd-decider"))
+  it("has upstream's defaults: nonCachedTokens and promptTokens 0, refuses negatives", function()
+    assert.same({ nonCachedTokens = 0, promptTokens = 0 }, P.defaults("prefix-based-pd-decider"))
     assert.matches("parameters.nonCachedTokens: must be an integer ≥ 0, got %-1",
       P.config_error("prefix-based-pd-decider", { nonCachedTokens = -1 }))
+    assert.matches("parameters.promptTokens: must be an integer ≥ 0, got %-1",
+      P.config_error("prefix-based-pd-decider", { nonCachedTokens = 5, promptTokens = -1 }))
+  end)
+
+  -- llm-d-router .../profilehandler/disagg/prefix_based_pd_decider_test.go,
+  -- TestDisaggregate: a 10-token prompt (40 characters), `cached` of them on the
+  -- decode endpoint
+  it("decides as TestDisaggregate expects", function()
+    local TEN = ("x"):rep(40)
+    local function d(non_cached, prompt_tokens, cached)
+      return decide({ nonCachedTokens = non_cached, promptTokens = prompt_tokens }, TEN, cached)
+    end
+    assert.is_false(d(0, 0, 5)) -- threshold zero disables disaggregation
+    assert.is_false(d(5, 20, 0)) -- input shorter than promptTokens
+    assert.is_false(d(20, 0, 0)) -- input shorter than nonCachedTokens
+    assert.is_true(d(5, 10, 5)) -- input equals promptTokens
+    assert.is_false(d(5, 0, 8)) -- non-cached suffix below threshold
+    assert.is_true(d(5, 0, 5)) -- equals threshold
+    assert.is_true(d(3, 0, 2)) -- above threshold
+    assert.is_false(d(1, 0, 10)) -- fully cached prompt
+    assert.is_true(d(5, 0, 0)) -- no cache hit at all
   end)
 
   -- TestHandler_Pick_PD "enough uncached tokens → run prefill" (8 - 2 ≥ 4) and

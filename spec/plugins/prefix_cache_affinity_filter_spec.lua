@@ -50,11 +50,28 @@ describe("prefix-cache-affinity-filter", function()
     assert.matches("parameters.maxTTFTPenaltyMs: must be a number",
       P.config_error("prefix-cache-affinity-filter", { maxTTFTPenaltyMs = -1 }))
     assert.matches("parameters.peakPrefillThroughput: must be a number",
-      P.config_error("prefix-cache-affinity-filter", { peakPrefillThroughput = 0 }))
+      P.config_error("prefix-cache-affinity-filter", { peakPrefillThroughput = -1 }))
     assert.matches("parameters.affinityThreshold: must be a number between 0 and 1, got 1.5",
       P.config_error("prefix-cache-affinity-filter", { affinityThreshold = 1.5 }))
     assert.matches("parameters.explorationProbability: must be a number between 0 and 1, got %-0.1",
       P.config_error("prefix-cache-affinity-filter", { explorationProbability = -0.1 }))
+  end)
+
+  -- plugin_test.go TestFactory_ThroughputModeRequiresPeakPrefillThroughput,
+  -- TestFactory_ZeroPeakPrefillThroughputAllowedWhenUnused and
+  -- TestFactory_DefaultsToPrefillThroughput: 0 only while nothing divides by it
+  it("takes peakPrefillThroughput 0 only when the throughput source is unused", function()
+    local msg = "peakPrefillThroughput must be > 0 when ttftSource is prefillThroughput"
+    assert.matches(msg, P.config_error("prefix-cache-affinity-filter",
+      { peakPrefillThroughput = 0 }), 1, true)
+    assert.matches(msg, P.config_error("prefix-cache-affinity-filter",
+      { ttftSource = "prefillThroughput", peakPrefillThroughput = 0 }), 1, true)
+    for _, ok in ipairs({ { maxTTFTPenaltyMs = 0, peakPrefillThroughput = 0 },
+      { ttftSource = "latencyPredictor", peakPrefillThroughput = 0 } }) do
+      rt = S.loaded(config(ok))
+      rt:free()
+    end
+    rt = nil
   end)
 
   it("keeps the endpoints at or above the threshold", function()

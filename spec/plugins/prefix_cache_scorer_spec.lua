@@ -15,8 +15,8 @@ describe("prefix-cache-scorer", function()
   end)
 
   it("has the EPP's defaults", function()
-    assert.same({ maxPrefixBlocksToMatch = 256, lruCapacityPerServer = 31250, autoTune = true },
-      P.defaults("prefix-cache-scorer"))
+    assert.same({ maxPrefixBlocksToMatch = 256, lruCapacityPerServer = 31250, autoTune = true,
+      matchLengthWeight = 0, matchLengthScaleTokens = 8192 }, P.defaults("prefix-cache-scorer"))
     -- blockSize (and its alias) default to 64: 64 characters make one block
     rt = S.loaded(scorer({ autoTune = false }))
     S.endpoints(rt, 2)
@@ -70,6 +70,48 @@ describe("prefix-cache-scorer", function()
       P.config_error("prefix-cache-scorer", { blocksize = 4 }))
     assert.matches("blockSize %(4%) and hashBlockSize %(8%) are the same parameter; give one",
       P.config_error("prefix-cache-scorer", { blockSize = 4, hashBlockSize = 8 }))
+  end)
+
+  -- llm-d-router pkg/epp/framework/plugins/scheduling/scorer/prefix/plugin_test.go,
+  -- TestPrefixPluginScoreWithWeights: weight 0.5, scale 100 tokens; 5 of 10 one-token
+  -- blocks score 0.5 × 0.05² + 0.5 × 0.5 = 0.25125, 50 of 100 score 0.375.  Here a
+  -- block of 4 characters is one token.
+  it("weighs the match's length with matchLengthWeight, as TestPrefixPluginScoreWithWeights",
+    function()
+    rt = S.loaded(scorer({ blockSize = 4, autoTune = false, matchLengthWeight = 0.5,
+      matchLengthScaleTokens = 100 }))
+    S.endpoints(rt, 2)
+    local function blocks(from, to)
+      local out = {}
+      for i = from, to do
+        out[#out + 1] = ("%04d"):format(i)
+      end
+      return table.concat(out)
+    end
+    P.request(rt, blocks(1, 5), { subset = { "ep1" } })
+    local _, scores = P.request(rt, blocks(1, 10))
+    assert.near(0.25125, scores.ep1, 1e-6)
+    assert.equal(0, scores.ep2)
+    P.request(rt, blocks(1001, 1050), { subset = { "ep2" } })
+    _, scores = P.request(rt, blocks(1001, 1100))
+    assert.near(0.375, scores.ep2, 1e-6)
+    assert.equal(0, scores.ep1)
+  end)
+
+  -- TestPrefixPluginFactoryValidation
+  it("validates matchLengthWeight and matchLengthScaleTokens as upstream", function()
+    assert.matches("parameters.matchLengthWeight: must be a number between 0 and 1, got %-0.1",
+      P.config_error("prefix-cache-scorer", { matchLengthWeight = -0.1, matchLengthScaleTokens = 100 }))
+    assert.matches("parameters.matchLengthWeight: must be a number between 0 and 1, got 1.1",
+      P.config_error("prefix-cache-scorer", { matchLengthWeight = 1.1, matchLengthScaleTokens = 100 }))
+    assert.matches("matchLengthScaleTokens must be > 0 when matchLengthWeight is > 0, got 0",
+      P.config_error("prefix-cache-scorer", { matchLengthWeight = 0.5, matchLengthScaleTokens = 0 }))
+    for _, ok in ipairs({ { matchLengthWeight = 0.5 }, { matchLengthWeight = 0 },
+      { matchLengthWeight = 0.5, matchLengthScaleTokens = 100 } }) do
+      rt = S.loaded(scorer(ok))
+      rt:free()
+    end
+    rt = nil
   end)
 
   it("scores the issue's sequence: 0.5, then 2/3, then 0 for another model", function()

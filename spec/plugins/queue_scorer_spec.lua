@@ -2,6 +2,18 @@ local K = require "plugins.kit"
 local S = require "support"
 
 describe("queue-scorer", function()
+  -- llm-d-router pkg/epp/framework/plugins/scheduling/scorer/queuedepth/queue_test.go,
+  -- TestQueueScorer: "Different queue sizes", "Same queue sizes", "Zero queue sizes"
+  it("scores as TestQueueScorer expects", function()
+    local rt = K.pool(3, { { waiting_queue_size = 10 }, { waiting_queue_size = 5 },
+      { waiting_queue_size = 0 } })
+    assert.same({ ep1 = 0, ep2 = 0.5, ep3 = 1 }, K.scores(rt, "queue-scorer"))
+    rt = K.pool(2, { { waiting_queue_size = 5 }, { waiting_queue_size = 5 } })
+    assert.same({ ep1 = 1, ep2 = 1 }, K.scores(rt, "queue-scorer"))
+    rt = K.pool(2, { { waiting_queue_size = 0 }, { waiting_queue_size = 0 } })
+    assert.same({ ep1 = 1, ep2 = 1 }, K.scores(rt, "queue-scorer"))
+  end)
+
   it("scores (max - q) / (max - min) over waiting queue sizes", function()
     local rt = K.pool(4, { { waiting_queue_size = 0 }, { waiting_queue_size = 2 },
       { waiting_queue_size = 8 }, { waiting_queue_size = 6 } })

@@ -4,6 +4,18 @@ local S = require "support"
 local T = "running-requests-size-scorer"
 
 describe(T, function()
+  -- llm-d-router pkg/epp/framework/plugins/scheduling/scorer/runningrequests/running_test.go,
+  -- TestRunningRequestsSizeScorer: different, same and zero running counts
+  it("scores as TestRunningRequestsSizeScorer expects", function()
+    local rt = K.pool(3, { { running_requests = 10 }, { running_requests = 5 },
+      { running_requests = 0 } })
+    assert.same({ ep1 = 0, ep2 = 0.5, ep3 = 1 }, K.scores(rt, T))
+    rt = K.pool(2, { { running_requests = 5 }, { running_requests = 5 } })
+    assert.same({ ep1 = 1, ep2 = 1 }, K.scores(rt, T))
+    rt = K.pool(2, { { running_requests = 0 }, { running_requests = 0 } })
+    assert.same({ ep1 = 1, ep2 = 1 }, K.scores(rt, T))
+  end)
+
   it("scores (max - r) / (max - min) over running requests", function()
     local rt = K.pool(3, { { running_requests = 10 }, { running_requests = 2 },
       { running_requests = 4 } })

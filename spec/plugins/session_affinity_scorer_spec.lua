@@ -90,6 +90,33 @@ describe(T, function()
     assert.same({}, out.response_headers)
   end)
 
+  -- TestSessionAffinity_ResponseHeader "prefill profile lookup" and "profile set
+  -- but TargetEndpoints empty writes no header": with profileName, the token
+  -- names that profile's endpoint, not the primary's.
+  it("writes the token of profileName's endpoint, none when it chose nothing", function()
+    local rt = K.pool(2)
+    local out = S.eval(rt, ([[
+      local m = require("lupin.generation.loader").load(%q, "session-affinity-scorer")
+      local p = assert(require("lupin.schema").validate(m.schema, { profileName = "prefill",
+        encodedEndpointHeaderConfig = { header = "x-session-token-prefill" } }))
+      local self = setmetatable(m.new(p, { log = function() end, now = function() return 0 end }),
+        { __index = m })
+      local eps, out = require("lupin.runtime.pool").list, {}
+      local function run(profiles)
+        local headers = {}
+        local ctx = { result = { primary = "decode", profiles = profiles },
+          set_response_header = function(_, k, v) headers[k] = v end }
+        self:response_header(ctx, { status = 200, headers = {} })
+        return headers
+      end
+      out[1] = run({ decode = { endpoints = { eps[1] } }, prefill = { endpoints = { eps[2] } } })
+      out[2] = run({ decode = { endpoints = { eps[1] } }, prefill = { endpoints = {} } })
+      return out
+    ]]):format(S.ROOT .. "/plugins/session-affinity-scorer.lua"))
+    assert.same({ ["x-session-token-prefill"] = "ZGVmYXVsdC9lcDI=" }, out[1]) -- default/ep2
+    assert.same({}, out[2])
+  end)
+
   it("scores 0 everywhere without a token, with an empty one, or one naming no candidate",
     function()
     local rt = K.pool(2)

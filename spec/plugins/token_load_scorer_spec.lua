@@ -130,7 +130,20 @@ describe(T, function()
     big:finish("ok")
   end)
 
-  -- llm-d-router .../scorer/tokenload/token_load_test.go, TestTokenLoadScorer:
+  -- llm-d-router .../scorer/tokenload/token_load_test.go, TestTokenLoadScorer
+  -- "in-flight load only": 0, 500 and 1000 tokens in flight of 1000, none for
+  -- this request; "missing data key degrades gracefully": nothing in flight is 1.
+  it("scores in-flight tokens alone as TestTokenLoadScorer expects", function()
+    local rt = runtime({ queueThresholdTokens = 1000 })
+    assert.same({ 1, 1, 1 }, scores(rt))
+    local a = send(rt, "ep2", '{"model":"m","prompt":"","max_tokens":500}')
+    local b = send(rt, "ep3", '{"model":"m","prompt":"","max_tokens":1000}')
+    assert.same({ 1, 0.5, 0 }, scores(rt))
+    a:finish("ok")
+    b:finish("ok")
+  end)
+
+  -- TestTokenLoadScorer "in-flight load plus current request impact":
   -- 0, 250 and 750 tokens in flight of 1000, and 250 for this request.
   it("counts this request's tokens in the load it scores", function()
     local rt = runtime({ queueThresholdTokens = 1000 })

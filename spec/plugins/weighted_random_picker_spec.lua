@@ -4,6 +4,26 @@ local S = require "support"
 local T = "weighted-random-picker"
 
 describe(T, function()
+  -- llm-d-router pkg/epp/framework/plugins/scheduling/picker/weightedrandom/picker_test.go,
+  -- TestPickWeightedRandomPicker: 10000 picks of one, each endpoint within ±5% of
+  -- score / total
+  it("picks as TestPickWeightedRandomPicker expects", function()
+    for _, scores in ipairs({ { 10, 90 }, { 100, 100, 100 }, { 30, 0 }, { 100, 90, 50, 30, 20 } }) do
+      local rt = K.pool(#scores, nil, { seed = 13 })
+      local out = K.pick_many(rt, T, nil, scores, 10000)
+      local total = 0
+      for _, v in ipairs(scores) do
+        total = total + v
+      end
+      for i, v in ipairs(scores) do
+        local got = (out.first["ep" .. i] or 0) / 10000
+        assert.is_true(math.abs(got - v / total) <= 0.05, ("%s: ep%d %.3f"):format(
+          table.concat(scores, ","), i, got))
+      end
+      rt:free()
+    end
+  end)
+
   it("picks in proportion to the scores; a score of 0 is never picked", function()
     local rt = K.pool(3, nil, { seed = 11 })
     local out = K.pick_many(rt, T, nil, { 3, 1, 0 }, 8000)

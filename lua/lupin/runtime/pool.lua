@@ -162,7 +162,9 @@ function M.add(ud, labels)
     name = name,
     address = address,
     port = ep.port,
-    hostport = address .. ":" .. ep.port,
+    -- an IPv6 address is bracketed, as Go's net.JoinHostPort writes it in the
+    -- sidecar headers (x-prefiller-host-port...) and as URLs need it
+    hostport = (address:find(":", 1, true) and "[" .. address .. "]" or address) .. ":" .. ep.port,
     labels = labels and readonly.view(labels), -- what plugins read: every request's
     raw_labels = labels,
     active_adapters = adapter_set(),
