@@ -454,7 +454,7 @@ function M.parse(text, source)
     plugins = {}, profiles = {}, plugin_dirs = {},
     text = table.concat(canonical(root, "", index.kinds, {})), pools = found.pools }
   if #found.pools > 0 then -- a pool edited is a config changed: in the digest
-    cfg.text = cfg.text .. cjson.encode(found.pools)
+    cfg.text = cfg.text .. manifest.pools_text(found.pools)
   end
   -- each section walked, then what it refers to checked and its part of
   -- the cfg built, section after section

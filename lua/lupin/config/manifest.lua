@@ -84,6 +84,32 @@ local function config_files(deployments)
   return names
 end
 
+--- A pool as the host reads it (lupin_runtime_config_pool): its selector
+--- as "k=v,k2=v2" (keys sorted, a label selector's form) and where it is.
+function M.pool_view(p)
+  local keys = {}
+  for k in pairs(p.selector) do
+    keys[#keys + 1] = k
+  end
+  table.sort(keys)
+  for i, k in ipairs(keys) do
+    keys[i] = k .. "=" .. p.selector[k]
+  end
+  p.selector_text = table.concat(keys, ",")
+  p.where = ("%s:%d"):format(p.source, p.line)
+  return p
+end
+
+--- The pools as the digest sees them: an edited pool is a changed config.
+function M.pools_text(pools)
+  local out = {}
+  for i, p in ipairs(pools) do
+    out[i] = ("pool %s/%s %s/%s %s %s"):format(p.namespace or "", p.name or "", p.group,
+      p.version, p.selector_text, table.concat(p.ports, ","))
+  end
+  return table.concat(out, ";")
+end
+
 -- An InferencePool's selector and target ports, or the error at its path.
 local function pool(doc, source)
   local v, E = doc.value, walk.errors(source, doc.index)
@@ -130,9 +156,9 @@ local function pool(doc, source)
       or "%s: at most 8 target ports", ppath)
   end
   local meta = type(v.metadata) == "table" and v.metadata or {}
-  return { name = name_of(v), namespace = type(meta.namespace) == "string" and meta.namespace
-    or nil, group = v.apiVersion:match("^[^/]+"), version = form, selector = selector,
-    ports = ports, line = doc.line, source = source }
+  return M.pool_view({ name = name_of(v), namespace = type(meta.namespace) == "string"
+    and meta.namespace or nil, group = v.apiVersion:match("^[^/]+"), version = form,
+    selector = selector, ports = ports, line = doc.line, source = source })
 end
 
 -- What the file's documents hold: candidates, pools, deployments, others.

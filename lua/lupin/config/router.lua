@@ -144,8 +144,8 @@ local function pool(E, r, line, source)
   if #ports == 0 or #ports > 8 then
     return nil, E:at("router.modelServers.targetPorts", "give 1 to 8 target ports ({number})")
   end
-  return { group = "inference.networking.k8s.io", version = "v1", selector = selector,
-    ports = ports, line = line, source = source }
+  return require("lupin.config.manifest").pool_view({ group = "inference.networking.k8s.io",
+    version = "v1", selector = selector, ports = ports, line = line, source = source })
 end
 
 -- router.inferenceObjectives as the config's objectives, with their lines.
