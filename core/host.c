@@ -335,7 +335,8 @@ int lupin_runtime_config_pool(lupin_runtime *rt, const char *name, const char *n
   int t = base + 1, rc = lua_istable(L, t);
   if (others) lupin__errf(others, otherslen, "%s", rc ? "" : luaL_optstring(L, t + 1, ""));
   if (rc) {
-    *out = (lupin_pool){.group = field_text(L, t, "group"),
+    *out = (lupin_pool){.name = field_text(L, t, "name"),
+                        .group = field_text(L, t, "group"),
                         .version = field_text(L, t, "version"),
                         .selector = field_text(L, t, "selector_text"),
                         .where = field_text(L, t, "where")};

@@ -486,6 +486,7 @@ int lupin_runtime_read_endpoint_metrics(lupin_runtime *rt, const char *file,
  * them by instead of the API server's pool. */
 #define LUPIN_POOL_PORTS 8
 typedef struct lupin_pool {
+  const char *name;     /* metadata.name; "" when the file gives none (chart values) */
   const char *group;    /* inference.networking.k8s.io or inference.networking.x-k8s.io */
   const char *version;  /* v1, v1alpha2 */
   const char *selector; /* "k=v,k2=v2": matchLabels, keys sorted */
@@ -494,7 +495,7 @@ typedef struct lupin_pool {
   const char *where; /* "file:line" of the pool */
 } lupin_pool;
 /* The current config's pool named `name` in namespace `ns` (one the file
- * gives without a name or namespace matches any).  1: out filled (strings
+ * gives without a name or namespace matches any; NULL: the first).  1: out filled (strings
  * valid until the next load); 0: none matches, `others` lists the pools the
  * file holds ("" for none); -1: the call failed. */
 int lupin_runtime_config_pool(lupin_runtime *rt, const char *name, const char *ns, lupin_pool *out,

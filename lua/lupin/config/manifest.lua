@@ -116,7 +116,8 @@ local function pool(doc, source)
   local form = M.POOL_GROUPS[v.apiVersion]
   if not form then
     return nil, E:at("apiVersion", "an InferencePool's apiVersion must be %s, got %s",
-      walk.sorted_keys(M.POOL_GROUPS), walk.show(v.apiVersion))
+      walk.sorted_keys(M.POOL_GROUPS), type(v.apiVersion) == "string"
+      and ('"%s"'):format(v.apiVersion) or walk.show(v.apiVersion))
   end
   local spec = type(v.spec) == "table" and v.spec or {}
   local labels_path = form == "v1" and "spec.selector.matchLabels" or "spec.selector"

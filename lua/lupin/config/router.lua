@@ -6,6 +6,7 @@
 --- config's objectives.  Every other field is either about how the chart
 --- deploys the picker (accepted, logged as not read) or something lupin
 --- does not do (refused at its line, saying why).
+local capi = require "lupin.runtime.capi"
 local cjson = require "cjson.safe"
 local log = require "lupin.log"
 local walk = require "lupin.config.walk"
@@ -67,6 +68,14 @@ M.FIELDS = {
     clusterDomain = DEPLOY,
   },
 }
+
+-- Logged through the runtime's sink when there is one (lupin.config also
+-- runs bare: tools, specs).
+local function note(level, msg)
+  if capi.api then
+    log[level]("%s", msg)
+  end
+end
 
 local function join(path, key)
   return path == "" and key or path .. "." .. key
@@ -201,11 +210,11 @@ function M.select(doc, source)
     return nil, err
   end
   if #seen.builtin > 0 then
-    log.warn("%s", E:at(seen.builtin[1], "no effect: %s shape only the chart's built-in"
+    note("warn", E:at(seen.builtin[1], "no effect: %s shape only the chart's built-in"
       .. " default-plugins.yaml, and the config is %s", table.concat(seen.builtin, ", "), at))
   end
   if #seen.deploy > 0 then
-    log.info("%s", E:at(seen.deploy[1], "not read: %s describe how the chart deploys the"
+    note("info", E:at(seen.deploy[1], "not read: %s describe how the chart deploys the"
       .. " picker (lupin's manifests are in deploy/)", table.concat(seen.deploy, ", ")))
   end
   return cfg, index, { pools = { p } }

@@ -176,7 +176,8 @@ local function documents(text, source, line0)
       lines, kinds, anchors, starts, blocks = {}, {}, {}, {}, {}
       local v = value(event(), "")
       event() -- DOCUMENT_END
-      out[#out + 1] = { value = v, line = line0 + doc.start_mark.line + 1,
+      out[#out + 1] = { value = v, line = lines[""], -- where its content starts
+        start = line0 + doc.start_mark.line + 1, -- its "---", if any
         index = { lines = lines, kinds = kinds, starts = starts, blocks = blocks } }
     end
   end)
@@ -200,7 +201,7 @@ function M.decode(text, source, line0)
     return nil, ("%s:%d: invalid YAML: the file holds no document"):format(source, 1 + (line0 or 0))
   elseif #docs > 1 then
     return nil, ("%s:%d: invalid YAML: a config is one YAML document; this is a second")
-      :format(source, docs[2].line)
+      :format(source, docs[2].start)
   end
   return docs[1].value, docs[1].index
 end

@@ -184,12 +184,14 @@ function M.init(ud, opts)
 
   --- The InferencePool the config file holds beside its config
   --- (lupin_runtime_config_pool): the one named name in namespace ns (a
-  --- pool without a name or namespace matches any).  false and the pools
-  --- it holds ("ns/name at file:line, ...") when none matches, or "".
+  --- pool without a name or namespace matches any; name nil: the first).
+  --- false and the pools it holds ("ns/name at file:line, ...") when none
+  --- matches, or "".
   function host.pool(name, ns)
     local pools, others = M.current and M.current.pools or {}, {}
     for _, p in ipairs(pools) do
-      if (p.name == nil or p.name == name) and (p.namespace == nil or p.namespace == ns) then
+      if (name == nil or p.name == nil or p.name == name)
+        and (ns == nil or p.namespace == nil or p.namespace == ns) then
         return p
       end
       others[#others + 1] = ("%s/%s at %s"):format(p.namespace or ns, p.name, p.where)
