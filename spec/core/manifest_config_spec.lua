@@ -247,7 +247,8 @@ end)
 
 describe("lupin check on a manifest and on chart values", function()
   local function check(path)
-    local p = io.popen(LUPIN .. " check --config " .. path .. " 2>&1")
+    local p = io.popen(LUPIN .. " check " .. (path:find("^%-%-") and "" or "--config ") .. path
+      .. " 2>&1")
     local out = p:read("*a")
     local ok, _, rc = p:close()
     return out, ok and 0 or rc
@@ -263,6 +264,11 @@ describe("lupin check on a manifest and on chart values", function()
     out, rc = check(VALUES)
     assert.equal(0, rc, out)
     assert.matches("selects app=vllm-llama, port 8200", out, 1, true)
+    out, rc = check("--format json --config " .. MANIFEST)
+    assert.equal(0, rc, out)
+    assert.same({ name = "qwen-pool", selector = "app=qwen,tier=gpu", ports = { 8000, 8001 },
+      at = MANIFEST .. ":5" }, require("cjson").decode(out).pool)
+    assert.is_nil(require("cjson").decode(out).warnings)
   end)
 
   it("passes deploy/'s pool, Service, Deployment and ConfigMap as one file", function()
