@@ -136,6 +136,11 @@ describe("a Kubernetes manifest as the config", function()
       .. " selects no pods: give spec.selector.matchLabels { label: value }")
     fails(pool:format("8000", "      replicas: 2\n"), "m.yaml:10:"
       .. " spec.selector.matchLabels.replicas: a label's value must be a string, got 2")
+    fails(pool:gsub("  %- number: %%s\n", ("  - number: 1\n"):rep(9)):format("      app: x\n"),
+      "m.yaml:6: spec.targetPorts: a pool has at most 8 target ports, got 9")
+    fails("apiVersion: inference.networking.x-k8s.io/v1alpha2\nkind: InferencePool\nmetadata:\n"
+      .. "  name: p\nspec:\n  selector:\n    app: x\n---\n" .. EPC, "m.yaml:5: spec.targetPortNumber:"
+      .. " the pool has no target port: give spec.targetPortNumber")
     fails(pool:gsub("k8s.io/v1", "example.com/v9"):format("8000", "      app: x\n"),
       "m.yaml:1: apiVersion: an InferencePool's apiVersion must be"
       .. " inference.networking.k8s.io/v1, inference.networking.x-k8s.io/v1alpha2, got"
@@ -222,6 +227,32 @@ describe("llm-d-router's chart values (router:) as the config", function()
         .. " config's \"objectives\" (line %d): keep one"):format(
         line_of(values, "inferenceObjectives") + 1, -- one line added above it
         line_of(values, "        schedulingProfiles:")))
+    end)
+
+  it("refuses chart values of the wrong shape, and a pool it could not use, at their lines",
+    function()
+      local head = "router:\n  epp:\n    pluginsCustomConfig:\n      default-plugins.yaml: |\n"
+        .. EPC:gsub("[^\n]+", "        %0") .. "  modelServers:\n"
+      local cases = {
+        { "router: [1]\n", "m.yaml:1: router: router must be a mapping" },
+        { "router:\n  epp: [x]\n", "m.yaml:2: router.epp: epp must be a mapping, got [\"x\"]" },
+        { head .. "    matchLabels: x\n", "m.yaml:14: router.modelServers.matchLabels:"
+          .. " matchLabels must be a mapping of label: value" },
+        { head .. "    matchLabels: {}\n", "m.yaml:14: router.modelServers.matchLabels: the pool"
+          .. " selects no pods" },
+        { head .. "    matchLabels: {app: 1}\n", "m.yaml:14: router.modelServers.matchLabels.app:"
+          .. " a label's value must be a string, got 1" },
+        { head .. "    matchLabels: {app: x}\n    targetPorts:\n    - number: 0\n",
+          "m.yaml:16: router.modelServers.targetPorts[0].number: a target port must be an"
+          .. " integer from 1 to 65535, got 0" },
+        { head .. "    matchLabels: {app: x}\n    targetPorts: []\n", "m.yaml:15:"
+          .. " router.modelServers.targetPorts: give 1 to 8 target ports ({number})" },
+        { head:gsub("plugins:\n", "plugins: [\n", 1), "m.yaml:8: invalid YAML: did not find expected"
+          .. " node content" }, -- at the "- type" line, inside the block
+      }
+      for _, c in ipairs(cases) do
+        fails(c[1], c[2])
+      end
     end)
 
   it("makes no pool when inferencePool.create is false", function()

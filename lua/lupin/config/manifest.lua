@@ -153,8 +153,8 @@ local function pool(doc, source)
     end
   end
   if #ports == 0 or #ports > 8 then
-    return nil, E:at(ppath, #ports == 0 and "the pool has no target port: give %s"
-      or "%s: at most 8 target ports", ppath)
+    return nil, E:at(ppath, #ports == 0 and ("the pool has no target port: give " .. ppath)
+      or ("a pool has at most 8 target ports, got %d"):format(#ports))
   end
   local meta = type(v.metadata) == "table" and v.metadata or {}
   return M.pool_view({ name = name_of(v), namespace = type(meta.namespace) == "string"
