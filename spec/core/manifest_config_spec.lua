@@ -260,20 +260,26 @@ describe("llm-d-router's chart values (router:) as the config", function()
     assert.same({}, cfg.pools)
   end)
 
-  it("warns that epp.parsers has no effect beside a custom config", function()
-    local rt = S.runtime()
-    assert(rt:load_string((values:gsub("    flags:", "    parsers: [openai-parser]\n%0")),
-      "v.yaml"))
-    local warned
-    for _, l in ipairs(rt:logs()) do
-      warned = warned or l[2]:find(("v.yaml:%d: router.epp.parsers: no effect: router.epp.parsers"
-        .. " shape only the chart's built-in default-plugins.yaml, and the config is"
-        .. " router.epp.pluginsCustomConfig.baseline.yaml"):format(line_of(values, "flags:")),
-        1, true)
-    end
-    assert.truthy(warned, "the warning")
-    rt:free()
-  end)
+  it("warns that epp.parsers has no effect beside a custom config, logs what is not read",
+    function()
+      local rt = S.runtime()
+      assert(rt:load_string((values:gsub("    flags:", "    parsers: [openai-parser]\n%0")),
+        "v.yaml"))
+      local logs = {}
+      for _, l in ipairs(rt:logs()) do
+        logs[#logs + 1] = l[2]
+      end
+      rt:free()
+      logs = table.concat(logs, "\n")
+      local parsers = line_of(values, "flags:") -- the line added above flags
+      assert.matches(("v.yaml:%d: router.epp.parsers: no effect: router.epp.parsers shape only the"
+        .. " chart's built-in default-plugins.yaml, and the config is"
+        .. " router.epp.pluginsCustomConfig.baseline.yaml"):format(parsers), logs, 1, true)
+      assert.matches(("v.yaml:%d: provider: not read: provider, router.epp.flags,"
+        .. " router.epp.image, router.epp.replicas, router.extraServicePorts,"
+        .. " router.inferencePool.failureMode, router.tracing describe how the chart deploys the"
+        .. " picker"):format(line_of(values, "provider:") + 1), logs, 1, true)
+    end)
 end)
 
 describe("lupin check on a manifest and on chart values", function()

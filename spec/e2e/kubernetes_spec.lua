@@ -599,6 +599,25 @@ describe("lupin serve --k8s-pool", function()
       assert.equal(0, pool_requests())
     end)
 
+  it("goes back to the API server's pool when a reload drops the file's", function()
+    pool({ selector = { app = "tgi" } })
+    pod("vllm-a")
+    pod("tgi-a", { labels = { app = "tgi" } })
+    local gw = P.gateway(manifest("pool1", { app = "vllm" }, sim.ports[1]),
+      ("--k8s-pool pool1 --kubeconfig %s"):format(kubeconfig(api.port, {})))
+    procs[#procs + 1] = gw
+    P.poll(function()
+      return names(gw) == "vllm-a"
+    end, "the manifest pool's pod")
+    assert.equal(0, pool_requests())
+    support.write(gw.config, json.encode(CONFIG))
+    local t0 = now()
+    assert.equal(200, (P.post(gw.admin, "/admin/reload", "")))
+    within_a_second(gw, "tgi-a", t0, "the API server's pool")
+    assert.matches("the config no longer holds InferencePool default/pool1", P.read(gw.err), 1,
+      true)
+  end)
+
   it("reads the pool from the API server when the manifest's pool is another", function()
     pool()
     pod("vllm-a")

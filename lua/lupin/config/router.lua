@@ -17,17 +17,14 @@ local MAP = "map"         -- read: the config, the pool, the objectives
 local DEPLOY = "deploy"   -- the chart's Kubernetes objects: not the picker's behaviour
 local BUILTIN = "builtin" -- shapes only the chart's built-in default-plugins.yaml
 
-local function refuse_if(test, why)
-  return function(v)
-    if test(v) then
-      return why
-    end
-  end
+-- A field refused, saying why, when test(v); else taken `as` (DEPLOY when
+-- the value only describes the deployment, MAP when it is what lupin does).
+local function refuse_if(test, why, as)
+  return { refuse = test, why = why, as = as or DEPLOY }
 end
 
 --- Each field of the values and what lupin does with it: MAP, DEPLOY,
---- BUILTIN, a table (the fields below), or a function(v) -> the reason it
---- is refused, nil when the value is one lupin takes (then DEPLOY).
+--- BUILTIN, a table of the fields below, or refuse_if's rule.
 M.FIELDS = {
   provider = DEPLOY, -- the gateway chart's
   httpRoute = DEPLOY,
@@ -49,7 +46,7 @@ M.FIELDS = {
       targetPorts = MAP,
       type = BUILTIN,
       protocol = refuse_if(function(v) return v ~= "http" end,
-        "lupin reaches model servers over HTTP only; set protocol: http"),
+        "lupin reaches model servers over HTTP only; set protocol: http", MAP),
     },
     inferencePool = {
       create = MAP,
@@ -94,12 +91,12 @@ local function classify(E, v, fields, path, seen)
     if f == nil then
       return E:at(p, "unknown field %q in llm-d-router's chart values; known: %s", k,
         walk.sorted_keys(fields))
-    elseif type(f) == "function" then
-      local why = f(v[k])
-      if why then
-        return E:at(p, "not supported: %s", why)
+    elseif type(f) == "table" and f.refuse then
+      if f.refuse(v[k]) then
+        return E:at(p, "not supported: %s", f.why)
+      elseif f.as == DEPLOY then
+        seen.deploy[#seen.deploy + 1] = p
       end
-      seen.deploy[#seen.deploy + 1] = p
     elseif type(f) == "table" then
       if type(v[k]) ~= "table" or (next(v[k]) ~= nil and v[k][1] ~= nil) then
         if v[k] ~= cjson.null then
