@@ -31,6 +31,7 @@ local EXPECT = {
   ["router-dp-kvcache-epp-config.yaml"] = DP_RANK,
   ["router-core-metrics-extractor-readme.yaml"] = "loads",
   ["router-chart-latency-predictor.yaml"] = "loads",
+  ["router-perf-optimized-baseline-values.yaml"] = "loads", -- router: chart values
 }
 
 local function files()
