@@ -255,6 +255,8 @@ static void check_json_error(lh_buf *b, const char *err) {
 static int check(const gw_options *o, const char *format) {
   check_run c = {.o = o};
   int rc = check_run_all(&c);
+  lupin_pool pool = {0}; /* the file's InferencePool: where the endpoints come from */
+  int has_pool = !rc && lupin_runtime_config_pool(c.rt, NULL, NULL, &pool, NULL, 0) == 1;
   if (format && !strcmp(format, "json")) {
     lh_buf b = {0};
     lh_buf_printf(&b, "{\"ok\":%s,\"config\":", rc ? "false" : "true");
@@ -265,7 +267,20 @@ static int check(const gw_options *o, const char *format) {
       check_json_error(&b, c.err);
     } else {
       lh_buf_printf(&b, ",\"endpoints\":%zu,\"digest\":\"%s\"", c.n, c.digest);
-      if (!c.n) lh_buf_printf(&b, ",\"warnings\":[\"no endpoints: every request would get 503\"]");
+      if (has_pool) {
+        lh_buf_printf(&b, ",\"pool\":{\"name\":");
+        lh_buf_json(&b, pool.name);
+        lh_buf_printf(&b, ",\"selector\":");
+        lh_buf_json(&b, pool.selector);
+        lh_buf_printf(&b, ",\"ports\":[");
+        for (int i = 0; i < pool.n_ports; i++)
+          lh_buf_printf(&b, "%s%d", i ? "," : "", pool.ports[i]);
+        lh_buf_printf(&b, "],\"at\":");
+        lh_buf_json(&b, pool.where);
+        lh_buf_printf(&b, "}");
+      } else if (!c.n) {
+        lh_buf_printf(&b, ",\"warnings\":[\"no endpoints: every request would get 503\"]");
+      }
     }
     lh_buf_append(&b, "}\n", 2);
     if (b.data) fputs(b.data, stdout);
@@ -274,8 +289,13 @@ static int check(const gw_options *o, const char *format) {
     fprintf(stderr, "lupin check: %s\n", c.err);
   } else {
     printf("%s: ok (%zu endpoints)\n", o->config, c.n);
+    if (has_pool)
+      printf("%s: InferencePool %s selects %s, port %d%s (%s): with --k8s-pool, its pods are "
+             "the endpoints\n",
+             o->config, *pool.name ? pool.name : "(the chart's)", pool.selector, pool.ports[0],
+             pool.n_ports > 1 ? " and more" : "", pool.where);
   }
-  if (!rc && !c.n) /* serving it would answer every request 503 */
+  if (!rc && !c.n && !has_pool) /* serving it would answer every request 503 */
     fprintf(stderr,
             "lupin check: warning: %s lists no endpoints: every request would get 503"
             " (no endpoint)\n",

@@ -320,3 +320,33 @@ int lupin_runtime_kv_events(lupin_runtime *rt, lupin_kv_events *out) {
   lua_settop(L, base);
   return rc;
 }
+
+int lupin_runtime_config_pool(lupin_runtime *rt, const char *name, const char *ns, lupin_pool *out,
+                              char *others, size_t otherslen) {
+  lua_State *L = rt->L;
+  int base = lua_gettop(L);
+  push_op(rt, "pool");
+  lua_pushstring(L, name);
+  lua_pushstring(L, ns);
+  if (lupin__call(rt, 3, 2, NULL, 0)) {
+    lua_settop(L, base);
+    return -1;
+  }
+  int t = base + 1, rc = lua_istable(L, t);
+  if (others) lupin__errf(others, otherslen, "%s", rc ? "" : luaL_optstring(L, t + 1, ""));
+  if (rc) {
+    *out = (lupin_pool){.name = field_text(L, t, "name"),
+                        .group = field_text(L, t, "group"),
+                        .version = field_text(L, t, "version"),
+                        .selector = field_text(L, t, "selector_text"),
+                        .where = field_text(L, t, "where")};
+    lua_getfield(L, t, "ports");
+    for (int i = 1; i <= LUPIN_POOL_PORTS && i <= (int)lua_objlen(L, -1); i++) {
+      lua_rawgeti(L, -1, i);
+      out->ports[out->n_ports++] = (int)lua_tointeger(L, -1);
+      lua_pop(L, 1);
+    }
+  }
+  lua_settop(L, base);
+  return rc;
+}

@@ -480,6 +480,26 @@ typedef void (*lupin_endpoint_metrics_fn)(void *ud, const char *name, const lupi
 int lupin_runtime_read_endpoint_metrics(lupin_runtime *rt, const char *file,
                                         lupin_endpoint_metrics_fn fn, void *ud, char *err,
                                         size_t errlen);
+/* The InferencePool a config file holds beside its EndpointPickerConfig (a
+ * Kubernetes manifest's, or llm-d-router's chart values' modelServers;
+ * docs/kubernetes.md): what a host reading pods from Kubernetes selects
+ * them by instead of the API server's pool. */
+#define LUPIN_POOL_PORTS 8
+typedef struct lupin_pool {
+  const char *name;     /* metadata.name; "" when the file gives none (chart values) */
+  const char *group;    /* inference.networking.k8s.io or inference.networking.x-k8s.io */
+  const char *version;  /* v1, v1alpha2 */
+  const char *selector; /* "k=v,k2=v2": matchLabels, keys sorted */
+  int ports[LUPIN_POOL_PORTS];
+  int n_ports;
+  const char *where; /* "file:line" of the pool */
+} lupin_pool;
+/* The current config's pool named `name` in namespace `ns` (one the file
+ * gives without a name or namespace matches any; NULL: the first).  1: out filled (strings
+ * valid until the next load); 0: none matches, `others` lists the pools the
+ * file holds ("" for none); -1: the call failed. */
+int lupin_runtime_config_pool(lupin_runtime *rt, const char *name, const char *ns, lupin_pool *out,
+                              char *others, size_t otherslen);
 /* Removes an endpoint; requests that already hold it keep a valid view. */
 int lupin_endpoint_remove(lupin_runtime *rt, const char *name);
 int lupin_endpoint_set_metrics(lupin_runtime *rt, const char *name, const lupin_metrics *m);

@@ -333,7 +333,8 @@ int gw_reload(lupin_gateway *gw, const char *why, char *err, size_t errlen, uint
          (unsigned long long)n, gw_workers_count(gw), dt * 1e3);
   if (!gw->opts.no_watch) gw_watch_sync(gw); /* pluginDirs may have changed */
   if (config_endpoints(gw) && gw_endpoints_load(gw, err, errlen)) return -1;
-  gw_kv_events_sync(gw); /* the precise plugins' settings may have changed */
+  gw_kv_events_sync(gw);     /* the precise plugins' settings may have changed */
+  gw_k8s_config_changed(gw); /* and the config file's InferencePool */
   return 0;
 }
 

@@ -258,6 +258,8 @@ int gw_k8s_start(lupin_gateway *gw, gw_k8s_apply_fn apply, char *err, size_t err
 /* Cancels the calls and closes the timers (shutdown); free once the loop
  * has run their close callbacks. */
 void gw_k8s_stop(lupin_gateway *gw);
+/* After a reload: the config file's pool (or its going) applied. */
+void gw_k8s_config_changed(lupin_gateway *gw);
 void gw_k8s_free(lupin_gateway *gw);
 /* Why the pool is not synced (/readyz); NULL when it is, or when off. */
 const char *gw_k8s_not_ready(const lupin_gateway *gw);

@@ -1,5 +1,7 @@
 /* Endpoints from Kubernetes: the InferencePool named by --k8s-pool and the
- * pods it selects, each listed then watched (the list's resourceVersion,
+ * pods it selects, each listed then watched (the pool is not read from the
+ * API server when the config file holds it: a manifest's InferencePool, or
+ * chart values' modelServers; lupin_runtime_config_pool) (the list's resourceVersion,
  * moved on by every event and bookmark, is where a watch resumes; 410 Gone
  * starts over with a list).  After each change the full list of endpoints
  * goes to the process (gateway.c applies it as an endpoints file's).
@@ -71,6 +73,7 @@ struct gw_k8s {
   gw_k8s_client *client;
   char ns[256], name[256], group[256], version[16], label[520];
   int pool_found;
+  int from_config;         /* the selector and ports are the config file's pool */
   char pool_problem[1024]; /* the pool missing or unusable, "" when fine */
   char selector[4096];     /* k=v,k2=v2 */
   int ports[MAX_PORTS], n_ports;
@@ -434,6 +437,24 @@ static void pool_missing(gw_k8s *k) {
   update_status(k);
 }
 
+/* The pool's selector and ports in use; the pods listed again when they
+ * changed.  from: where they come from, for the log. */
+static void pool_use(gw_k8s *k, const char *sel, const int *ports, int n, const char *from) {
+  int same = k->pool_found && !strcmp(sel, k->selector) && n == k->n_ports &&
+             !memcmp(ports, k->ports, (size_t)n * sizeof *ports);
+  k->pool_found = 1;
+  k->pool_problem[0] = 0;
+  if (!same) { /* other pods, or the same at other ports: listed again */
+    snprintf(k->selector, sizeof k->selector, "%s", sel);
+    memcpy(k->ports, ports, (size_t)n * sizeof *ports);
+    k->n_ports = n;
+    gw_log(k->gw, LUPIN_LOG_INFO, "kubernetes: InferencePool %s/%s%s selects %s, port %d%s", k->ns,
+           k->name, from, k->selector, ports[0], n > 1 ? " and more" : "");
+    stream_list(&k->pods_s);
+  }
+  update_status(k);
+}
+
 static void pool_set(gw_k8s *k, json_t *pool) {
   lh_buf sel = {0};
   int ports[MAX_PORTS], n = 0;
@@ -446,20 +467,34 @@ static void pool_set(gw_k8s *k, json_t *pool) {
     update_status(k);
     return;
   }
-  int same = k->pool_found && !strcmp(sel.data, k->selector) && n == k->n_ports &&
-             !memcmp(ports, k->ports, (size_t)n * sizeof *ports);
-  k->pool_found = 1;
-  k->pool_problem[0] = 0;
-  if (!same) { /* other pods, or the same at other ports: listed again */
-    snprintf(k->selector, sizeof k->selector, "%s", sel.data);
-    memcpy(k->ports, ports, sizeof ports);
-    k->n_ports = n;
-    gw_log(k->gw, LUPIN_LOG_INFO, "kubernetes: InferencePool %s/%s selects %s, port %d%s", k->ns,
-           k->name, k->selector, ports[0], n > 1 ? " and more" : "");
-    stream_list(&k->pods_s);
-  }
+  pool_use(k, sel.data, ports, n, "");
   lh_buf_free(&sel);
-  update_status(k);
+}
+
+/* The config file's pool, when it holds one of this name: used in place of
+ * the API server's, whose stream stops.  Returns whether it did. */
+static int pool_from_config(gw_k8s *k) {
+  lupin_pool p = {0};
+  char others[1024] = "", from[700];
+  int rc = lupin_runtime_config_pool(k->gw->rt, k->name, k->ns, &p, others, sizeof others);
+  if (rc != 1 || !p.n_ports || strlen(p.selector) >= sizeof k->selector) {
+    if (rc == 0 && *others)
+      gw_log(k->gw, LUPIN_LOG_WARN,
+             "kubernetes: the config's InferencePools (%s) are not %s: reading %s from the API "
+             "server",
+             others, k->label, k->label);
+    return 0;
+  }
+  if (!k->from_config) { /* the API server's pool no longer followed */
+    stream_cancel(&k->pool);
+    k->pool.err[0] = 0;
+  }
+  k->from_config = 1;
+  snprintf(k->group, sizeof k->group, "%s", p.group);
+  snprintf(k->version, sizeof k->version, "%s", p.version);
+  snprintf(from, sizeof from, " (from the config, %s)", p.where);
+  pool_use(k, p.selector, p.ports, p.n_ports, from);
+  return 1;
 }
 
 static void pool_list(gw_k8s *k, json_t *items) {
@@ -551,10 +586,23 @@ int gw_k8s_start(lupin_gateway *gw, gw_k8s_apply_fn apply, char *err, size_t err
   uv_timer_init(gw->loop, &k->apply_timer);
   k->apply_timer.data = k;
   update_status(k);
+  if (pool_from_config(k)) return 0;
   gw_log(gw, LUPIN_LOG_INFO, "kubernetes: reading InferencePool %s (%s/%s) from %s:%d, %s",
          k->label, k->group, k->version, k->cfg.host, k->cfg.port, k->cfg.from);
   stream_list(&k->pool);
   return 0;
+}
+
+void gw_k8s_config_changed(lupin_gateway *gw) {
+  gw_k8s *k = gw->k8s;
+  if (!k || k->stopped || pool_from_config(k) || !k->from_config) return;
+  k->from_config = 0; /* the config no longer holds the pool: the API server's */
+  k->pool_found = 0;
+  gw_log(gw, LUPIN_LOG_INFO,
+         "kubernetes: the config no longer holds InferencePool %s: reading it "
+         "from the API server",
+         k->label);
+  stream_list(&k->pool);
 }
 
 void gw_k8s_stop(lupin_gateway *gw) {

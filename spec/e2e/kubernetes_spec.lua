@@ -545,4 +545,91 @@ describe("lupin serve --k8s-pool", function()
     assert.equal(1, gw_rc)
     assert.matches("--pool-group example.com", gw_out, 1, true)
   end)
+
+  -- A Kubernetes manifest as the config (docs/kubernetes.md, "A manifest as
+  -- the config"): its InferencePool, when it is the one --k8s-pool names,
+  -- is used in place of the API server's, which is then never asked.
+  local function manifest(name, labels, port)
+    local sel = {}
+    for k, v in pairs(labels) do
+      sel[#sel + 1] = ("      %s: %s\n"):format(k, v)
+    end
+    return table.concat({
+      "apiVersion: inference.networking.k8s.io/v1\nkind: InferencePool\n",
+      "metadata:\n  name: ", name, "\nspec:\n  targetPorts:\n  - number: ", tostring(port),
+      "\n  selector:\n    matchLabels:\n", table.concat(sel),
+      "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: ", name, "-epp\n",
+      "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ", name, "-epp\ndata:\n",
+      "  default-plugins.yaml: |\n    kind: EndpointPickerConfig\n    plugins:\n",
+      "    - type: queue-scorer\n    - type: max-score-picker\n",
+      "    gateway:\n      refreshIntervalMs: 50\n",
+    })
+  end
+
+  local function pool_requests()
+    local n = 0
+    for _, r in ipairs(json.decode((select(3, P.get(api.ctl .. "/stats")))).requests) do
+      n = n + (r.kind:match("^pools") and 1 or 0)
+    end
+    return n
+  end
+
+  it("takes the pool from a manifest config, follows its edits, and never asks for it",
+    function()
+      pod("vllm-a")
+      pod("tgi-a", { labels = { app = "tgi" } })
+      local gw = P.gateway(manifest("pool1", { app = "vllm" }, sim.ports[1]),
+        ("--k8s-pool pool1 --kubeconfig %s"):format(kubeconfig(api.port, {})))
+      procs[#procs + 1] = gw
+      P.poll(function()
+        return names(gw) == "vllm-a"
+      end, "the manifest pool's pod")
+      P.poll(function()
+        return readyz(gw) == 200
+      end, "ready")
+      assert.equal(200, (P.post(gw.base, "/v1/completions", { model = "m", prompt = "hi",
+        max_tokens = 2 })))
+      assert.matches("InferencePool default/pool1 (from the config, " .. gw.config .. ":1)",
+        P.read(gw.err), 1, true)
+      -- the file edited: its new selector is the pool's at the reload
+      support.write(gw.config, manifest("pool1", { app = "tgi" }, sim.ports[1]))
+      local t0 = now()
+      assert.equal(200, (P.post(gw.admin, "/admin/reload", "")))
+      within_a_second(gw, "tgi-a", t0, "the manifest's new selector")
+      assert.equal(0, pool_requests())
+    end)
+
+  it("goes back to the API server's pool when a reload drops the file's", function()
+    pool({ selector = { app = "tgi" } })
+    pod("vllm-a")
+    pod("tgi-a", { labels = { app = "tgi" } })
+    local gw = P.gateway(manifest("pool1", { app = "vllm" }, sim.ports[1]),
+      ("--k8s-pool pool1 --kubeconfig %s"):format(kubeconfig(api.port, {})))
+    procs[#procs + 1] = gw
+    P.poll(function()
+      return names(gw) == "vllm-a"
+    end, "the manifest pool's pod")
+    assert.equal(0, pool_requests())
+    support.write(gw.config, json.encode(CONFIG))
+    local t0 = now()
+    assert.equal(200, (P.post(gw.admin, "/admin/reload", "")))
+    within_a_second(gw, "tgi-a", t0, "the API server's pool")
+    assert.matches("the config no longer holds InferencePool default/pool1", P.read(gw.err), 1,
+      true)
+  end)
+
+  it("reads the pool from the API server when the manifest's pool is another", function()
+    pool()
+    pod("vllm-a")
+    local gw = P.gateway(manifest("other", { app = "nothing" }, 1),
+      ("--k8s-pool pool1 --kubeconfig %s"):format(kubeconfig(api.port, {})))
+    procs[#procs + 1] = gw
+    P.poll(function()
+      return names(gw) == "vllm-a"
+    end, "the API server's pool's pod")
+    assert.matches("the config's InferencePools (default/other at " .. gw.config
+      .. ":1) are not default/pool1: reading default/pool1 from the API server",
+      P.read(gw.err), 1, true)
+    assert.is_true(pool_requests() > 0)
+  end)
 end)

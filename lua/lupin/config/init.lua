@@ -7,11 +7,12 @@
 local cjson = require "cjson.safe"
 local flow_config = require "lupin.config.flow"
 local jsonpos = require "lupin.config.jsonpos"
-local parsers = require "lupin.runtime.parsers"
+local manifest = require "lupin.config.manifest"
 local sections = require "lupin.config.sections"
 local units = require "lupin.config.units"
 local walk = require "lupin.config.walk"
 local yaml = require "lupin.config.yaml"
+local parsers = require "lupin.runtime.parsers"
 
 local M = {}
 
@@ -327,10 +328,17 @@ end
 
 --- Decodes a config or endpoints text, JSON or YAML.  Returns the value and
 --- its index of lines and kinds, or nil and "source:line: invalid ...".
-function M.decode(text, source)
-  local root, index
+--- whole: a config's YAML may be a Kubernetes manifest or llm-d-router's
+--- chart values (lupin.config.manifest); the third value is then what
+--- else the file held ({ pools }).
+function M.decode(text, source, whole)
+  local root, index, found
   if M.is_yaml(text, source) then
-    root, index = yaml.decode(text, source)
+    if whole then
+      root, index, found = manifest.select(text, source)
+    else
+      root, index = yaml.decode(text, source)
+    end
     if root == nil then
       return nil, index
     end
@@ -354,7 +362,7 @@ function M.decode(text, source)
     return nil, M.errors(source, index):at(path, "numbers must be finite, got %s", v ~= v and "NaN"
       or v > 0 and "Infinity (or a number too large for a double)" or "-Infinity")
   end
-  return root, index
+  return root, index, found or { pools = {} }
 end
 
 --- The config as one canonical JSON text (keys sorted): what the generation
@@ -484,7 +492,7 @@ function M.parse(text, source)
     return nil, xerr
   end
   text = expanded
-  local root, index = M.decode(text, source)
+  local root, index, found = M.decode(text, source, true)
   if root == nil then
     return nil, index
   end
@@ -495,7 +503,10 @@ function M.parse(text, source)
   end
   local cfg = { source = source, dir = source:match("^(.*)/[^/]*$") or ".", errors = E,
     plugins = {}, profiles = {}, plugin_dirs = {},
-    text = table.concat(canonical(root, "", index.kinds, {})) }
+    text = table.concat(canonical(root, "", index.kinds, {})), pools = found.pools }
+  if #found.pools > 0 then -- a pool edited is a config changed: in the digest
+    cfg.text = cfg.text .. manifest.pools_text(found.pools)
+  end
   -- each section walked, then what it refers to checked and its part of
   -- the cfg built, section after section
   local after = {

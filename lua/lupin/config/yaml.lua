@@ -75,16 +75,18 @@ local function join(path, key)
   return path == "" and key or path .. "." .. key
 end
 
---- Decodes one YAML document.  Returns the value and its index
---- ({lines = {path = line}, kinds = {path = kind}}), or nil and
---- "source:line: invalid YAML: ...".
----@param text string
----@param source string the file name, for errors
-function M.decode(text, source)
+-- The documents of a YAML stream: a list of { value, index, line } (line:
+-- where the document starts), or nil and "source:line: invalid YAML: ...".
+-- line0 is added to every line (a text that sits inside another file, such
+-- as a ConfigMap's data).  One index per document: the paths of each are
+-- its own.  An index also keeps, for each scalar, the line its value starts
+-- at (starts) and whether it is a block scalar, | or > (blocks), so the
+-- text of a ConfigMap's data can be read with its own lines.
+local function documents(text, source, line0)
   local next_event = libyaml.parser(text)
-  local lines, kinds, anchors = {}, {}, {}
+  local lines, kinds, anchors, starts, blocks
   local function fail(line, fmt, ...)
-    error({ ("%s:%d: invalid YAML: " .. fmt):format(source, line, ...) }, 0)
+    error({ ("%s:%d: invalid YAML: " .. fmt):format(source, line0 + line, ...) }, 0)
   end
   local function event()
     local ok, ev = pcall(next_event)
@@ -100,7 +102,7 @@ function M.decode(text, source)
   -- a node starting with ev, at path; `line` is where its key stands
   function value(ev, path, line)
     local at = ev.start_mark.line + 1
-    lines[path] = line or at
+    lines[path] = line0 + (line or at)
     if ev.type == "ALIAS" then
       local a = anchors[ev.anchor]
       if not a then
@@ -125,6 +127,8 @@ function M.decode(text, source)
       if err then
         fail(at, "%s", err)
       end
+      starts[path] = line0 + at
+      blocks[path] = ev.style == "LITERAL" or ev.style == "FOLDED" or nil
     elseif ev.type == "SEQUENCE_START" then
       v, kind = {}, "array"
       while true do
@@ -161,24 +165,51 @@ function M.decode(text, source)
     return v
   end
 
-  local ok, root = pcall(function()
+  local ok, docs = pcall(function()
+    local out = {}
     event() -- STREAM_START
-    local doc = event()
-    if doc.type == "STREAM_END" then
-      fail(1, "the file holds no document")
+    while true do
+      local doc = event()
+      if doc.type == "STREAM_END" then
+        return out
+      end
+      lines, kinds, anchors, starts, blocks = {}, {}, {}, {}, {}
+      local v = value(event(), "")
+      event() -- DOCUMENT_END
+      out[#out + 1] = { value = v, line = lines[""], -- where its content starts
+        start = line0 + doc.start_mark.line + 1, -- its "---", if any
+        index = { lines = lines, kinds = kinds, starts = starts, blocks = blocks } }
     end
-    local v = value(event(), "")
-    event() -- DOCUMENT_END
-    local after = event()
-    if after.type ~= "STREAM_END" then
-      fail(after.start_mark.line + 1, "a config is one YAML document; this is a second")
-    end
-    return v
   end)
   if not ok then
-    return nil, type(root) == "table" and root[1] or tostring(root)
+    return nil, type(docs) == "table" and docs[1] or tostring(docs)
   end
-  return root, { lines = lines, kinds = kinds }
+  return docs
+end
+
+--- Decodes one YAML document.  Returns the value and its index
+--- ({lines = {path = line}, kinds = {path = kind}}), or nil and
+--- "source:line: invalid YAML: ...".
+---@param text string
+---@param source string the file name, for errors
+---@param line0? integer added to every line (a text inside another file)
+function M.decode(text, source, line0)
+  local docs, err = documents(text, source, line0 or 0)
+  if not docs then
+    return nil, err
+  elseif #docs == 0 then
+    return nil, ("%s:%d: invalid YAML: the file holds no document"):format(source, 1 + (line0 or 0))
+  elseif #docs > 1 then
+    return nil, ("%s:%d: invalid YAML: a config is one YAML document; this is a second")
+      :format(source, docs[2].start)
+  end
+  return docs[1].value, docs[1].index
+end
+
+--- Every document of a YAML stream (a Kubernetes manifest): a list of
+--- { value, index, line }, or nil and the error.
+function M.decode_all(text, source)
+  return documents(text, source, 0)
 end
 
 return M

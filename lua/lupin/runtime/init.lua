@@ -75,7 +75,7 @@ function M.init(ud, opts)
       generation.release(gen)
       return nil, err
     end
-    gen.sections, gen.endpoints = cfg.sections, cfg.endpoints
+    gen.sections, gen.endpoints, gen.pools = cfg.sections, cfg.endpoints, cfg.pools
     gen.flow_control, gen.feature_gates = cfg.flow_control, cfg.feature_gates
     live[gen] = true
     -- the sources go to the C side, which hashes them into the digest; the
@@ -180,6 +180,23 @@ function M.init(ud, opts)
       return nil
     end
     return gen.data and gen.data.kv_events or false
+  end
+
+  --- The InferencePool the config file holds beside its config
+  --- (lupin_runtime_config_pool): the one named name in namespace ns (a
+  --- pool without a name or namespace matches any; name nil: the first).
+  --- false and the pools it holds ("ns/name at file:line, ...") when none
+  --- matches, or "".
+  function host.pool(name, ns)
+    local pools, others = M.current and M.current.pools or {}, {}
+    for _, p in ipairs(pools) do
+      if (name == nil or p.name == nil or p.name == name)
+        and (ns == nil or p.namespace == nil or p.namespace == ns) then
+        return p
+      end
+      others[#others + 1] = ("%s/%s at %s"):format(p.namespace or ns, p.name, p.where)
+    end
+    return false, table.concat(others, ", ")
   end
 
   function host.plugin_dirs()
