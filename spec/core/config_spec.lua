@@ -263,11 +263,25 @@ describe("config", function()
         "cfg.json:1: plugins[0]: single-profile-handler runs one profile but 2 are defined")
     end)
 
-    it("refuses a plugin in a profile that is not a filter, scorer or picker", function()
-      fails('{"plugins": [{"type": "test-observer", "name": "o"}],'
-        .. '"schedulingProfiles": [{"name": "a", "plugins": [{"pluginRef": "o"}]}]}',
-        'schedulingProfiles[0].plugins[0]: plugin "o" (test-observer) is not a filter, scorer or picker')
-    end)
+    it("ignores, with a warning, a plugin in a profile that is not a filter, scorer or picker",
+      function()
+        local rt = S.runtime()
+        finally(function() rt:free() end)
+        local ok, err = rt:load_string('{"plugins": [{"type": "test-observer", "name": "o"},'
+          .. ' {"type": "max-score-picker"}], "schedulingProfiles": [{"name": "a", "plugins":'
+          .. ' [{"pluginRef": "o"}, {"pluginRef": "max-score-picker"}]}]}', "cfg.json")
+        assert(ok, err)
+        local warned = false
+        for _, l in ipairs(rt:logs()) do
+          warned = warned or l[2]:find('cfg.json:1: schedulingProfiles[0].plugins[0]: plugin "o"'
+            .. ' (test-observer) is not a filter, scorer or picker; its entry in profile "a" is'
+            .. " ignored", 1, true) ~= nil
+        end
+        assert.is_true(warned)
+        -- the profile runs without the entry
+        S.endpoints(rt, 2)
+        assert.equal(200, S.lifecycle(rt, '{"model":"m","prompt":"hi"}').status)
+      end)
 
     it("reports a plugin file's syntax error with its file and line", function()
       fails('{"plugins": [{"type": "test-broken-syntax"}]}',

@@ -195,8 +195,10 @@ function Builder:profile(name, refs, path)
       log.warn("%s", E:at(ref.path, "plugin %q (%s) produces data before the profiles run;"
         .. " its entry in profile %q is ignored", rec.name, rec.type, name))
     elseif not is_profile_plugin(rec) then
-      return nil, E:at(ref.path, "plugin %q (%s) is not a filter, scorer or picker, so it has"
-        .. " no place in a profile; remove this entry", rec.name, rec.type)
+      -- upstream's profile keeps what filters, scores or picks and drops
+      -- the rest without a word: lupin says so
+      log.warn("%s", E:at(ref.path, "plugin %q (%s) is not a filter, scorer or picker; its"
+        .. " entry in profile %q is ignored (as upstream): remove it", rec.name, rec.type, name))
     end
     if rec.filter then
       prof.filters[#prof.filters + 1] = rec
