@@ -62,10 +62,16 @@ return {
       description = "endpoints remembered; forgotten ones count as never used" },
     prefixPluginName = { type = "string", default = "prefix-cache-scorer",
       description = "the prefix-cache-scorer instance whose matches tell cold from warm" },
+    prefixMatchInfoProducerName = { type = "string",
+      description = "the prefix producer (approx- or precise-prefix-cache-producer) whose"
+        .. " matches are read instead (llm-d-router's name for the source)" },
+    prefixPluginType = { type = "string",
+      description = "accepted, no effect (deprecated upstream: never used)" },
   },
 
   new = function(p)
-    return { size = p.lruSize, prefix = p.prefixPluginName, lru = {}, pos = {} }
+    return { size = p.lruSize, prefix = p.prefixMatchInfoProducerName or p.prefixPluginName,
+      lru = {}, pos = {} }
   end,
 
   migrate = function(self, old)

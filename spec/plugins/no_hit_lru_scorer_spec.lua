@@ -92,6 +92,21 @@ describe("no-hit-lru-scorer", function()
     assert.same({ ep1 = 1 }, scores("aaaa"))
   end)
 
+  -- llm-d-router's no_hit_lru.go reads the match info of the producer named
+  -- prefixMatchInfoProducerName; prefixPluginType is deprecated, never used.
+  it("reads the producer named prefixMatchInfoProducerName before prefixPluginName", function()
+    local cfg = config({ prefixPluginName = "nope", prefixMatchInfoProducerName = "approx",
+      prefixPluginType = "prefix-cache-scorer" })
+    table.insert(cfg.plugins, 1, { type = "approx-prefix-cache-producer", name = "approx",
+      parameters = { autoTune = false } })
+    rt = S.loaded(cfg)
+    S.endpoints(rt, 2)
+    local long = ("a"):rep(600) -- a few of the producer's 256-character blocks
+    assert.same({ ep1 = 1, ep2 = 0 }, scores(long)) -- cold: ep1 takes it
+    assert.same({ ep1 = 0.5, ep2 = 0.5 }, scores(long)) -- warm on ep1: no opinion
+    assert.same({ ep1 = 0, ep2 = 1 }, scores(("b"):rep(600))) -- cold again: ep2
+  end)
+
   -- TestNoHitLRUPrefillDecodeTracking "P/D scenario - both profiles tracked
   -- separately": a cold request's prefill endpoint moves in the LRU too.
   it("records the prefill profile's endpoint of a cold request as well", function()
