@@ -103,7 +103,7 @@ elseif a.point == "admit" then
   out.admitted = verdict ~= false
   out.status, out.reason = status, reason
 elseif a.point == "response_header" then
-  obj:response_header(ctx, { status = 200, headers = {} })
+  obj:response_header(ctx, { status = 200, headers = a.response or {} })
 end
 return json.encode(out)
 ]==]
@@ -111,7 +111,8 @@ return json.encode(out)
 --- Calls a.point of plugin a.type (params a.params) on the pool's endpoints
 --- (or those named in a.names, in that order).  a.headers, a.body (a table),
 --- a.model, a.prompt make the request; a.scores feeds a picker; a.result
---- names the chosen endpoints for response_header; a.key keeps the instance
+--- names the chosen endpoints for response_header, a.response the response
+--- headers it reads; a.key keeps the instance
 --- across calls.  Returns the decoded output: scores keyed by endpoint name
 --- (and .list in order), kept, picked, admitted/status/reason, logs.
 function K.call(rt, a)
