@@ -99,6 +99,17 @@ describe("a Kubernetes manifest as the config", function()
       .. " epp (line 1)")
   end)
 
+  it("refuses a Helm template or GIE's chart values, saying to render the chart", function()
+    fails("# the chart's config\napiVersion: v1\nkind: ConfigMap\nmetadata:\n"
+      .. "  name: {{ include \"epp.name\" . }}\n",
+      "m.yaml:5: a Helm template ({{ ... }}), not a config: render the chart (helm template")
+    fails("global: {}\ninferenceExtension:\n  replicas: 1\n  pluginsConfigFile: x.yaml\n",
+      "m.yaml:2: inferenceExtension: GIE's inferencepool chart values, not a config: render the"
+      .. " chart (helm template")
+    fails("inferencePool:\n  modelServers:\n    matchLabels: {app: vllm}\n",
+      "m.yaml:1: inferencePool: GIE's inferencepool chart values")
+  end)
+
   it("refuses two configs, naming both lines, unless a Deployment names one", function()
     -- SERVICE: lines 1-7, ---, EPC: 9-16, ---, EPC from 18
     fails(SERVICE .. "---\n" .. EPC .. "---\n" .. EPC, "m.yaml:18: a second EndpointPickerConfig"

@@ -6,6 +6,7 @@
 --- ConfigMap's data text is decoded with the line its block starts at
 --- added, so errors name the manifest's own lines.
 local cjson = require "cjson.safe"
+local jsonpos = require "lupin.config.jsonpos"
 local walk = require "lupin.config.walk"
 local yaml = require "lupin.config.yaml"
 
@@ -220,10 +221,38 @@ end
 --- { pools = { {name, namespace, group, version, selector, ports, line} } }
 --- from the InferencePools beside it.  nil and the error when the text
 --- holds no config, or two.
+-- A chart's files are not configs until Helm renders them: say so, and
+-- what to give instead, rather than a YAML or field error.
+local RENDER = "render the chart (helm template ...) and give lupin the output: a manifest"
+  .. " whose ConfigMap holds the EndpointPickerConfig"
+
+local function helm_template(text, source)
+  local n = 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    if line:find("{{", 1, true) and not line:match("^%s*#") then
+      return ("%s:%d: a Helm template ({{ ... }}), not a config: %s"):format(source, n, RENDER)
+    end
+  end
+end
+
+local function gie_chart_values(doc, source)
+  local v = doc.value
+  if type(v) ~= "table" or v.kind ~= nil then
+    return nil
+  end
+  for _, key in ipairs({ "inferenceExtension", "inferencePool" }) do
+    if v[key] ~= nil then
+      return ("%s:%d: %s: GIE's inferencepool chart values, not a config: %s"):format(source,
+        jsonpos.line(doc.index, key), key, RENDER)
+    end
+  end
+end
+
 function M.select(text, source)
   local docs, err = yaml.decode_all(text, source)
   if not docs then
-    return nil, err
+    return nil, helm_template(text, source) or err
   end
   local live = {}
   for _, d in ipairs(docs) do
@@ -235,6 +264,10 @@ function M.select(text, source)
     return nil, ("%s:1: invalid YAML: the file holds no document"):format(source)
   end
   local first = live[1]
+  local values = #live == 1 and gie_chart_values(first, source)
+  if values then
+    return nil, values
+  end
   if #live == 1 and type(first.value) == "table" and first.value.router ~= nil
     and first.value.kind == nil then
     return require("lupin.config.router").select(first, source)
