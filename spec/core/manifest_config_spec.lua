@@ -137,6 +137,22 @@ describe("a Kubernetes manifest as the config", function()
       { p.name, p.group, p.version, p.selector_text, p.ports })
   end)
 
+  it("reads v1alpha2's fields under apiVersion v1 as v1alpha2's, with a warning", function()
+    local rt = S.runtime()
+    finally(function() rt:free() end)
+    assert(rt:load_string("apiVersion: inference.networking.k8s.io/v1\nkind: InferencePool\n"
+      .. "metadata:\n  name: mixed\nspec:\n  targetPortNumber: 8000\n  selector:\n"
+      .. "    app: mixed\n---\n" .. EPC, "m.yaml"))
+    local warned = false
+    for _, l in ipairs(rt:logs()) do
+      warned = warned or l[2]:find("m.yaml:5: spec: an InferencePool of"
+        .. " inference.networking.k8s.io/v1 with v1alpha2's fields", 1, true) ~= nil
+    end
+    assert.is_true(warned)
+    assert.equal("v1 app=mixed 8000", S.eval(rt, "local p = require('lupin.runtime').current"
+      .. ".pools[1] return p.version .. ' ' .. p.selector_text .. ' ' .. p.ports[1]"))
+  end)
+
   it("refuses a pool it could not use, at the line of the field", function()
     local pool = "apiVersion: inference.networking.k8s.io/v1\nkind: InferencePool\nmetadata:\n"
       .. "  name: p\nspec:\n  targetPorts:\n  - number: %s\n  selector:\n    matchLabels:\n"

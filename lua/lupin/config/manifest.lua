@@ -121,6 +121,16 @@ local function pool(doc, source)
       and ('"%s"'):format(v.apiVersion) or walk.show(v.apiVersion))
   end
   local spec = type(v.spec) == "table" and v.spec or {}
+  local version = form
+  if form == "v1" and type(spec.selector) == "table" and spec.selector.matchLabels == nil
+    and spec.targetPorts == nil and spec.targetPortNumber ~= nil then
+    -- GIE's own leader-election test manifests (v1.3-v1.5) write the v1alpha2
+    -- fields under v1: read them as such, and say so
+    require("lupin.log").warn("%s", E:at("spec", "an InferencePool of %s with v1alpha2's fields"
+      .. " (selector as a map, targetPortNumber): read as v1alpha2's; v1 writes"
+      .. " selector.matchLabels and targetPorts[].number", v.apiVersion))
+    form = "v1alpha2"
+  end
   local labels_path = form == "v1" and "spec.selector.matchLabels" or "spec.selector"
   local labels = spec.selector
   if form == "v1" then
@@ -159,7 +169,7 @@ local function pool(doc, source)
   end
   local meta = type(v.metadata) == "table" and v.metadata or {}
   return M.pool_view({ name = name_of(v), namespace = type(meta.namespace) == "string"
-    and meta.namespace or nil, group = v.apiVersion:match("^[^/]+"), version = form,
+    and meta.namespace or nil, group = v.apiVersion:match("^[^/]+"), version = version,
     selector = selector, ports = ports, line = doc.line, source = source })
 end
 
