@@ -49,6 +49,11 @@ local EXPECT = {
     "flowControl's priority bands") },
   ["router-chart-payload-agnostic.yaml"] = "loads",
   ["router-perf-optimized-baseline-values.yaml"] = "loads", -- router: chart values
+  ["router-perf-precise-prefix-values.yaml"] = "loads",
+  ["router-integration-default-config.yaml"] = "loads", -- requestHandler
+  ["llmd-v0.4-sim-epp-kvcache-config.yaml"] = "loads", -- mode cache_tracking
+  ["gie-request-attribute-reporter-config.yaml"] = "loads", -- a reporter in a profile
+  ["gie-leader-election-e2e-manifest.yaml"] = "loads", -- a manifest, v1alpha2 fields in v1
 }
 
 local function files()
