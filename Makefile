@@ -247,6 +247,10 @@ NGX_OBJS     = $(abspath $(B))/nginx
 # (spec/e2e/nginx_spec.lua does under LUPIN_ASAN=1)
 NGX_SANITIZE = $(filter -fsanitize=% -fno-sanitize% -fno-omit-frame-pointer,$(CFLAGS))
 NGX_MOD_SRC  = $(wildcard nginx/*.c nginx/*.h) nginx/config
+# lupin's headers the module compiles against: nginx's Makefile does not
+# know them, so an edited one removes the module's objects (a struct that
+# moved would otherwise be read at its old offsets)
+NGX_LUPIN_H  = core/lupin.h $(wildcard host/*.h)
 
 nginx-module: $(B)/ngx_http_lupin_module.so
 
@@ -266,8 +270,9 @@ $(NGX_OBJS)/Makefile: nginx/config
 # are not its own: MAKEFLAGS is emptied for it.  The module is linked again
 # whenever this rule runs, so a new liblupin.a gets in.
 $(B)/ngx_http_lupin_module.so: $(NGX_OBJS)/Makefile $(NGX_MOD_SRC) $(B)/liblupin.a \
-                               $(B)/liblupin-host.a
-	rm -f $(NGX_OBJS)/ngx_http_lupin_module.so
+                               $(B)/liblupin-host.a $(NGX_LUPIN_H)
+	rm -f $(NGX_OBJS)/ngx_http_lupin_module.so \
+	  $(if $(filter $(NGX_LUPIN_H),$?),$(NGX_OBJS)/addon/nginx/*.o)
 	MAKEFLAGS= $(MAKE) -s -f $(NGX_OBJS)/Makefile -C $(NGX_SRC_DIR) modules
 	cp $(NGX_OBJS)/ngx_http_lupin_module.so $@
 

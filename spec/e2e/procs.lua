@@ -365,6 +365,36 @@ function M.get(url, extra)
   return M.curl((extra or "") .. " " .. sh_quote(url))
 end
 
+-- promtool's linter reads the "d" of llm-d-router's llm_d_epp_ prefix as
+-- an abbreviation of days: a name upstream chose, so that one complaint, on
+-- those names only, is let through.
+local UPSTREAM_LINT = "^llm_d_epp_[%w_]+ metric names should not contain abbreviated units$"
+
+--- Runs promtool check metrics on an exposition text: it must parse (exit 1
+--- otherwise), with no lint problem but UPSTREAM_LINT (exit 3: lint only).
+--- Returns nil, or promtool's first other complaint and its output.
+function M.promtool(text)
+  local file = ("%s/metrics-%d.txt"):format(dir, seq + 1)
+  seq = seq + 1
+  support.write(file, text)
+  local _, found = M.run("promtool --version > /dev/null 2>&1")
+  -- not skipped: CI installs it (`make deps`, Debian package prometheus)
+  if found ~= 0 then
+    return "promtool is missing: apt-get install prometheus (or make deps)"
+  end
+  local out, rc = M.run("promtool check metrics < " .. sh_quote(file) .. " 2>&1")
+  if rc == 0 then
+    return nil
+  elseif rc ~= 3 then
+    return ("promtool exited %d: %s"):format(rc, out)
+  end
+  for line in out:gmatch("[^\n]+") do
+    if not line:find(UPSTREAM_LINT) then
+      return "promtool: " .. line
+    end
+  end
+end
+
 --- A sample of the admin /metrics, by its full series text.
 function M.metric(gw, series)
   local _, _, text = M.get(gw.admin .. "/metrics")
