@@ -233,10 +233,37 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   gw_check_drained(gw);
 }
 
+/* llm-d's x-llm-d-request-dropped-reason for a request refused before it
+ * reached an endpoint, or NULL when the refusal is no drop (a bad request, a
+ * plugin's error).  Upstream's words: "saturated" is a pool that has
+ * endpoints but no room for this one, "no-endpoints" a pool with none to
+ * offer, so a queue's refusal in an empty pool is the latter. */
+const char *gw_drop_reason(const lupin_gateway *gw, lupin_outcome outcome, int status) {
+  switch (outcome) {
+  case LUPIN_NO_ENDPOINT:
+    return GW_DROP_NO_ENDPOINTS;
+  case LUPIN_REJECTED:
+    return status == 429 ? GW_DROP_SATURATED : NULL;
+  case LUPIN_QUEUE_TTL:
+    return gw->n_endpoints ? GW_DROP_TTL_EXPIRED : GW_DROP_NO_ENDPOINTS;
+  case LUPIN_QUEUE_FULL:
+    return gw->n_endpoints ? GW_DROP_SATURATED : GW_DROP_NO_ENDPOINTS;
+  case LUPIN_SHED: /* the drain's, or room made for a higher priority */
+    return gw->draining ? GW_DROP_SHUTTING_DOWN : GW_DROP_SATURATED;
+  case LUPIN_CANCELLED: /* only the drain answers a cancelled request */
+    return status == 503 && gw->draining ? GW_DROP_SHUTTING_DOWN : NULL;
+  default:
+    return NULL;
+  }
+}
+
 static void fail_param(gw_exchange *x, int status, const char *message, const char *param,
                        lupin_outcome outcome) {
-  lupin_header h[3] = {{"x-request-id", lupin_request_id(x->req)}};
-  size_t n = 1 + gw_explain_headers(x, h + 1);
+  lupin_header h[4] = {{"x-request-id", lupin_request_id(x->req)}};
+  size_t n = 1;
+  const char *drop = gw_drop_reason(x->gw, outcome, status);
+  if (drop) h[n++] = (lupin_header){GW_DROP_HEADER, drop};
+  n += gw_explain_headers(x, h + n);
   if (x->front)
     x->front->refused(x, status, message, param, h, n);
   else
