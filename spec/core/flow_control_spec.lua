@@ -258,7 +258,9 @@ describe("flow control", function()
   it("edf serves the earliest deadline first; fcfs the first come", function()
     for _, case in ipairs({ { "edf-ordering-policy", "short long none" },
       { "fcfs-ordering-policy", "none long short" } }) do
-      local rt, got = setup_rt({ defaultPriorityBand = { orderingPolicyRef = case[1] } })
+      -- "none": no TTL, the 60 s default turned off
+      local rt, got = setup_rt({ defaultRequestTTL = "0s",
+        defaultPriorityBand = { orderingPolicyRef = case[1] } })
       local first = begin(rt, "first")
       assert.equal(200, first:schedule().status)
       local reqs = {}
