@@ -61,6 +61,7 @@ void gw_proxy_answered(lupin_gateway *gw, const char *path, const char *id, int 
 #define GW_DROP_NO_ENDPOINTS  "rejected-no-endpoints"
 #define GW_DROP_TTL_EXPIRED   "rejected-ttl-expired"
 #define GW_DROP_SHUTTING_DOWN "rejected-shutting-down"
+#define GW_DROP_EVICTED       "evicted"
 /* The reason for a request the runtime refused with outcome and status, or
  * NULL when that refusal is no drop (a bad request, a plugin's error). */
 const char *gw_drop_reason(const lupin_gateway *gw, lupin_outcome outcome, int status);
@@ -68,6 +69,8 @@ const char *gw_drop_reason(const lupin_gateway *gw, lupin_outcome outcome, int s
 void gw_access_log_flush(lupin_gateway *gw);
 /* The runtime's dispatch callback: a queued request's final result. */
 void gw_proxy_dispatched(void *gw, lupin_request *req, const lupin_result *res);
+/* The runtime's eviction callback (enableEviction): ends a request sent. */
+void gw_proxy_evict(void *gw, lupin_request *req, const char *message);
 
 /* --- flow control's view (flow.c, docs/flow-control.md) ------------------- */
 

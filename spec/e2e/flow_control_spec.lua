@@ -139,6 +139,25 @@ describe("flow control through lupin serve", function()
     P.stop(gw)
   end)
 
+  it("with enableEviction, stops a sent sheddable request for a higher one: 429, evicted", function()
+    local gw = P.gateway(config(sim, { enableEviction = true }))
+    local low = P.send(gw, "low", { max_tokens = 30,
+      headers = { ["x-llm-d-inference-objective"] = "-1" } })
+    P.until_running(gw, "low")
+    local high = P.send(gw, "high")
+    local code, body, headers = P.result(low)
+    assert.equal(429, code, body)
+    assert.matches("evicted by flow control after it was sent", json.decode(body).error.message,
+      1, true)
+    assert.equal("evicted", headers[DROPPED])
+    code, body = P.result(high)
+    assert.equal(200, code, body)
+    local rec = P.access_records(gw, "low")[1]
+    assert.equal("evicted", rec.outcome)
+    assert.equal(1, P.metric(gw, 'lupin_request_outcomes_total{outcome="evicted"}'))
+    P.stop(gw)
+  end)
+
   -- upstream's distinction: a queue refusing in a pool with no endpoints is
   -- "no-endpoints", not the TTL's or saturation's
   it("names no endpoints as the reason when the pool has none", function()

@@ -98,7 +98,7 @@ M.FLOW_CONTROL = { type = "object", what = "flowControl", known = "the flowContr
         or_missing = true, missing = 'missing "pluginRef": name the saturation detector, a'
           .. ' plugin defined under "plugins"' } } },
     enableEviction = { type = "boolean", message = "enableEviction must be true or false",
-      description = "accepted, no effect" },
+      description = "end sent sheddable requests to make room for higher ones" },
     defaultPriorityBand = M.BAND,
     defaultNegativePriorityBand = M.BAND,
     priorityBands = { type = "array", what = "priorityBands", items = M.PRIORITY_BAND },
@@ -125,7 +125,6 @@ local IGNORED_FLOW = {
   { "usageLimitPolicyPluginRef", "lupin has no usage-limit policies; the bands' maxBytes and"
     .. " maxRequests bound the queue" },
   { "bandSelectionPolicyPluginRef", "bands are served strictly by priority, highest first" },
-  { "enableEviction", "lupin never evicts a request it has sent to an endpoint" },
 }
 
 --- Checks the references of a walked flowControl f (root, the config as
@@ -251,6 +250,7 @@ function M.build(E, list, cfg)
     flow.detector_path = sat and "saturationDetector" or nil
   end
   flow.levels = M.levels(objectives, flow.bands)
+  flow.eviction = fc.enableEviction == true
   flow.gc = fc.flowGCTimeout or M.DEFAULT_GC
   cfg.flow = flow
 end

@@ -59,6 +59,7 @@ local FAIRNESS, OLD_FAIRNESS = "x-llm-d-inference-fairness-id", "x-gateway-infer
 local TTL_HEADER = "x-lupin-request-ttl"
 
 local hosted = false -- the host set a dispatch callback
+local evicts = false -- the host set an eviction callback (lupin_runtime_set_evict)
 local conf -- the current generation's gen.flow, nil: off
 local bands, order = {}, {} -- priority -> band; bands by priority, highest first
 -- evicted items not yet handed over, first in first out (ready[head..tail])
@@ -71,6 +72,13 @@ local next_reap = 0 -- when idle flows and bands are looked for next
 local clamped = {} -- priority -> requests whose integer objective was clamped to it
 local idle_flows = 0 -- flows with nothing waiting, not yet dropped
 local kept = false -- what the core was told: ticks reach reap while no request does
+-- enableEviction: sheddable requests sent to an endpoint (fc -> true), the
+-- one evicted whose end has not come yet, and when the next may go
+local sent, sent_n, victim, quiet_until = {}, 0, nil, 0
+-- llm-d-router's pacing: one decision waits for the last eviction's end
+-- (the endpoint frees its place) and a grace for the detector to see it;
+-- an end that does not come in EVICT_TIMEOUT counts as come
+local EVICT_GRACE, EVICT_TIMEOUT = 0.5, 10
 
 -- Tells the core whether this runtime keeps idle state to drop at a tick.
 local function keep(on)
@@ -680,6 +688,10 @@ function M.started(r)
   if not (fc and ep) then
     return
   end
+  if fc.priority < 0 then -- sheddable: what enableEviction may take back
+    sent[fc], sent_n = true, sent_n + 1
+    fc.sent_seq = sent_n
+  end
   local name = ep.name
   local m = marks[name]
   if m and m.at == ep.scraped_at then
@@ -708,6 +720,52 @@ local ops = {}
 
 function ops.hosted(on)
   hosted = on
+end
+
+function ops.evicts(on)
+  evicts = on
+end
+
+-- enableEviction (llm-d-router's in-flight eviction): the pool is saturated
+-- and the highest band holding requests here is above a sheddable request
+-- sent from here: that request, the lowest priority and the last sent
+-- first, is ended to free its place.  One at a time: the next waits for
+-- its end and EVICT_GRACE.  Returns its C pointer's number and the
+-- message, or nil.
+local function evict_for(t)
+  if not (evicts and conf and conf.eviction) or (not victim and next(sent) == nil) then
+    return nil
+  end
+  if victim then
+    if t - victim.evicted_at < EVICT_TIMEOUT then
+      return nil
+    end
+    victim, quiet_until = nil, t + EVICT_GRACE
+  end
+  if t < quiet_until then
+    return nil
+  end
+  local top
+  for _, b in ipairs(order) do
+    if b.n > 0 then
+      top = b.priority
+      break
+    end
+  end
+  local pick
+  for fc in pairs(top and sent or {}) do
+    if fc.priority < top and (not pick or fc.priority < pick.priority
+        or (fc.priority == pick.priority and fc.sent_seq > pick.sent_seq)) then
+      pick = fc
+    end
+  end
+  if not pick then
+    return nil
+  end
+  sent[pick] = nil
+  victim, pick.evicted_at = pick, t
+  return pick.r.creq, ("evicted by flow control after it was sent (priority %d), to make room"
+    .. " for a request of priority %d; retry later"):format(pick.priority, top)
 end
 
 -- Whether band may go: nothing queued, nothing let through and not yet
@@ -764,8 +822,10 @@ function ops.next(sweep)
     fc.state = "evicted"
     return fc.r.creq
   end
-  if queued_n == 0 or M.saturated() then
+  if queued_n == 0 then
     return nil
+  elseif M.saturated() then
+    return evict_for(t)
   end
   local band
   for _, b in ipairs(order) do
@@ -797,6 +857,10 @@ ops["end"] = function(r)
     return
   end
   M.settle(r)
+  sent[fc] = nil
+  if fc == victim then -- its place is free: the next decision after the grace
+    victim, quiet_until = nil, now() + EVICT_GRACE
+  end
   if fc.state == "queued" then
     take(fc)
     fc.band.cancelled = fc.band.cancelled + 1
