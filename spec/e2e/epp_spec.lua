@@ -535,9 +535,9 @@ describe("lupin epp under flow control", function()
   end
 
   -- a request through envoy.py in the background; its result once done
-  local function send(epp, id, body)
-    local p = P.start(("%s --target %s request --body-file %s --request-id %s"):format(P.ENVOY,
-      epp.grpc, body_file(body), id))
+  local function send(epp, id, body, extra)
+    local p = P.start(("%s --target %s request --body-file %s --request-id %s %s"):format(P.ENVOY,
+      epp.grpc, body_file(body), id, extra or ""))
     return function()
       P.wait(p)
       return json.decode(P.read(p.out))
@@ -566,6 +566,22 @@ describe("lupin epp under flow control", function()
     assert.equal(200, rb.status, json.encode(rb))
     assert.same({ sim.hostports[1] }, rb.pick)
     assert.equal(1, P.metric(epp, 'lupin_flow_control_requests_total{priority="0",outcome="dispatched"}'))
+    P.stop(epp)
+  end)
+
+  it("with enableEviction, answers a sent sheddable request 429 evicted for a higher one", function()
+    local epp = P.epp(fc_config({ enableEviction = true }))
+    local low = send(epp, "el", with(COMPLETION, { max_tokens = 30 }),
+      "-H 'x-llm-d-inference-objective: -1'")
+    P.until_running(epp, "el")
+    local high = send(epp, "eh", COMPLETION)
+    local rl = low()
+    local e = expect_refusal(rl, 429, "evicted")
+    assert.is_true(rl.after_pick, json.encode(rl)) -- picked, then taken back
+    assert.matches("evicted by flow control after it was sent", e.message, 1, true)
+    local rh = high()
+    assert.equal(200, rh.status, json.encode(rh))
+    assert.equal("evicted", ended(epp, "el")[1].outcome)
     P.stop(epp)
   end)
 
