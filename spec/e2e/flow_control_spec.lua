@@ -158,6 +158,26 @@ describe("flow control through lupin serve", function()
     P.stop(gw)
   end)
 
+  it("with enableEviction, cuts the stream of an evicted request already answering", function()
+    local gw = P.gateway(config(sim, { enableEviction = true }))
+    local out = require("support").tmpdir() .. "/slow.out"
+    local low = P.start(("curl -sS -N -o %s -H 'x-request-id: slow' -H 'content-type: application/json'"
+      .. " -H 'x-llm-d-inference-objective: -1' -d %s %s"):format(out, P.quote(json.encode(
+      { model = "m", prompt = "hello", max_tokens = 30, stream = true })),
+      P.quote(gw.base .. "/v1/completions")))
+    P.poll(function()
+      return (P.read(out) or ""):find("data:", 1, true)
+    end, "the stream under way")
+    local high = P.send(gw, "high")
+    assert.not_equal(0, P.wait(low)) -- cut short: curl reports the transfer incomplete
+    assert.is_nil((P.read(out) or ""):find("[DONE]", 1, true))
+    assert.equal(200, (P.result(high)))
+    local rec = P.access_records(gw, "slow")[1]
+    assert.equal("evicted", rec.outcome)
+    assert.equal(200, rec.status)
+    P.stop(gw)
+  end)
+
   -- upstream's distinction: a queue refusing in a pool with no endpoints is
   -- "no-endpoints", not the TTL's or saturation's
   it("names no endpoints as the reason when the pool has none", function()
