@@ -237,18 +237,18 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
 /* llm-d's x-llm-d-request-dropped-reason for a request refused before it
  * reached an endpoint, or NULL when the refusal is no drop (a bad request, a
  * plugin's error).  Upstream's words: "saturated" is a pool that has
- * endpoints but no room for this one, "no-endpoints" a pool with none to
- * offer, so a queue's refusal in an empty pool is the latter. */
+ * endpoints but no room for this one (429), "no-endpoints" a pool with none
+ * to offer (503), so a queue's refusal in an empty pool is the latter. */
 const char *gw_drop_reason(const lupin_gateway *gw, lupin_outcome outcome, int status) {
   switch (outcome) {
   case LUPIN_NO_ENDPOINT:
     return GW_DROP_NO_ENDPOINTS;
   case LUPIN_REJECTED:
     return status == 429 ? GW_DROP_SATURATED : NULL;
-  case LUPIN_QUEUE_TTL:
-    return gw->n_endpoints ? GW_DROP_TTL_EXPIRED : GW_DROP_NO_ENDPOINTS;
+  case LUPIN_QUEUE_TTL: /* 503: the pool had no endpoints (flow.lua) */
+    return status == 503 ? GW_DROP_NO_ENDPOINTS : GW_DROP_TTL_EXPIRED;
   case LUPIN_QUEUE_FULL:
-    return gw->n_endpoints ? GW_DROP_SATURATED : GW_DROP_NO_ENDPOINTS;
+    return status == 503 ? GW_DROP_NO_ENDPOINTS : GW_DROP_SATURATED;
   case LUPIN_SHED: /* the drain's, or room made for a higher priority */
     return gw->draining ? GW_DROP_SHUTTING_DOWN : GW_DROP_SATURATED;
   case LUPIN_CANCELLED: /* only the drain answers a cancelled request */

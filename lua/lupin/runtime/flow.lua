@@ -421,11 +421,14 @@ end
 
 -- --- eviction -------------------------------------------------------------
 
-local function status_of(fc)
-  return fc.priority < 0 and 429 or 503
+-- llm-d-router's statuses for what the queue refuses: 429 while the pool
+-- has endpoints (capacity exists but is contended: back off, retry), 503
+-- when it has none (nothing to wait for)
+local function status_of()
+  return #pool.list > 0 and 429 or 503
 end
 
-local function evict(fc, outcome, message)
+local function evict(fc, outcome, message, status)
   take(fc)
   local band = fc.band
   if outcome == QUEUE_TTL then
@@ -433,7 +436,7 @@ local function evict(fc, outcome, message)
   else
     band.shed = band.shed + 1
   end
-  fc.r.failure = { status = status_of(fc), message = message, outcome = outcome }
+  fc.r.failure = { status = status or status_of(), message = message, outcome = outcome }
   fc.state = "ready"
   ready_tail = ready_tail + 1
   ready[ready_tail] = fc
@@ -655,7 +658,7 @@ function M.arrive(r)
     band.full = band.full + 1
     r.fc = nil
     local c = band.conf
-    return status_of(fc), ("the flow-control queue is full for priority %d (band: %d requests,"
+    return status_of(), ("the flow-control queue is full for priority %d (band: %d requests,"
       .. " %d bytes, limits %s/%s; all bands: %d requests, %d bytes, limits %s/%s); retry later")
       :format(p, bn - 1, bb - fc.bytes, c.max_requests > 0 and c.max_requests or "none",
       c.max_bytes > 0 and c.max_bytes or "none", tn - 1, tb - fc.bytes,
@@ -890,7 +893,7 @@ function ops.drain(message)
   end
   table.sort(all, function(a, b) return a.seq < b.seq end)
   for _, fc in ipairs(all) do
-    evict(fc, SHED, message)
+    evict(fc, SHED, message, 503)
   end
   return #all
 end
