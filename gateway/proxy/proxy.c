@@ -235,10 +235,11 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
 }
 
 /* llm-d's x-llm-d-request-dropped-reason for a request refused before it
- * reached an endpoint, or NULL when the refusal is no drop (a bad request, a
- * plugin's error).  Upstream's words: "saturated" is a pool that has
- * endpoints but no room for this one (429), "no-endpoints" a pool with none
- * to offer (503), so a queue's refusal in an empty pool is the latter. */
+ * reached an endpoint, or evicted after (enableEviction), or NULL when the
+ * refusal is no drop (a bad request, a plugin's error).  Upstream's words:
+ * "saturated" is a pool with endpoints but no room for this one (429),
+ * "no-endpoints" a pool with none to offer (503), so a queue's refusal in
+ * an empty pool is the latter. */
 const char *gw_drop_reason(const lupin_gateway *gw, lupin_outcome outcome, int status) {
   switch (outcome) {
   case LUPIN_NO_ENDPOINT:

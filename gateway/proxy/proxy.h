@@ -62,8 +62,9 @@ void gw_proxy_answered(lupin_gateway *gw, const char *path, const char *id, int 
 #define GW_DROP_TTL_EXPIRED   "rejected-ttl-expired"
 #define GW_DROP_SHUTTING_DOWN "rejected-shutting-down"
 #define GW_DROP_EVICTED       "evicted"
-/* The reason for a request the runtime refused with outcome and status, or
- * NULL when that refusal is no drop (a bad request, a plugin's error). */
+/* The reason for a request the runtime refused (or evicted) with outcome
+ * and status, or NULL when that refusal is no drop (a bad request, a
+ * plugin's error). */
 const char *gw_drop_reason(const lupin_gateway *gw, lupin_outcome outcome, int status);
 /* Writes the access log's waiting lines (each loop iteration, and at the end). */
 void gw_access_log_flush(lupin_gateway *gw);

@@ -11,15 +11,16 @@
 --     defaultPriorityBand: { maxBytes, maxRequests, defaultRequestTTL, fairnessPolicyRef, orderingPolicyRef }
 --     defaultNegativePriorityBand: { ... }   # the template for priorities < 0
 --     priorityBands: [ { priority, maxBytes, ... } ]
+--     saturationDetector: { pluginRef }      # llm-d-router's place for it
+--     flowGCTimeout: 5m      # lupin's: an idle flow (fairness id) goes after this
+--     enableEviction: false  # true: sent sheddable requests make room for higher ones
+--   saturationDetector: { pluginRef }        # the EPP's
+--   objectives: [ { name, priority } ]
 --
 -- Upstream's defaults: a band's maxBytes 1 GB (10^9) and maxRequests 5000,
 -- 0 or absent meaning the default (a band is always bounded); a listed band
 -- starts from these defaults, not from defaultPriorityBand, which shapes
 -- only the bands of priorities the config does not list.
---     saturationDetector: { pluginRef }      # llm-d-router's place for it
---     flowGCTimeout: 5m      # lupin's: an idle flow (fairness id) goes after this
---   saturationDetector: { pluginRef }        # the EPP's
---   objectives: [ { name, priority } ]
 local cjson = require "cjson.safe"
 
 local M = {}
