@@ -159,8 +159,8 @@ static void set_int(lua_State *L, const char *name, int v) {
  * runtime starts: one list per enum, here, the other side checked. */
 void lupin__abi_push_enums(lua_State *L, const char *const *hooks, int n_hooks) {
   lua_createtable(L, 0, 4);
-  lua_createtable(L, 0, LUPIN_SHED + 1);
-  for (int o = LUPIN_OK; o <= LUPIN_SHED; o++)
+  lua_createtable(L, 0, LUPIN_OUTCOME_LAST + 1);
+  for (int o = LUPIN_OK; o <= LUPIN_OUTCOME_LAST; o++)
     set_int(L, lupin_outcome_name((lupin_outcome)o), o);
   lua_setfield(L, -2, "outcome");
   lua_createtable(L, 0, 2);

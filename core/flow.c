@@ -8,6 +8,7 @@
 #include "internal.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 void lupin_runtime_set_dispatch(lupin_runtime *rt, lupin_dispatch_fn fn, void *ud) {
   rt->dispatch = fn;
@@ -18,19 +19,31 @@ void lupin_runtime_set_dispatch(lupin_runtime *rt, lupin_dispatch_fn fn, void *u
   lupin__call(rt, 2, 0, NULL, 0);
 }
 
-/* The next request to hand over, or NULL. */
-static lupin_request *next(lupin_runtime *rt, int sweep) {
+void lupin_runtime_set_evict(lupin_runtime *rt, lupin_evict_fn fn, void *ud) {
+  rt->evict = fn;
+  rt->evict_ud = ud;
+  lupin__push_hook(rt, LUPIN_HOOK_FLOW);
+  lua_pushstring(rt->L, "evicts");
+  lua_pushboolean(rt->L, fn != NULL);
+  lupin__call(rt, 2, 0, NULL, 0);
+}
+
+/* The next request to hand over, or NULL; *evict (copied into evict, of
+ * size n) is set when it is one to end rather than to dispatch. */
+static lupin_request *next(lupin_runtime *rt, int sweep, char *evict, size_t n) {
   lua_State *L = rt->L;
   char err[512];
   lupin__push_hook(rt, LUPIN_HOOK_FLOW);
   lua_pushstring(L, "next");
   lua_pushboolean(L, sweep);
-  if (lupin__call(rt, 2, 1, err, sizeof err)) {
+  if (lupin__call(rt, 2, 2, err, sizeof err)) {
     lupin__log(rt, LUPIN_LOG_ERROR, "flow control: %s", err);
     return NULL;
   }
-  lupin_request *req = lua_isnumber(L, -1) ? (lupin_request *)(uintptr_t)lua_tonumber(L, -1) : NULL;
-  lua_pop(L, 1);
+  lupin_request *req = lua_isnumber(L, -2) ? (lupin_request *)(uintptr_t)lua_tonumber(L, -2) : NULL;
+  *evict = 0;
+  if (lua_isstring(L, -1)) snprintf(evict, n, "%s", lua_tostring(L, -1));
+  lua_pop(L, 2);
   return req;
 }
 
@@ -43,7 +56,12 @@ void lupin__flow_pump(lupin_runtime *rt, int sweep) {
   rt->pumping = 1;
   do {
     rt->pump_again = 0;
-    for (lupin_request *req; (req = next(rt, sweep)); sweep = 0) {
+    char evict[512];
+    for (lupin_request *req; (req = next(rt, sweep, evict, sizeof evict)); sweep = 0) {
+      if (*evict) { /* sent already: the host ends it */
+        if (rt->evict) rt->evict(rt->evict_ud, req, evict);
+        continue;
+      }
       lupin_result res;
       lupin__request_schedule_into(req, &res);
       rt->dispatch(rt->dispatch_ud, req, &res);

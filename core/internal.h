@@ -530,6 +530,8 @@ struct lupin_runtime {
   /* flow control (flow.c) */
   lupin_dispatch_fn dispatch;
   void *dispatch_ud;
+  lupin_evict_fn evict; /* enableEviction's: lupin_runtime_set_evict */
+  void *evict_ud;
   uint64_t flow_requests; /* live requests flow control knows of */
   int flow_kept;          /* flow control has idle state to drop at a tick */
   int64_t flow_queued;    /* of the store's flow_queued, this runtime's */

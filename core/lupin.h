@@ -658,8 +658,10 @@ typedef enum lupin_outcome {
   /* flow control (docs/flow-control.md): answered without being scheduled */
   LUPIN_QUEUE_TTL,  /* waited in the queue past its TTL */
   LUPIN_QUEUE_FULL, /* its band or the whole queue was full */
-  LUPIN_SHED        /* evicted from the queue: room for a higher priority, or a drain */
+  LUPIN_SHED,       /* evicted from the queue: room for a higher priority, or a drain */
+  LUPIN_EVICTED     /* ended after it was sent: room for a higher priority (enableEviction) */
 } lupin_outcome;
+#define LUPIN_OUTCOME_LAST LUPIN_EVICTED
 
 const char *lupin_outcome_name(lupin_outcome o);
 
@@ -767,6 +769,15 @@ size_t lupin_runtime_flow_drain(lupin_runtime *rt, const char *message);
  * a request of its own ends and this is not 0, so that they send what they
  * hold into the freed place now rather than at their next tick. */
 uint64_t lupin_runtime_flow_elsewhere(lupin_runtime *rt);
+/* enableEviction: flow control asks the host to end req, a sheddable request
+ * already scheduled (sent to its endpoint), so that a higher band waiting
+ * gets its place: the host stops it at its endpoint, answers its client 429
+ * with message when it can (or cuts its response) and ends it with
+ * LUPIN_EVICTED.  Called from where the dispatch callback is, one request
+ * at a time; the next only after that one ended and a grace passed. */
+typedef void (*lupin_evict_fn)(void *ud, lupin_request *req, const char *message);
+/* Sets the callback (NULL: none).  Without one, enableEviction does nothing. */
+void lupin_runtime_set_evict(lupin_runtime *rt, lupin_evict_fn fn, void *ud);
 
 /* Where a request stands in flow control. */
 typedef struct lupin_flow_place {

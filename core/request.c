@@ -173,7 +173,7 @@ static void set_texts(lupin_request *req, const char *id, size_t id_len, const c
 
 static const char *const outcome_names[] = {
     "ok",      "rejected",        "no_endpoint", "plugin_error", "upstream_error", "cancelled",
-    "timeout", "invalid_request", "queue_ttl",   "queue_full",   "shed",
+    "timeout", "invalid_request", "queue_ttl",   "queue_full",   "shed",           "evicted",
 };
 
 const char *lupin_outcome_name(lupin_outcome o) {

@@ -488,6 +488,7 @@ static int open_runtime(lupin_gateway *gw, char *err, size_t errlen) {
   gw->rt = lupin_runtime_new(&o, err, errlen);
   if (!gw->rt) return -1;
   lupin_runtime_set_dispatch(gw->rt, gw_proxy_dispatched, gw);
+  lupin_runtime_set_evict(gw->rt, gw_proxy_evict, gw);
   if (gw_settings_declare(gw->rt, err, errlen) ||
       lupin_runtime_load(gw->rt, gw->opts.config, err, errlen) ||
       gw_settings_read(gw->rt, &gw->set, err, errlen) || gw_proxy_routes_open(gw, err, errlen))

@@ -40,6 +40,7 @@ typedef struct {
   int shared_ref;
   lua_State *L;
   int dispatch_ref; /* rt:set_dispatch's function, LUA_NOREF: none */
+  int evict_ref;    /* rt:set_evict's function, LUA_NOREF: none */
 } runtime_box;
 
 typedef struct {
@@ -49,7 +50,8 @@ typedef struct {
 
 static const char *const outcomes[] = {
     "ok",      "rejected",        "no_endpoint", "plugin_error", "upstream_error", "cancelled",
-    "timeout", "invalid_request", "queue_ttl",   "queue_full",   "shed",           NULL};
+    "timeout", "invalid_request", "queue_ttl",   "queue_full",   "shed",           "evicted",
+    NULL};
 
 static runtime_box *check_rt(lua_State *L) {
   runtime_box *b = luaL_checkudata(L, 1, RT_MT);
@@ -210,6 +212,7 @@ static int l_new(lua_State *L) {
   b->logs_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   b->L = L;
   b->dispatch_ref = LUA_NOREF;
+  b->evict_ref = LUA_NOREF;
   o.log = collect_log;
   o.log_ud = b;
   char err[1024];
@@ -236,6 +239,7 @@ static int l_free(lua_State *L) {
     }
     luaL_unref(L, LUA_REGISTRYINDEX, b->logs_ref);
     luaL_unref(L, LUA_REGISTRYINDEX, b->dispatch_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, b->evict_ref);
   }
   return 0;
 }
@@ -764,6 +768,35 @@ static int l_set_dispatch(lua_State *L) {
   return 0;
 }
 
+/* The eviction callback: the spec's function gets the request's id and
+ * the message (it ends the request itself, as a host does). */
+static void on_evict(void *ud, lupin_request *req, const char *message) {
+  runtime_box *b = ud;
+  lua_State *L = b->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, b->evict_ref);
+  lua_pushstring(L, lupin_request_id(req));
+  lua_pushstring(L, message);
+  if (lua_pcall(L, 2, 0, 0)) {
+    fprintf(stderr, "evict callback: %s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+}
+
+/* rt:set_evict(fn | nil) */
+static int l_set_evict(lua_State *L) {
+  runtime_box *b = check_rt(L);
+  luaL_unref(L, LUA_REGISTRYINDEX, b->evict_ref);
+  b->evict_ref = LUA_NOREF;
+  if (lua_isfunction(L, 2)) {
+    lua_pushvalue(L, 2);
+    b->evict_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lupin_runtime_set_evict(b->rt, on_evict, b);
+  } else {
+    lupin_runtime_set_evict(b->rt, NULL, NULL);
+  }
+  return 0;
+}
+
 static int l_tick(lua_State *L) {
   lupin_runtime_tick(check_rt(L)->rt);
   return 0;
@@ -973,6 +1006,7 @@ static const luaL_Reg rt_methods[] = {
     {"logs", l_logs},
     {"begin", l_begin},
     {"set_dispatch", l_set_dispatch},
+    {"set_evict", l_set_evict},
     {"tick", l_tick},
     {"flow_elsewhere", l_flow_elsewhere},
     {"flow_drain", l_flow_drain},

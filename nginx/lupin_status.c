@@ -38,7 +38,7 @@ static void ngx_http_lupin_exposition(lh_buf *b) {
       lh_expo_sample(&e, (const char *[]){status}, (double)w->by_status[i]);
     }
   lh_expo_family(&e, LH_M_OUTCOMES);
-  for (int o = LUPIN_OK; o <= LUPIN_SHED; o++)
+  for (int o = LUPIN_OK; o <= LUPIN_OUTCOME_LAST; o++)
     lh_expo_sample(&e, (const char *[]){lupin_outcome_name(o)}, (double)w->outcomes[o]);
 
   lh_expo_family(&e, LH_M_RELOADS); /* this worker's: lupin_reload.c */

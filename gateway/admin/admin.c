@@ -83,7 +83,7 @@ static void metrics_requests(lupin_gateway *gw, lh_expo *e) {
       lh_expo_sample(e, (const char *[]){status}, (double)s->by_status[i]);
     }
   lh_expo_family(e, LH_M_OUTCOMES);
-  for (int o = LUPIN_OK; o <= LUPIN_SHED; o++)
+  for (int o = LUPIN_OK; o <= LUPIN_OUTCOME_LAST; o++)
     lh_expo_sample(e, (const char *[]){lupin_outcome_name(o)}, (double)s->by_outcome[o]);
   lh_expo_family(e, LH_M_SCHEDULING);
   lh_expo_histogram(e, NULL, &s->sched);

@@ -313,11 +313,11 @@ static const char *request_id(stream *s) {
 
 /* A refusal before the runtime saw the request: counted and logged as
  * lupin serve counts and logs its bad requests. */
-static void refuse_early(stream *s, int status, const char *message) {
-  lupin_header id = {"x-request-id", request_id(s)};
-  gw_proxy_answered(s->gw, s->http.url ? s->http.url : "/", id.value, status,
+static void refuse_early(stream *s, int status, const char *message, const char *drop) {
+  lupin_header h[2] = {{"x-request-id", request_id(s)}, {GW_DROP_HEADER, drop}};
+  gw_proxy_answered(s->gw, s->http.url ? s->http.url : "/", h[0].value, status,
                     status < 500 ? "bad_request" : "error");
-  send_refusal(s, status, message, NULL, &id, 1);
+  send_refusal(s, status, message, NULL, h, drop ? 2 : 1);
 }
 
 /* --- the request --------------------------------------------------------------- */
@@ -332,7 +332,8 @@ static const char *route_of(lupin_gateway *gw, const char *url) {
 static void begin(stream *s) {
   lupin_gateway *gw = s->gw;
   if (gw->draining) {
-    refuse_early(s, 503, "the gateway is shutting down: retry on another instance");
+    refuse_early(s, 503, "the gateway is shutting down: retry on another instance",
+                 GW_DROP_SHUTTING_DOWN);
     return;
   }
   const char *route = s->http.url && s->http.method == HTTP_POST ? route_of(gw, s->http.url) : NULL;
@@ -428,7 +429,8 @@ static void request_headers(stream *s, const proc_request *m) {
     s->gw->refused_in_flight++;
     refuse_early(s, 503,
                  "the gateway is at its cap of requests in flight (gateway.maxRequestsInFlight): "
-                 "retry later");
+                 "retry later",
+                 NULL);
     return;
   }
   count_in_flight(s, 1);
@@ -449,7 +451,8 @@ static void request_body(stream *s, const proc_request *m) {
   if (s->http.body.len + len > s->gw->set.max_body_bytes) {
     refuse_early(s, 413,
                  "the request body is larger than maxBodyBytes: send a smaller body or raise "
-                 "gateway.maxBodyBytes in the config");
+                 "gateway.maxBodyBytes in the config",
+                 NULL);
     return;
   }
   if (len && __atomic_load_n(&s->gw->totals->body_bytes, __ATOMIC_RELAXED) + len >
@@ -457,11 +460,13 @@ static void request_body(stream *s, const proc_request *m) {
     s->gw->refused_body_bytes++;
     refuse_early(s, 503,
                  "the gateway holds too many bytes of request bodies to take this one "
-                 "(gateway.maxBufferedBodyBytes): retry later");
+                 "(gateway.maxBufferedBodyBytes): retry later",
+                 NULL);
     return;
   }
   if (len && lh_buf_append(&s->http.body, (const char *)b->body.data, len)) {
-    refuse_early(s, 503, "the gateway could not allocate memory for this request: retry later");
+    refuse_early(s, 503, "the gateway could not allocate memory for this request: retry later",
+                 NULL);
     return;
   }
   count_body(s, (int64_t)len);

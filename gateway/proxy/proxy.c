@@ -121,6 +121,7 @@ static int error_code(const gw_exchange *x, lupin_outcome outcome, int status) {
   case LUPIN_QUEUE_TTL: /* flow control: the pool stayed saturated */
   case LUPIN_QUEUE_FULL:
   case LUPIN_SHED:
+  case LUPIN_EVICTED:
     return GW_ERR_EXHAUSTED;
   default: /* scheduled: the endpoint's answer, or none */
     return x->objective && outcome == LUPIN_OK && status == 200 ? -1 : GW_ERR_MODEL_SERVER;
@@ -239,10 +240,40 @@ static void end(gw_exchange *x, lupin_outcome outcome, int status) {
   gw_check_drained(gw);
 }
 
+/* llm-d's x-llm-d-request-dropped-reason for a request refused before it
+ * reached an endpoint, or evicted after (enableEviction), or NULL when the
+ * refusal is no drop (a bad request, a plugin's error).  Upstream's words:
+ * "saturated" is a pool with endpoints but no room for this one (429),
+ * "no-endpoints" a pool with none to offer (503), so a queue's refusal in
+ * an empty pool is the latter. */
+const char *gw_drop_reason(const lupin_gateway *gw, lupin_outcome outcome, int status) {
+  switch (outcome) {
+  case LUPIN_NO_ENDPOINT:
+    return GW_DROP_NO_ENDPOINTS;
+  case LUPIN_REJECTED:
+    return status == 429 ? GW_DROP_SATURATED : NULL;
+  case LUPIN_QUEUE_TTL: /* 503: the pool had no endpoints (flow.lua) */
+    return status == 503 ? GW_DROP_NO_ENDPOINTS : GW_DROP_TTL_EXPIRED;
+  case LUPIN_QUEUE_FULL:
+    return status == 503 ? GW_DROP_NO_ENDPOINTS : GW_DROP_SATURATED;
+  case LUPIN_SHED: /* the drain's, or room made for a higher priority */
+    return gw->draining ? GW_DROP_SHUTTING_DOWN : GW_DROP_SATURATED;
+  case LUPIN_CANCELLED: /* only the drain answers a cancelled request */
+    return status == 503 && gw->draining ? GW_DROP_SHUTTING_DOWN : NULL;
+  case LUPIN_EVICTED: /* upstream's generic value, as its evictor sets */
+    return GW_DROP_EVICTED;
+  default:
+    return NULL;
+  }
+}
+
 static void fail_param(gw_exchange *x, int status, const char *message, const char *param,
                        lupin_outcome outcome) {
-  lupin_header h[3] = {{"x-request-id", lupin_request_id(x->req)}};
-  size_t n = 1 + gw_explain_headers(x, h + 1);
+  lupin_header h[4] = {{"x-request-id", lupin_request_id(x->req)}};
+  size_t n = 1;
+  const char *drop = gw_drop_reason(x->gw, outcome, status);
+  if (drop) h[n++] = (lupin_header){GW_DROP_HEADER, drop};
+  n += gw_explain_headers(x, h + n);
   if (x->front)
     x->front->refused(x, status, message, param, h, n);
   else
@@ -631,6 +662,29 @@ void gw_proxy_dispatched(void *ud, lupin_request *req, const lupin_result *res) 
   x->result = *res;
   flow_left(x, res->status == 200 ? "dispatched" : lupin_outcome_name(res->outcome));
   scheduled(ud, x, res->status);
+}
+
+/* enableEviction: flow control takes back a sheddable request it let go.
+ * Stopped at its endpoint; its client gets 429 and the reason if nothing
+ * of the response went yet, else its response is cut short (lupin epp:
+ * Envoy gets the immediate response, which resets its upstream request). */
+void gw_proxy_evict(void *ud, lupin_request *req, const char *message) {
+  gw_exchange *x = lupin_request_data(req);
+  (void)ud;
+  if (!x) return;
+  gw_log(x->gw, LUPIN_LOG_INFO, "request %s: %s", lupin_request_id(req), message);
+  if (x->up) {
+    gw_upstream_cancel(x->up);
+    attempt_log(x, "evicted", NULL);
+    x->up = NULL;
+  }
+  if (x->front || (x->conn && !x->started_response)) {
+    fail(x, 429, message, LUPIN_EVICTED);
+    return;
+  }
+  if (x->conn) gw_conn_abort(x->conn);
+  x->conn = NULL;
+  end(x, LUPIN_EVICTED, x->status);
 }
 
 static void scheduled(lupin_gateway *gw, gw_exchange *x, int status) {

@@ -54,10 +54,24 @@ int gw_routing_header(const char *name);
 /* Counts and logs a request answered (or ended) before the runtime saw it. */
 void gw_proxy_answered(lupin_gateway *gw, const char *path, const char *id, int status,
                        const char *outcome);
+/* llm-d's header naming why a request was dropped (docs/flow-control.md),
+ * and the reasons lupin gives: its pkg/common/error values. */
+#define GW_DROP_HEADER        "x-llm-d-request-dropped-reason"
+#define GW_DROP_SATURATED     "rejected-saturated"
+#define GW_DROP_NO_ENDPOINTS  "rejected-no-endpoints"
+#define GW_DROP_TTL_EXPIRED   "rejected-ttl-expired"
+#define GW_DROP_SHUTTING_DOWN "rejected-shutting-down"
+#define GW_DROP_EVICTED       "evicted"
+/* The reason for a request the runtime refused (or evicted) with outcome
+ * and status, or NULL when that refusal is no drop (a bad request, a
+ * plugin's error). */
+const char *gw_drop_reason(const lupin_gateway *gw, lupin_outcome outcome, int status);
 /* Writes the access log's waiting lines (each loop iteration, and at the end). */
 void gw_access_log_flush(lupin_gateway *gw);
 /* The runtime's dispatch callback: a queued request's final result. */
 void gw_proxy_dispatched(void *gw, lupin_request *req, const lupin_result *res);
+/* The runtime's eviction callback (enableEviction): ends a request sent. */
+void gw_proxy_evict(void *gw, lupin_request *req, const char *message);
 
 /* --- flow control's view (flow.c, docs/flow-control.md) ------------------- */
 

@@ -96,8 +96,9 @@ describe("the C/Lua enum check", function()
       local c = require("lupin.runtime.enums").core
       local n = 0
       for _ in pairs(c.outcome) do n = n + 1 end
-      return { n, c.outcome.shed, c.hook.begin ~= nil, c.request_flag.dry_run }]])
-    assert.same({ 11, 10, true, 2 }, names)
+      return { n, c.outcome.shed, c.outcome.evicted, c.hook.begin ~= nil,
+        c.request_flag.dry_run }]])
+    assert.same({ 12, 10, 11, true, 2 }, names)
   end)
 
   it("names a value that differs, one only C has and one only Lua has", function()

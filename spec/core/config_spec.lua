@@ -447,6 +447,34 @@ schedulingProfiles:
       rt:free()
     end)
 
+    it("bounds the queue with upstream's defaults: 60 s, 5000 requests and 1 GB a band", function()
+      local rt, ok, err = load('{"plugins":[{"type":"test-scorer"}],"flowControl":{'
+        .. '"defaultPriorityBand":{"maxRequests":0,"fairnessPolicyRef":"round-robin-fairness-policy"},'
+        .. '"defaultNegativePriorityBand":{"maxBytes":"1Mi"},'
+        .. '"priorityBands":[{"priority":10,"maxRequests":7},{"priority":-5}]}}')
+      assert.is_true(ok, err)
+      local got = S.eval(rt, [[
+        local f = require("lupin.runtime").current.flow
+        local function b(x)
+          return { x.max_requests, x.max_bytes, x.fairness.type, x.ttl or "none" }
+        end
+        return { ttl = f.ttl, max_requests = f.max_requests, max_bytes = f.max_bytes,
+          default = b(f.default_band), negative = b(f.negative_band), b10 = b(f.bands[1]),
+          bneg = b(f.bands[2]) }]])
+      assert.same({ ttl = 60, max_requests = 0, max_bytes = 0,
+        -- 0 is the default, as upstream's: a band is always bounded
+        default = { 5000, 1e9, "round-robin-fairness-policy", "none" },
+        negative = { 5000, 1024 ^ 2, "global-strict-fairness-policy", "none" },
+        -- a listed band starts from the defaults, not from defaultPriorityBand
+        b10 = { 7, 1e9, "global-strict-fairness-policy", "none" },
+        bneg = { 5000, 1e9, "global-strict-fairness-policy", "none" } }, got)
+      rt:free()
+      rt, ok, err = load('{"plugins":[{"type":"test-scorer"}],"flowControl":{"defaultRequestTTL":"0s"}}')
+      assert.is_true(ok, err)
+      assert.equal(0, S.eval(rt, [[return require("lupin.runtime").current.flow.ttl]]))
+      rt:free()
+    end)
+
     it("gates with GIE v1's thresholds, llm-d-router's place, negative bands", function()
       local rt, ok, err = load('{"plugins":[{"type":"test-scorer"},{"type":"concurrency-detector"}],'
         .. '"saturationDetector":{"queueDepthThreshold":2},"flowControl":{'

@@ -258,7 +258,9 @@ describe("flow control", function()
   it("edf serves the earliest deadline first; fcfs the first come", function()
     for _, case in ipairs({ { "edf-ordering-policy", "short long none" },
       { "fcfs-ordering-policy", "none long short" } }) do
-      local rt, got = setup_rt({ defaultPriorityBand = { orderingPolicyRef = case[1] } })
+      -- "none": no TTL, the 60 s default turned off
+      local rt, got = setup_rt({ defaultRequestTTL = "0s",
+        defaultPriorityBand = { orderingPolicyRef = case[1] } })
       local first = begin(rt, "first")
       assert.equal(200, first:schedule().status)
       local reqs = {}
@@ -310,7 +312,7 @@ describe("flow control", function()
     b:finish("ok")
   end)
 
-  it("answers 503 queue_ttl past the TTL (429 when sheddable), finish once", function()
+  it("answers 429 queue_ttl past the TTL, sheddable or not, finish once", function()
     local rt, got = setup_rt({ defaultRequestTTL = "1ms" })
     local first = begin(rt, "first")
     first:schedule()
@@ -321,7 +323,7 @@ describe("flow control", function()
     advance(rt, 0.01)
     rt:tick()
     assert.equal("a s", ids(got))
-    assert.equal(503, got[1].status, got[1].message)
+    assert.equal(429, got[1].status, got[1].message) -- upstream's: the pool has endpoints
     assert.equal("queue_ttl", got[1].outcome)
     assert.matches("past its TTL", got[1].message)
     assert.equal(429, got[2].status, got[2].message)
@@ -330,6 +332,81 @@ describe("flow control", function()
     first:finish("ok")
     assert.same({ ok = 1, queue_ttl = 2 }, counts(rt))
     assert.equal(2, rt:flows()[1].ttl + rt:flows()[2].ttl)
+  end)
+
+  -- llm-d-router's in-flight eviction: a sheddable request sent takes the
+  -- blame when a higher band waits on a saturated pool; one at a time
+  it("with enableEviction, ends a sent sheddable request for a higher band waiting", function()
+    local SHED = { ["x-llm-d-inference-objective"] = "-1" }
+    for _, on in ipairs({ false, true }) do
+      local rt, got = setup_rt({ enableEviction = on })
+      local evicted = {}
+      rt:set_evict(function(id, message)
+        evicted[#evicted + 1] = { id = id, message = message }
+      end)
+      local low = begin(rt, "low", SHED)
+      assert.equal(200, low:schedule().status)
+      local high = begin(rt, "high")
+      assert.equal(0, high:schedule().status)
+      rt:tick()
+      if not on then
+        assert.same({}, evicted)
+        low:finish("ok")
+        assert.equal("high", ids(got))
+        high:finish("ok")
+      else
+        assert.equal(1, #evicted)
+        assert.equal("low", evicted[1].id)
+        assert.matches("evicted by flow control after it was sent (priority -1), to make room"
+          .. " for a request of priority 0", evicted[1].message, 1, true)
+        rt:tick() -- asked once: the host ends it
+        assert.equal(1, #evicted)
+        assert.equal("", ids(got))
+        low:finish("evicted")
+        assert.equal("high", ids(got)) -- into the freed place at once
+        high:finish("ok")
+        assert.same({ ok = 1, evicted = 1 }, counts(rt))
+      end
+      rt:free()
+    end
+  end)
+
+  it("evicts the newest of the lowest band, never one at or above the band waiting", function()
+    local rt, got = setup_rt({ enableEviction = true },
+      { objectives = { { name = "scrap", priority = -2 }, { name = "batch", priority = -1 } } })
+    S.eval(rt, [[require("lupin.runtime").current.by_name["concurrency-detector"].obj.limit = 3]])
+    local evicted = {}
+    rt:set_evict(function(id)
+      evicted[#evicted + 1] = id
+    end)
+    local reqs = {}
+    for _, x in ipairs({ { "m2", "-2" }, { "m1a", "-1" }, { "m1b", "-1" } }) do
+      reqs[x[1]] = begin(rt, x[1], { ["x-llm-d-inference-objective"] = x[2] })
+      assert.equal(200, reqs[x[1]]:schedule().status)
+    end
+    -- a sheddable band waiting takes no place from its own band or above
+    local w = begin(rt, "w", { ["x-llm-d-inference-objective"] = "-2" })
+    assert.equal(0, w:schedule().status)
+    rt:tick()
+    assert.same({}, evicted)
+    local h1, h2 = begin(rt, "h1"), begin(rt, "h2")
+    assert.equal(0, h1:schedule().status)
+    assert.equal(0, h2:schedule().status)
+    rt:tick()
+    assert.same({ "m2" }, evicted) -- the lowest priority first
+    reqs.m2:finish("evicted")
+    assert.equal("h1", ids(got))
+    rt:tick() -- the grace after an eviction's end: nothing yet
+    assert.same({ "m2" }, evicted)
+    advance(rt, 0.6)
+    rt:tick()
+    assert.same({ "m2", "m1b" }, evicted) -- then the newest of the next band
+    reqs.m1b:finish("evicted")
+    assert.equal("h1 h2", ids(got))
+    for _, r in ipairs({ reqs.m1a, h1, h2, w }) do
+      r:finish("ok")
+    end
+    rt:free()
   end)
 
   it("hands over every one of many evicted requests, in order", function()
@@ -390,7 +467,7 @@ describe("flow control", function()
     first:schedule()
     local big = begin(rt, "big", nil, '{"model":"m","prompt":"' .. ("x"):rep(2000) .. '"}')
     local res = big:schedule()
-    assert.equal(503, res.status)
+    assert.equal(429, res.status)
     assert.equal("queue_full", res.outcome)
     assert.matches("queue is full for priority 0", res.message)
     local a, b, c = begin(rt, "a"), begin(rt, "b"), begin(rt, "c")
@@ -645,7 +722,7 @@ describe("flow control across runtimes sharing their state", function()
     assert.equal(0, rt1:flow_elsewhere())
     local b = begin(rt2, "b")
     local res = b:schedule()
-    assert.equal(503, res.status)
+    assert.equal(429, res.status)
     assert.equal("queue_full", res.outcome)
     assert.matches("queue is full for priority 0 (band: 1 requests", res.message, 1, true)
     -- another band has room, the whole queue one place: taken on rt2, full on rt1

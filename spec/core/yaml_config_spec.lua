@@ -178,6 +178,43 @@ describe("the example configs", function()
     end
   end)
 
+  it("every one loads: the configs as lupin serve reads them, the endpoints files", function()
+    local n = 0
+    for name in io.popen("ls " .. dir):lines() do
+      local path = dir .. "/" .. name
+      if name:match("%.ya?ml$") or name:match("%.json$") then
+        if name:match("endpoints") then -- sim-endpoints.json, explain-endpoints.yaml, ...
+          assert(config.endpoints_file(path))
+        else
+          local rt, ok, err = load_file(path)
+          assert.is_true(ok, err)
+          rt:free()
+        end
+        n = n + 1
+      end
+    end
+    assert.truthy(n >= 10)
+  end)
+
+  it("flow-control.yaml and the upstream guide's example turn flow control on", function()
+    local rt, ok, err = load_file(dir .. "/flow-control.yaml")
+    assert.is_true(ok, err)
+    assert.same({ "concurrency-detector", 30, { 10, 0, -1 }, 5, "edf-ordering-policy",
+      "round-robin-fairness-policy", 10 }, support.eval(rt, [[
+      local f = require("lupin.runtime").current.flow
+      return { f.detector.type, f.ttl, { f.bands[1].priority, f.bands[2].priority,
+        f.bands[3].priority }, f.bands[3].ttl, f.bands[1].ordering.type,
+        f.default_band.fairness.type, f.objectives.critical }]]))
+    rt:free()
+    rt, ok, err = load_file(dir .. "/flow-control-upstream-guide.yaml")
+    assert.is_true(ok, err)
+    assert.same({ "utilization-detector", 30, 1e9, 100, 5e8, 5000 }, support.eval(rt, [[
+      local f = require("lupin.runtime").current.flow
+      return { f.detector.type, f.ttl, f.max_bytes, f.bands[1].priority, f.bands[1].max_bytes,
+        f.bands[1].max_requests }]]))
+    rt:free()
+  end)
+
   it("digest alike whatever the JSON layout, and differ when a value does", function()
     local a = load_file(write("a.json", '{"plugins": [{"type": "queue-scorer"}]}'))
     local b = load_file(write("b.json", '{\n  "plugins": [\n    { "type" : "queue-scorer" }\n  ]\n}'))

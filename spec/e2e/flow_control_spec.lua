@@ -11,6 +11,7 @@ local SLOW = "--model m --itl-ms 100 --default-max-tokens 8 --seed 1" -- ~0.8 s 
 -- are sent and queue behind it, however slowly curl starts (a loaded
 -- machine, a sanitizer build: at 0.8 s a late curl found the endpoint free)
 local HOLD = { max_tokens = 30 }
+local DROPPED = "x-llm-d-request-dropped-reason" -- llm-d's, on every drop
 
 local function config(sim, fc, extra)
   local cfg = {
@@ -69,8 +70,9 @@ describe("flow control through lupin serve", function()
     assert.equal("fcfs-ordering-policy", band.ordering)
     assert.is_true(flows(gw).saturated)
     assert.equal(200, (P.result(a)))
-    local code, body = P.result(b)
+    local code, body, headers = P.result(b)
     assert.equal(200, code, body)
+    assert.is_nil(headers[DROPPED])
     assert.equal("a b", P.access_log_ids(gw, 2))
     assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="0",outcome="dispatched"}'))
     assert.equal(1, P.metric(gw,
@@ -79,19 +81,21 @@ describe("flow control through lupin serve", function()
     P.stop(gw)
   end)
 
-  it("answers 503 past the TTL and 429 for a sheddable request, with a message", function()
+  it("answers 429 past the TTL, sheddable or not, with a message and reason", function()
     local gw = P.gateway(config(sim, { defaultRequestTTL = "100ms" }))
     local a = P.send(gw, "a", HOLD)
     P.until_running(gw, "a")
     local b = P.send(gw, "b")
     local s = P.send(gw, "s", { headers = { ["x-gateway-inference-objective"] = "-1" } })
-    local code, body = P.result(b)
-    assert.equal(503, code)
+    local code, body, headers = P.result(b)
+    assert.equal(429, code) -- upstream's: the pool has endpoints, back off and retry
     local err = json.decode(body).error
     assert.matches("past its TTL of 0.1s", err.message, 1, true)
-    code, body = P.result(s)
+    assert.equal("rejected-ttl-expired", headers[DROPPED])
+    code, body, headers = P.result(s)
     assert.equal(429, code)
     assert.matches("past its TTL", json.decode(body).error.message, 1, true)
+    assert.equal("rejected-ttl-expired", headers[DROPPED])
     assert.equal(200, (P.result(a)))
     assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="0",outcome="queue_ttl"}'))
     assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="-1",outcome="queue_ttl"}'))
@@ -106,13 +110,84 @@ describe("flow control through lupin serve", function()
     local b = P.send(gw, "b")
     until_queued(gw, 1)
     local c = P.send(gw, "c")
-    local code, body = P.result(c)
-    assert.equal(503, code)
+    local code, body, headers = P.result(c)
+    assert.equal(429, code)
     assert.matches("flow-control queue is full for priority 0", json.decode(body).error.message,
       1, true)
+    assert.equal("rejected-saturated", headers[DROPPED])
     assert.equal(200, (P.result(a)))
     assert.equal(200, (P.result(b)))
     assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="0",outcome="queue_full"}'))
+    P.stop(gw)
+  end)
+
+  it("sheds the newest sheddable request for a higher one when the queue is full", function()
+    local gw = P.gateway(config(sim, { maxRequests = 1 }))
+    local a = P.send(gw, "a", HOLD)
+    P.until_running(gw, "a")
+    local s = P.send(gw, "s", { headers = { ["x-llm-d-inference-objective"] = "-1" } })
+    until_queued(gw, 1, -1)
+    local b = P.send(gw, "b")
+    local code, body, headers = P.result(s)
+    assert.equal(429, code)
+    assert.matches("to make room for a request of priority 0", json.decode(body).error.message,
+      1, true)
+    assert.equal("rejected-saturated", headers[DROPPED])
+    assert.equal(200, (P.result(a)))
+    assert.equal(200, (P.result(b)))
+    assert.equal(1, P.metric(gw, 'lupin_flow_control_requests_total{priority="-1",outcome="shed"}'))
+    P.stop(gw)
+  end)
+
+  it("with enableEviction, stops a sent sheddable request for a higher one: 429, evicted", function()
+    local gw = P.gateway(config(sim, { enableEviction = true }))
+    local low = P.send(gw, "low", { max_tokens = 30,
+      headers = { ["x-llm-d-inference-objective"] = "-1" } })
+    P.until_running(gw, "low")
+    local high = P.send(gw, "high")
+    local code, body, headers = P.result(low)
+    assert.equal(429, code, body)
+    assert.matches("evicted by flow control after it was sent", json.decode(body).error.message,
+      1, true)
+    assert.equal("evicted", headers[DROPPED])
+    code, body = P.result(high)
+    assert.equal(200, code, body)
+    local rec = P.access_records(gw, "low")[1]
+    assert.equal("evicted", rec.outcome)
+    assert.equal(1, P.metric(gw, 'lupin_request_outcomes_total{outcome="evicted"}'))
+    P.stop(gw)
+  end)
+
+  it("with enableEviction, cuts the stream of an evicted request already answering", function()
+    local gw = P.gateway(config(sim, { enableEviction = true }))
+    local out = require("support").tmpdir() .. "/slow.out"
+    local low = P.start(("curl -sS -N -o %s -H 'x-request-id: slow' -H 'content-type: application/json'"
+      .. " -H 'x-llm-d-inference-objective: -1' -d %s %s"):format(out, P.quote(json.encode(
+      { model = "m", prompt = "hello", max_tokens = 30, stream = true })),
+      P.quote(gw.base .. "/v1/completions")))
+    P.poll(function()
+      return (P.read(out) or ""):find("data:", 1, true)
+    end, "the stream under way")
+    local high = P.send(gw, "high")
+    assert.not_equal(0, P.wait(low)) -- cut short: curl reports the transfer incomplete
+    assert.is_nil((P.read(out) or ""):find("[DONE]", 1, true))
+    assert.equal(200, (P.result(high)))
+    local rec = P.access_records(gw, "slow")[1]
+    assert.equal("evicted", rec.outcome)
+    assert.equal(200, rec.status)
+    P.stop(gw)
+  end)
+
+  -- upstream's distinction: a queue refusing in a pool with no endpoints is
+  -- "no-endpoints", not the TTL's or saturation's
+  it("names no endpoints as the reason when the pool has none", function()
+    local cfg = config(sim, { defaultRequestTTL = "100ms" })
+    cfg.endpoints = json.empty_array
+    local gw = P.gateway(cfg)
+    local code, body, headers = P.result(P.send(gw, "empty"))
+    assert.equal(503, code)
+    assert.matches("past its TTL", json.decode(body).error.message, 1, true)
+    assert.equal("rejected-no-endpoints", headers[DROPPED])
     P.stop(gw)
   end)
 
@@ -181,9 +256,10 @@ describe("flow control through lupin serve", function()
     local b = P.send(gw, "b")
     until_queued(gw, 1)
     P.signal(gw, "TERM")
-    local code, body = P.result(b)
+    local code, body, headers = P.result(b)
     assert.equal(503, code)
     assert.matches("shutting down", json.decode(body).error.message, 1, true)
+    assert.equal("rejected-shutting-down", headers[DROPPED])
     assert.equal(200, (P.result(a)))
     assert.equal(0, P.wait(gw))
   end)

@@ -87,7 +87,7 @@ describe("flow control over two workers", function()
       local before = answered(gw)
       local c = P.send(gw, "c" .. tries)
       local code, body = P.result(c)
-      assert.equal(503, code, body)
+      assert.equal(429, code, body)
       assert.matches("flow-control queue is full for priority 0 (band: 1 requests", body, 1, true)
       local after = P.poll(function() -- counted as the exchange ends, maybe after curl is done
         local now = answered(gw)

@@ -252,6 +252,9 @@ describe("lupin serve", function()
       assert.truthy(e.message:match(pattern), e.message)
       assert.is_string(e.type)
       assert.equal(json.null, e.code)
+      -- llm-d's drop reason: only a pool that could not take the request
+      assert.equal(status == 503 and "rejected-no-endpoints" or nil,
+        headers["x-llm-d-request-dropped-reason"])
       ok_request(gw)
       return e
     end
@@ -541,6 +544,7 @@ describe("lupin serve, failures and lifecycle events", function()
       "-H 'x-gateway-inference-objective: -1'")
     assert.equal(429, status)
     assert.equal("application/json", h["content-type"])
+    assert.equal("rejected-saturated", h["x-llm-d-request-dropped-reason"])
     assert.truthy(json.decode(body).error.message:match("saturated"))
     assert.equal("rate_limit_error", json.decode(body).error.type)
   end)

@@ -325,20 +325,29 @@ function M.send(gw, id, opts)
   seq = seq + 1
   local body = ("%s/send-%d.json"):format(dir, seq)
   local out = ("%s/send-%d.out"):format(dir, seq)
+  local head = ("%s/send-%d.head"):format(dir, seq)
   support.write(body, cjson.encode({ model = "m", prompt = "hello " .. id,
     max_tokens = opts.max_tokens }))
-  local p = M.start(("curl -sS -o %s -w '%%{http_code}' --max-time %s -H 'x-request-id: %s'"
-    .. " -H 'content-type: application/json'%s --data-binary @%s %s"):format(out,
+  local p = M.start(("curl -sS -o %s -D %s -w '%%{http_code}' --max-time %s -H 'x-request-id: %s'"
+    .. " -H 'content-type: application/json'%s --data-binary @%s %s"):format(out, head,
     opts.max_time or 60, id, h, body, M.quote(gw.base .. "/v1/completions")))
-  p.body_file = out
+  p.body_file, p.head_file = out, head
   return p
 end
 
---- The status and body of a request M.send started, once it has ended.
+--- The status, body and headers (lower-case names) of a request M.send
+--- started, once it has ended.
 function M.result(p)
   M.wait(p)
   local code = tonumber((read(p.out) or ""):match("%d+")) or 0
-  return code, read(p.body_file) or ""
+  local headers = {}
+  for line in (p.head_file and read(p.head_file) or ""):gmatch("[^\r\n]+") do
+    local k, v = line:match("^([^:]+):%s*(.*)$")
+    if k then
+      headers[k:lower()] = v
+    end
+  end
+  return code, read(p.body_file) or "", headers
 end
 
 --- Polls the admin's in-flight list until request id is at an endpoint.

@@ -49,10 +49,10 @@ end
 
 -- make run on free ports, up to its banner; another program of this busy
 -- machine may take a port between the check and the bind: then again
-local function running()
+local function running(extra)
   for _ = 1, 5 do
     local p = ports()
-    local proc = run(p)
+    local proc = run(p, extra)
     local out = banner(proc)
     if out:find("Ctrl-C stops everything", 1, true) then
       return p, proc, out
@@ -107,6 +107,20 @@ describe("make run (examples/run.sh)", function()
     assert.truthy(output(proc):find("stopped", 1, true))
     assert.is_nil(sim_pid(p)) -- the simulator went with it
     assert.truthy(free(p.port) and free(p.admin))
+  end)
+
+  it("serves the flow-control example with one flag", function()
+    local p, proc, out = running("CONFIG=examples/configs/flow-control.yaml")
+    assert.truthy(out:find("(config examples/configs/flow-control.yaml)", 1, true), out)
+    local status, _, body = P.post("http://127.0.0.1:" .. p.port, "/v1/completions",
+      { model = "meta-llama/Llama-3.1-8B-Instruct", prompt = "Hello", max_tokens = 2 },
+      "-H 'x-llm-d-inference-objective: batch'")
+    assert.equal(200, status, body)
+    local _, _, flows = P.get("http://127.0.0.1:" .. p.admin .. "/admin/flows")
+    local v = json.decode(flows)
+    assert.is_true(v.enabled, flows)
+    P.signal(proc, "TERM")
+    assert.equal(143, P.wait(proc))
   end)
 
   it("names a port that is taken and exits 1 without a banner", function()

@@ -7,14 +7,20 @@
 --   flowControl:            # present (or featureGates: [flowControl]): on
 --     maxBytes: 0           # the whole queue; 0: no limit; "1Gi" and such
 --     maxRequests: 0
---     defaultRequestTTL: 0s # how long a request may wait; 0: until its client leaves
+--     defaultRequestTTL: 60s # how long a request may wait; 0s: until its client leaves
 --     defaultPriorityBand: { maxBytes, maxRequests, defaultRequestTTL, fairnessPolicyRef, orderingPolicyRef }
 --     defaultNegativePriorityBand: { ... }   # the template for priorities < 0
 --     priorityBands: [ { priority, maxBytes, ... } ]
 --     saturationDetector: { pluginRef }      # llm-d-router's place for it
 --     flowGCTimeout: 5m      # lupin's: an idle flow (fairness id) goes after this
+--     enableEviction: false  # true: sent sheddable requests make room for higher ones
 --   saturationDetector: { pluginRef }        # the EPP's
 --   objectives: [ { name, priority } ]
+--
+-- Upstream's defaults: a band's maxBytes 1 GB (10^9) and maxRequests 5000,
+-- 0 or absent meaning the default (a band is always bounded); a listed band
+-- starts from these defaults, not from defaultPriorityBand, which shapes
+-- only the bands of priorities the config does not list.
 local cjson = require "cjson.safe"
 
 local M = {}
@@ -22,7 +28,9 @@ local M = {}
 M.DEFAULT_FAIRNESS = "global-strict-fairness-policy"
 M.DEFAULT_ORDERING = "fcfs-ordering-policy"
 M.DEFAULT_DETECTOR = "utilization-detector"
-M.DEFAULT_BAND_BYTES = 1024 ^ 3 -- the EPP's 1Gi
+M.DEFAULT_BAND_BYTES = 1e9 -- upstream's 1 GB
+M.DEFAULT_BAND_REQUESTS = 5000 -- upstream's: with the 60 s TTL it binds past ~83 requests/s
+M.DEFAULT_TTL = 60 -- seconds a request may wait when the config does not say
 M.DEFAULT_GC = 300 -- seconds an empty flow is kept (the EPP's flow GC timeout, 5m)
 
 -- --- the declarations (lupin.config.walk) ---
@@ -43,8 +51,8 @@ end
 local function band_fields(priority)
   return {
     priority = priority,
-    maxBytes = quantity("the band's queue, in bytes (0: no limit)"),
-    maxRequests = quantity("the band's queue, in requests (0: no limit)"),
+    maxBytes = quantity("the band's queue, in bytes (0: the default, 1 GB)"),
+    maxRequests = quantity("the band's queue, in requests (0: the default, 5000)"),
     defaultRequestTTL = duration("how long a request may wait (0: until its client leaves)"),
     fairnessPolicyRef = policy("which flow is served next"),
     orderingPolicyRef = policy("which of a flow's requests is served next"),
@@ -79,7 +87,8 @@ M.FLOW_CONTROL = { type = "object", what = "flowControl", known = "the flowContr
   fields = {
     maxBytes = quantity("the whole queue, in bytes (0: no limit)"),
     maxRequests = quantity("the whole queue, in requests (0: no limit)"),
-    defaultRequestTTL = duration("how long a request may wait (0: until its client leaves)"),
+    defaultRequestTTL = duration("how long a request may wait (default 60s; 0s: until its"
+      .. " client leaves)"),
     noEndpointRequestTTL = duration("accepted, no effect"),
     flowGCTimeout = duration("an idle flow (fairness id) goes after this"),
     usageLimitPolicyPluginRef = plugin_name("accepted, no effect"),
@@ -90,7 +99,7 @@ M.FLOW_CONTROL = { type = "object", what = "flowControl", known = "the flowContr
         or_missing = true, missing = 'missing "pluginRef": name the saturation detector, a'
           .. ' plugin defined under "plugins"' } } },
     enableEviction = { type = "boolean", message = "enableEviction must be true or false",
-      description = "accepted, no effect" },
+      description = "end sent sheddable requests to make room for higher ones" },
     defaultPriorityBand = M.BAND,
     defaultNegativePriorityBand = M.BAND,
     priorityBands = { type = "array", what = "priorityBands", items = M.PRIORITY_BAND },
@@ -117,7 +126,6 @@ local IGNORED_FLOW = {
   { "usageLimitPolicyPluginRef", "lupin has no usage-limit policies; the bands' maxBytes and"
     .. " maxRequests bound the queue" },
   { "bandSelectionPolicyPluginRef", "bands are served strictly by priority, highest first" },
-  { "enableEviction", "lupin never evicts a request it has sent to an endpoint" },
 }
 
 --- Checks the references of a walked flowControl f (root, the config as
@@ -161,16 +169,24 @@ function M.check(E, f, root, cfg)
   end
 end
 
--- A band (or a template) from lupin.config's, the base's values where it
--- leaves them out; paths name its policy references for errors.
-local function band(b, path, base)
+-- A limit of a band: 0 or absent is the default, as upstream's.
+local function limit(v, default)
+  return v and v > 0 and v or default
+end
+
+-- A band (or a template) from lupin.config's, upstream's defaults where it
+-- leaves them out; paths name its policy references for errors.  Its TTL,
+-- lupin's, is nil when it has none: the whole queue's applies.
+local function band(b, path)
   b = b or {}
   return { priority = b.priority,
-    max_bytes = b.maxBytes or base.max_bytes, max_requests = b.maxRequests or base.max_requests,
-    ttl = b.defaultRequestTTL or base.ttl,
-    fairness = b.fairnessPolicyRef or base.fairness, ordering = b.orderingPolicyRef or base.ordering,
-    fairness_path = b.fairnessPolicyRef and path .. ".fairnessPolicyRef" or base.fairness_path,
-    ordering_path = b.orderingPolicyRef and path .. ".orderingPolicyRef" or base.ordering_path }
+    max_bytes = limit(b.maxBytes, M.DEFAULT_BAND_BYTES),
+    max_requests = limit(b.maxRequests, M.DEFAULT_BAND_REQUESTS),
+    ttl = b.defaultRequestTTL,
+    fairness = b.fairnessPolicyRef or M.DEFAULT_FAIRNESS,
+    ordering = b.orderingPolicyRef or M.DEFAULT_ORDERING,
+    fairness_path = b.fairnessPolicyRef and path .. ".fairnessPolicyRef",
+    ordering_path = b.orderingPolicyRef and path .. ".orderingPolicyRef" }
 end
 
 --- The priorities a request can have, highest first: 0, each objective's,
@@ -215,16 +231,12 @@ function M.build(E, list, cfg)
   end
   fc = fc or { priority_bands = {} }
   local flow = { bands = {}, objectives = objectives, max_bytes = fc.maxBytes or 0,
-    max_requests = fc.maxRequests or 0, ttl = fc.defaultRequestTTL or 0 }
-  local base = band(fc.defaultPriorityBand, "flowControl.defaultPriorityBand",
-    { max_bytes = M.DEFAULT_BAND_BYTES, max_requests = 0, fairness = M.DEFAULT_FAIRNESS,
-      ordering = M.DEFAULT_ORDERING })
-  flow.default_band = base
+    max_requests = fc.maxRequests or 0, ttl = fc.defaultRequestTTL or M.DEFAULT_TTL }
+  flow.default_band = band(fc.defaultPriorityBand, "flowControl.defaultPriorityBand")
   flow.negative_band = fc.defaultNegativePriorityBand
-    and band(fc.defaultNegativePriorityBand, "flowControl.defaultNegativePriorityBand", base)
+    and band(fc.defaultNegativePriorityBand, "flowControl.defaultNegativePriorityBand")
   for i, b in ipairs(fc.priority_bands) do
-    flow.bands[i] = band(b, ("flowControl.priorityBands[%d]"):format(i - 1),
-      b.priority < 0 and flow.negative_band or base)
+    flow.bands[i] = band(b, ("flowControl.priorityBands[%d]"):format(i - 1))
   end
   -- the detector: llm-d-router's place, the EPP's, or GIE v1's thresholds
   -- (a utilization-detector with them), else the default
@@ -239,6 +251,7 @@ function M.build(E, list, cfg)
     flow.detector_path = sat and "saturationDetector" or nil
   end
   flow.levels = M.levels(objectives, flow.bands)
+  flow.eviction = fc.enableEviction == true
   flow.gc = fc.flowGCTimeout or M.DEFAULT_GC
   cfg.flow = flow
 end

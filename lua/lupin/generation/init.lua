@@ -342,7 +342,7 @@ function Builder:flow(cfg)
   end
   local err
   local flow = { ttl = f.ttl, max_bytes = f.max_bytes, max_requests = f.max_requests,
-    objectives = f.objectives, bands = {}, levels = f.levels, gc = f.gc }
+    objectives = f.objectives, bands = {}, levels = f.levels, gc = f.gc, eviction = f.eviction }
   if f.detector_params and not self.gen.by_name[f.detector] then -- GIE v1's thresholds
     local _, ierr = self:instantiate(f.detector, f.detector, f.detector_params, f.detector_path)
     if ierr then

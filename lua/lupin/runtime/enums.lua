@@ -6,7 +6,8 @@
 -- as capi.lua does for struct layouts.
 local M = {
   outcome = { ok = 0, rejected = 1, no_endpoint = 2, plugin_error = 3, upstream_error = 4,
-    cancelled = 5, timeout = 6, invalid_request = 7, queue_ttl = 8, queue_full = 9, shed = 10 },
+    cancelled = 5, timeout = 6, invalid_request = 7, queue_ttl = 8, queue_full = 9, shed = 10,
+    evicted = 11 },
   request_flag = { explain = 1, dry_run = 2 },
   gen_flag = { observes_response = 1, has_finish = 2, observes_chunks = 4,
     observes_complete = 8, times_response = 16 },

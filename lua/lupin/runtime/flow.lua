@@ -59,6 +59,7 @@ local FAIRNESS, OLD_FAIRNESS = "x-llm-d-inference-fairness-id", "x-gateway-infer
 local TTL_HEADER = "x-lupin-request-ttl"
 
 local hosted = false -- the host set a dispatch callback
+local evicts = false -- the host set an eviction callback (lupin_runtime_set_evict)
 local conf -- the current generation's gen.flow, nil: off
 local bands, order = {}, {} -- priority -> band; bands by priority, highest first
 -- evicted items not yet handed over, first in first out (ready[head..tail])
@@ -71,6 +72,13 @@ local next_reap = 0 -- when idle flows and bands are looked for next
 local clamped = {} -- priority -> requests whose integer objective was clamped to it
 local idle_flows = 0 -- flows with nothing waiting, not yet dropped
 local kept = false -- what the core was told: ticks reach reap while no request does
+-- enableEviction: sheddable requests sent to an endpoint (fc -> true), the
+-- one evicted whose end has not come yet, and when the next may go
+local sent, sent_n, victim, quiet_until = {}, 0, nil, 0
+-- llm-d-router's pacing: one decision waits for the last eviction's end
+-- (the endpoint frees its place) and a grace for the detector to see it;
+-- an end that does not come in EVICT_TIMEOUT counts as come
+local EVICT_GRACE, EVICT_TIMEOUT = 0.5, 10
 
 -- Tells the core whether this runtime keeps idle state to drop at a tick.
 local function keep(on)
@@ -413,11 +421,14 @@ end
 
 -- --- eviction -------------------------------------------------------------
 
-local function status_of(fc)
-  return fc.priority < 0 and 429 or 503
+-- llm-d-router's statuses for what the queue refuses: 429 while the pool
+-- has endpoints (capacity exists but is contended: back off, retry), 503
+-- when it has none (nothing to wait for)
+local function status_of()
+  return #pool.list > 0 and 429 or 503
 end
 
-local function evict(fc, outcome, message)
+local function evict(fc, outcome, message, status)
   take(fc)
   local band = fc.band
   if outcome == QUEUE_TTL then
@@ -425,7 +436,7 @@ local function evict(fc, outcome, message)
   else
     band.shed = band.shed + 1
   end
-  fc.r.failure = { status = status_of(fc), message = message, outcome = outcome }
+  fc.r.failure = { status = status or status_of(), message = message, outcome = outcome }
   fc.state = "ready"
   ready_tail = ready_tail + 1
   ready[ready_tail] = fc
@@ -647,7 +658,7 @@ function M.arrive(r)
     band.full = band.full + 1
     r.fc = nil
     local c = band.conf
-    return status_of(fc), ("the flow-control queue is full for priority %d (band: %d requests,"
+    return status_of(), ("the flow-control queue is full for priority %d (band: %d requests,"
       .. " %d bytes, limits %s/%s; all bands: %d requests, %d bytes, limits %s/%s); retry later")
       :format(p, bn - 1, bb - fc.bytes, c.max_requests > 0 and c.max_requests or "none",
       c.max_bytes > 0 and c.max_bytes or "none", tn - 1, tb - fc.bytes,
@@ -680,6 +691,10 @@ function M.started(r)
   if not (fc and ep) then
     return
   end
+  if fc.priority < 0 then -- sheddable: what enableEviction may take back
+    sent[fc], sent_n = true, sent_n + 1
+    fc.sent_seq = sent_n
+  end
   local name = ep.name
   local m = marks[name]
   if m and m.at == ep.scraped_at then
@@ -708,6 +723,52 @@ local ops = {}
 
 function ops.hosted(on)
   hosted = on
+end
+
+function ops.evicts(on)
+  evicts = on
+end
+
+-- enableEviction (llm-d-router's in-flight eviction): the pool is saturated
+-- and the highest band holding requests here is above a sheddable request
+-- sent from here: that request, the lowest priority and the last sent
+-- first, is ended to free its place.  One at a time: the next waits for
+-- its end and EVICT_GRACE.  Returns its C pointer's number and the
+-- message, or nil.
+local function evict_for(t)
+  if not (evicts and conf and conf.eviction) or (not victim and next(sent) == nil) then
+    return nil
+  end
+  if victim then
+    if t - victim.evicted_at < EVICT_TIMEOUT then
+      return nil
+    end
+    victim, quiet_until = nil, t + EVICT_GRACE
+  end
+  if t < quiet_until then
+    return nil
+  end
+  local top
+  for _, b in ipairs(order) do
+    if b.n > 0 then
+      top = b.priority
+      break
+    end
+  end
+  local pick
+  for fc in pairs(top and sent or {}) do
+    if fc.priority < top and (not pick or fc.priority < pick.priority
+        or (fc.priority == pick.priority and fc.sent_seq > pick.sent_seq)) then
+      pick = fc
+    end
+  end
+  if not pick then
+    return nil
+  end
+  sent[pick] = nil
+  victim, pick.evicted_at = pick, t
+  return pick.r.creq, ("evicted by flow control after it was sent (priority %d), to make room"
+    .. " for a request of priority %d; retry later"):format(pick.priority, top)
 end
 
 -- Whether band may go: nothing queued, nothing let through and not yet
@@ -764,8 +825,10 @@ function ops.next(sweep)
     fc.state = "evicted"
     return fc.r.creq
   end
-  if queued_n == 0 or M.saturated() then
+  if queued_n == 0 then
     return nil
+  elseif M.saturated() then
+    return evict_for(t)
   end
   local band
   for _, b in ipairs(order) do
@@ -797,6 +860,10 @@ ops["end"] = function(r)
     return
   end
   M.settle(r)
+  sent[fc] = nil
+  if fc == victim then -- its place is free: the next decision after the grace
+    victim, quiet_until = nil, now() + EVICT_GRACE
+  end
   if fc.state == "queued" then
     take(fc)
     fc.band.cancelled = fc.band.cancelled + 1
@@ -826,7 +893,7 @@ function ops.drain(message)
   end
   table.sort(all, function(a, b) return a.seq < b.seq end)
   for _, fc in ipairs(all) do
-    evict(fc, SHED, message)
+    evict(fc, SHED, message, 503)
   end
   return #all
 end
