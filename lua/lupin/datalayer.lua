@@ -174,7 +174,8 @@ local PRODUCERS = {
   prefixMatchInfoProducerName = { types = PRODUCER_TYPES,
     what = "approx- or precise-prefix-cache-producer" },
   inFlightLoadProducerName = { types = { [INFLIGHT] = true }, what = INFLIGHT,
-    readers = { ["token-load-scorer"] = true, ["active-request-scorer"] = true } },
+    readers = { ["token-load-scorer"] = true, ["active-request-scorer"] = true,
+      ["prefix-cache-affinity-filter"] = true } },
 }
 
 local metric_sources -- below
