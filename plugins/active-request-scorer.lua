@@ -3,7 +3,10 @@
 -- request on each endpoint its profiles chose, from scheduling to its end on
 -- every path (success, upstream error, cancel, timeout), in one counter per
 -- endpoint that every worker of the process shares, so there is no timeout
--- sweep and no count of its own to carry over a reload.
+-- sweep and no count of its own to carry over a reload.  Upstream reads the
+-- counts of an inflight-load-producer (inFlightLoadProducerName); lupin's
+-- producer leaves requests to the core, so the name is checked (it must name
+-- one, lupin.datalayer) and the core's count read.
 --
 -- Score of an endpoint with c requests in flight, max over the candidates:
 -- 1.0 when c ≤ idleThreshold, else maxBusyScore × (max − c) / max.
@@ -17,6 +20,8 @@ return {
       description = "the score of the least busy endpoint above idleThreshold" },
     requestTimeout = { type = "any",
       description = "accepted for llm-d configs and ignored: counts are released at the end" },
+    inFlightLoadProducerName = { type = "string",
+      description = "an inflight-load-producer instance; the counts are the core's either way" },
   },
 
   new = function(params)

@@ -84,6 +84,9 @@ return {
     peakPrefillThroughput = { type = "number", default = 15928, min = 0,
       description = "prefill tokens per second an endpoint does (the prefillThroughput source;"
         .. " > 0 when that source is used)" },
+    inFlightLoadProducerName = { type = "string",
+      description = "an inflight-load-producer instance: its load is ep.in_flight_tokens,"
+        .. " which the gate reads either way" },
   },
 
   new = function(p)

@@ -11,6 +11,11 @@
 -- prompt is the completion prompt or, for chat, the JSON of the messages.
 -- Uncached on an endpoint: the estimate less the prompt blocks the prefix
 -- scorer named prefixPluginName matched there (4 characters a token).
+--
+-- With an inflight-load-producer (the one inFlightLoadProducerName names,
+-- else one named inflight-load-producer, else the only one: lupin.datalayer
+-- sets self.inflight), the request's tokens on an endpoint are the ones it
+-- published, and it holds them on the endpoints: this scorer sets nothing.
 local CHARS_PER_TOKEN = 4
 
 local function estimate(request)
@@ -44,7 +49,8 @@ return {
     prefixPluginName = { type = "string", default = "prefix-cache-scorer",
       description = "the prefix-cache-scorer instance whose matches tell the cached tokens" },
     inFlightLoadProducerName = { type = "string",
-      description = "accepted for llm-d configs and ignored: the core counts the load" },
+      description = "the inflight-load-producer whose estimate is read (default: one named"
+        .. " inflight-load-producer, else the only one, else the scorer's own)" },
   },
 
   new = function(params)
@@ -53,8 +59,16 @@ return {
 
   score = function(self, ctx, endpoints)
     local t = self.params.queueThresholdTokens
-    local n, st = estimate(ctx.request), ctx.shared[self.params.prefixPluginName]
     local scores = {}
+    if self.inflight then
+      local pub = ctx.shared[self.inflight]
+      local mine = pub and pub.tokens or {}
+      for i, ep in ipairs(endpoints) do
+        scores[i] = 1 - math.min(1, (ep.in_flight_tokens + (mine[ep.id] or 0)) / t)
+      end
+      return scores
+    end
+    local n, st = estimate(ctx.request), ctx.shared[self.params.prefixPluginName]
     for i, ep in ipairs(endpoints) do
       local load = ep.in_flight_tokens + uncached(n, st, ep)
       scores[i] = 1 - math.min(1, load / t)
@@ -63,7 +77,10 @@ return {
   end,
 
   -- set, not added: an endpoint two profiles chose holds the estimate once
-  pre_request = function(_, ctx, result)
+  pre_request = function(self, ctx, result)
+    if self.inflight then -- the producer holds its estimate
+      return
+    end
     local n = estimate(ctx.request)
     for _, res in pairs(result.profiles) do
       local ep = res and res.endpoints[1]

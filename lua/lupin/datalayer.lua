@@ -163,51 +163,85 @@ function M.engines(configs)
 end
 
 --- Plugins that read another instance's data by name (upstream's
---- prefixMatchInfoProducerName) must name an instance of a type that
---- produces it: checked at load, as the EPP does, rather than at the first
---- request.
+--- prefixMatchInfoProducerName, inFlightLoadProducerName) must name an
+--- instance of a type that produces it: checked at load, as the EPP does,
+--- rather than at the first request.  readers: the types whose parameter
+--- is read (others accept it with a warning of their own).
 local PRODUCER_TYPES = { ["approx-prefix-cache-producer"] = true,
   ["precise-prefix-cache-producer"] = true }
-local PRODUCERS = { prefixMatchInfoProducerName = PRODUCER_TYPES }
+local INFLIGHT = "inflight-load-producer"
+local PRODUCERS = {
+  prefixMatchInfoProducerName = { types = PRODUCER_TYPES,
+    what = "approx- or precise-prefix-cache-producer" },
+  inFlightLoadProducerName = { types = { [INFLIGHT] = true }, what = INFLIGHT,
+    readers = { ["token-load-scorer"] = true, ["active-request-scorer"] = true,
+      ["prefix-cache-affinity-filter"] = true } },
+}
 
 local metric_sources -- below
 
+-- The one instance of a type, if there is exactly one.
+local function only_of(gen, types)
+  local only
+  for _, rec in ipairs(gen.instances) do
+    if types[rec.type] then
+      only = only == nil and rec or false
+    end
+  end
+  return only or nil
+end
+
+-- The in-flight load producer a reader without inFlightLoadProducerName
+-- reads: the one of upstream's default name, else the only one there is.
+local function default_inflight(gen)
+  local rec = gen.by_name[INFLIGHT]
+  if rec and rec.type == INFLIGHT then
+    return rec
+  end
+  return only_of(gen, PRODUCERS.inFlightLoadProducerName.types)
+end
+
 local function check_producers(E, gen)
   -- the EPP runs data producers before anything else: their prepare first,
-  -- so a reader's prepare (or the profile handler) finds their data
-  local producers, others = {}, {}
+  -- so a reader's prepare (or the profile handler) finds their data; the
+  -- in-flight load producer's last, as it discounts what the others matched
+  local producers, others, last = {}, {}, {}
   for _, rec in ipairs(gen.points.prepare or {}) do
-    local list = PRODUCER_TYPES[rec.type] and producers or others
+    local list = PRODUCER_TYPES[rec.type] and producers or rec.type == INFLIGHT and last or others
     list[#list + 1] = rec
   end
-  for _, rec in ipairs(others) do
-    producers[#producers + 1] = rec
+  for _, list in ipairs({ others, last }) do
+    for _, rec in ipairs(list) do
+      producers[#producers + 1] = rec
+    end
   end
   gen.points.prepare = producers
   -- a prefix-cache-scorer without a producer name reads the one producer
   -- there is, as upstream's "empty selects the default producer"
-  local only
-  for _, rec in ipairs(gen.instances) do
-    if PRODUCER_TYPES[rec.type] then
-      only = only == nil and rec or false
-    end
-  end
+  local only = only_of(gen, PRODUCER_TYPES)
   for _, rec in ipairs(gen.instances) do
     if only and rec.type == "prefix-cache-scorer" and not rec.obj.producer then
       rec.obj.producer = only.name
     end
   end
   for _, rec in ipairs(gen.instances) do
-    for param, types in pairs(PRODUCERS) do
+    for param, p in pairs(PRODUCERS) do
       local ref = type(rec.params) == "table" and rec.params[param]
-      if ref then
+      if ref and (not p.readers or p.readers[rec.type]) then
         local target = gen.by_name[ref]
-        if not target or not types[target.type] then
+        if not target or not p.types[target.type] then
           return E:at(rec.path .. ".parameters." .. param, "plugin %q (%s): %s %q names no"
-            .. " approx- or precise-prefix-cache-producer instance%s", rec.name, rec.type, param, ref,
+            .. " %s instance%s", rec.name, rec.type, param, ref, p.what,
             target and (" (it is a %s)"):format(target.type) or "")
         end
       end
+    end
+  end
+  -- the in-flight load producer token-load-scorer reads
+  local inflight = default_inflight(gen)
+  for _, rec in ipairs(gen.instances) do
+    if rec.type == "token-load-scorer" then
+      rec.obj.inflight = rec.params.inFlightLoadProducerName or (inflight and inflight.name)
     end
   end
 end

@@ -35,7 +35,7 @@
 ---@field num_blocks number KV-cache blocks (vllm:cache_config_info)
 ---@field scraped_at number when the metrics were last scraped (lupin_now() clock), 0: never
 ---@field in_flight integer requests in flight there now through this gateway, every worker's (the core counts each scheduled request on the endpoint each profile chose until it ends)
----@field in_flight_tokens integer tokens in flight there now, every worker's: what requests set with ctx:set_in_flight_tokens (token-load-scorer's estimates)
+---@field in_flight_tokens integer tokens in flight there now, every worker's: what requests set with ctx:set_in_flight_tokens (inflight-load-producer's or token-load-scorer's estimates)
 ---@field in_flight_prefill_tokens integer prefill tokens there whose response has not started, every worker's: what requests set with ctx:set_prefill_tokens, each taken off at its first body byte
 
 --- What a picker receives: the profile's candidates and their weighted scores.

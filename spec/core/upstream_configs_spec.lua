@@ -54,6 +54,7 @@ local EXPECT = {
   ["llmd-v0.4-sim-epp-kvcache-config.yaml"] = "loads", -- mode cache_tracking
   ["gie-request-attribute-reporter-config.yaml"] = "loads", -- a reporter in a profile
   ["gie-leader-election-e2e-manifest.yaml"] = "loads", -- a manifest, v1alpha2 fields in v1
+  ["router-inflight-load-readme.yaml"] = "loads", -- inflight-load-producer
 }
 
 local function files()

@@ -235,6 +235,28 @@ describe(T, function()
       K.params(rt, T, { requestTimeout = "2m" }))
   end)
 
+  -- upstream's Parameters.InFlightLoadProducerName: the counts come from that
+  -- inflight-load-producer; lupin's are the core's, the name checked at load
+  it("takes inFlightLoadProducerName naming an inflight-load-producer, refuses another", function()
+    local rt = S.loaded(K.config({ { type = "inflight-load-producer", name = "load" },
+      { type = "header-based-testing-filter" },
+      { type = T, parameters = { inFlightLoadProducerName = "load" } } },
+      { { pluginRef = "header-based-testing-filter" }, { pluginRef = T } }))
+    S.endpoints(rt, 2)
+    local req = send(rt, "ep2")
+    assert.same({ ep2 = 1 }, counts(rt))
+    assert.same({ "1", "0" }, scores(rt, T))
+    req:finish("ok")
+    local err = K.load_error({ '{"type": "queue-scorer"}',
+      '{"type": "active-request-scorer", "parameters": {"inFlightLoadProducerName": "nope"}}' })
+    assert.matches('^spec%.json:4: plugins%[1%]%.parameters%.inFlightLoadProducerName: plugin'
+      .. ' "active%-request%-scorer" %(active%-request%-scorer%): inFlightLoadProducerName "nope"'
+      .. " names no inflight%-load%-producer instance$", err)
+    err = K.load_error({ '{"type": "queue-scorer"}', '{"type": "active-request-scorer",'
+      .. ' "parameters": {"inFlightLoadProducerName": "queue-scorer"}}' })
+    assert.matches('names no inflight%-load%-producer instance %(it is a queue%-scorer%)$', err)
+  end)
+
   it("refuses parameters out of bounds with file, line and path", function()
     local err = K.load_error({ '{"type": "queue-scorer"}',
       '{"type": "active-request-scorer", "parameters": {"maxBusyScore": 1.5}}' })

@@ -74,6 +74,20 @@ describe("prefix-cache-affinity-filter", function()
     rt = nil
   end)
 
+  -- plugin.go Config.InFlightLoadProducerName: the load gate's in-flight
+  -- tokens come from that inflight-load-producer, which sets ep.in_flight_tokens
+  it("takes inFlightLoadProducerName naming an inflight-load-producer, refuses another", function()
+    local cfg = config({ inFlightLoadProducerName = "load" })
+    table.insert(cfg.plugins, 1, { type = "inflight-load-producer", name = "load" })
+    rt = S.loaded(cfg)
+    rt:free()
+    rt = nil
+    assert.matches('plugins%[1%]%.parameters%.inFlightLoadProducerName: plugin'
+      .. ' "prefix%-cache%-affinity%-filter" %(prefix%-cache%-affinity%-filter%):'
+      .. ' inFlightLoadProducerName "nope" names no inflight%-load%-producer instance',
+      P.config_error("prefix-cache-affinity-filter", { inFlightLoadProducerName = "nope" }))
+  end)
+
   it("keeps the endpoints at or above the threshold", function()
     -- aaaabbbbcccc: ep1 1/3, ep2 2/3, ep3 0
     assert.equal("ep2", kept({ affinityThreshold = 0.5, explorationProbability = 0 }, "aaaabbbbcccc"))

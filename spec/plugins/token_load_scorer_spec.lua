@@ -196,6 +196,57 @@ describe(T, function()
     assert.same({ "0.91000000000000003", "0.75", "1" }, out) -- 1 - 90/1000
   end)
 
+  -- token_load.go: with inFlightLoadProducerName the load and the request's
+  -- tokens are that producer's (InFlightLoad, UncachedRequestTokens)
+  it("reads the inflight-load-producer named, and holds nothing of its own", function()
+    local rt = S.loaded(K.config({
+      { type = "inflight-load-producer", name = "load", parameters = { outputRatio = 2,
+        addEstimatedOutputTokens = true } },
+      { type = "header-based-testing-filter" },
+      { type = T, parameters = { queueThresholdTokens = 100, inFlightLoadProducerName = "load" } },
+    }, { { pluginRef = "header-based-testing-filter" }, { pluginRef = T } }))
+    S.endpoints(rt, 3)
+    assert.equal("load", K.instance(rt, T, "self.inflight"))
+    -- 3 input + round(3 × 2) = 9, where the scorer's own estimate is 3 + 7
+    local req = send(rt, "ep1")
+    assert.same({ ep1 = 9 }, tokens(rt))
+    -- a request of 10 tokens scores (in flight + 10 + 20) / 100
+    local out = S.eval(rt, ([[
+      local gen = require("lupin.runtime").current
+      local eps = require("lupin.runtime.pool").list
+      local ctx = { request = { prompt = %q, path = "/v1/completions", body = {} }, shared = {} }
+      gen.by_name.load.obj:prepare(ctx, eps)
+      local out = {}
+      for i, s in ipairs(gen.by_name[%q].obj:score(ctx, eps)) do
+        out[i] = ("%%.17g"):format(s)
+      end
+      return out]]):format(("x"):rep(40), T))
+    assert.same({ "0.60999999999999999", "0.69999999999999996", "0.69999999999999996" }, out)
+    req:finish("timeout")
+    assert.same({}, tokens(rt))
+  end)
+
+  -- upstream's default key names the producer "inflight-load-producer"; lupin
+  -- also takes the only one, and keeps its own estimate without any
+  it("finds a producer by upstream's default name, else the only one, else uses its own", function()
+    local function inflight(plugins)
+      plugins[#plugins + 1] = { type = T }
+      local rt = S.loaded(K.config(plugins, { { pluginRef = T } }))
+      return K.instance(rt, T, "self.inflight or false")
+    end
+    assert.equal("inflight-load-producer", inflight({ { type = "inflight-load-producer" },
+      { type = "inflight-load-producer", name = "other" } }))
+    assert.equal("other", inflight({ { type = "inflight-load-producer", name = "other" } }))
+    assert.is_false(inflight({ { type = "inflight-load-producer", name = "a" },
+      { type = "inflight-load-producer", name = "b" } }))
+    assert.is_false(inflight({}))
+    local err = K.load_error({ '{"type": "token-load-scorer", "parameters":'
+      .. ' {"inFlightLoadProducerName": "nope"}}' })
+    assert.matches('^spec%.json:3: plugins%[0%]%.parameters%.inFlightLoadProducerName: plugin'
+      .. ' "token%-load%-scorer" %(token%-load%-scorer%): inFlightLoadProducerName "nope" names'
+      .. " no inflight%-load%-producer instance$", err)
+  end)
+
   -- token_load.go's factory: `if cfg.QueueThresholdTokens <= 0 { default }`.
   it("defaults queueThresholdTokens to 4194304, and takes 0 for it with a warning", function()
     assert.same({ queueThresholdTokens = 4194304, prefixPluginName = "prefix-cache-scorer" },
