@@ -81,7 +81,31 @@ describe("config sections' errors", function()
     fails('{"flowControl": {"saturationDetector": {"pluginRef": "z"}}}',
       "c.json:1: flowControl.saturationDetector.pluginRef: undefined pluginRef \"z\": no plugin"
       .. ' of that name under "plugins"')
+    fails('{"flowControl": {"saturationDetector": {"pluginRef": ""}}}',
+      "c.json:1: flowControl.saturationDetector.pluginRef: pluginRef must name the saturation"
+      .. ' detector, a plugin defined under "plugins"')
+    fails('{"flowControl": {"saturationDetector": {"metricsStalenessThreshold": "soon"}}}',
+      "c.json:1: flowControl.saturationDetector.metricsStalenessThreshold: metricsStalenessThreshold"
+      .. ' must be a duration such as "30s" or "1m0s", got "soon"')
   end)
+
+  -- llm-d-router's test/testdata/configloader_1_test.yaml sets it there; its
+  -- loader's SaturationDetectorConfig has only pluginRef (default: the
+  -- utilization detector)
+  it("flowControl.saturationDetector without pluginRef: the default detector, a warning",
+    function()
+      local S = require "support"
+      local rt = S.runtime()
+      finally(function() rt:free() end)
+      assert(rt:load_string('{"flowControl": {"saturationDetector":\n'
+        .. '{"metricsStalenessThreshold": "150ms"}}}', "c.json"))
+      local warned = false
+      for _, l in ipairs(rt:logs()) do
+        warned = warned or l[2]:find("c.json:2: flowControl.saturationDetector"
+          .. ".metricsStalenessThreshold: accepted, no effect in lupin", 1, true) ~= nil
+      end
+      assert.is_true(warned)
+    end)
 
   it("objectives", function()
     fails('{"objectives": {}}', "c.json:1: objectives: objectives must be an array of {name,"
