@@ -1,9 +1,10 @@
--- The EPP's saturation detector as an admission plugin: a sheddable request
--- (priority < 0) is rejected with 429 when no candidate endpoint has fresh
--- metrics with waiting queue ≤ queueDepthThreshold and KV-cache usage ≤
--- kvCacheUtilThreshold (also when there are no candidates).  Metrics are
--- fresh when scraped at most metricsStalenessThreshold ago; never-scraped
--- endpoints are stale.
+-- The EPP's saturation detector as an admission plugin (llm-d-router's
+-- legacy admission with its utilization-detector): a sheddable request
+-- (priority < 0) is rejected with 429 when the candidates' saturation level
+-- is 1 or more — the mean of max(waiting / queueDepthThreshold, kv /
+-- kvCacheUtilThreshold), an endpoint with stale (scraped more than
+-- metricsStalenessThreshold ago), missing or NaN metrics scoring 1, and 1
+-- with no candidates (lupin.utilization).
 --
 -- Priority: the EPP reads `x-llm-d-inference-objective` (llm-d's name; GIE's
 -- `x-gateway-inference-objective` as its alias), looks up the
@@ -23,21 +24,22 @@ end
 ---@type lupin.Plugin
 return {
   type = "saturation-detector",
-  schema = utilization.schema("saturated"),
+  schema = utilization.schema(),
   new = utilization.new,
 
   seconds = utilization.seconds,
 
   admit = function(self, ctx, endpoints)
-    if priority(ctx) >= 0 or utilization.room(self, endpoints) then
+    if priority(ctx) >= 0 or utilization.level(self, endpoints) < 1 then
       return
     end
     return false, 429, "system saturated, sheddable request dropped"
   end,
 
   -- As flow control's detector (docs/flow-control.md), utilization-detector's
-  -- test with these thresholds: requests sent since a scrape count as waiting.
+  -- level with these thresholds: requests sent since a scrape count as waiting.
   saturated = function(self, endpoints, load)
-    return not utilization.room(self, endpoints, load.since_scrape)
+    local level = utilization.level(self, endpoints, load.since_scrape)
+    return level >= 1, level
   end,
 }

@@ -1,23 +1,25 @@
--- The EPP's utilization test, shared by saturation-detector (admission)
--- and utilization-detector (flow control): an endpoint has room when its
--- metrics are fresh (scraped at most metricsStalenessThreshold ago), its
--- waiting queue is at most queueDepthThreshold and its KV-cache use at most
--- kvCacheUtilThreshold.
+-- The EPP's utilization level (llm-d-router's utilization-detector),
+-- shared by saturation-detector (admission), utilization-detector (flow
+-- control) and their specs.  An endpoint's score is its most constrained
+-- resource, max(waiting / queueDepthThreshold, kv / kvCacheUtilThreshold);
+-- one whose metrics are stale (scraped more than metricsStalenessThreshold
+-- ago), never scraped, or not reported (NaN) scores 1, fully saturated.
+-- The pool's level is the mean score over the candidates, 1 with none: 1
+-- or more is saturated, above 1 is how far over.
 local config = require "lupin.config"
 
 local M = {}
 
---- The thresholds' schema fields; what a full endpoint means is the caller's.
----@param full string "saturated", "full": the word the descriptions use
-function M.schema(full)
+--- The thresholds' schema fields.
+function M.schema()
   return {
-    queueDepthThreshold = { type = "integer", default = 5, min = 0,
-      description = "an endpoint with a longer waiting queue is " .. full },
-    kvCacheUtilThreshold = { type = "number", default = 0.8, min = 0, max = 1,
-      description = "an endpoint with a fuller KV cache is " .. full },
+    queueDepthThreshold = { type = "integer", default = 5, min = 1,
+      description = "waiting requests at which an endpoint scores 1 (fully saturated)" },
+    kvCacheUtilThreshold = { type = "number", default = 0.8, above = 0, max = 1,
+      description = "KV-cache use (0 to 1) at which an endpoint scores 1 (fully saturated)" },
     metricsStalenessThreshold = { type = "any", default = 200,
-      description = "metrics older than this count as none: milliseconds, or a duration"
-        .. ' "200ms"' },
+      description = "metrics older than this count as none (the endpoint scores 1):"
+        .. ' milliseconds, or a duration "200ms"' },
   }
 end
 
@@ -33,25 +35,35 @@ end
 --- The detector's state, or an error naming the bad threshold.
 function M.new(params, env)
   local stale = M.seconds(params.metricsStalenessThreshold)
-  if not stale then
-    error(("metricsStalenessThreshold must be a number of milliseconds ≥ 0 or a duration"
+  if not stale or stale <= 0 then
+    error(("metricsStalenessThreshold must be a number of milliseconds > 0 or a duration"
       .. " such as \"200ms\", got %s"):format(tostring(params.metricsStalenessThreshold)), 0)
   end
-  return { params = params, stale = stale, now = env.now }
+  return { queue = params.queueDepthThreshold, kv = params.kvCacheUtilThreshold,
+    stale = stale, now = env.now, params = params }
 end
 
---- Whether some endpoint has room; waiting(ep): requests to add to its
---- scraped queue (those sent since its scrape, for flow control), or nil.
-function M.room(self, endpoints, waiting)
-  local p, now = self.params, self.now()
-  for _, ep in ipairs(endpoints) do
-    if ep.scraped_at > 0 and now - ep.scraped_at <= self.stale
-      and ep.waiting_queue_size + (waiting and waiting(ep) or 0) <= p.queueDepthThreshold
-      and ep.kv_cache_usage <= p.kvCacheUtilThreshold then
-      return true
-    end
+--- The pool's level over endpoints; waiting(ep): requests to add to an
+--- endpoint's scraped queue (those sent since its scrape, for flow
+--- control), or nil.  One pass, no allocation: it runs per decision.
+function M.level(self, endpoints, waiting)
+  local n = #endpoints
+  if n == 0 then
+    return 1
   end
-  return false
+  local total, queue, kv, now, stale = 0, self.queue, self.kv, self.now(), self.stale
+  for i = 1, n do
+    local ep = endpoints[i]
+    local w, u, s = ep.waiting_queue_size, ep.kv_cache_usage, 1
+    if ep.scraped_at > 0 and now - ep.scraped_at <= stale and w == w and u == u then
+      if waiting then
+        w = w + waiting(ep)
+      end
+      s = math.max(w / queue, u / kv)
+    end
+    total = total + s
+  end
+  return total / n
 end
 
 return M

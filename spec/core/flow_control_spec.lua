@@ -187,17 +187,18 @@ describe("flow control", function()
   it("dispatches on a metrics update and on a tick once the gate opens", function()
     local rt, got = setup_rt({}, { plugins = {
       { type = "queue-scorer" }, { type = "max-score-picker" }, { type = "finish-count" },
-      { type = "utilization-detector", parameters = { queueDepthThreshold = 1,
+      { type = "utilization-detector", parameters = { queueDepthThreshold = 2,
         metricsStalenessThreshold = "1h" } } },
       saturationDetector = { pluginRef = "utilization-detector" } })
     rt:set_metrics("ep1", { waiting_queue_size = 5, kv_cache_usage = 0.1 })
     local a = begin(rt, "a")
     assert.equal(0, a:schedule().status)
     rt:tick()
-    assert.equal(0, #got) -- still saturated
+    assert.equal(0, #got) -- still saturated: level 5 / 2
     rt:set_metrics("ep1", { waiting_queue_size = 0, kv_cache_usage = 0.1 })
     assert.equal("a", ids(got))
-    -- sent since the scrape counts as waiting: the next waits for a scrape
+    -- sent since the scrape counts as waiting: a and b make the level 2 / 2,
+    -- so c waits for a scrape
     local b, c = begin(rt, "b"), begin(rt, "c")
     assert.equal(200, b:schedule().status)
     assert.equal(0, c:schedule().status)

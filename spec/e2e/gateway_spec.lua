@@ -516,9 +516,9 @@ describe("lupin serve, failures and lifecycle events", function()
   it("429 when admission sheds the request", function()
     local sim = start_sim()
     local cfg = config(eps(sim))
-    -- a queue over -1 saturates every endpoint: sheddable requests are shed
+    -- one waiting request makes the level 1 / 1: sheddable requests are shed
     table.insert(cfg.plugins, { type = "saturation-detector",
-      parameters = { queueDepthThreshold = 0, kvCacheUtilThreshold = 0,
+      parameters = { queueDepthThreshold = 1, kvCacheUtilThreshold = 1,
         metricsStalenessThreshold = 60000 } })
     start_gateway(cfg)
     P.poll(function()
@@ -531,7 +531,7 @@ describe("lupin serve, failures and lifecycle events", function()
     cfg.endpoints = eps(slow)
     P.stop(gw)
     start_gateway(cfg)
-    -- keep the one slot busy so a request waits: queue 1 > 0
+    -- keep the one slot busy so a request waits: queue 1, level 1
     for _ = 1, 2 do
       procs[#procs + 1] = P.start(("curl -s -o /dev/null -d %s %s"):format(
         P.quote(json.encode(COMPLETION)), P.quote(gw.base .. "/v1/completions")))

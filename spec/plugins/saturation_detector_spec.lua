@@ -25,34 +25,41 @@ local function admit(rt, params, headers, names)
 end
 
 describe(T, function()
-  it("admits when one endpoint is fresh with queue ≤ 5 and KV ≤ 0.8 (both inclusive)", function()
-    local rt = K.pool(2, { fresh({ waiting_queue_size = 9, kv_cache_usage = 0.1 }),
-      fresh({ waiting_queue_size = 5, kv_cache_usage = 0.8 }) })
+  -- llm-d-router's legacy admission with its utilization-detector: the
+  -- level is the mean of max(queue / 5, kv / 0.8), stale endpoints 1
+  it("admits while the candidates' mean level is under 1", function()
+    local rt = K.pool(2, { fresh({ waiting_queue_size = 9, kv_cache_usage = 0.1 }), -- 1.8
+      fresh({ waiting_queue_size = 0, kv_cache_usage = 0.08 }) }) -- 0.1
     assert.is_true(admit(rt))
   end)
 
-  it("rejects with 429 when every endpoint is over a threshold", function()
-    local rt = K.pool(2, { fresh({ waiting_queue_size = 6, kv_cache_usage = 0 }),
-      fresh({ waiting_queue_size = 0, kv_cache_usage = 0.81 }) })
+  it("rejects with 429 once the mean level reaches 1, one endpoint idle or not", function()
+    local rt = K.pool(2, { fresh({ waiting_queue_size = 10, kv_cache_usage = 0 }), -- 2
+      fresh({ waiting_queue_size = 0, kv_cache_usage = 0 }) }) -- 0
     local admitted, status, reason = admit(rt)
     assert.is_false(admitted)
     assert.equal(429, status)
     assert.equal(REASON, reason)
+    rt = K.pool(1, { fresh({ waiting_queue_size = 5, kv_cache_usage = 0.1 }) }) -- exactly 1
+    assert.is_false(admit(rt))
   end)
 
-  it("ignores stale and never-scraped endpoints, and rejects with no candidates", function()
+  it("scores stale and never-scraped endpoints 1, and rejects with no candidates", function()
     local rt = K.pool(3, { stale({ waiting_queue_size = 0, kv_cache_usage = 0 }),
-      fresh({ waiting_queue_size = 50, kv_cache_usage = 0.9 }) }) -- ep3 never scraped
-    assert.is_false(admit(rt))
+      fresh({ waiting_queue_size = 1, kv_cache_usage = 0 }) }) -- ep3 never scraped
+    assert.is_true(admit(rt)) -- (1 + 0.2 + 1) / 3
+    assert.is_false(admit(rt, nil, nil, { "ep1", "ep3" })) -- (1 + 1) / 2
     assert.is_false(admit(rt, nil, nil, { "ep3" }))
     assert.is_false(admit(rt, nil, nil, {}))
-    -- the stale endpoint counts again under a threshold it is within
-    assert.is_true(admit(rt, { metricsStalenessThreshold = "1h" }))
-    assert.is_false(admit(rt, { metricsStalenessThreshold = "1m" }))
-    assert.is_true(admit(rt, { metricsStalenessThreshold = 101000 }))
+    assert.is_true(admit(rt, nil, nil, { "ep1", "ep2" })) -- (1 + 0.2) / 2
+    -- the stale endpoint is fresh again under a threshold it is within
+    assert.is_true(admit(rt, { metricsStalenessThreshold = "1h" }, nil, { "ep1", "ep2" }))
+    assert.is_true(admit(rt, { metricsStalenessThreshold = "1h" }, nil, { "ep1" }))
+    assert.is_false(admit(rt, { metricsStalenessThreshold = "1m" }, nil, { "ep1" }))
+    assert.is_true(admit(rt, { metricsStalenessThreshold = 101000 }, nil, { "ep1" }))
   end)
 
-  it("counts an endpoint with NaN metrics as saturated", function()
+  it("scores an endpoint with NaN metrics 1", function()
     local rt = K.pool(2, { fresh({ waiting_queue_size = 0 / 0 }), fresh({ kv_cache_usage = 0 / 0 }) })
     assert.is_false(admit(rt))
   end)
@@ -60,9 +67,9 @@ describe(T, function()
   it("uses queueDepthThreshold and kvCacheUtilThreshold", function()
     local rt = K.pool(1, { fresh({ waiting_queue_size = 1, kv_cache_usage = 0.5 }) })
     assert.is_true(admit(rt))
-    assert.is_false(admit(rt, { queueDepthThreshold = 0 }))
-    assert.is_true(admit(rt, { queueDepthThreshold = 1, kvCacheUtilThreshold = 0.5 }))
-    assert.is_false(admit(rt, { kvCacheUtilThreshold = 0.49 }))
+    assert.is_false(admit(rt, { queueDepthThreshold = 1 }))
+    assert.is_true(admit(rt, { queueDepthThreshold = 2, kvCacheUtilThreshold = 0.51 }))
+    assert.is_false(admit(rt, { kvCacheUtilThreshold = 0.5 }))
   end)
 
   it("never sheds a request whose priority is ≥ 0, absent, or an objective name", function()
@@ -108,18 +115,22 @@ describe(T, function()
       metricsStalenessThreshold = 200 }, K.params(S.runtime(), T))
     local err = K.load_error({ '{"type": "saturation-detector", "parameters": {"queueDepthThreshold": -1}}' })
     assert.matches("^spec%.json:3: plugins%[0%]%.parameters%.queueDepthThreshold: must be an integer"
-      .. " ≥ 0, got %-1", err)
+      .. " ≥ 1, got %-1", err)
     err = K.load_error({ '{"type": "queue-scorer"}',
       '{"type": "saturation-detector", "parameters": {"kvCacheUtilThreshold": 1.2}}' })
     assert.matches("^spec%.json:4: plugins%[1%]%.parameters%.kvCacheUtilThreshold: must be a number"
-      .. " between 0 and 1, got 1.2", err)
+      .. " > 0 and ≤ 1, got 1.2", err)
     err = K.load_error({ '{"type": "saturation-detector", "parameters": {"metricsStalenessThreshold": "soon"}}' })
     assert.matches('^spec%.json:3: plugins%[0%]: plugin "saturation%-detector" %(saturation%-detector%)'
-      .. ' failed to start: metricsStalenessThreshold must be a number of milliseconds ≥ 0 or a'
+      .. ' failed to start: metricsStalenessThreshold must be a number of milliseconds > 0 or a'
       .. ' duration such as "200ms", got soon', err)
+    err = K.load_error({ '{"type": "saturation-detector", "parameters": {"metricsStalenessThreshold": "0s"}}' })
+    assert.matches('^spec%.json:3: plugins%[0%]: plugin "saturation%-detector" %(saturation%-detector%)'
+      .. ' failed to start: metricsStalenessThreshold must be a number of milliseconds > 0 or a'
+      .. ' duration such as "200ms", got 0s', err)
   end)
 
-  it("sheds end to end with 429 naming the plugin, admits once an endpoint has room", function()
+  it("sheds end to end with 429 naming the plugin, admits once the level is under 1", function()
     local rt = S.loaded(K.config({ { type = T }, { type = "active-request-scorer" } },
       { { pluginRef = "active-request-scorer" } }))
     S.endpoints(rt, 2, { fresh({ waiting_queue_size = 10 }), fresh({ kv_cache_usage = 0.95 }) })
@@ -147,7 +158,11 @@ describe(T, function()
     local d = P.new({ queueDepthThreshold = 2, kvCacheUtilThreshold = 0.8,
       metricsStalenessThreshold = 200 }, { now = function() return now end })
     local ep = { waiting_queue_size = 1, kv_cache_usage = 0.1, scraped_at = now }
-    assert.is_false(P.saturated(d, { ep }, { since_scrape = function() return 1 end }))
-    assert.is_true(P.saturated(d, { ep }, { since_scrape = function() return 2 end }))
+    local sat, level = P.saturated(d, { ep }, { since_scrape = function() return 0 end })
+    assert.is_false(sat)
+    assert.equal(0.5, level)
+    sat, level = P.saturated(d, { ep }, { since_scrape = function() return 1 end })
+    assert.is_true(sat) -- (1 + 1) / 2
+    assert.equal(1, level)
   end)
 end)
