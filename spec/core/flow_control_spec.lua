@@ -375,7 +375,7 @@ describe("flow control", function()
   it("evicts the newest of the lowest band, never one at or above the band waiting", function()
     local rt, got = setup_rt({ enableEviction = true },
       { objectives = { { name = "scrap", priority = -2 }, { name = "batch", priority = -1 } } })
-    S.eval(rt, [[require("lupin.runtime").current.by_name["concurrency-detector"].obj.limit = 3]])
+    S.eval(rt, [[require("lupin.runtime").current.by_name["concurrency-detector"].obj.max = 3]])
     local evicted = {}
     rt:set_evict(function(id)
       evicted[#evicted + 1] = id

@@ -35,11 +35,15 @@
 --              item.flow (the fairness id), item.headers (the request's,
 --              lower-case names: slo-deadline-ordering-policy reads its
 --              objective there)
---   detector:  saturated(self, endpoints, load) -> saturated[, level 0..1]
---              load.inflight(ep): requests in flight there (ep.in_flight:
---              every runtime of the process, whether through flow control
---              or not), load.since_scrape(ep): requests this runtime's flow
---              control sent there since its last scrape
+--   detector:  saturated(self, endpoints, load) -> saturated[, level]
+--              level: llm-d-router's saturation level, 0 idle, 1 full, above
+--              1 how far over (saturated: level >= 1); without it, 1 when
+--              saturated, else 0.  load.inflight(ep): requests in flight
+--              there (ep.in_flight: every runtime of the process, whether
+--              through flow control or not), load.tokens(ep): tokens in
+--              flight there (ep.in_flight_tokens), load.since_scrape(ep):
+--              requests this runtime's flow control sent there since its
+--              last scrape
 local config = require "lupin.config"
 local capi = require "lupin.runtime.capi"
 local budget = require "lupin.runtime.budget"
@@ -222,11 +226,11 @@ end
 
 -- --- the policies' calls: an error is logged and the default used ----------
 
-local function policy(rec, method, ...)
-  -- under the plugin's call budget like any plugin call: a policy that
-  -- loops must not hold the event loop
+-- f(rec.obj, ...) for rec's method, under the plugin's call budget like any
+-- plugin call: a policy that loops must not hold the event loop
+local function call(rec, method, f, ...)
   local ok, a, cut = budget.pcall(rec.call_budget or budget.DEFAULT_CALL_MS / 1000,
-    rec.obj[method], rec.obj, ...)
+    f, rec.obj, ...)
   if not ok then
     log.limited("flow/" .. rec.name, "error", "flow control: plugin %s (%s) failed in %s: %s",
       rec.name, rec.type, method, cut and ("exceeded its budget of %g ms"):format(
@@ -234,6 +238,10 @@ local function policy(rec, method, ...)
     return nil
   end
   return true, a
+end
+
+local function policy(rec, method, ...)
+  return call(rec, method, rec.obj[method], ...)
 end
 
 -- --- items in a flow: a binary heap by the band's ordering ----------------
@@ -489,6 +497,9 @@ local LOAD = setmetatable({}, {
     inflight = function(ep)
       return ep.in_flight
     end,
+    tokens = function(ep)
+      return ep.in_flight_tokens
+    end,
     since_scrape = function(ep)
       local m = marks[ep.name]
       return m and m.at == ep.scraped_at and m.n or 0
@@ -498,13 +509,26 @@ local LOAD = setmetatable({}, {
   __metatable = false,
 })
 
---- Whether the pool is saturated now (false when flow control is off).
+-- The detector's call: its level is kept aside (no table per decision).
+local level_out
+local function detect(obj, endpoints, load)
+  local sat, level = obj:saturated(endpoints, load)
+  level_out = type(level) == "number" and level == level and level or (sat and 1 or 0)
+  return sat
+end
+
+--- Whether the pool is saturated now (false when flow control is off), and
+--- its saturation level (0 when not known).
 function M.saturated()
   if not conf then
-    return false
+    return false, 0
   end
-  local ok, sat = policy(conf.detector, "saturated", pool.checked(), LOAD)
-  return ok and sat and true or false -- a failing detector does not hold traffic
+  level_out = 0
+  local ok, sat = call(conf.detector, "saturated", detect, pool.checked(), LOAD)
+  if not (ok and sat) then -- a failing detector does not hold traffic
+    return false, ok and level_out or 0
+  end
+  return true, level_out
 end
 
 -- Whether requests of priority p or above wait, here or in another runtime.
@@ -918,7 +942,8 @@ function ops.list()
       out[#out + 1] = { priority = b.priority, flow = f.id, queued = f.len, bytes = f.bytes }
     end
   end
-  return out, M.saturated()
+  local sat = M.saturated()
+  return out, sat
 end
 
 function M.hook(op, ...)
