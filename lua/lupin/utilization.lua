@@ -66,4 +66,19 @@ function M.level(self, endpoints, waiting)
   return total / n
 end
 
+--- Whether some endpoint is fresh with a queue (plus waiting(ep)) and a KV
+--- use at most the thresholds: GIE v1's test, which the detectors used
+--- before the level; kept for plugins written against it.
+function M.room(self, endpoints, waiting)
+  local now = self.now()
+  for _, ep in ipairs(endpoints) do
+    if ep.scraped_at > 0 and now - ep.scraped_at <= self.stale
+      and ep.waiting_queue_size + (waiting and waiting(ep) or 0) <= self.queue
+      and ep.kv_cache_usage <= self.kv then
+      return true
+    end
+  end
+  return false
+end
+
 return M

@@ -8,6 +8,8 @@
 -- TestDetector_HybridFilter).  Upstream's token vectors estimate 10 tokens
 -- per request; here the tokens in flight are given directly.
 local schema = require "lupin.schema"
+local K = require "plugins.kit"
+local S = require "support"
 local P = dofile("plugins/concurrency-detector.lua")
 
 local function detector(params)
@@ -115,6 +117,27 @@ describe("concurrency-detector", function()
     assert.equal(0, #P.filter(d, nil, eps({ { 10, 50 } })))
     assert.equal(0, #P.filter(d, nil, eps({ { 5, 100 } })))
     assert.equal(0, #P.filter(d, nil, eps({ { 20, 200 } })))
+  end)
+
+  it("filters a profile's endpoints by the core's in-flight counts", function()
+    local rt = S.loaded(K.config({ { type = "concurrency-detector", parameters = { maxConcurrency = 1 } },
+      { type = "queue-scorer" }, { type = "max-score-picker" } },
+      { { pluginRef = "concurrency-detector" }, { pluginRef = "queue-scorer" },
+        { pluginRef = "max-score-picker" } }))
+    S.endpoints(rt, 2)
+    local held, picks = {}, {}
+    for i = 1, 3 do
+      held[i] = assert(rt:begin({ path = "/v1/completions", body = '{"model":"m","prompt":"hi"}' }))
+      local res = held[i]:schedule()
+      picks[i] = res.picks and res.picks[1] and res.picks[1].name or res.status
+    end
+    -- one request fills each endpoint; the third finds none under the limit
+    table.sort(picks, function(a, b) return tostring(a) < tostring(b) end)
+    assert.same({ 503, "ep1", "ep2" }, picks)
+    for _, r in ipairs(held) do
+      r:finish("ok")
+    end
+    assert.equal(0, (rt:check_leaks()))
   end)
 
   -- TestConcurrencyDetectorFactory

@@ -76,6 +76,14 @@ describe("utilization-detector", function()
     assert.equal(0.5, level(d, { ep(1, 0) }, 0))
   end)
 
+  it("keeps lupin.utilization.room, GIE v1's any-endpoint-has-room test", function()
+    local U = require "lupin.utilization"
+    local d = detector({})
+    assert.is_true(U.room(d, { ep(9, 0), ep(5, 0.8) }))
+    assert.is_false(U.room(d, { ep(6, 0), ep(0, 0.81), ep(0, 0, 300) }))
+    assert.is_false(U.room(d, { ep(4, 0) }, function() return 2 end))
+  end)
+
   -- TestUtilizationDetectorFactory
   it("refuses upstream's invalid configurations with the field and bound", function()
     local function refused(params, field, message)
