@@ -410,6 +410,47 @@ describe("flow control", function()
     rt:free()
   end)
 
+  -- upstream's sizing: the level's excess over 1, each request in flight
+  -- weighing level / requests in flight, at least 1 and at most 2
+  it("evicts as many as the level is over 1, at most two a decision", function()
+    local rt, got = setup_rt({ enableEviction = true }, { objectives = { { name = "batch", priority = -1 } } })
+    local function max(n)
+      S.eval(rt, ([[require("lupin.runtime").current.by_name["concurrency-detector"].obj.max = %d]]):format(n))
+    end
+    max(4)
+    local evicted, low = {}, {}
+    rt:set_evict(function(id)
+      evicted[#evicted + 1] = id
+    end)
+    for i = 1, 4 do
+      low[i] = begin(rt, "l" .. i, { ["x-llm-d-inference-objective"] = "-1" })
+      assert.equal(200, low[i]:schedule().status)
+    end
+    max(2) -- level 4 / 2: two requests over
+    local h = begin(rt, "h")
+    assert.equal(0, h:schedule().status)
+    rt:tick()
+    assert.same({ "l4", "l3" }, evicted) -- the last sent first, both in one decision
+    rt:tick()
+    assert.equal(2, #evicted) -- the next decision waits for both ends
+    low[4]:finish("evicted")
+    advance(rt, 0.6)
+    rt:tick()
+    assert.equal(2, #evicted)
+    low[3]:finish("evicted") -- level 2 / 2 now: h waits, one more after the grace
+    rt:tick()
+    assert.equal(2, #evicted)
+    advance(rt, 0.6)
+    rt:tick()
+    assert.same({ "l4", "l3", "l2" }, evicted) -- level 1: one
+    low[2]:finish("evicted")
+    assert.equal("h", ids(got))
+    for _, r in ipairs({ low[1], h }) do
+      r:finish("ok")
+    end
+    rt:free()
+  end)
+
   it("hands over every one of many evicted requests, in order", function()
     local rt, got = setup_rt({ defaultRequestTTL = "1ms" })
     local first = begin(rt, "first")

@@ -76,13 +76,16 @@ local next_reap = 0 -- when idle flows and bands are looked for next
 local clamped = {} -- priority -> requests whose integer objective was clamped to it
 local idle_flows = 0 -- flows with nothing waiting, not yet dropped
 local kept = false -- what the core was told: ticks reach reap while no request does
--- enableEviction: sheddable requests sent to an endpoint (fc -> true), the
--- one evicted whose end has not come yet, and when the next may go
-local sent, sent_n, victim, quiet_until = {}, 0, nil, 0
+-- enableEviction: sheddable requests sent to an endpoint (fc -> true), those
+-- evicted whose end has not come yet (fc -> true, how many), those a
+-- decision picked and not yet handed over (batch[1..]), and when the next
+-- decision may come
+local sent, sent_n, victims, victims_n, batch, quiet_until = {}, 0, {}, 0, {}, 0
 -- llm-d-router's pacing: one decision waits for the last eviction's end
 -- (the endpoint frees its place) and a grace for the detector to see it;
--- an end that does not come in EVICT_TIMEOUT counts as come
-local EVICT_GRACE, EVICT_TIMEOUT = 0.5, 10
+-- an end that does not come in EVICT_TIMEOUT counts as come.  A decision
+-- evicts at most EVICT_MAX (upstream's maxRevocationsPerDecision default).
+local EVICT_GRACE, EVICT_TIMEOUT, EVICT_MAX = 0.5, 10, 2
 
 -- Tells the core whether this runtime keeps idle state to drop at a tick.
 local function keep(on)
@@ -754,45 +757,82 @@ function ops.evicts(on)
 end
 
 -- enableEviction (llm-d-router's in-flight eviction): the pool is saturated
--- and the highest band holding requests here is above a sheddable request
--- sent from here: that request, the lowest priority and the last sent
--- first, is ended to free its place.  One at a time: the next waits for
--- its end and EVICT_GRACE.  Returns its C pointer's number and the
--- message, or nil.
-local function evict_for(t)
-  if not (evicts and conf and conf.eviction) or (not victim and next(sent) == nil) then
+-- and the highest band holding requests here is above sheddable requests
+-- sent from here: they, the lowest priority and the last sent first, are
+-- ended to free their places.  As upstream sizes a decision: the level's
+-- excess over 1 in requests, each in flight weighing level / (requests in
+-- flight on the candidates), at least 1 and at most EVICT_MAX.  The next
+-- decision waits for their ends and EVICT_GRACE.
+
+-- Retires evictions whose end did not come in EVICT_TIMEOUT; whether any
+-- is still awaited.
+local function awaited(t)
+  for fc in pairs(victims) do
+    if t - fc.evicted_at >= EVICT_TIMEOUT then
+      victims[fc], victims_n = nil, victims_n - 1
+      quiet_until = math.max(quiet_until, t + EVICT_GRACE)
+    end
+  end
+  return victims_n > 0
+end
+
+-- How many requests a decision at level evicts.
+local function evict_count(level)
+  local inflight = 0
+  for _, ep in ipairs(pool.checked()) do
+    inflight = inflight + ep.in_flight
+  end
+  if inflight <= 0 or level <= 1 then
+    return 1
+  end
+  return math.min(EVICT_MAX, math.max(1, math.ceil((level - 1) / (level / inflight) - 1e-9)))
+end
+
+-- Those picked (the lowest priority below top, the last sent first), each
+-- marked with the priority it makes room for.
+local function pick_victims(top, n)
+  local cands = {}
+  for fc in pairs(sent) do
+    if fc.priority < top then
+      cands[#cands + 1] = fc
+    end
+  end
+  table.sort(cands, function(a, b)
+    return a.priority < b.priority or (a.priority == b.priority and a.sent_seq > b.sent_seq)
+  end)
+  for i = 1, math.min(n, #cands) do
+    cands[i].room_for = top
+    batch[i] = cands[i]
+  end
+end
+
+-- The next evicted request to hand over: its C pointer's number and the
+-- message, or nil.  level: the detector's, the pool being saturated (nil
+-- while a decision's picks are handed over).
+local function evict_for(t, level)
+  if not (evicts and conf and conf.eviction) then
+    batch = {}
     return nil
   end
-  if victim then
-    if t - victim.evicted_at < EVICT_TIMEOUT then
+  if #batch == 0 then
+    if next(sent) == nil or awaited(t) or t < quiet_until then
       return nil
     end
-    victim, quiet_until = nil, t + EVICT_GRACE
-  end
-  if t < quiet_until then
-    return nil
-  end
-  local top
-  for _, b in ipairs(order) do
-    if b.n > 0 then
-      top = b.priority
-      break
+    for _, b in ipairs(order) do
+      if b.n > 0 then
+        pick_victims(b.priority, evict_count(level))
+        break
+      end
     end
   end
-  local pick
-  for fc in pairs(top and sent or {}) do
-    if fc.priority < top and (not pick or fc.priority < pick.priority
-        or (fc.priority == pick.priority and fc.sent_seq > pick.sent_seq)) then
-      pick = fc
-    end
-  end
+  local pick = table.remove(batch, 1)
   if not pick then
     return nil
   end
   sent[pick] = nil
-  victim, pick.evicted_at = pick, t
+  victims[pick], victims_n, pick.evicted_at = true, victims_n + 1, t
   return pick.r.creq, ("evicted by flow control after it was sent (priority %d), to make room"
-    .. " for a request of priority %d; retry later"):format(pick.priority, top)
+    .. " for a request of priority %d; retry later"):format(pick.priority, pick.room_for)
 end
 
 -- Whether band may go: nothing queued, nothing let through and not yet
@@ -849,10 +889,18 @@ function ops.next(sweep)
     fc.state = "evicted"
     return fc.r.creq
   end
+  if #batch > 0 then -- the rest of a decision's evictions
+    local id, message = evict_for(t)
+    if id then
+      return id, message
+    end
+  end
   if queued_n == 0 then
     return nil
-  elseif M.saturated() then
-    return evict_for(t)
+  end
+  local sat, level = M.saturated()
+  if sat then
+    return evict_for(t, level)
   end
   local band
   for _, b in ipairs(order) do
@@ -885,8 +933,15 @@ ops["end"] = function(r)
   end
   M.settle(r)
   sent[fc] = nil
-  if fc == victim then -- its place is free: the next decision after the grace
-    victim, quiet_until = nil, now() + EVICT_GRACE
+  if victims[fc] then -- its place is free: the next decision after the grace
+    victims[fc], victims_n = nil, victims_n - 1
+    quiet_until = math.max(quiet_until, now() + EVICT_GRACE)
+  end
+  for i, b in ipairs(batch) do -- picked, not handed over: nothing to evict
+    if b == fc then
+      table.remove(batch, i)
+      break
+    end
   end
   if fc.state == "queued" then
     take(fc)
