@@ -126,6 +126,17 @@ static const char *sfield(lua_State *L, const char *name) {
   return s;
 }
 
+int lupin_runtime_flow_saturation(lupin_runtime *rt, double *level) {
+  lua_State *L = rt->L;
+  lupin__push_hook(rt, LUPIN_HOOK_FLOW);
+  lua_pushstring(L, "saturation");
+  if (lupin__call(rt, 1, 1, NULL, 0)) return -1;
+  int on = lua_isnumber(L, -1);
+  if (on && level) *level = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return on ? 0 : -1;
+}
+
 int lupin_runtime_flows(lupin_runtime *rt, lupin_flow_fn fn, void *ud, int *saturated) {
   lua_State *L = rt->L;
   lupin__push_hook(rt, LUPIN_HOOK_FLOW);

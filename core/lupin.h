@@ -812,6 +812,10 @@ typedef void (*lupin_flow_fn)(void *ud, const lupin_flow_info *f);
  * flows with requests waiting.  Returns 0, or -1 when flow control is off.
  * *saturated (may be NULL) tells whether the gate is closed now. */
 int lupin_runtime_flows(lupin_runtime *rt, lupin_flow_fn fn, void *ud, int *saturated);
+/* The saturation detector's level now (llm-d-router's: 0 idle, 1 full,
+ * above 1 how far over; 1 or 0 from a detector that gives none).  Returns
+ * 0, or -1 when flow control is off. */
+int lupin_runtime_flow_saturation(lupin_runtime *rt, double *level);
 
 #ifdef __cplusplus
 }

@@ -324,8 +324,8 @@ const lh_family lh_families[LH_FAMILIES] = {
          .deprecated = "inference_extension_flow_control_request_queue_duration_seconds"},
     [LH_M_FC_SATURATION] = {"llm_d_epp_flow_control_pool_saturation",
                             LH_MAX_GAUGE,
-                            "1 when the saturation detector holds the queue closed (in any "
-                            "worker), else 0.",
+                            "The saturation detector's level: 0 idle, 1 or more holds the "
+                            "queue closed (the largest of the workers').",
                             {NULL},
                             .deprecated = "inference_extension_flow_control_pool_saturation"},
     [LH_M_FC_REQUESTS] = {"lupin_flow_control_requests_total",

@@ -861,6 +861,17 @@ static int l_flows(lua_State *L) {
   return 2;
 }
 
+/* rt:flow_saturation() -> the detector's level; nil when flow control is off */
+static int l_flow_saturation(lua_State *L) {
+  double level = 0;
+  if (lupin_runtime_flow_saturation(check_rt(L)->rt, &level)) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushnumber(L, level);
+  return 1;
+}
+
 /* req:flow() -> {managed, queued, priority, flow, waited} */
 static int l_req_flow(lua_State *L) {
   lupin_flow_place p;
@@ -1011,6 +1022,7 @@ static const luaL_Reg rt_methods[] = {
     {"flow_elsewhere", l_flow_elsewhere},
     {"flow_drain", l_flow_drain},
     {"flows", l_flows},
+    {"flow_saturation", l_flow_saturation},
     {"free", l_free},
     {NULL, NULL},
 };

@@ -83,10 +83,11 @@ static void nothing(void *ud, const lupin_flow_info *f) {
 }
 
 void gw_flow_metrics(lupin_gateway *gw, lh_expo *e) {
-  int saturated = 0;
+  double level = 0;
   metrics_pass p = {e, LH_M_FC_QUEUE_SIZE};
   /* off: no flow-control family at all, as the EPP without its feature gate */
-  if (lupin_runtime_flows(gw->rt, nothing, NULL, &saturated)) return;
+  if (lupin_runtime_flows(gw->rt, nothing, NULL, NULL)) return;
+  lupin_runtime_flow_saturation(gw->rt, &level);
   const lh_family_id ids[] = {LH_M_FC_QUEUE_SIZE, LH_M_FC_QUEUE_BYTES, LH_M_FC_REQUESTS,
                               LH_M_FC_CLAMPED};
   for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
@@ -102,7 +103,7 @@ void gw_flow_metrics(lupin_gateway *gw, lh_expo *e) {
     lh_expo_histogram(e, (const char *[]){prio, w->outcome}, &w->wait);
   }
   lh_expo_family(e, LH_M_FC_SATURATION);
-  lh_expo_sample(e, NULL, saturated ? 1 : 0);
+  lh_expo_sample(e, NULL, level);
 }
 
 /* --- every worker's queue --------------------------------------------------- */

@@ -410,6 +410,23 @@ describe("flow control", function()
     rt:free()
   end)
 
+  it("reports the detector's level, and nil with flow control off", function()
+    local rt = setup_rt({}, { plugins = {
+      { type = "queue-scorer" }, { type = "max-score-picker" }, { type = "finish-count" },
+      { type = "utilization-detector", parameters = { metricsStalenessThreshold = "1h" } } },
+      saturationDetector = { pluginRef = "utilization-detector" } })
+    rt:set_metrics("ep1", { waiting_queue_size = 2, kv_cache_usage = 0.4 })
+    assert.near(0.5, rt:flow_saturation(), 1e-9) -- max(2 / 5, 0.4 / 0.8)
+    rt:set_metrics("ep1", { waiting_queue_size = 15, kv_cache_usage = 0.4 })
+    assert.near(3, rt:flow_saturation(), 1e-9)
+    rt:free()
+    local off = S.loaded({ plugins = { { type = "queue-scorer" }, { type = "max-score-picker" } },
+      schedulingProfiles = { { name = "default", plugins = {
+        { pluginRef = "queue-scorer" }, { pluginRef = "max-score-picker" } } } } })
+    assert.is_nil(off:flow_saturation())
+    off:free()
+  end)
+
   -- upstream's sizing: the level's excess over 1, each request in flight
   -- weighing level / requests in flight, at least 1 and at most 2
   it("evicts as many as the level is over 1, at most two a decision", function()

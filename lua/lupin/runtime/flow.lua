@@ -1001,6 +1001,15 @@ function ops.list()
   return out, sat
 end
 
+-- The detector's level, nil when flow control is off (as list).
+function ops.saturation()
+  if not conf and #order == 0 then
+    return nil
+  end
+  local _, level = M.saturated()
+  return level
+end
+
 function M.hook(op, ...)
   return ops[op](...)
 end
