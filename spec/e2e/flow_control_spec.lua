@@ -121,8 +121,11 @@ describe("flow control through lupin serve", function()
     P.stop(gw)
   end)
 
+  -- Each worker holds its own queue and its own sent requests, and a
+  -- connection lands on either: these three run on one worker, where which
+  -- request meets which is known (flow_workers_spec covers two).
   it("sheds the newest sheddable request for a higher one when the queue is full", function()
-    local gw = P.gateway(config(sim, { maxRequests = 1 }))
+    local gw = P.gateway(config(sim, { maxRequests = 1 }), "--workers 1")
     local a = P.send(gw, "a", HOLD)
     P.until_running(gw, "a")
     local s = P.send(gw, "s", { headers = { ["x-llm-d-inference-objective"] = "-1" } })
@@ -140,7 +143,7 @@ describe("flow control through lupin serve", function()
   end)
 
   it("with enableEviction, stops a sent sheddable request for a higher one: 429, evicted", function()
-    local gw = P.gateway(config(sim, { enableEviction = true }))
+    local gw = P.gateway(config(sim, { enableEviction = true }), "--workers 1")
     local low = P.send(gw, "low", { max_tokens = 30,
       headers = { ["x-llm-d-inference-objective"] = "-1" } })
     P.until_running(gw, "low")
@@ -159,7 +162,7 @@ describe("flow control through lupin serve", function()
   end)
 
   it("with enableEviction, cuts the stream of an evicted request already answering", function()
-    local gw = P.gateway(config(sim, { enableEviction = true }))
+    local gw = P.gateway(config(sim, { enableEviction = true }), "--workers 1")
     local out = require("support").tmpdir() .. "/slow.out"
     local low = P.start(("curl -sS -N -o %s -H 'x-request-id: slow' -H 'content-type: application/json'"
       .. " -H 'x-llm-d-inference-objective: -1' -d %s %s"):format(out, P.quote(json.encode(
